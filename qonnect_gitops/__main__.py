@@ -1,0 +1,3 @@
+from qonnect_gitops.cli import main
+
+raise SystemExit(main())
