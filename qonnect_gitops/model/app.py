@@ -1,0 +1,239 @@
+"""``apps/<app>/app.yaml``: an application and the QoS goals of its components (kind ``QoSApp``)."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field, model_validator
+
+from qonnect_gitops.model.base import Arch, Header, Metadata, Name, Tier, UserModel
+from qonnect_gitops.model.quantity import Bytes, MilliCPU
+
+
+class LatencyGoal(UserModel):
+    """Requests from ``region`` must reach the component within ``maxMs``."""
+
+    region: Name
+    max_ms: float = Field(gt=0)
+
+
+class Objective(UserModel):
+    """Relative weights of what the planner minimises. Written as a mapping of weights or,
+    for a single objective, just its name (``objective: cost``)."""
+
+    latency: float = Field(0.0, ge=0)
+    cost: float = Field(0.0, ge=0)
+    energy: float = Field(0.0, ge=0)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _shorthand(cls, value: Any) -> Any:
+        if isinstance(value, str):
+            if value not in ("latency", "cost", "energy"):
+                raise ValueError(
+                    f"unknown objective '{value}'; expected latency, cost or energy, "
+                    "or a mapping of their weights"
+                )
+            return {value: 1.0}
+        return value
+
+    @model_validator(mode="after")
+    def _some_weight(self) -> Objective:
+        if self.latency + self.cost + self.energy <= 0:
+            raise ValueError("at least one of latency, cost and energy needs a weight above 0")
+        return self
+
+
+class Availability(UserModel):
+    min_clusters: int = Field(1, ge=1, description="Run on at least this many clusters.")
+    spread: bool = Field(
+        False, description="Distribute replicas as evenly as possible over the chosen clusters."
+    )
+
+
+class Placement(UserModel):
+    policy: Literal["auto", "affinity", "best-fit", "worst-fit", "traffic"] = Field(
+        "auto",
+        description="`auto` scores by the objective; `affinity` prefers the named `clusters`; "
+        "`best-fit` packs onto the fullest clusters, `worst-fit` onto the emptiest; "
+        "`traffic` follows where the component's requests come from.",
+    )
+    clusters: tuple[Name, ...] = Field((), description="With `affinity`: the clusters to use.")
+
+    @model_validator(mode="after")
+    def _clusters_with_affinity(self) -> Placement:
+        if self.policy == "affinity" and not self.clusters:
+            raise ValueError("policy 'affinity' needs at least one cluster in 'clusters'")
+        if self.policy != "affinity" and self.clusters:
+            raise ValueError(f"'clusters' applies only to policy 'affinity', not '{self.policy}'")
+        return self
+
+
+class SelectorRequirement(UserModel):
+    key: str = Field(min_length=1)
+    operator: Literal["In", "NotIn", "Exists", "DoesNotExist"]
+    values: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _values_match_operator(self) -> SelectorRequirement:
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise ValueError(f"operator {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise ValueError(f"operator {self.operator} takes no values")
+        return self
+
+
+class ClusterSelector(UserModel):
+    """Selects clusters by label, as a Kubernetes label selector selects objects."""
+
+    match_labels: dict[str, str] = Field(default_factory=dict)
+    match_expressions: tuple[SelectorRequirement, ...] = ()
+
+    def matches(self, labels: dict[str, str]) -> bool:
+        """Whether a cluster with these labels is selected."""
+        if any(labels.get(k) != v for k, v in self.match_labels.items()):
+            return False
+        for req in self.match_expressions:
+            present = req.key in labels
+            if req.operator == "Exists" and not present:
+                return False
+            if req.operator == "DoesNotExist" and present:
+                return False
+            if req.operator == "In" and labels.get(req.key) not in req.values:
+                return False
+            if req.operator == "NotIn" and present and labels[req.key] in req.values:
+                return False
+        return True
+
+
+class Toleration(UserModel):
+    """Lets a component land on a cluster with a matching taint."""
+
+    key: str | None = None
+    operator: Literal["Equal", "Exists"] = "Equal"
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
+
+    def tolerates(self, key: str, value: str, effect: str) -> bool:
+        if self.effect is not None and self.effect != effect:
+            return False
+        if self.key is None:  # an empty key with Exists tolerates everything
+            return self.operator == "Exists"
+        if self.key != key:
+            return False
+        return self.operator == "Exists" or self.value == value
+
+
+class Scaling(UserModel):
+    """Replicas follow the observed load: ``ceil(rps / targetRpsPerReplica)`` within bounds."""
+
+    min_replicas: int = Field(1, ge=0)
+    max_replicas: int = Field(ge=1)
+    target_rps_per_replica: float = Field(gt=0)
+
+    @model_validator(mode="after")
+    def _bounds(self) -> Scaling:
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(
+                f"minReplicas ({self.min_replicas}) exceeds maxReplicas ({self.max_replicas})"
+            )
+        return self
+
+
+class Migration(UserModel):
+    """Per-component overrides of the fleet's stability settings."""
+
+    cooldown_seconds: float | None = Field(None, ge=0)
+    min_improvement: float | None = Field(None, ge=0, le=1)
+    disruption_budget: int | None = Field(None, ge=1)
+    allow_stateful: bool = Field(
+        False,
+        description="Let rescheduling and failover move a StatefulSet (its data does not move).",
+    )
+
+
+class QoS(UserModel):
+    """The QoS goals of a component. Every field is optional; ``spec.defaults.qos`` fills
+    in what a component leaves out, field by field."""
+
+    latency: tuple[LatencyGoal, ...] = ()
+    tiers: tuple[Tier, ...] = Field(
+        (), description="Preferred tiers, best first; tiers not listed are not used."
+    )
+    objective: Objective = Field(default_factory=lambda: Objective(latency=1.0))
+    availability: Availability = Field(default_factory=Availability)
+    max_cost_per_hour: float | None = Field(
+        None, gt=0, description="Cap on what all replicas of the component cost per hour."
+    )
+    placement: Placement = Field(default_factory=Placement)
+    cluster_selector: ClusterSelector = Field(default_factory=ClusterSelector)
+    tolerations: tuple[Toleration, ...] = ()
+    bursting: bool = Field(
+        True, description="Send replicas that do not fit the best cluster to its neighbours."
+    )
+    offloading: bool = Field(
+        True, description="Move the work to the nearest feasible cluster when the preferred "
+        "one lacks capacity.",
+    )
+    scaling: Scaling | None = None
+    migration: Migration = Field(default_factory=Migration)
+
+    @model_validator(mode="after")
+    def _unique_tiers(self) -> QoS:
+        if len(set(self.tiers)) != len(self.tiers):
+            raise ValueError("a tier is listed twice in 'tiers'")
+        return self
+
+    def overlaid_on(self, defaults: QoS) -> QoS:
+        """This QoS with every field it does not set taken from ``defaults``."""
+        return defaults.model_copy(update={f: getattr(self, f) for f in self.model_fields_set})
+
+
+class Resources(UserModel):
+    cpu: MilliCPU
+    memory: Bytes
+
+
+class ComponentSpec(UserModel):
+    """One deployable part of an app: a workload and what travels with it."""
+
+    name: Name
+    manifests: tuple[str, ...] = Field(
+        min_length=1, description="Kubernetes YAML files, relative to the app folder."
+    )
+    replicas: int | None = Field(
+        None, ge=0, description="Total replicas; defaults to the workload's `spec.replicas`."
+    )
+    resources: Resources | None = Field(
+        None, description="Per replica; defaults to the workload's container requests."
+    )
+    architectures: tuple[Arch, ...] = Field(
+        ("amd64",), min_length=1, description="CPU architectures its images are built for."
+    )
+    calls: tuple[str, ...] = Field(
+        (), description="Components it sends requests to: `name` in this app or `app/name`."
+    )
+    qos: QoS = Field(default_factory=QoS)
+
+
+class AppDefaults(UserModel):
+    qos: QoS = Field(default_factory=QoS)
+
+
+class QoSAppSpec(UserModel):
+    namespace: Name = Field(description="The Kubernetes namespace the app runs in everywhere.")
+    defaults: AppDefaults = Field(default_factory=AppDefaults)
+    allow_plain_secrets: bool = Field(
+        False,
+        description="Allow `Secret` objects with plain data in manifests; they would be "
+        "written unencrypted to every cluster branch. Prefer SOPS-encrypted files.",
+    )
+    components: tuple[ComponentSpec, ...] = Field(min_length=1)
+
+
+class QoSApp(Header):
+    """The ``apps/<app>/app.yaml`` document."""
+
+    kind: Literal["QoSApp"]
+    metadata: Metadata
+    spec: QoSAppSpec

@@ -1,0 +1,102 @@
+"""``clusters/<name>.yaml``: one member cluster of the fleet (kind ``Cluster``)."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import Field, HttpUrl
+
+from qonnect_gitops.model.base import Arch, Header, Metadata, Name, Tier, UserModel
+from qonnect_gitops.model.quantity import Bytes, MilliCPU
+
+# Labels every cluster carries implicitly, so selectors can use them.
+LABEL_NAME = "qonnect.io/cluster"
+LABEL_TIER = "qonnect.io/tier"
+LABEL_REGION = "qonnect.io/region"
+LABEL_DISTRIBUTION = "qonnect.io/distribution"
+
+
+class NodeShape(UserModel):
+    """``count`` identical nodes. A replica must fit on one node."""
+
+    count: int = Field(ge=1)
+    cpu: MilliCPU = Field(description="Allocatable CPU of one node, e.g. `4` or `3500m`.")
+    memory: Bytes = Field(description="Allocatable memory of one node, e.g. `8Gi`.")
+    pods: int = Field(110, ge=1, description="Most pods one node runs.")
+    arch: Arch = "amd64"
+
+
+class Taint(UserModel):
+    """A cluster-level taint: components need a matching toleration to land there."""
+
+    key: str = Field(min_length=1)
+    value: str = ""
+    effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] = "NoSchedule"
+
+
+class Cost(UserModel):
+    """Prices in the fleet's currency."""
+
+    cpu_hour: float = Field(ge=0, description="Price of one CPU core for one hour.")
+    memory_gib_hour: float = Field(
+        0.0, ge=0, alias="memoryGiBHour", description="Price of one GiB for one hour."
+    )
+
+
+class Energy(UserModel):
+    """What running here costs the planet."""
+
+    watts_per_cpu: float = Field(ge=0, description="Power drawn per busy CPU core, in watts.")
+    carbon_intensity: float = Field(
+        ge=0, description="Grid carbon intensity where the cluster runs, in gCO2/kWh."
+    )
+
+
+class AgentEndpoint(UserModel):
+    """How this cluster's agent can be reached; agents pull, so all of it is optional."""
+
+    webhook_url: HttpUrl | None = Field(
+        None, description="The agent's optional push-event endpoint."
+    )
+    poll_seconds: float = Field(30.0, gt=0, description="How often the agent polls its branch.")
+
+
+class ClusterSpec(UserModel):
+    """What a cluster is and what it offers."""
+
+    tier: Tier
+    distribution: Literal["k8s", "k3s"] = "k8s"
+    region: Name = Field(description="Where the cluster is, e.g. `eu-central`.")
+    taints: tuple[Taint, ...] = ()
+    nodes: tuple[NodeShape, ...] = Field(min_length=1)
+    cost: Cost
+    energy: Energy
+    agent: AgentEndpoint = Field(default_factory=AgentEndpoint)
+
+
+class Cluster(Header):
+    """The ``clusters/<name>.yaml`` document."""
+
+    kind: Literal["Cluster"]
+    metadata: Metadata
+    spec: ClusterSpec
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    @property
+    def architectures(self) -> frozenset[str]:
+        """The CPU architectures of the cluster's nodes."""
+        return frozenset(node.arch for node in self.spec.nodes)
+
+    @property
+    def selector_labels(self) -> dict[str, str]:
+        """User labels plus the implicit ``qonnect.io/*`` ones that selectors may match."""
+        return {
+            **self.metadata.labels,
+            LABEL_NAME: self.name,
+            LABEL_TIER: self.spec.tier,
+            LABEL_REGION: self.spec.region,
+            LABEL_DISTRIBUTION: self.spec.distribution,
+        }

@@ -1,0 +1,134 @@
+"""``qonnect.yaml``: fleet-wide settings (kind ``Fleet``)."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from qonnect_gitops.model.base import Header, Metadata, Name, UserModel
+
+# Characters git forbids in ref names, plus what would make a prefix ambiguous.
+_BAD_REF = re.compile(r"(\.\.|[\x00-\x20~^:?*\[\\]|@\{|//|^/|\.lock(/|$)|^\.|/\.)")
+
+
+def _ref_fragment(value: str) -> str:
+    if not value or _BAD_REF.search(value) or value.endswith((".", ".lock")):
+        raise ValueError(f"'{value}' cannot be used in a git branch name")
+    return value
+
+
+RefFragment = Annotated[str, AfterValidator(_ref_fragment)]
+
+
+class Review(UserModel):
+    """How decisions reach the plan branch."""
+
+    mode: Literal["auto", "pull-request"] = Field(
+        "auto",
+        description="`auto` writes each decision to the plan branch; `pull-request` pushes "
+        "a proposal branch that a reviewer approves.",
+    )
+    failover: Literal["auto", "review"] = Field(
+        "auto",
+        description="`auto` lets failover decisions bypass review: a failed cluster cannot "
+        "wait for a human.",
+    )
+
+
+class Branches(UserModel):
+    """Names of the branches the leader writes."""
+
+    plan: RefFragment = Field("qonnect/plan", description="The branch holding every decision.")
+    cluster_prefix: RefFragment = Field(
+        "cluster/", description="Each cluster's agent follows `<clusterPrefix><cluster>`."
+    )
+    proposal_prefix: RefFragment = Field(
+        "qonnect/proposals/", description="Review mode pushes `<proposalPrefix><id>`."
+    )
+
+    @model_validator(mode="after")
+    def _distinct(self) -> Branches:
+        names = {self.plan, self.cluster_prefix, self.proposal_prefix}
+        if len(names) != 3:
+            raise ValueError("plan, clusterPrefix and proposalPrefix must all differ")
+        if self.plan.startswith((self.cluster_prefix, self.proposal_prefix)):
+            raise ValueError(
+                f"plan branch '{self.plan}' must not start with a cluster or proposal prefix"
+            )
+        return self
+
+
+class Heartbeat(UserModel):
+    """How often agents report, and how long silence is tolerated before failover."""
+
+    interval_seconds: float = Field(5.0, gt=0, description="Agents report this often.")
+    grace_seconds: float = Field(
+        20.0,
+        gt=0,
+        description="A cluster silent for longer is treated as failed and its replicas move.",
+    )
+
+    @model_validator(mode="after")
+    def _grace_covers_interval(self) -> Heartbeat:
+        if self.grace_seconds <= self.interval_seconds:
+            raise ValueError(
+                f"graceSeconds ({self.grace_seconds:g}) must be longer than intervalSeconds "
+                f"({self.interval_seconds:g}), or one late report would trigger failover"
+            )
+        return self
+
+
+class Stability(UserModel):
+    """Guardrails against thrash; components may override them under ``qos.migration``."""
+
+    cooldown_seconds: float = Field(
+        300.0, ge=0, description="A component that moved does not move again for this long."
+    )
+    min_improvement: float = Field(
+        0.1,
+        ge=0,
+        le=1,
+        description="A move must improve the component's objective by at least this fraction.",
+    )
+    disruption_budget: int = Field(
+        1,
+        ge=1,
+        description="At most this many replicas of one component move in one rescheduling "
+        "cycle (failover is exempt).",
+    )
+
+
+class FleetSpec(UserModel):
+    """Settings that apply to the whole fleet."""
+
+    review: Review = Field(default_factory=Review)
+    branches: Branches = Field(default_factory=Branches)
+    heartbeat: Heartbeat = Field(default_factory=Heartbeat)
+    stability: Stability = Field(default_factory=Stability)
+    mesh: Literal["cilium", "mcs", "none"] = Field(
+        "none",
+        description="How components are made reachable across clusters: Cilium ClusterMesh "
+        "global services, the Multi-Cluster Services API (`ServiceExport`), or not at all.",
+    )
+    regions: tuple[Name, ...] = Field(
+        (), description="The user regions that latency goals may name."
+    )
+
+    @model_validator(mode="after")
+    def _unique_regions(self) -> FleetSpec:
+        seen: set[str] = set()
+        for region in self.regions:
+            if region in seen:
+                raise ValueError(f"region '{region}' is listed twice")
+            seen.add(region)
+        return self
+
+
+class Fleet(Header):
+    """The ``qonnect.yaml`` document."""
+
+    kind: Literal["Fleet"]
+    metadata: Metadata
+    spec: FleetSpec = Field(default_factory=FleetSpec)

@@ -1,0 +1,79 @@
+"""What the fleet looks like right now: the frozen snapshot the planner reads.
+
+The Knowledge Base builds it from agent reports; ``qonnect plan --observed FILE``
+reads it from YAML. Anything not observed falls back to what the goals declare.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from pydantic import AwareDatetime, Field
+
+from qonnect_gitops.model.base import Arch, Name, UserModel
+from qonnect_gitops.model.quantity import Bytes, MilliCPU
+
+
+class Capacity(UserModel):
+    cpu: MilliCPU
+    memory: Bytes
+
+
+class ObservedNode(UserModel):
+    """One node as its cluster's agent saw it: free = allocatable minus requested."""
+
+    name: str
+    arch: Arch = "amd64"
+    ready: bool = True
+    allocatable: Capacity | None = None
+    free: Capacity
+
+
+class ObservedCluster(UserModel):
+    """A cluster as last reported. Every field may be omitted; declared values apply."""
+
+    healthy: bool = True
+    heartbeat_age_seconds: float | None = Field(
+        None, ge=0, description="Seconds since the last report; absent means fresh."
+    )
+    free: Capacity | None = Field(None, description="Free capacity of the whole cluster.")
+    nodes: tuple[ObservedNode, ...] | None = Field(
+        None, description="Per-node capacity; when given it replaces the declared node shapes."
+    )
+
+
+class ObservedLatency(UserModel):
+    """A measured latency; overrides the declared one for this pair (both directions)."""
+
+    from_: Name = Field(alias="from")
+    to: Name
+    ms: float = Field(ge=0)
+
+
+class ObservedTraffic(UserModel):
+    """Requests per second arriving for a component from a user region."""
+
+    component: str = Field(pattern=r"^[a-z0-9-]+/[a-z0-9-]+$")
+    region: Name
+    rps: float = Field(ge=0)
+
+
+class Observed(UserModel):
+    """The planner's view of the live fleet, frozen at ``now``."""
+
+    now: AwareDatetime
+    clusters: dict[Name, ObservedCluster] = Field(default_factory=dict)
+    latencies: tuple[ObservedLatency, ...] = ()
+    traffic: tuple[ObservedTraffic, ...] = ()
+    completed_jobs: tuple[str, ...] = Field(
+        (), description="Components (`app/name`) whose Job has completed: never placed again."
+    )
+
+    def cluster(self, name: str) -> ObservedCluster:
+        """What is known of a cluster; one never observed counts as healthy and fresh."""
+        return self.clusters.get(name) or ObservedCluster()
+
+
+def empty_observation(now: datetime) -> Observed:
+    """A snapshot in which nothing has been observed: every cluster as declared."""
+    return Observed(now=now)

@@ -1,0 +1,107 @@
+"""Plans: where every component runs, and why.
+
+``placement.plan()`` produces a ``Plan``; ``render`` turns it into per-cluster
+files; the leader stores it and the next cycle reads it back as the
+``CurrentPlacement``.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+
+DecisionReason = Literal["goals-changed", "failover", "rescheduling", "scaling"]
+MoveReason = Literal["new", "failover", "rescheduling", "scaling", "removed"]
+
+
+class PlanModel(BaseModel):
+    """Base of plan models: immutable, camelCase in JSON, unknown fields refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+
+class Assignment(PlanModel):
+    """Replicas of one component on one cluster."""
+
+    cluster: str
+    replicas: int = Field(ge=0)
+    reason: str = Field(description="Why this cluster, in one short sentence.")
+    score: float | None = Field(None, description="Total weighted cost; lower is better.")
+    breakdown: dict[str, float] = Field(
+        default_factory=dict, description="Normalised objective terms behind the score."
+    )
+
+
+class Draining(PlanModel):
+    """Make before break: replicas that stay where they were until their replacement is
+    healthy, after which a later plan removes them."""
+
+    cluster: str
+    replicas: int = Field(ge=1)
+    reason: str
+
+
+class ComponentPlan(PlanModel):
+    component: str  # app/name
+    kind: str
+    assignments: tuple[Assignment, ...]  # sorted by cluster name
+    draining: tuple[Draining, ...] = ()
+
+    def replicas_by_cluster(self, include_draining: bool = True) -> dict[str, int]:
+        """Replicas to run per cluster; while draining, the old ones count too."""
+        result = {a.cluster: a.replicas for a in self.assignments if a.replicas > 0}
+        if include_draining:
+            for d in self.draining:
+                result[d.cluster] = result.get(d.cluster, 0) + d.replicas
+        return dict(sorted(result.items()))
+
+
+class Unplaced(PlanModel):
+    """Replicas that fit nowhere, with what a provisioner would need to add."""
+
+    component: str
+    replicas: int = Field(ge=1)
+    reason: str
+    cpu: str = Field(description="Per-replica CPU the missing capacity must offer.")
+    memory: str = Field(description="Per-replica memory.")
+    architectures: tuple[str, ...]
+    near: str | None = Field(None, description="Where the capacity is wanted: a region or cluster.")
+
+
+class Move(PlanModel):
+    component: str
+    source: str | None = Field(None, alias="from")
+    target: str | None = Field(None, alias="to")
+    replicas: int = Field(ge=1)
+    reason: MoveReason
+    detail: str
+
+
+class Plan(PlanModel):
+    """A complete placement decision."""
+
+    reason: DecisionReason
+    components: dict[str, ComponentPlan]  # keyed app/name, sorted
+    unplaced: tuple[Unplaced, ...] = ()
+    moves: tuple[Move, ...] = ()
+    last_moved: dict[str, AwareDatetime] = Field(default_factory=dict, alias="lastMoved")
+
+    def placements(self) -> dict[str, dict[str, int]]:
+        """``{component: {cluster: replicas}}`` of the target placement (without draining)."""
+        return {
+            key: cp.replicas_by_cluster(include_draining=False)
+            for key, cp in sorted(self.components.items())
+        }
+
+    def clusters_of(self, component: str) -> dict[str, int]:
+        """What a cluster branch must run for a component, draining replicas included."""
+        return self.components[component].replicas_by_cluster(include_draining=True)
+
+
+class CurrentPlacement(PlanModel):
+    """The placement in force, as the planner's ``current`` input: the ``placements`` map of
+    an earlier plan plus when each component last moved."""
+
+    placements: dict[str, dict[str, int]] = Field(default_factory=dict)
+    last_moved: dict[str, AwareDatetime] = Field(default_factory=dict, alias="lastMoved")
