@@ -12,7 +12,7 @@ from typing import Literal
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
 DecisionReason = Literal["goals-changed", "failover", "rescheduling", "scaling"]
-MoveReason = Literal["new", "failover", "rescheduling", "scaling", "removed"]
+MoveReason = Literal["new", "failover", "rescheduling", "scaling", "goals-changed", "removed"]
 
 
 class PlanModel(BaseModel):

@@ -1,0 +1,586 @@
+"""``plan(goals, observed, current) -> Plan``: the placement decision of one cycle.
+
+Pure and deterministic: it reads only its arguments (``observed.now`` is the clock),
+iterates in sorted orders, and breaks ties by cluster name (index order).
+
+A cycle: (1) replicas that already run hold their capacity; (2) each component is
+classified: kept as it is (stable, or in cooldown), or given work (new, failover of
+replicas on a failed cluster, goals changed, scaling, or a rescheduling check once its
+cooldown has passed); (3) components with work are placed biggest first, each with its
+filters, scores and the replica distribution rules; (4) moves, draining replicas, the
+decision reason and the explanations are assembled.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Hashable
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qonnect_gitops.model.goals import Component, Goals
+from qonnect_gitops.model.observed import Observed
+from qonnect_gitops.model.plan import (
+    Assignment,
+    ComponentPlan,
+    CurrentPlacement,
+    DecisionReason,
+    Draining,
+    Move,
+    MoveReason,
+    Plan,
+    Unplaced,
+)
+from qonnect_gitops.model.quantity import format_bytes, format_millicores
+from qonnect_gitops.placement.capacity import Ledger
+from qonnect_gitops.placement.distribute import Distribution, distribute, ranked
+from qonnect_gitops.placement.fleet import FleetView, StaticFleet, build_static, build_view
+from qonnect_gitops.placement.framework import Context, Filter, Score
+from qonnect_gitops.placement.plugins import (
+    DYNAMIC_FILTERS,
+    DYNAMIC_SCORES,
+    GOAL_FILTERS,
+    OBSERVED_FILTERS,
+    STATIC_SCORES,
+)
+
+# The static fleet of the last Goals objects seen: derived from the goals alone, so
+# reusing it for the same (immutable) object cannot change any result; it only spares
+# the leader rebuilding arrays every cycle.
+_STATIC: dict[int, tuple[weakref.ref[Goals], StaticFleet]] = {}
+_STATIC_KEEP = 4
+
+
+def _static_for(goals: Goals) -> StaticFleet:
+    entry = _STATIC.get(id(goals))
+    if entry is not None and entry[0]() is goals:
+        return entry[1]
+    static = build_static(goals)
+    for key in [k for k, (ref, _) in _STATIC.items() if ref() is None][: len(_STATIC)]:
+        del _STATIC[key]
+    while len(_STATIC) >= _STATIC_KEEP:
+        del _STATIC[next(iter(_STATIC))]
+    _STATIC[id(goals)] = (weakref.ref(goals), static)
+    return static
+
+
+def desired_replicas(component: Component, observed_rps: float | None) -> tuple[int, bool]:
+    """Replicas wanted this cycle and whether scaling decided it.
+
+    DaemonSets and Jobs count one per chosen cluster; with ``qos.scaling`` the count is
+    ``ceil(rps / targetRpsPerReplica)`` within the bounds.
+    """
+    scaling = component.qos.scaling
+    if component.kind == "DaemonSet":
+        return max(component.qos.availability.min_clusters, 1), False
+    if scaling is None or component.kind in ("Job", "CronJob"):
+        return component.replicas, False
+    rps = observed_rps or 0.0
+    wanted = math.ceil(rps / scaling.target_rps_per_replica - 1e-9) if rps > 0 else 0
+    return min(max(wanted, scaling.min_replicas), scaling.max_replicas), True
+
+
+@dataclass
+class _Work:
+    """One component's decision in progress."""
+
+    component: Component
+    replicas: int
+    scaled: bool
+    current: dict[int, int]  # replicas running now, per cluster index
+    target: dict[int, int] = field(default_factory=dict)
+    notes: dict[int, str] = field(default_factory=dict)
+    draining: dict[int, tuple[int, str]] = field(default_factory=dict)
+    moves: list[tuple[int | None, int | None, int, MoveReason, str]] = field(default_factory=list)
+    unplaced: int = 0
+    unplaced_reason: str = ""
+    near: str | None = None
+    total: np.ndarray | None = None
+    breakdown: dict[str, np.ndarray] = field(default_factory=dict)
+    kept_note: str = ""
+
+
+class _Cycle:
+    def __init__(
+        self, goals: Goals, observed: Observed, current: CurrentPlacement
+    ) -> None:
+        self.goals = goals
+        self.observed = observed
+        self.current = current
+        self.static = _static_for(goals)
+        self.fleet: FleetView = build_view(self.static, goals, observed)
+        self.ledger = Ledger(self.static, goals, observed)
+        self.components = {c.key: c for c in sorted(goals.components(), key=lambda c: c.key)}
+        callers: dict[str, list[str]] = {}
+        for c in self.components.values():
+            for callee in c.calls:
+                callers.setdefault(callee, []).append(c.key)
+        self.callers = {k: tuple(sorted(v)) for k, v in callers.items()}
+        traffic: dict[str, dict[int, float]] = {}
+        for t in sorted(observed.traffic, key=lambda t: (t.component, t.region, t.rps)):
+            region = self.static.region_index.get(t.region)
+            if region is None:
+                continue
+            per = traffic.setdefault(t.component, {})
+            per[region] = per.get(region, 0.0) + t.rps
+        self.traffic = traffic
+        self.completed = set(observed.completed_jobs)
+        self.mask_cache: dict[tuple[str, Hashable], np.ndarray] = {}
+        self.score_cache: dict[tuple[str, Hashable], np.ndarray] = {}
+        self.goal_mask_cache: dict[Hashable, np.ndarray] = {}
+        # Decided placement so far (cluster index -> replicas), for closeness.
+        self.placement: dict[str, dict[int, int]] = {}
+
+    # ----- plugin evaluation -------------------------------------------------------------
+
+    def context(self, work: _Work, own: dict[int, int]) -> Context:
+        c = work.component
+        return Context(
+            goals=self.goals,
+            fleet=self.fleet,
+            ledger=self.ledger,
+            component=c,
+            replicas=work.replicas,
+            traffic=self.traffic.get(c.key, {}),
+            placement=self.placement,
+            callers=self.callers.get(c.key, ()),
+            own=own,
+        )
+
+    def _mask(self, f: Filter, ctx: Context) -> np.ndarray:
+        key = f.key(ctx)
+        if key is None:
+            return f.mask(ctx)
+        cached = self.mask_cache.get((f.name, key))
+        if cached is None:
+            cached = self.mask_cache[(f.name, key)] = f.mask(ctx)
+        return cached
+
+    def goal_mask(self, ctx: Context) -> np.ndarray:
+        """Where the goals alone allow the component (tier, labels, taints, arch, cost)."""
+        masks = [self._mask(f, ctx) for f in GOAL_FILTERS]
+        ok = masks[0].copy()
+        for m in masks[1:]:
+            ok &= m
+        return ok
+
+    def masks(self, ctx: Context) -> list[tuple[Filter, np.ndarray]]:
+        return [(f, self._mask(f, ctx)) for f in (*GOAL_FILTERS, *OBSERVED_FILTERS, *DYNAMIC_FILTERS)]
+
+    def scores(self, ctx: Context) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Weighted total and the weighted terms behind it."""
+        n = len(self.fleet.names)
+        total = np.zeros(n)
+        parts: dict[str, np.ndarray] = {}
+        for s in (*STATIC_SCORES, *DYNAMIC_SCORES):
+            w = s.weight(ctx)
+            if w <= 0:
+                continue
+            key = s.key(ctx)
+            if key is None:
+                vec = s.score(ctx)
+            else:
+                vec = self.score_cache.get((s.name, key))
+                if vec is None:
+                    vec = self.score_cache[(s.name, key)] = s.score(ctx)
+            term = w * vec
+            parts[s.name] = term
+            total = total + term
+        return total, parts
+
+    # ----- the cycle --------------------------------------------------------------------
+
+    def run(self) -> Plan:
+        now = self.observed.now
+        works: dict[str, _Work] = {}
+        removed: list[tuple[str, dict[str, int], str]] = []
+        index = self.static.index
+        # Replicas that run now hold their capacity (make before break: also those that
+        # are about to move keep running until their replacement is healthy).
+        for key, where in sorted(self.current.placements.items()):
+            component = self.components.get(key)
+            if component is None or key in self.completed:
+                why = "completed Job" if key in self.completed else "no longer in the goals"
+                removed.append((key, dict(sorted(where.items())), why))
+                continue
+            for name, count in sorted(where.items()):
+                i = index.get(name)
+                if i is not None and count > 0 and self.fleet.healthy[i]:
+                    self.ledger.occupy(i, component.cpu, component.memory, component.architectures, count)
+        for key, component in self.components.items():
+            if key in self.completed:
+                continue
+            rps = sum(self.traffic.get(key, {}).values()) if key in self.traffic else None
+            replicas, scaled = desired_replicas(component, rps)
+            current: dict[int, int] = {}
+            lost_unknown = 0
+            for name, count in sorted(self.current.placements.get(key, {}).items()):
+                if count <= 0:
+                    continue
+                if name in index:
+                    current[index[name]] = count
+                else:
+                    lost_unknown += count  # the cluster left the goals
+            works[key] = _Work(component, replicas, scaled, current)
+            if lost_unknown:
+                works[key].kept_note = f"{lost_unknown} replica(s) on clusters no longer declared"
+
+        kept, todo = self.classify(works, now)
+        for key in kept:
+            self.placement[key] = dict(works[key].target)
+        # Biggest first: they are the hardest to fit once capacity is consumed.
+        todo.sort(key=lambda w: (-w.component.cpu * w.replicas, -w.component.memory * w.replicas, w.component.key))
+        for work in todo:
+            self.decide(work, now)
+            self.placement[work.component.key] = dict(work.target)
+        return self.assemble(works, removed)
+
+    def classify(self, works: dict[str, _Work], now) -> tuple[list[str], list[_Work]]:
+        """Split components into those kept untouched and those needing work."""
+        kept: list[str] = []
+        todo: list[_Work] = []
+        healthy = self.fleet.healthy
+        for key, work in works.items():
+            c = work.component
+            cur = work.current
+            if not cur or work.kept_note:
+                todo.append(work)
+                continue
+            on_failed = any(not healthy[i] for i in cur)
+            count_ok = sum(cur.values()) == work.replicas and (
+                c.kind != "DaemonSet" or all(v == 1 for v in cur.values())
+            )
+            last = self.current.last_moved.get(key)
+            cooling = last is not None and (now - last).total_seconds() < c.stability.cooldown_seconds
+            if not on_failed and count_ok and (cooling or not c.movable or c.kind == "Job"):
+                ctx = self.context(work, cur)
+                gm = self.goal_mask(ctx)
+                if all(gm[i] for i in cur):
+                    work.target = dict(cur)
+                    if cooling:
+                        until = last.timestamp() + c.stability.cooldown_seconds
+                        work.kept_note = f"kept: in cooldown for {until - now.timestamp():.0f}s more"
+                    else:
+                        work.kept_note = "kept: not movable by rescheduling"
+                    kept.append(key)
+                    continue
+            todo.append(work)
+        return kept, todo
+
+    def decide(self, work: _Work, now) -> None:
+        """Place one component that needs work."""
+        c = work.component
+        cur = work.current
+        healthy = self.fleet.healthy
+        names = self.fleet.names
+        ctx = self.context(work, cur)
+        masks = self.masks(ctx)
+        mask = masks[0][1].copy()
+        for _, m in masks[1:]:
+            mask &= m
+        total, parts = self.scores(ctx)
+        work.total = total
+        work.breakdown = parts
+        goal_ok = self.goal_mask(ctx)
+        per_cluster_max = 1 if c.kind == "DaemonSet" else None
+        if c.qos.latency:
+            work.near = c.qos.latency[0].region
+        if not cur:
+            dist = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max)
+            self.apply(work, {}, dist, "new", masks)
+            return
+
+        # Forced changes first: failover and goals that exclude a current cluster.
+        keep: dict[int, int] = {}
+        lost: dict[int, int] = {}
+        invalid: dict[int, int] = {}
+        for i, count in sorted(cur.items()):
+            if not healthy[i]:
+                if c.movable:
+                    lost[i] = count
+                else:
+                    keep[i] = count  # a StatefulSet waits for its cluster to return
+                    work.notes[i] = (
+                        f"kept on failed cluster ({self.fleet.failed_reason.get(i, 'unhealthy')}): "
+                        "StatefulSet not movable"
+                    )
+            elif not goal_ok[i]:
+                invalid[i] = count
+            else:
+                keep[i] = count
+        kept_total = sum(keep.values())
+        if c.kind == "DaemonSet":
+            keep = {i: 1 for i in keep}
+            kept_total = len(keep)
+        forced = bool(lost or invalid)
+        if kept_total > work.replicas:
+            # Scale down: remove from the worst-scoring clusters first.
+            surplus = kept_total - work.replicas
+            for i in sorted(keep, key=lambda i: (-total[i], i)):
+                if surplus == 0:
+                    break
+                take = min(surplus, keep[i])
+                keep[i] -= take
+                surplus -= take
+                reason: MoveReason = "scaling" if work.scaled else "goals-changed"
+                work.moves.append((i, None, take, reason, f"scale down to {work.replicas}"))
+            keep = {i: v for i, v in keep.items() if v > 0}
+            kept_total = sum(keep.values())
+        add = work.replicas - kept_total
+        if forced or add > 0:
+            dist = distribute(ctx, mask, total, add, keep, per_cluster_max)
+            work.target = dict(keep)
+            for i in keep:
+                work.notes.setdefault(i, "kept")
+            self.commit(work, dist)
+            # Pair the replicas that had to leave with where the new ones went.
+            sources: list[tuple[int, int, MoveReason, str]] = []
+            for i, count in sorted(lost.items()):
+                sources.append((i, count, "failover", f"{names[i]} {self.fleet.failed_reason.get(i, 'is unhealthy')}"))
+            for i, count in sorted(invalid.items()):
+                sources.append((i, count, "goals-changed", f"{names[i]} no longer satisfies the goals"))
+                work.draining[i] = (count, "goals no longer allow this cluster; remove once the replacement is healthy")
+            extra = add - sum(n for _, n, _, _ in sources)
+            reason_new: MoveReason = "scaling" if work.scaled else ("goals-changed" if cur else "new")
+            if extra > 0:
+                sources.append((-1, extra, reason_new, f"scale up to {work.replicas}" if cur else "new component"))
+            self.pair_moves(work, sources, dist)
+            return
+
+        # Nothing forced: is a move worth it? Only past the cooldown (classify kept the rest).
+        last = self.current.last_moved.get(c.key)
+        cooling = last is not None and (now - last).total_seconds() < c.stability.cooldown_seconds
+        breach = [i for i in cur if not mask[i]]
+        work.target = dict(cur)
+        if cooling or not c.movable or c.kind == "Job":
+            for i in cur:
+                work.notes[i] = "kept: in cooldown" if cooling else "kept: not movable"
+            if breach:
+                for i in breach:
+                    work.notes[i] += f"; {self.why_not(masks, i)}"
+            return
+        best = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max)
+        cur_cost = sum(total[i] * n for i, n in cur.items()) / max(work.replicas, 1)
+        if best.unplaced or not best.replicas:
+            for i in cur:
+                work.notes[i] = "kept: no better feasible placement"
+            return
+        new_cost = sum(total[i] * n for i, n in best.replicas.items()) / max(work.replicas, 1)
+        gain = (cur_cost - new_cost) / cur_cost if cur_cost > 0 else 0.0
+        threshold = c.stability.min_improvement
+        if not breach and gain <= threshold:
+            for i in cur:
+                work.notes[i] = (
+                    f"kept: the best alternative improves {gain:.1%}, not more than {threshold:.0%}"
+                )
+            return
+        why = (
+            f"{', '.join(names[i] for i in breach)} {self.why_not(masks, breach[0])}"
+            if breach
+            else f"improves the objective by {gain:.1%} (> {threshold:.0%})"
+        )
+        self.reschedule(work, best, why)
+
+    def reschedule(self, work: _Work, best: Distribution, why: str) -> None:
+        """Move at most the disruption budget of replicas towards ``best``, make before break."""
+        total = work.total
+        assert total is not None
+        cur = work.current
+        out = {i: n - best.replicas.get(i, 0) for i, n in cur.items() if n > best.replicas.get(i, 0)}
+        into = {i: n - cur.get(i, 0) for i, n in best.replicas.items() if n > cur.get(i, 0)}
+        budget = work.component.stability.disruption_budget
+        pairs: list[tuple[int, int]] = []
+        out_order = [i for i in sorted(out, key=lambda i: (-total[i], i)) for _ in range(out[i])]
+        in_order = [i for i in sorted(into, key=lambda i: (total[i], i)) for _ in range(into[i])]
+        for src, dst in zip(out_order, in_order):
+            if len(pairs) >= budget:
+                break
+            pairs.append((src, dst))
+        target = dict(cur)
+        added: dict[int, int] = {}
+        for src, dst in pairs:
+            target[src] -= 1
+            target[dst] = target.get(dst, 0) + 1
+            added[dst] = added.get(dst, 0) + 1
+            d = work.draining.get(src, (0, ""))[0]
+            work.draining[src] = (d + 1, "draining: remove once the replacement is healthy")
+        work.target = {i: n for i, n in target.items() if n > 0}
+        for i in work.target:
+            work.notes[i] = best.notes.get(i, "kept") if i in added else "kept"
+        c = work.component
+        for dst, n in sorted(added.items()):
+            self.ledger.take(dst, c.cpu, c.memory, c.architectures, n)
+        merged: dict[tuple[int, int], int] = {}
+        for p in pairs:
+            merged[p] = merged.get(p, 0) + 1
+        for (src, dst), n in sorted(merged.items()):
+            work.moves.append((src, dst, n, "rescheduling", why))
+        if len(pairs) < min(len(out_order), len(in_order)):
+            for i in work.target:
+                work.notes[i] += f"; disruption budget {c.stability.disruption_budget} per cycle"
+
+    def commit(self, work: _Work, dist: Distribution) -> None:
+        """Consume capacity for the distributed replicas and record them in the target."""
+        c = work.component
+        for i, n in sorted(dist.replicas.items()):
+            own = work.current.get(i, 0) if self.fleet.healthy[i] else 0
+            already = work.target.get(i, 0)
+            new_here = max(0, already + n - own) - max(0, already - own)
+            if new_here > 0:
+                self.ledger.take(i, c.cpu, c.memory, c.architectures, new_here)
+            work.target[i] = already + n
+            note = dist.notes.get(i, "")
+            if dist.skipped and note.startswith("offloaded"):
+                note = f"{note}"
+            work.notes[i] = note or work.notes.get(i, "")
+        if dist.unplaced:
+            work.unplaced = dist.unplaced
+            work.unplaced_reason = dist.skipped
+
+    def apply(self, work: _Work, keep: dict[int, int], dist: Distribution, reason: MoveReason, masks) -> None:
+        work.target = dict(keep)
+        self.commit(work, dist)
+        for i, n in sorted(dist.replicas.items()):
+            work.moves.append((None, i, n, reason, "new component" if reason == "new" else reason))
+        if dist.unplaced and not work.unplaced_reason:
+            work.unplaced_reason = self.unplaced_reason(masks)
+        elif dist.unplaced:
+            work.unplaced_reason = f"{work.unplaced_reason}; {self.unplaced_reason(masks)}"
+
+    def pair_moves(self, work: _Work, sources: list[tuple[int, int, MoveReason, str]], dist: Distribution) -> None:
+        """Moves from the replicas that had to go (or from nowhere) to where new ones went."""
+        slots = [i for i, n in sorted(dist.replicas.items()) for _ in range(n)]
+        pos = 0
+        for src, count, reason, detail in sources:
+            dests: dict[int | None, int] = {}
+            for _ in range(count):
+                dst = slots[pos] if pos < len(slots) else None
+                pos += 1
+                dests[dst] = dests.get(dst, 0) + 1
+            for dst, n in sorted(dests.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+                if dst is None and src < 0:
+                    continue  # a new replica that fits nowhere: reported as unplaced
+                work.moves.append((src if src >= 0 else None, dst, n, reason, detail))
+        if dist.unplaced:
+            masks = self.masks(self.context(work, work.current))
+            work.unplaced_reason = "; ".join(
+                r for r in (work.unplaced_reason, self.unplaced_reason(masks)) if r
+            )
+
+    # ----- explanations -----------------------------------------------------------------
+
+    def why_not(self, masks: list[tuple[Filter, np.ndarray]], cluster: int) -> str:
+        for f, m in masks:
+            if not m[cluster]:
+                return f.reason
+        return "lacks room on a node of a supported architecture"
+
+    def unplaced_reason(self, masks: list[tuple[Filter, np.ndarray]]) -> str:
+        counts: dict[str, int] = {}
+        alive = np.ones(len(self.fleet.names), dtype=bool)
+        for f, m in masks:
+            dropped = int(np.count_nonzero(alive & ~m))
+            if dropped:
+                counts[f.reason] = dropped
+            alive &= m
+        left = int(np.count_nonzero(alive))
+        if left:
+            counts["lacks room on a node of a supported architecture"] = left
+        detail = ", ".join(f"{n} {r}" for r, n in counts.items())
+        return f"no cluster takes more: {detail}" if detail else "no clusters"
+
+    def breakdown_at(self, work: _Work, cluster: int) -> tuple[float | None, dict[str, float]]:
+        if work.total is None:
+            return None, {}
+        return (
+            round(float(work.total[cluster]), 6),
+            {k: round(float(v[cluster]), 6) for k, v in sorted(work.breakdown.items())},
+        )
+
+    def assemble(self, works: dict[str, _Work], removed: list[tuple[str, dict[str, int], str]]) -> Plan:
+        names = self.fleet.names
+        components: dict[str, ComponentPlan] = {}
+        unplaced: list[Unplaced] = []
+        moves: list[Move] = []
+        last_moved = {
+            k: v for k, v in sorted(self.current.last_moved.items()) if k in works
+        }
+        reasons: set[str] = set()
+        for key, work in works.items():
+            c = work.component
+            assignments = []
+            for i, n in sorted(work.target.items()):
+                if n <= 0:
+                    continue
+                score, breakdown = self.breakdown_at(work, i)
+                note = work.notes.get(i) or work.kept_note or "kept"
+                if score is not None:
+                    terms = ", ".join(f"{k} {v:.3f}" for k, v in breakdown.items())
+                    note = f"{note}; score {score:.3f}" + (f" ({terms})" if terms else "")
+                assignments.append(
+                    Assignment(cluster=names[i], replicas=n, reason=note, score=score, breakdown=breakdown)
+                )
+            draining = tuple(
+                Draining(cluster=names[i], replicas=n, reason=r)
+                for i, (n, r) in sorted(work.draining.items())
+            )
+            components[key] = ComponentPlan(
+                component=key, kind=c.kind, assignments=tuple(assignments), draining=draining
+            )
+            if work.unplaced:
+                unplaced.append(
+                    Unplaced(
+                        component=key,
+                        replicas=work.unplaced,
+                        reason=work.unplaced_reason or "no cluster takes it",
+                        cpu=format_millicores(c.cpu),
+                        memory=format_bytes(c.memory),
+                        architectures=tuple(sorted(c.architectures)),
+                        near=work.near,
+                    )
+                )
+            for src, dst, n, reason, detail in work.moves:
+                if dst is None and src is None:
+                    continue
+                moves.append(
+                    Move(
+                        component=key,
+                        source=names[src] if src is not None else None,
+                        target=names[dst] if dst is not None else None,
+                        replicas=n,
+                        reason=reason,
+                        detail=detail,
+                    )
+                )
+                reasons.add(reason)
+            if work.moves:
+                last_moved[key] = self.observed.now
+        for key, where, why in removed:
+            for name, n in where.items():
+                if n > 0:
+                    moves.append(Move(component=key, source=name, target=None, replicas=n, reason="removed", detail=why))
+        decision: DecisionReason = "goals-changed"
+        if "failover" in reasons:
+            decision = "failover"
+        elif "scaling" in reasons:
+            decision = "scaling"
+        elif "rescheduling" in reasons:
+            decision = "rescheduling"
+        moves.sort(key=lambda m: (m.component, m.source or "", m.target or "", m.reason))
+        return Plan(
+            reason=decision,
+            components=dict(sorted(components.items())),
+            unplaced=tuple(sorted(unplaced, key=lambda u: u.component)),
+            moves=tuple(moves),
+            last_moved=dict(sorted(last_moved.items())),
+        )
+
+
+def plan(goals: Goals, observed: Observed, current: CurrentPlacement) -> Plan:
+    """Decide where every component runs this cycle, and explain why.
+
+    Pure: the same arguments give the same ``Plan``; ``observed.now`` is the only clock.
+    """
+    return _Cycle(goals, observed, current).run()
