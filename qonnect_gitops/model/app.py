@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, GetJsonSchemaHandler, model_validator
+from pydantic.json_schema import JsonSchemaValue
+from pydantic_core import core_schema
 
 from qonnect_gitops.model.base import Arch, Header, Metadata, Name, Tier, UserModel
 from qonnect_gitops.model.quantity import Bytes, MilliCPU
@@ -36,6 +38,17 @@ class Objective(UserModel):
                 )
             return {value: 1.0}
         return value
+
+    @classmethod
+    def __get_pydantic_json_schema__(
+        cls, schema: core_schema.CoreSchema, handler: GetJsonSchemaHandler
+    ) -> JsonSchemaValue:
+        # Editors must accept the shorthand too, not only the mapping.
+        mapping = handler.resolve_ref_schema(handler(schema))
+        return {
+            "anyOf": [{"type": "string", "enum": ["latency", "cost", "energy"]}, mapping],
+            "description": cls.__doc__,
+        }
 
     @model_validator(mode="after")
     def _some_weight(self) -> Objective:

@@ -1,0 +1,460 @@
+"""Load a goals repository: parse every file, validate it, cross-check the files against
+each other, and resolve components. Reports every problem at once.
+
+The loader is pure: it takes ``{path: bytes}`` (from ``source.read_directory`` or from a
+Git tree) and returns ``Goals`` or raises ``GoalsError``.
+"""
+
+from __future__ import annotations
+
+import posixpath
+from collections.abc import Mapping
+from typing import Any
+
+from qonnect_gitops.model.app import ComponentSpec, QoS, QoSApp
+from qonnect_gitops.model.cluster import Cluster
+from qonnect_gitops.model.errors import GoalsError, Problem
+from qonnect_gitops.model.fleet import Fleet
+from qonnect_gitops.model.goals import (
+    WORKLOAD_KINDS,
+    App,
+    Component,
+    Goals,
+    Manifest,
+    StabilityRules,
+)
+from qonnect_gitops.model.network import Network, latency_table
+from qonnect_gitops.model.quantity import to_bytes, to_millicores
+from qonnect_gitops.model.yamlpos import YamlDocument, parse_yaml, validate_document
+
+FLEET_FILE = "qonnect.yaml"
+NETWORK_FILE = "network.yaml"
+CLUSTERS_DIR = "clusters/"
+APPS_DIR = "apps/"
+APP_FILE = "app.yaml"
+
+# Kinds that live outside any namespace: a namespace on them is ignored by the API.
+CLUSTER_SCOPED_KINDS = frozenset(
+    {
+        "Namespace",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "CustomResourceDefinition",
+        "PriorityClass",
+        "StorageClass",
+        "PersistentVolume",
+        "IngressClass",
+        "ValidatingWebhookConfiguration",
+        "MutatingWebhookConfiguration",
+    }
+)
+
+
+def load_goals(files: Mapping[str, bytes]) -> Goals:
+    """Validate and resolve a goals tree. Raises GoalsError listing every problem found."""
+    return _Loader(files).load()
+
+
+class _Loader:
+    def __init__(self, files: Mapping[str, bytes]) -> None:
+        self.files = files
+        self.problems: list[Problem] = []
+        self.docs: dict[str, YamlDocument] = {}
+        self.manifest_docs: dict[str, list[YamlDocument]] = {}
+
+    # -- parsing ---------------------------------------------------------------------------
+
+    def _document(self, path: str, model: Any) -> Any:
+        """Parse and validate one single-document file; None (problems recorded) when bad."""
+        try:
+            (doc,) = parse_yaml(path, self.files[path])
+            self.docs[path] = doc
+            return validate_document(model, doc)
+        except GoalsError as exc:
+            self.problems.extend(exc.problems)
+            return None
+
+    def load(self) -> Goals:
+        fleet = self._load_fleet()
+        network = self._document(NETWORK_FILE, Network) if NETWORK_FILE in self.files else None
+        clusters = self._load_clusters()
+        apps_docs = self._load_app_documents()
+        regions = set(fleet.spec.regions) if fleet else set()
+        latencies: dict[tuple[str, str], float] = {}
+        if network is not None:
+            self._check_network(network, clusters, regions)
+            latencies = latency_table(network.spec.latencies)
+        apps: dict[str, App] = {}
+        if fleet is not None:
+            measured_regions = {dst for (src, dst) in latencies if src in clusters}
+            for name, (path, doc) in sorted(apps_docs.items()):
+                app = self._resolve_app(path, doc, fleet, clusters, regions, measured_regions)
+                if app is not None:
+                    apps[name] = app
+            self._check_calls(apps_docs, apps)
+            self._check_unique_objects(apps)
+        if self.problems:
+            raise GoalsError(self.problems)
+        assert fleet is not None
+        return Goals(
+            fleet=fleet,
+            clusters=dict(sorted(clusters.items())),
+            network=network,
+            apps=dict(sorted(apps.items())),
+            latencies=latencies,
+        )
+
+    def _load_fleet(self) -> Fleet | None:
+        if FLEET_FILE not in self.files:
+            self.problems.append(
+                Problem(FLEET_FILE, None, None, "", "missing; every goals repository needs a "
+                        "Fleet document at its root")
+            )
+            return None
+        return self._document(FLEET_FILE, Fleet)
+
+    def _load_clusters(self) -> dict[str, Cluster]:
+        clusters: dict[str, Cluster] = {}
+        for path in sorted(self.files):
+            if not path.startswith(CLUSTERS_DIR):
+                continue
+            rest = path[len(CLUSTERS_DIR):]
+            if "/" in rest or not rest.endswith((".yaml", ".yml")):
+                continue
+            cluster = self._document(path, Cluster)
+            if cluster is None:
+                continue
+            stem = rest.rsplit(".", 1)[0]
+            if cluster.name != stem:
+                self._report(
+                    path, ("metadata", "name"),
+                    f"'{cluster.name}' does not match the file name; expected '{stem}' "
+                    f"(the file of cluster X is clusters/X.yaml)",
+                )
+                continue
+            clusters[cluster.name] = cluster
+        return clusters
+
+    def _load_app_documents(self) -> dict[str, tuple[str, QoSApp]]:
+        folders = sorted(
+            {p[len(APPS_DIR):].split("/", 1)[0] for p in self.files
+             if p.startswith(APPS_DIR) and p.count("/") >= 2}
+        )
+        apps: dict[str, tuple[str, QoSApp]] = {}
+        for folder in folders:
+            path = f"{APPS_DIR}{folder}/{APP_FILE}"
+            if path not in self.files:
+                self.problems.append(
+                    Problem(path, None, None, "", f"missing; the folder apps/{folder}/ needs an "
+                            "app.yaml with a QoSApp document")
+                )
+                continue
+            app = self._document(path, QoSApp)
+            if app is None:
+                continue
+            if app.metadata.name != folder:
+                self._report(
+                    path, ("metadata", "name"),
+                    f"'{app.metadata.name}' does not match the folder; expected '{folder}'",
+                )
+                continue
+            apps[folder] = (path, app)
+        return apps
+
+    def _report(self, path: str, loc: tuple[int | str, ...], message: str, key: bool = False) -> None:
+        self.problems.append(self.docs[path].problem(loc, message, key=key))
+
+    # -- cross-file checks -----------------------------------------------------------------
+
+    def _check_network(self, network: Network, clusters: dict[str, Cluster], regions: set[str]) -> None:
+        seen: set[tuple[str, str]] = set()
+        for i, link in enumerate(network.spec.latencies):
+            loc: tuple[int | str, ...] = ("spec", "latencies", i)
+            if link.from_ not in clusters:
+                self._report(NETWORK_FILE, loc + ("from",),
+                             f"unknown cluster '{link.from_}'; expected one of: {_names(clusters)}")
+            if link.to not in clusters and link.to not in regions:
+                self._report(NETWORK_FILE, loc + ("to",),
+                             f"unknown cluster or region '{link.to}'; expected a cluster "
+                             f"({_names(clusters)}) or a region of qonnect.yaml ({_names(regions)})")
+            if link.from_ == link.to:
+                self._report(NETWORK_FILE, loc + ("to",), "a link from a cluster to itself")
+            if (link.from_, link.to) in seen:
+                self._report(NETWORK_FILE, loc,
+                             f"the latency from '{link.from_}' to '{link.to}' is given twice")
+            seen.add((link.from_, link.to))
+
+    def _check_qos_references(
+        self, path: str, loc: tuple[int | str, ...], qos: QoS,
+        clusters: Mapping[str, Cluster], regions: set[str], measured: set[str],
+    ) -> None:
+        for i, goal in enumerate(qos.latency):
+            where = loc + ("latency", i, "region")
+            if goal.region not in regions:
+                self._report(path, where, f"unknown region '{goal.region}'; expected one of the "
+                             f"regions in qonnect.yaml: {_names(regions)}")
+            elif goal.region not in measured:
+                self._report(path, where, f"no cluster has a latency to region '{goal.region}' "
+                             "in network.yaml, so this goal cannot be checked; add one")
+        for i, name in enumerate(qos.placement.clusters):
+            if name not in clusters:
+                self._report(path, loc + ("placement", "clusters", i),
+                             f"unknown cluster '{name}'; expected one of: {_names(clusters)}")
+
+    def _check_calls(self, docs: dict[str, tuple[str, QoSApp]], apps: dict[str, App]) -> None:
+        known = {c.key for app in apps.values() for c in app.components}
+        for name, (path, doc) in docs.items():
+            if name not in apps:
+                continue  # already reported
+            for ci, spec in enumerate(doc.spec.components):
+                for k, call in enumerate(spec.calls):
+                    target = call if "/" in call else f"{name}/{call}"
+                    loc = ("spec", "components", ci, "calls", k)
+                    if target == f"{name}/{spec.name}":
+                        self._report(path, loc, "a component cannot call itself")
+                    elif target not in known:
+                        self._report(path, loc, f"unknown component '{call}'; expected a "
+                                     f"component of this app or 'app/component' ({_names(known)})")
+
+    def _check_unique_objects(self, apps: dict[str, App]) -> None:
+        seen: dict[tuple[str, str, str], str] = {}
+        for app in apps.values():
+            for component in app.components:
+                for manifest in component.manifests:
+                    if manifest.encrypted:
+                        continue
+                    for obj_doc in self.manifest_docs[manifest.path]:
+                        obj = obj_doc.data
+                        kind = str(obj["kind"])
+                        ns = "" if kind in CLUSTER_SCOPED_KINDS else app.namespace
+                        ident = (kind, ns, str(obj["metadata"]["name"]))
+                        if ident in seen:
+                            self.problems.append(obj_doc.problem(
+                                ("metadata", "name"),
+                                f"{kind} '{ident[2]}' is also defined in {seen[ident]}; "
+                                "each object must be defined once"))
+                        seen.setdefault(ident, manifest.path)
+
+    # -- apps and components ---------------------------------------------------------------
+
+    def _resolve_app(
+        self, path: str, doc: QoSApp, fleet: Fleet, clusters: Mapping[str, Cluster],
+        regions: set[str], measured: set[str],
+    ) -> App | None:
+        before = len(self.problems)
+        self._check_qos_references(path, ("spec", "defaults", "qos"), doc.spec.defaults.qos,
+                                   clusters, regions, measured)
+        names: set[str] = set()
+        used_files: dict[str, str] = {}
+        components = []
+        for ci, spec in enumerate(doc.spec.components):
+            loc: tuple[int | str, ...] = ("spec", "components", ci)
+            if spec.name in names:
+                self._report(path, loc + ("name",), f"component '{spec.name}' is defined twice")
+                continue
+            names.add(spec.name)
+            self._check_qos_references(path, loc + ("qos",), spec.qos, clusters, regions, measured)
+            component = self._resolve_component(path, loc, doc, spec, fleet, used_files)
+            if component is not None:
+                components.append(component)
+        if len(self.problems) > before:
+            return None
+        return App(doc.metadata.name, doc.spec.namespace, doc, tuple(components))
+
+    def _read_manifest(
+        self, app_path: str, loc: tuple[int | str, ...], relative: str
+    ) -> tuple[Manifest, list[YamlDocument]] | None:
+        """A component's manifest file and the document of each object in it."""
+        folder = posixpath.dirname(app_path)
+        path = posixpath.normpath(posixpath.join(folder, relative))
+        if relative.startswith("/") or not path.startswith(folder + "/"):
+            self._report(app_path, loc, f"'{relative}' leaves the app folder; expected a path "
+                         f"inside {folder}/")
+            return None
+        if path not in self.files:
+            self._report(app_path, loc, f"manifest file '{relative}' not found (looked for {path})")
+            return None
+        try:
+            docs = [d for d in parse_yaml(path, self.files[path], multi=True) if d.data is not None]
+        except GoalsError as exc:
+            self.problems.extend(exc.problems)
+            return None
+        if not docs:
+            self._report(app_path, loc, f"manifest file '{relative}' holds no objects")
+            return None
+        encrypted = any(isinstance(d.data, dict) and isinstance(d.data.get("sops"), dict) for d in docs)
+        objects = []
+        for d in docs:
+            if not isinstance(d.data, dict):
+                self.problems.append(d.problem((), "expected a Kubernetes object (a mapping)"))
+                continue
+            for field in ("apiVersion", "kind"):
+                if not isinstance(d.data.get(field), str) or not d.data[field]:
+                    self.problems.append(d.problem((field,), f"every object needs a '{field}' string"))
+            meta = d.data.get("metadata")
+            if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
+                self.problems.append(d.problem(("metadata",), "every object needs metadata.name"))
+            objects.append(d)
+        self.manifest_docs[path] = objects
+        return Manifest(path, self.files[path], tuple(d.data for d in objects), encrypted), objects
+
+    def _resolve_component(
+        self, app_path: str, loc: tuple[int | str, ...], doc: QoSApp, spec: ComponentSpec,
+        fleet: Fleet, used_files: dict[str, str],
+    ) -> Component | None:
+        before = len(self.problems)
+        manifests: list[Manifest] = []
+        workloads: list[tuple[YamlDocument, dict[str, Any]]] = []
+        for mi, relative in enumerate(spec.manifests):
+            read = self._read_manifest(app_path, loc + ("manifests", mi), relative)
+            if read is None:
+                continue
+            manifest, object_docs = read
+            if manifest.path in used_files:
+                self._report(app_path, loc + ("manifests", mi),
+                             f"'{relative}' is already used by component '{used_files[manifest.path]}';"
+                             " each manifest file belongs to one component")
+                continue
+            used_files[manifest.path] = spec.name
+            manifests.append(manifest)
+            for d in object_docs:
+                obj = d.data
+                ns = (obj.get("metadata") or {}).get("namespace") if isinstance(obj.get("metadata"), dict) else None
+                if ns is not None and ns != doc.spec.namespace and obj.get("kind") not in CLUSTER_SCOPED_KINDS:
+                    self.problems.append(d.problem(("metadata", "namespace"),
+                                         f"'{ns}' differs from the app namespace; expected "
+                                         f"'{doc.spec.namespace}' or no namespace"))
+                if obj.get("kind") in WORKLOAD_KINDS and not manifest.encrypted:
+                    workloads.append((d, obj))
+        if len(self.problems) > before:
+            return None
+        if not workloads:
+            self._report(app_path, loc + ("manifests",),
+                         f"component '{spec.name}' has no workload; expected exactly one "
+                         f"{', '.join(WORKLOAD_KINDS)} in its manifests")
+            return None
+        if len(workloads) > 1:
+            extra_doc, extra = workloads[1]
+            self.problems.append(extra_doc.problem(("kind",),
+                                 f"a second workload ({extra['kind']}) in component '{spec.name}'; "
+                                 "expected exactly one per component: split it into two components"))
+            return None
+        wdoc, workload = workloads[0]
+        kind = workload["kind"]
+        pod_loc = _pod_spec_loc(kind)
+        pod_spec = _dig(workload, pod_loc)
+        containers = pod_spec.get("containers") if isinstance(pod_spec, dict) else None
+        if not isinstance(containers, list) or not containers or not all(isinstance(c, dict) for c in containers):
+            self.problems.append(wdoc.problem(pod_loc + ("containers",),
+                                 f"{kind} '{workload['metadata']['name']}' has no containers; expected "
+                                 f"a list of containers at {'.'.join(map(str, pod_loc))}.containers"))
+            return None
+        replicas = self._replicas(app_path, loc, spec, kind, workload, wdoc)
+        resources = self._resources(app_path, loc, spec, pod_spec, pod_loc, wdoc)
+        if replicas is None or resources is None:
+            return None
+        qos = spec.qos.overlaid_on(doc.spec.defaults.qos)
+        defaults = fleet.spec.stability
+        migration = qos.migration
+        stability = StabilityRules(
+            cooldown_seconds=_first(migration.cooldown_seconds, defaults.cooldown_seconds),
+            min_improvement=_first(migration.min_improvement, defaults.min_improvement),
+            disruption_budget=_first(migration.disruption_budget, defaults.disruption_budget),
+            allow_stateful=migration.allow_stateful,
+        )
+        calls = sorted({c if "/" in c else f"{doc.metadata.name}/{c}" for c in spec.calls})
+        return Component(
+            app=doc.metadata.name,
+            name=spec.name,
+            namespace=doc.spec.namespace,
+            kind=kind,
+            workload=workload,
+            manifests=tuple(manifests),
+            replicas=replicas,
+            cpu=resources[0],
+            memory=resources[1],
+            architectures=frozenset(spec.architectures),
+            calls=tuple(calls),
+            qos=qos,
+            stability=stability,
+        )
+
+    def _replicas(self, app_path: str, loc: tuple[int | str, ...], spec: ComponentSpec, kind: str,
+                  workload: dict[str, Any], wdoc: YamlDocument) -> int | None:
+        if kind in ("DaemonSet", "Job", "CronJob"):
+            if spec.replicas not in (None, 1):
+                what = ("runs one pod per node on each chosen cluster" if kind == "DaemonSet"
+                        else "is placed once, on one cluster")
+                self._report(app_path, loc + ("replicas",),
+                             f"a {kind} {what}; replicas does not apply (leave it out)")
+                return None
+            return 1
+        if spec.replicas is not None:
+            return spec.replicas
+        declared = (workload.get("spec") or {}).get("replicas", 1)
+        if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
+            self.problems.append(wdoc.problem(("spec", "replicas"),
+                                 f"got {declared!r}; expected a whole number of replicas >= 0"))
+            return None
+        return declared
+
+    def _resources(self, app_path: str, loc: tuple[int | str, ...], spec: ComponentSpec,
+                   pod_spec: dict[str, Any], pod_loc: tuple[str, ...],
+                   wdoc: YamlDocument) -> tuple[int, int] | None:
+        if spec.resources is not None:
+            return spec.resources.cpu, spec.resources.memory
+        # The scheduler's view of a pod: containers run together, init containers one at a time.
+        totals = {"cpu": 0, "memory": 0}
+        found = {"cpu": False, "memory": False}
+        init_peak = {"cpu": 0, "memory": 0}
+        parse = {"cpu": to_millicores, "memory": to_bytes}
+        ok = True
+        for group in ("containers", "initContainers"):
+            for i, container in enumerate(pod_spec.get(group) or []):
+                requests = ((container.get("resources") or {}).get("requests") or {}) if isinstance(container, dict) else {}
+                for res in ("cpu", "memory"):
+                    if res not in requests:
+                        continue
+                    try:
+                        value = parse[res](requests[res])
+                    except ValueError as exc:
+                        self.problems.append(wdoc.problem(
+                            pod_loc + (group, i, "resources", "requests", res), str(exc)))
+                        ok = False
+                        continue
+                    if group == "containers":
+                        totals[res] += value
+                        found[res] = True
+                    else:
+                        init_peak[res] = max(init_peak[res], value)
+        if not ok:
+            return None
+        missing = [res for res in ("cpu", "memory") if not found[res]]
+        if missing:
+            self._report(app_path, loc, f"component '{spec.name}' has no {' or '.join(missing)} "
+                         "request; set resources on the component or resources.requests on its "
+                         "containers, so the planner knows what a replica needs")
+            return None
+        return max(totals["cpu"], init_peak["cpu"]), max(totals["memory"], init_peak["memory"])
+
+
+def _pod_spec_loc(kind: str) -> tuple[str, ...]:
+    if kind == "CronJob":
+        return ("spec", "jobTemplate", "spec", "template", "spec")
+    return ("spec", "template", "spec")
+
+
+def _dig(obj: Any, loc: tuple[str, ...]) -> Any:
+    for part in loc:
+        if not isinstance(obj, dict):
+            return None
+        obj = obj.get(part)
+    return obj
+
+
+def _first(value: Any, default: Any) -> Any:
+    return default if value is None else value
+
+
+def _names(names: Any) -> str:
+    return ", ".join(sorted(names)) or "(none)"
