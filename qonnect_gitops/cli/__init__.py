@@ -19,6 +19,7 @@ from qonnect_gitops import __version__
 COMMANDS: tuple[str, ...] = (
     "validate",
     "schema",
+    "plan",
 )
 
 

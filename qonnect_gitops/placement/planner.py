@@ -517,7 +517,7 @@ class _Cycle:
                 score, breakdown = self.breakdown_at(work, i)
                 note = work.notes.get(i) or work.kept_note or "kept"
                 if score is not None:
-                    terms = ", ".join(f"{k} {v:.3f}" for k, v in breakdown.items())
+                    terms = ", ".join(f"{k} {v:.3f}" for k, v in breakdown.items() if v)
                     note = f"{note}; score {score:.3f}" + (f" ({terms})" if terms else "")
                 assignments.append(
                     Assignment(cluster=names[i], replicas=n, reason=note, score=score, breakdown=breakdown)
