@@ -61,7 +61,7 @@ def by_distance(ctx: Context, origin: int, order: np.ndarray, total: np.ndarray)
     """Feasible clusters nearest to ``origin`` first; ties by score, then name."""
     lat = ctx.fleet.cluster_latency[origin, order]
     keys = np.lexsort((order, total[order], lat))
-    return [int(i) for i in order[keys] if int(i) != origin]
+    return [i for i in order[keys].tolist() if i != origin]
 
 
 def distribute(

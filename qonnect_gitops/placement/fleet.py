@@ -133,6 +133,7 @@ def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetVi
     cl = np.minimum(cl, cl.T)  # symmetric: the better known direction
     for (a, b), ms in pairs.items():  # both directions are present: the tables mirror links
         cl[a, b] = ms
+    cl = np.minimum(cl, cl.T)  # symmetric: closeness reads rows as columns
     np.fill_diagonal(cl, 0.0)
     finite = cl[np.isfinite(cl)]
     norm = float(max(finite.max() if finite.size else 1.0, 1.0))

@@ -66,6 +66,18 @@ def _static_for(goals: Goals) -> StaticFleet:
     return static
 
 
+def _built(cls: type, **values: object):  # type: ignore[no-untyped-def]
+    """A plan model from values that are valid by construction, skipping validation: a
+    plan for 10,000 components would otherwise spend most of a failover replan here.
+    Every field must be given."""
+    obj = cls.__new__(cls)
+    object.__setattr__(obj, "__dict__", values)
+    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
+    object.__setattr__(obj, "__pydantic_extra__", None)
+    object.__setattr__(obj, "__pydantic_private__", None)
+    return obj
+
+
 def desired_replicas(component: Component, observed_rps: float | None) -> tuple[int, bool]:
     """Replicas wanted this cycle and whether scaling decided it.
 
@@ -130,6 +142,8 @@ class _Cycle:
         self.mask_cache: dict[tuple[str, Hashable], np.ndarray] = {}
         self.score_cache: dict[tuple[str, Hashable], np.ndarray] = {}
         self.goal_mask_cache: dict[Hashable, np.ndarray] = {}
+        self.static_mask_cache: dict[Hashable, np.ndarray] = {}
+        self.static_score_cache: dict[Hashable, tuple[np.ndarray, dict[str, np.ndarray]]] = {}
         # Decided placement so far (cluster index -> replicas), for closeness.
         self.placement: dict[str, dict[int, int]] = {}
 
@@ -158,36 +172,72 @@ class _Cycle:
             cached = self.mask_cache[(f.name, key)] = f.mask(ctx)
         return cached
 
+    def _class_key(self, ctx: Context) -> Hashable:
+        # Components sharing a QoS object (app defaults), size and replica count share
+        # every goal-level and observed mask; QoS objects live as long as the goals.
+        c = ctx.component
+        return (id(c.qos), c.architectures, c.cpu, c.memory, ctx.replicas)
+
     def goal_mask(self, ctx: Context) -> np.ndarray:
         """Where the goals alone allow the component (tier, labels, taints, arch, cost)."""
-        masks = [self._mask(f, ctx) for f in GOAL_FILTERS]
-        ok = masks[0].copy()
-        for m in masks[1:]:
-            ok &= m
+        key = self._class_key(ctx)
+        ok = self.goal_mask_cache.get(key)
+        if ok is None:
+            masks = [self._mask(f, ctx) for f in GOAL_FILTERS]
+            ok = masks[0].copy()
+            for m in masks[1:]:
+                ok &= m
+            self.goal_mask_cache[key] = ok
         return ok
 
     def masks(self, ctx: Context) -> list[tuple[Filter, np.ndarray]]:
+        """Every filter's mask, in order (for explanations)."""
         return [(f, self._mask(f, ctx)) for f in (*GOAL_FILTERS, *OBSERVED_FILTERS, *DYNAMIC_FILTERS)]
+
+    def feasible(self, ctx: Context) -> np.ndarray:
+        """Clusters passing every filter now."""
+        key = self._class_key(ctx)
+        static = self.static_mask_cache.get(key)
+        if static is None:
+            static = self.goal_mask(ctx).copy()
+            for f in OBSERVED_FILTERS:
+                static &= self._mask(f, ctx)
+            self.static_mask_cache[key] = static
+        ok = static.copy()
+        for f in DYNAMIC_FILTERS:
+            ok &= f.mask(ctx)
+        return ok
 
     def scores(self, ctx: Context) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Weighted total and the weighted terms behind it."""
-        n = len(self.fleet.names)
-        total = np.zeros(n)
-        parts: dict[str, np.ndarray] = {}
-        for s in (*STATIC_SCORES, *DYNAMIC_SCORES):
+        c = ctx.component
+        key = (id(c.qos), c.cpu, c.memory, tuple(sorted(ctx.traffic.items())))
+        cached = self.static_score_cache.get(key)
+        if cached is None:
+            total = np.zeros(len(self.fleet.names))
+            parts: dict[str, np.ndarray] = {}
+            for s in STATIC_SCORES:
+                w = s.weight(ctx)
+                if w <= 0:
+                    continue
+                skey = s.key(ctx)
+                vec = self.score_cache.get((s.name, skey))
+                if vec is None:
+                    vec = self.score_cache[(s.name, skey)] = s.score(ctx)
+                parts[s.name] = w * vec
+                total += parts[s.name]
+            cached = self.static_score_cache[key] = (total, parts)
+        total, parts = cached
+        dynamic = False
+        for s in DYNAMIC_SCORES:
             w = s.weight(ctx)
             if w <= 0:
                 continue
-            key = s.key(ctx)
-            if key is None:
-                vec = s.score(ctx)
-            else:
-                vec = self.score_cache.get((s.name, key))
-                if vec is None:
-                    vec = self.score_cache[(s.name, key)] = s.score(ctx)
-            term = w * vec
+            if not dynamic:
+                total, parts, dynamic = total.copy(), dict(parts), True
+            term = w * s.score(ctx)
             parts[s.name] = term
-            total = total + term
+            total += term
         return total, parts
 
     # ----- the cycle --------------------------------------------------------------------
@@ -276,10 +326,7 @@ class _Cycle:
         healthy = self.fleet.healthy
         names = self.fleet.names
         ctx = self.context(work, cur)
-        masks = self.masks(ctx)
-        mask = masks[0][1].copy()
-        for _, m in masks[1:]:
-            mask &= m
+        mask = self.feasible(ctx)
         total, parts = self.scores(ctx)
         work.total = total
         work.breakdown = parts
@@ -289,7 +336,7 @@ class _Cycle:
             work.near = c.qos.latency[0].region
         if not cur:
             dist = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max)
-            self.apply(work, {}, dist, "new", masks)
+            self.apply(work, {}, dist, "new", ctx)
             return
 
         # Forced changes first: failover and goals that exclude a current cluster.
@@ -358,6 +405,7 @@ class _Cycle:
             for i in cur:
                 work.notes[i] = "kept: in cooldown" if cooling else "kept: not movable"
             if breach:
+                masks = self.masks(ctx)
                 for i in breach:
                     work.notes[i] += f"; {self.why_not(masks, i)}"
             return
@@ -377,7 +425,7 @@ class _Cycle:
                 )
             return
         why = (
-            f"{', '.join(names[i] for i in breach)} {self.why_not(masks, breach[0])}"
+            f"{', '.join(names[i] for i in breach)} {self.why_not(self.masks(ctx), breach[0])}"
             if breach
             else f"improves the objective by {gain:.1%} (> {threshold:.0%})"
         )
@@ -439,15 +487,14 @@ class _Cycle:
             work.unplaced = dist.unplaced
             work.unplaced_reason = dist.skipped
 
-    def apply(self, work: _Work, keep: dict[int, int], dist: Distribution, reason: MoveReason, masks) -> None:
+    def apply(self, work: _Work, keep: dict[int, int], dist: Distribution, reason: MoveReason, ctx: Context) -> None:
         work.target = dict(keep)
         self.commit(work, dist)
         for i, n in sorted(dist.replicas.items()):
             work.moves.append((None, i, n, reason, "new component" if reason == "new" else reason))
-        if dist.unplaced and not work.unplaced_reason:
-            work.unplaced_reason = self.unplaced_reason(masks)
-        elif dist.unplaced:
-            work.unplaced_reason = f"{work.unplaced_reason}; {self.unplaced_reason(masks)}"
+        if dist.unplaced:
+            why = self.unplaced_reason(self.masks(ctx))
+            work.unplaced_reason = f"{work.unplaced_reason}; {why}" if work.unplaced_reason else why
 
     def pair_moves(self, work: _Work, sources: list[tuple[int, int, MoveReason, str]], dist: Distribution) -> None:
         """Moves from the replicas that had to go (or from nowhere) to where new ones went."""
@@ -519,14 +566,19 @@ class _Cycle:
                 if score is not None:
                     terms = ", ".join(f"{k} {v:.3f}" for k, v in breakdown.items() if v)
                     note = f"{note}; score {score:.3f}" + (f" ({terms})" if terms else "")
+                # Built without re-validation: every field comes from validated inputs.
                 assignments.append(
-                    Assignment(cluster=names[i], replicas=n, reason=note, score=score, breakdown=breakdown)
+                    _built(
+                        Assignment,
+                        cluster=names[i], replicas=n, reason=note, score=score, breakdown=breakdown
+                    )
                 )
             draining = tuple(
-                Draining(cluster=names[i], replicas=n, reason=r)
+                _built(Draining, cluster=names[i], replicas=n, reason=r)
                 for i, (n, r) in sorted(work.draining.items())
             )
-            components[key] = ComponentPlan(
+            components[key] = _built(
+                ComponentPlan,
                 component=key, kind=c.kind, assignments=tuple(assignments), draining=draining
             )
             if work.unplaced:
@@ -545,7 +597,8 @@ class _Cycle:
                 if dst is None and src is None:
                     continue
                 moves.append(
-                    Move(
+                    _built(
+                        Move,
                         component=key,
                         source=names[src] if src is not None else None,
                         target=names[dst] if dst is not None else None,

@@ -24,10 +24,14 @@ class ClosenessScore:
     def score(self, ctx: Context) -> np.ndarray:
         lat = ctx.fleet.cluster_latency
         total = np.zeros(lat.shape[0])
+        # The matrix is symmetric, so a row is the latency to every cluster.
         for callee in ctx.component.calls:
             where = ctx.placement.get(callee)
             if where:
-                total += lat[:, sorted(where)].min(axis=1)
+                if len(where) == 1:
+                    total += lat[next(iter(where))]
+                else:
+                    total += lat[sorted(where)].min(axis=0)
         for caller in ctx.callers:
             where = ctx.placement.get(caller)
             if where:
