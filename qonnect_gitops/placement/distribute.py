@@ -71,11 +71,14 @@ def distribute(
     need: int,
     existing: dict[int, int],
     per_cluster_max: int | None = None,
+    wanted: np.ndarray | None = None,
 ) -> Distribution:
     """Distribute ``need`` more replicas over the feasible clusters.
 
     ``existing`` are replicas the component keeps (they count towards minClusters);
-    ``per_cluster_max`` caps replicas per cluster (DaemonSets: 1).
+    ``per_cluster_max`` caps replicas per cluster (DaemonSets: 1); ``wanted`` is the
+    mask without the capacity filter: its best cluster is the preferred one even when
+    full, so that offloading goes to the cluster nearest to it.
     """
     result = Distribution()
     if need <= 0:
@@ -85,12 +88,22 @@ def distribute(
     cap = per_cluster_max if per_cluster_max is not None else need
     for cluster, count in existing.items():
         room.use(cluster, count)
+    if per_cluster_max is not None and existing:
+        # A DaemonSet already on a cluster cannot take a second slot there.
+        mask = mask.copy()
+        mask[list(existing)] = False
+        if wanted is not None:
+            wanted = wanted.copy()
+            wanted[list(existing)] = False
     candidates = np.flatnonzero(mask)
     if candidates.size == 0:
         result.unplaced = need
         return result
     # Fast path: the best cluster alone, when that is all the rules ask for.
-    preferred = int(candidates[np.argmin(total[candidates])])
+    pool = np.flatnonzero(wanted) if wanted is not None else candidates
+    if pool.size == 0:
+        pool = candidates
+    preferred = int(pool[np.argmin(total[pool])])
     result.preferred = preferred
     clusters_wanted = max(qos.availability.min_clusters - len(existing), 1 if not existing else 0)
     order: np.ndarray | None = None

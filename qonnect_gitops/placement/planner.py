@@ -194,8 +194,8 @@ class _Cycle:
         """Every filter's mask, in order (for explanations)."""
         return [(f, self._mask(f, ctx)) for f in (*GOAL_FILTERS, *OBSERVED_FILTERS, *DYNAMIC_FILTERS)]
 
-    def feasible(self, ctx: Context) -> np.ndarray:
-        """Clusters passing every filter now."""
+    def feasible(self, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+        """Clusters passing every filter now, and those passing all but capacity."""
         key = self._class_key(ctx)
         static = self.static_mask_cache.get(key)
         if static is None:
@@ -206,7 +206,7 @@ class _Cycle:
         ok = static.copy()
         for f in DYNAMIC_FILTERS:
             ok &= f.mask(ctx)
-        return ok
+        return ok, static
 
     def scores(self, ctx: Context) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Weighted total and the weighted terms behind it."""
@@ -326,7 +326,7 @@ class _Cycle:
         healthy = self.fleet.healthy
         names = self.fleet.names
         ctx = self.context(work, cur)
-        mask = self.feasible(ctx)
+        mask, wanted = self.feasible(ctx)
         total, parts = self.scores(ctx)
         work.total = total
         work.breakdown = parts
@@ -335,7 +335,7 @@ class _Cycle:
         if c.qos.latency:
             work.near = c.qos.latency[0].region
         if not cur:
-            dist = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max)
+            dist = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max, wanted)
             self.apply(work, {}, dist, "new", ctx)
             return
 
@@ -376,8 +376,8 @@ class _Cycle:
             keep = {i: v for i, v in keep.items() if v > 0}
             kept_total = sum(keep.values())
         add = work.replicas - kept_total
-        if forced or add > 0:
-            dist = distribute(ctx, mask, total, add, keep, per_cluster_max)
+        if forced or add > 0 or work.moves:  # work.moves: scaled down above
+            dist = distribute(ctx, mask, total, add, keep, per_cluster_max, wanted)
             work.target = dict(keep)
             for i in keep:
                 work.notes.setdefault(i, "kept")
@@ -409,7 +409,7 @@ class _Cycle:
                 for i in breach:
                     work.notes[i] += f"; {self.why_not(masks, i)}"
             return
-        best = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max)
+        best = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max, wanted)
         cur_cost = sum(total[i] * n for i, n in cur.items()) / max(work.replicas, 1)
         if best.unplaced or not best.replicas:
             for i in cur:
