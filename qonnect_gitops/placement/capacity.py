@@ -85,11 +85,20 @@ class Ledger:
                     break
         return placed
 
-    def take(self, cluster: int, cpu: int, memory: int, archs: frozenset[str], count: int) -> int:
-        """Consume up to ``count`` replicas on the cluster, first fit; returns how many."""
+    def take(
+        self,
+        cluster: int,
+        cpu: int,
+        memory: int,
+        archs: frozenset[str],
+        count: int,
+        record: list[tuple[int, int, int]] | None = None,
+    ) -> int:
+        """Consume up to ``count`` replicas on the cluster, first fit; returns how many.
+        With ``record``, appends (cluster, node, replicas) so they can be released."""
         total = self.fits(cluster, cpu, memory, archs, count)
         left = total
-        for node in self.nodes[cluster]:
+        for n, node in enumerate(self.nodes[cluster]):
             if left <= 0:
                 break
             if node[3] not in archs:
@@ -105,9 +114,22 @@ class Ledger:
                 node[1] -= k * memory
                 node[2] -= k
                 left -= k
+                if record is not None:
+                    record.append((cluster, n, k))
         self.free_cpu[cluster] -= total * cpu
         self.free_memory[cluster] -= total * memory
         return total
+
+    def release(self, record: list[tuple[int, int, int]], cpu: int, memory: int) -> None:
+        """Give back what ``take`` recorded."""
+        for cluster, n, k in record:
+            node = self.nodes[cluster][n]
+            node[0] += k * cpu
+            node[1] += k * memory
+            node[2] += k
+            self.free_cpu[cluster] += k * cpu
+            self.free_memory[cluster] += k * memory
+        record.clear()
 
     def occupy(self, cluster: int, cpu: int, memory: int, archs: frozenset[str], count: int) -> None:
         """Account for replicas that already run on a cluster whose capacity is declared

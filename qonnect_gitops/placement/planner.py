@@ -66,6 +66,9 @@ def _static_for(goals: Goals) -> StaticFleet:
     return static
 
 
+REFINE_PASSES = 2  # passes of the improvement step over freshly placed components
+
+
 def _built(cls: type, **values: object):  # type: ignore[no-untyped-def]
     """A plan model from values that are valid by construction, skipping validation: a
     plan for 10,000 components would otherwise spend most of a failover replan here.
@@ -112,6 +115,7 @@ class _Work:
     total: np.ndarray | None = None
     breakdown: dict[str, np.ndarray] = field(default_factory=dict)
     kept_note: str = ""
+    taken: list[tuple[int, int, int]] = field(default_factory=list)  # capacity consumed
 
 
 class _Cycle:
@@ -285,7 +289,44 @@ class _Cycle:
         for work in todo:
             self.decide(work, now)
             self.placement[work.component.key] = dict(work.target)
+        self.refine([w for w in todo if not w.current and w.target and not w.unplaced])
         return self.assemble(works, removed)
+
+    def refine(self, fresh: list[_Work]) -> None:
+        """Improve components placed from scratch this cycle, now that every neighbour has
+        a place: greedy placement decided early components without knowing where the
+        components they talk to would go. A component moves only if its objective
+        strictly improves, so the passes end; components already running are left to
+        the stability rules."""
+        for _ in range(REFINE_PASSES):
+            changed = False
+            for work in fresh:
+                c = work.component
+                if not c.calls and not self.callers.get(c.key):
+                    continue  # nothing it depends on changed since it was placed
+                ctx = self.context(work, work.target)
+                mask, wanted = self.feasible(ctx)
+                total, parts = self.scores(ctx)
+                n = max(work.replicas, 1)
+                before = sum(total[i] * k for i, k in work.target.items()) / n
+                per_cluster_max = 1 if c.kind == "DaemonSet" else None
+                best = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max, wanted)
+                if best.unplaced or not best.replicas:
+                    continue
+                after = sum(total[i] * k for i, k in best.replicas.items()) / n
+                if after >= before - 1e-9:
+                    work.total, work.breakdown = total, parts
+                    continue
+                self.ledger.release(work.taken, c.cpu, c.memory)
+                work.target = {}
+                work.notes = {}
+                self.commit(work, best)
+                work.moves = [(None, i, k, "new", "new component") for i, k in sorted(best.replicas.items())]
+                work.total, work.breakdown = total, parts
+                self.placement[c.key] = dict(work.target)
+                changed = True
+            if not changed:
+                break
 
     def classify(self, works: dict[str, _Work], now) -> tuple[list[str], list[_Work]]:
         """Split components into those kept untouched and those needing work."""
@@ -477,7 +518,7 @@ class _Cycle:
             already = work.target.get(i, 0)
             new_here = max(0, already + n - own) - max(0, already - own)
             if new_here > 0:
-                self.ledger.take(i, c.cpu, c.memory, c.architectures, new_here)
+                self.ledger.take(i, c.cpu, c.memory, c.architectures, new_here, work.taken)
             work.target[i] = already + n
             note = dist.notes.get(i, "")
             if dist.skipped and note.startswith("offloaded"):
