@@ -11,6 +11,8 @@ reported as unplaced. Nothing here mutates the ledger: callers commit the result
 
 from __future__ import annotations
 
+import math
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -51,17 +53,33 @@ class Room:
         self.used[cluster] = self.used.get(cluster, 0) + count
 
 
-def ranked(mask: np.ndarray, total: np.ndarray) -> np.ndarray:
-    """Feasible cluster indices by score, ties by name (index order)."""
-    candidates = np.flatnonzero(mask)
-    return candidates[np.argsort(total[candidates], kind="stable")]
+def ranked(candidates: np.ndarray, total: np.ndarray) -> Iterator[int]:
+    """Candidate clusters by score, ties by name (index order), lazily: callers mostly
+    need the first few, and a full sort per component would dominate a large plan."""
+    return _lazy_order(candidates, (total[candidates],))
 
 
-def by_distance(ctx: Context, origin: int, order: np.ndarray, total: np.ndarray) -> list[int]:
-    """Feasible clusters nearest to ``origin`` first; ties by score, then name."""
-    lat = ctx.fleet.cluster_latency[origin, order]
-    keys = np.lexsort((order, total[order], lat))
-    return [i for i in order[keys].tolist() if i != origin]
+def by_distance(ctx: Context, origin: int, candidates: np.ndarray, total: np.ndarray) -> Iterator[int]:
+    """Candidate clusters nearest to ``origin`` first; ties by score, then name."""
+    rest = candidates[candidates != origin]
+    return _lazy_order(rest, (ctx.fleet.cluster_latency[origin, rest], total[rest]))
+
+
+def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterator[int]:
+    """Yield candidates ordered by the keys (first key first), then by index."""
+    primary = keys[0].astype(float).copy()
+    for _ in range(candidates.size):
+        best = float(primary.min())
+        if not math.isfinite(best) and best > 0:
+            return
+        ties = np.flatnonzero(primary == best)
+        for key in keys[1:]:
+            if ties.size > 1:
+                sub = key[ties]
+                ties = ties[sub == sub.min()]
+        pick = int(ties[0])  # candidates are in index order: the first is the lowest name
+        primary[pick] = math.inf
+        yield int(candidates[pick])
 
 
 def distribute(
@@ -95,23 +113,22 @@ def distribute(
         if wanted is not None:
             wanted = wanted.copy()
             wanted[list(existing)] = False
-    candidates = np.flatnonzero(mask)
-    if candidates.size == 0:
+    pool = wanted if wanted is not None else mask
+    # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
+    preferred = int(np.argmin(np.where(pool, total, math.inf)))
+    if not pool[preferred]:
         result.unplaced = need
         return result
-    # Fast path: the best cluster alone, when that is all the rules ask for.
-    pool = np.flatnonzero(wanted) if wanted is not None else candidates
-    if pool.size == 0:
-        pool = candidates
-    preferred = int(pool[np.argmin(total[pool])])
     result.preferred = preferred
     clusters_wanted = max(qos.availability.min_clusters - len(existing), 1 if not existing else 0)
-    order: np.ndarray | None = None
     if clusters_wanted <= 1 and room.left(preferred, min(need, cap)) >= min(need, cap) and need <= cap:
         result.replicas[preferred] = need
         result.notes[preferred] = "best score"
         return result
-    order = ranked(mask, total)
+    candidates = np.flatnonzero(mask)
+    if candidates.size == 0:
+        result.unplaced = need
+        return result
     chosen: list[int] = []
     primary = preferred
     if room.left(preferred, 1) == 0 or preferred in existing and cap <= existing[preferred]:
@@ -120,7 +137,7 @@ def distribute(
             result.skipped = f"preferred {ctx.fleet.names[preferred]} is full and offloading is off"
             return result
         primary = -1
-        for cluster in by_distance(ctx, preferred, order, total):
+        for cluster in by_distance(ctx, preferred, candidates, total):
             if cluster not in existing and room.left(cluster, 1) > 0:
                 primary = cluster
                 break
@@ -134,10 +151,9 @@ def distribute(
     else:
         result.notes[primary] = "best score"
     chosen.append(primary)
-    for cluster in order:
+    for cluster in ranked(candidates, total) if len(chosen) < clusters_wanted else ():
         if len(chosen) >= clusters_wanted:
             break
-        cluster = int(cluster)
         if cluster in chosen or cluster in existing or room.left(cluster, 1) == 0:
             continue
         chosen.append(cluster)
@@ -161,7 +177,7 @@ def distribute(
             room.use(cluster, put)
         overflow += want - put
     if overflow and qos.bursting:
-        for cluster in by_distance(ctx, primary, order, total):
+        for cluster in by_distance(ctx, primary, candidates, total):
             if overflow == 0:
                 break
             if cluster in existing and per_cluster_max == 1:

@@ -35,7 +35,7 @@ from qonnect_gitops.model.plan import (
 )
 from qonnect_gitops.model.quantity import format_bytes, format_millicores
 from qonnect_gitops.placement.capacity import Ledger
-from qonnect_gitops.placement.distribute import Distribution, distribute, ranked
+from qonnect_gitops.placement.distribute import Distribution, distribute
 from qonnect_gitops.placement.fleet import FleetView, StaticFleet, build_static, build_view
 from qonnect_gitops.placement.framework import Context, Filter, Score
 from qonnect_gitops.placement.plugins import (
@@ -116,6 +116,7 @@ class _Work:
     breakdown: dict[str, np.ndarray] = field(default_factory=dict)
     kept_note: str = ""
     taken: list[tuple[int, int, int]] = field(default_factory=list)  # capacity consumed
+    preferred: int | None = None  # the best cluster ignoring capacity, when last placed
 
 
 class _Cycle:
@@ -198,8 +199,8 @@ class _Cycle:
         """Every filter's mask, in order (for explanations)."""
         return [(f, self._mask(f, ctx)) for f in (*GOAL_FILTERS, *OBSERVED_FILTERS, *DYNAMIC_FILTERS)]
 
-    def feasible(self, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
-        """Clusters passing every filter now, and those passing all but capacity."""
+    def static_mask(self, ctx: Context) -> np.ndarray:
+        """Clusters passing every filter but capacity (fixed for the cycle)."""
         key = self._class_key(ctx)
         static = self.static_mask_cache.get(key)
         if static is None:
@@ -207,6 +208,11 @@ class _Cycle:
             for f in OBSERVED_FILTERS:
                 static &= self._mask(f, ctx)
             self.static_mask_cache[key] = static
+        return static
+
+    def feasible(self, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
+        """Clusters passing every filter now, and those passing all but capacity."""
+        static = self.static_mask(ctx)
         ok = static.copy()
         for f in DYNAMIC_FILTERS:
             ok &= f.mask(ctx)
@@ -295,38 +301,65 @@ class _Cycle:
     def refine(self, fresh: list[_Work]) -> None:
         """Improve components placed from scratch this cycle, now that every neighbour has
         a place: greedy placement decided early components without knowing where the
-        components they talk to would go. A component moves only if its objective
-        strictly improves, so the passes end; components already running are left to
-        the stability rules."""
+        components they talk to would go. Only components with a neighbour placed after
+        them are revisited, and then the neighbours of any that moved. A component moves
+        only if its objective strictly improves, so this ends; components already running
+        are left to the stability rules."""
+        position = {w.component.key: n for n, w in enumerate(fresh)}
+        by_key = {w.component.key: w for w in fresh}
+        # Neighbours in the call graph, both directions.
+        neighbours: dict[str, tuple[str, ...]] = {
+            w.component.key: tuple(sorted(set(w.component.calls) | set(self.callers.get(w.component.key, ()))))
+            for w in fresh
+        }
+        queue = [
+            w.component.key
+            for w in fresh
+            if any(position.get(k, -1) > position[w.component.key] for k in neighbours[w.component.key])
+        ]
         for _ in range(REFINE_PASSES):
-            changed = False
-            for work in fresh:
-                c = work.component
-                if not c.calls and not self.callers.get(c.key):
-                    continue  # nothing it depends on changed since it was placed
-                ctx = self.context(work, work.target)
-                mask, wanted = self.feasible(ctx)
-                total, parts = self.scores(ctx)
-                n = max(work.replicas, 1)
-                before = sum(total[i] * k for i, k in work.target.items()) / n
-                per_cluster_max = 1 if c.kind == "DaemonSet" else None
-                best = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max, wanted)
-                if best.unplaced or not best.replicas:
-                    continue
-                after = sum(total[i] * k for i, k in best.replicas.items()) / n
-                if after >= before - 1e-9:
-                    work.total, work.breakdown = total, parts
-                    continue
-                self.ledger.release(work.taken, c.cpu, c.memory)
-                work.target = {}
-                work.notes = {}
-                self.commit(work, best)
-                work.moves = [(None, i, k, "new", "new component") for i, k in sorted(best.replicas.items())]
-                work.total, work.breakdown = total, parts
-                self.placement[c.key] = dict(work.target)
-                changed = True
-            if not changed:
+            if not queue:
                 break
+            again: set[str] = set()
+            for key in queue:
+                if self.improve(by_key[key]):
+                    again.update(k for k in neighbours[key] if k in by_key)
+            queue = sorted(again, key=lambda k: position[k])
+
+    def improve(self, work: _Work) -> bool:
+        """Re-place one fresh component if that lowers its objective; True if it moved."""
+        c = work.component
+        ctx = self.context(work, work.target)
+        total, parts = self.scores(ctx)
+        work.total, work.breakdown = total, parts
+        n = max(work.replicas, 1)
+        before = sum(total[i] * k for i, k in work.target.items()) / n
+        # No replica can do better than the best cluster ignoring capacity: most
+        # components stop here without running the distribution.
+        wanted = self.static_mask(ctx)
+        preferred = int(np.argmin(np.where(wanted, total, np.inf)))
+        if float(total[preferred]) >= before - 1e-9:
+            return False
+        if preferred == work.preferred and c.qos.availability.min_clusters <= 1:
+            # The distribution rules would pick the same clusters again: the preferred
+            # cluster either still takes all replicas or is still the one offloaded from.
+            return False
+        mask, wanted = self.feasible(ctx)
+        per_cluster_max = 1 if c.kind == "DaemonSet" else None
+        best = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max, wanted)
+        if best.unplaced or not best.replicas:
+            return False
+        work.preferred = best.preferred
+        after = sum(total[i] * k for i, k in best.replicas.items()) / n
+        if after >= before - 1e-9:
+            return False
+        self.ledger.release(work.taken, c.cpu, c.memory)
+        work.target = {}
+        work.notes = {}
+        self.commit(work, best)
+        work.moves = [(None, i, k, "new", "new component") for i, k in sorted(best.replicas.items())]
+        self.placement[c.key] = dict(work.target)
+        return True
 
     def classify(self, works: dict[str, _Work], now) -> tuple[list[str], list[_Work]]:
         """Split components into those kept untouched and those needing work."""
@@ -513,6 +546,7 @@ class _Cycle:
     def commit(self, work: _Work, dist: Distribution) -> None:
         """Consume capacity for the distributed replicas and record them in the target."""
         c = work.component
+        work.preferred = dist.preferred
         for i, n in sorted(dist.replicas.items()):
             own = work.current.get(i, 0) if self.fleet.healthy[i] else 0
             already = work.target.get(i, 0)
