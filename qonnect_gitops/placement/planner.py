@@ -38,6 +38,8 @@ from qonnect_gitops.placement.capacity import Ledger
 from qonnect_gitops.placement.distribute import Distribution, distribute
 from qonnect_gitops.placement.fleet import FleetView, StaticFleet, build_static, build_view
 from qonnect_gitops.placement.framework import Context, Filter, Score
+from qonnect_gitops.placement.improve import Movable, Search
+from qonnect_gitops.placement.plugins.closeness import CLOSENESS_WEIGHT
 from qonnect_gitops.placement.plugins import (
     DYNAMIC_FILTERS,
     DYNAMIC_SCORES,
@@ -67,6 +69,9 @@ def _static_for(goals: Goals) -> StaticFleet:
 
 
 REFINE_PASSES = 2  # passes of the improvement step over freshly placed components
+RULE_NOTES = ("offloaded", "burst")  # placements made by the offloading/bursting rules
+SEARCH_PASSES = 4  # sweeps of the local search
+SEARCH_BUDGET = 20000  # evaluated moves per cycle, so huge fleets stay fast
 
 
 def _built(cls: type, **values: object):  # type: ignore[no-untyped-def]
@@ -151,6 +156,7 @@ class _Cycle:
         self.static_score_cache: dict[Hashable, tuple[np.ndarray, dict[str, np.ndarray]]] = {}
         # Decided placement so far (cluster index -> replicas), for closeness.
         self.placement: dict[str, dict[int, int]] = {}
+        self.replicas_of: dict[str, int] = {}
 
     # ----- plugin evaluation -------------------------------------------------------------
 
@@ -218,6 +224,14 @@ class _Cycle:
             ok &= f.mask(ctx)
         return ok, static
 
+    def static_total(self, ctx: Context) -> np.ndarray:
+        """The part of the score fixed for the cycle."""
+        c = ctx.component
+        key = (id(c.qos), c.cpu, c.memory, tuple(sorted(ctx.traffic.items())))
+        if key not in self.static_score_cache:
+            self.scores(ctx)
+        return self.static_score_cache[key][0]
+
     def scores(self, ctx: Context) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Weighted total and the weighted terms behind it."""
         c = ctx.component
@@ -284,6 +298,7 @@ class _Cycle:
                 else:
                     lost_unknown += count  # the cluster left the goals
             works[key] = _Work(component, replicas, scaled, current)
+            self.replicas_of[key] = replicas
             if lost_unknown:
                 works[key].kept_note = f"{lost_unknown} replica(s) on clusters no longer declared"
 
@@ -295,8 +310,42 @@ class _Cycle:
         for work in todo:
             self.decide(work, now)
             self.placement[work.component.key] = dict(work.target)
-        self.refine([w for w in todo if not w.current and w.target and not w.unplaced])
+        fresh = [w for w in todo if not w.current and w.target and not w.unplaced]
+        self.refine(fresh)
+        self.search(fresh)
         return self.assemble(works, removed)
+
+    def search(self, fresh: list[_Work]) -> None:
+        """Local search over fresh replicas (see ``improve.py``), then fresh explanations."""
+        movables = []
+        for work in fresh:
+            ctx = self.context(work, work.target)
+            movables.append(
+                Movable(work.component, work.replicas, work.target, work.taken,
+                        self.static_total(ctx), self.static_mask(ctx),
+                        frozenset(i for i, note in work.notes.items() if note.startswith(RULE_NOTES)),
+                        work.preferred)
+            )
+        search = Search(
+            movables,
+            self.placement,
+            {k: c.calls for k, c in self.components.items()},
+            self.callers,
+            lambda key: self.replicas_of.get(key, 1),
+            self.fleet.cluster_latency,
+            self.fleet.latency_norm,
+            CLOSENESS_WEIGHT,
+            self.ledger,
+        )
+        changed = search.run(SEARCH_BUDGET, SEARCH_PASSES)
+        for work in fresh:
+            if work.component.key not in changed:
+                continue
+            work.target = {i: n for i, n in sorted(work.target.items()) if n > 0}
+            ctx = self.context(work, work.target)
+            work.total, work.breakdown = self.scores(ctx)
+            work.notes = {i: "local search: lowers the objective below the greedy choice" for i in work.target}
+            work.moves = [(None, i, n, "new", "new component") for i, n in work.target.items()]
 
     def refine(self, fresh: list[_Work]) -> None:
         """Improve components placed from scratch this cycle, now that every neighbour has
