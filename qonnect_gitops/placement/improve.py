@@ -23,7 +23,6 @@ from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.capacity import Ledger
 
 EPSILON = 1e-9
-SWAPS = True
 CANDIDATES = 6  # best clusters by static score tried per replica, plus neighbours' clusters
 
 
@@ -70,6 +69,7 @@ class Search:
             for a in m.target:
                 self.on.setdefault(a, set()).add(m.component.key)
         self.evaluations = 0
+        self.best_cache: dict[tuple[int, int], list[int]] = {}
 
     # ----- the objective around one component -------------------------------------------
 
@@ -142,31 +142,36 @@ class Search:
         return clusters >= min(m.component.qos.availability.min_clusters, m.replicas)
 
     def candidates(self, m: Movable) -> list[int]:
-        allowed = np.flatnonzero(m.allowed)
-        if allowed.size == 0:
-            return []
-        scores = m.static[allowed]
-        k = min(CANDIDATES, allowed.size)
-        best = allowed[np.lexsort((allowed, scores))[:k]].tolist()
+        # The best clusters by static score are shared by every component of a class.
+        cache_key = (id(m.static), id(m.allowed))
+        best = self.best_cache.get(cache_key)
+        if best is None:
+            allowed = np.flatnonzero(m.allowed)
+            scores = m.static[allowed]
+            k = min(CANDIDATES, allowed.size)
+            best = self.best_cache[cache_key] = allowed[np.lexsort((allowed, scores))[:k]].tolist()
         near: set[int] = set()
         key = m.component.key
         for other in (*self.calls.get(key, ()), *self.callers.get(key, ())):
             near.update(self.placement.get(other, {}))
         return sorted(set(best) | {c for c in near if m.allowed[c]})
 
-    def try_relocate(self, m: Movable, src: int, dst: int, before: float) -> bool:
+    def try_relocate(self, m: Movable, src: int, dst: int, before: float) -> str:
+        """"moved", "worse" (the objective would not improve) or "full" (no room)."""
         if not self._availability_ok(m, src, dst):
-            return False
+            return "worse"
         self.evaluations += 1
         self._shift(m, src, dst)
         after = self.local(m)
+        outcome = "worse"
         if after < before - EPSILON:
             released = self._release_one(m, src)
             if self._take_one(m, dst):
-                return True
+                return "moved"
             self._restore(m, released)
+            outcome = "full"
         self._shift(m, dst, src)
-        return False
+        return outcome
 
     def try_swap(self, m: Movable, src: int, dst: int) -> str | None:
         """Swap one replica of m on src with one of another fresh component on dst;
@@ -217,15 +222,18 @@ class Search:
                     # the preferred cluster, e.g. once a swap made room there.
                     pinned = src in m.pinned
                     targets = [m.preferred] if pinned and m.preferred is not None else [] if pinned else self.candidates(m)
+                    before = self.local(m)
                     for dst in targets:
                         if dst == src or src not in m.target:
                             continue
-                        before = self.local(m)
-                        if self.try_relocate(m, src, dst, before):
+                        outcome = self.try_relocate(m, src, dst, before)
+                        if outcome == "moved":
                             changed.add(c.key)
                             improved = moved = True
                             break
-                        other = self.try_swap(m, src, dst) if SWAPS else None
+                        # A swap can pay even where the move alone would not: the other
+                        # component may gain from the exchange too.
+                        other = self.try_swap(m, src, dst)
                         if other is not None:
                             changed.update((c.key, other))
                             improved = moved = True

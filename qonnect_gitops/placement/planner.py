@@ -13,6 +13,7 @@ decision reason and the explanations are assembled.
 
 from __future__ import annotations
 
+import gc
 import math
 import weakref
 from collections.abc import Hashable
@@ -69,9 +70,10 @@ def _static_for(goals: Goals) -> StaticFleet:
 
 
 REFINE_PASSES = 2  # passes of the improvement step over freshly placed components
+REFINE_BUDGET = 3000  # components revisited per cycle, so huge fleets stay fast
 RULE_NOTES = ("offloaded", "burst")  # placements made by the offloading/bursting rules
 SEARCH_PASSES = 4  # sweeps of the local search
-SEARCH_BUDGET = 20000  # evaluated moves per cycle, so huge fleets stay fast
+SEARCH_BUDGET = 4000  # evaluated moves per cycle (~0.25 s): huge fleets stay fast
 
 
 def _built(cls: type, **values: object):  # type: ignore[no-untyped-def]
@@ -361,16 +363,26 @@ class _Cycle:
             w.component.key: tuple(sorted(set(w.component.calls) | set(self.callers.get(w.component.key, ()))))
             for w in fresh
         }
-        queue = [
-            w.component.key
-            for w in fresh
-            if any(position.get(k, -1) > position[w.component.key] for k in neighbours[w.component.key])
-        ]
+        def stale(w: _Work) -> bool:
+            # Placed before some neighbour that ended up on another cluster: its
+            # closeness score was computed without knowing that.
+            here = set(w.target)
+            mine = position[w.component.key]
+            return any(
+                position.get(k, -1) > mine and not set(self.placement.get(k, {})) <= here
+                for k in neighbours[w.component.key]
+            )
+
+        queue = [w.component.key for w in fresh if stale(w)]
+        budget = REFINE_BUDGET
         for _ in range(REFINE_PASSES):
             if not queue:
                 break
             again: set[str] = set()
             for key in queue:
+                if budget <= 0:
+                    return
+                budget -= 1
                 if self.improve(by_key[key]):
                     again.update(k for k in neighbours[key] if k in by_key)
             queue = sorted(again, key=lambda k: position[k])
@@ -662,13 +674,13 @@ class _Cycle:
         detail = ", ".join(f"{n} {r}" for r, n in counts.items())
         return f"no cluster takes more: {detail}" if detail else "no clusters"
 
-    def breakdown_at(self, work: _Work, cluster: int) -> tuple[float | None, dict[str, float]]:
-        if work.total is None:
-            return None, {}
-        return (
-            round(float(work.total[cluster]), 6),
-            {k: round(float(v[cluster]), 6) for k, v in sorted(work.breakdown.items())},
-        )
+    def breakdowns(self, work: _Work, clusters: list[int]) -> list[tuple[float | None, dict[str, float]]]:
+        """Score and its terms (rounded, so JSON stays short and stable) per cluster."""
+        if work.total is None or not clusters:
+            return [(None, {}) for _ in clusters]
+        names = sorted(work.breakdown)
+        rows = np.round(np.vstack([work.total] + [work.breakdown[k] for k in names])[:, clusters], 6).T.tolist()
+        return [(row[0], dict(zip(names, row[1:]))) for row in rows]
 
     def assemble(self, works: dict[str, _Work], removed: list[tuple[str, dict[str, int], str]]) -> Plan:
         names = self.fleet.names
@@ -682,10 +694,9 @@ class _Cycle:
         for key, work in works.items():
             c = work.component
             assignments = []
-            for i, n in sorted(work.target.items()):
-                if n <= 0:
-                    continue
-                score, breakdown = self.breakdown_at(work, i)
+            used = [(i, n) for i, n in sorted(work.target.items()) if n > 0]
+            table = self.breakdowns(work, [i for i, _ in used])
+            for (i, n), (score, breakdown) in zip(used, table):
                 note = work.notes.get(i) or work.kept_note or "kept"
                 if score is not None:
                     terms = ", ".join(f"{k} {v:.3f}" for k, v in breakdown.items() if v)
@@ -760,4 +771,12 @@ def plan(goals: Goals, observed: Observed, current: CurrentPlacement) -> Plan:
 
     Pure: the same arguments give the same ``Plan``; ``observed.now`` is the only clock.
     """
-    return _Cycle(goals, observed, current).run()
+    # A plan allocates many small objects and no reference cycles worth collecting; the
+    # cyclic collector would otherwise rescan the goals' large object graph repeatedly.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        return _Cycle(goals, observed, current).run()
+    finally:
+        if was_enabled:
+            gc.enable()

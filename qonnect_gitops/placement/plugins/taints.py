@@ -23,7 +23,7 @@ class TaintFilter:
     reason = "has a NoSchedule/NoExecute taint the component does not tolerate"
 
     def key(self, ctx: Context) -> Hashable | None:
-        return tuple(t.model_dump_json() for t in ctx.component.qos.tolerations)
+        return ctx.component.qos.tolerations  # frozen models: hashable by content
 
     def mask(self, ctx: Context) -> np.ndarray:
         tolerations = ctx.component.qos.tolerations
@@ -46,7 +46,7 @@ class TaintPreferenceScore:
         return PREFER_NO_SCHEDULE_PENALTY
 
     def key(self, ctx: Context) -> Hashable | None:
-        return tuple(t.model_dump_json() for t in ctx.component.qos.tolerations)
+        return ctx.component.qos.tolerations  # frozen models: hashable by content
 
     def score(self, ctx: Context) -> np.ndarray:
         tolerations = ctx.component.qos.tolerations

@@ -31,7 +31,8 @@ class SelectorFilter:
     reason = "labels do not match the cluster selector"
 
     def key(self, ctx: Context) -> Hashable | None:
-        return ctx.component.qos.cluster_selector.model_dump_json()
+        selector = ctx.component.qos.cluster_selector
+        return (tuple(sorted(selector.match_labels.items())), selector.match_expressions)
 
     def mask(self, ctx: Context) -> np.ndarray:
         selector = ctx.component.qos.cluster_selector
