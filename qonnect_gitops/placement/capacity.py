@@ -29,6 +29,8 @@ class Ledger:
         self.total_cpu = np.zeros(n)
         # True where the free capacity was observed, i.e. already net of what runs there.
         self.observed_usage = np.zeros(n, dtype=bool)
+        # Replicas already running on declared clusters, not yet put on nodes.
+        self.pending: dict[int, list[tuple[int, int, frozenset[str], int]]] = {}
         for i, cluster in enumerate(static.clusters):
             oc = observed.clusters.get(static.names[i])
             if oc is not None and oc.nodes is not None:
@@ -62,6 +64,8 @@ class Ledger:
         """How many of ``count`` replicas fit on the cluster now (without consuming)."""
         if count <= 0:
             return 0
+        if cluster in self.pending:
+            self._settle(cluster)
         total = min(
             count,
             int(self.free_cpu[cluster] // cpu) if cpu else count,
@@ -133,11 +137,37 @@ class Ledger:
 
     def occupy(self, cluster: int, cpu: int, memory: int, archs: frozenset[str], count: int) -> None:
         """Account for replicas that already run on a cluster whose capacity is declared
-        (not observed): they hold capacity even when the node maths says they cannot fit."""
+        (not observed): they hold capacity even when the node maths says they cannot fit.
+
+        Cluster totals are charged now; the nodes only when something asks about that
+        cluster's nodes, so a replan that touches few clusters does little work."""
         if self.observed_usage[cluster]:
             return
-        took = self.take(cluster, cpu, memory, archs, count)
-        rest = count - took
-        if rest > 0:  # over-committed: charge the cluster totals anyway
-            self.free_cpu[cluster] -= rest * cpu
-            self.free_memory[cluster] -= rest * memory
+        self.pending.setdefault(cluster, []).append((cpu, memory, archs, count))
+        self.free_cpu[cluster] -= count * cpu
+        self.free_memory[cluster] -= count * memory
+
+    def _settle(self, cluster: int) -> None:
+        """Put the replicas recorded by ``occupy`` on the cluster's nodes, first fit, in
+        the order they were recorded."""
+        waiting = self.pending.pop(cluster, None)
+        if not waiting:
+            return
+        for cpu, memory, archs, count in waiting:
+            left = count
+            for node in self.nodes[cluster]:
+                if left <= 0:
+                    break
+                if node[3] not in archs:
+                    continue
+                k = min(
+                    left,
+                    node[0] // cpu if cpu else UNLIMITED,
+                    node[1] // memory if memory else UNLIMITED,
+                    node[2],
+                )
+                if k > 0:
+                    node[0] -= k * cpu
+                    node[1] -= k * memory
+                    node[2] -= k
+                    left -= k

@@ -18,6 +18,7 @@ import math
 import weakref
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from datetime import datetime
 
 import numpy as np
 
@@ -104,7 +105,7 @@ def desired_replicas(component: Component, observed_rps: float | None) -> tuple[
     return min(max(wanted, scaling.min_replicas), scaling.max_replicas), True
 
 
-@dataclass
+@dataclass(slots=True)
 class _Work:
     """One component's decision in progress."""
 
@@ -273,36 +274,35 @@ class _Cycle:
         works: dict[str, _Work] = {}
         removed: list[tuple[str, dict[str, int], str]] = []
         index = self.static.index
-        # Replicas that run now hold their capacity (make before break: also those that
-        # are about to move keep running until their replacement is healthy).
-        for key, where in sorted(self.current.placements.items()):
-            component = self.components.get(key)
-            if component is None or key in self.completed:
+        healthy = self.fleet.healthy.tolist()
+        placements = self.current.placements
+        for key, where in sorted(placements.items()):
+            if key not in self.components or key in self.completed:
                 why = "completed Job" if key in self.completed else "no longer in the goals"
                 removed.append((key, dict(sorted(where.items())), why))
-                continue
-            for name, count in sorted(where.items()):
-                i = index.get(name)
-                if i is not None and count > 0 and self.fleet.healthy[i]:
-                    self.ledger.occupy(i, component.cpu, component.memory, component.architectures, count)
         for key, component in self.components.items():
             if key in self.completed:
                 continue
-            rps = sum(self.traffic.get(key, {}).values()) if key in self.traffic else None
+            rps = sum(self.traffic[key].values()) if key in self.traffic else None
             replicas, scaled = desired_replicas(component, rps)
             current: dict[int, int] = {}
             lost_unknown = 0
-            for name, count in sorted(self.current.placements.get(key, {}).items()):
+            for name, count in sorted(placements.get(key, {}).items()):
                 if count <= 0:
                     continue
-                if name in index:
-                    current[index[name]] = count
-                else:
+                i = index.get(name)
+                if i is None:
                     lost_unknown += count  # the cluster left the goals
-            works[key] = _Work(component, replicas, scaled, current)
+                    continue
+                current[i] = count
+                if healthy[i]:
+                    # Replicas that run now hold their capacity (make before break: also
+                    # those about to move run until their replacement is healthy).
+                    self.ledger.occupy(i, component.cpu, component.memory, component.architectures, count)
+            work = works[key] = _Work(component, replicas, scaled, current)
             self.replicas_of[key] = replicas
             if lost_unknown:
-                works[key].kept_note = f"{lost_unknown} replica(s) on clusters no longer declared"
+                work.kept_note = f"{lost_unknown} replica(s) on clusters no longer declared"
 
         kept, todo = self.classify(works, now)
         for key in kept:
@@ -422,33 +422,39 @@ class _Cycle:
         self.placement[c.key] = dict(work.target)
         return True
 
-    def classify(self, works: dict[str, _Work], now) -> tuple[list[str], list[_Work]]:
-        """Split components into those kept untouched and those needing work."""
+    def classify(self, works: dict[str, _Work], now: datetime) -> tuple[list[str], list[_Work]]:
+        """Split components into those kept untouched and those needing work.
+
+        This runs for every component every cycle, so it stays cheap: no scoring, just
+        health, replica count, cooldown and the goal-level filters at its clusters.
+        """
         kept: list[str] = []
         todo: list[_Work] = []
-        healthy = self.fleet.healthy
+        failed = {int(i) for i in np.flatnonzero(~self.fleet.healthy)}
+        now_ts = now.timestamp()
+        last_moved = self.current.last_moved
         for key, work in works.items():
             c = work.component
             cur = work.current
-            if not cur or work.kept_note:
+            if not cur or work.kept_note or (failed and not failed.isdisjoint(cur)):
                 todo.append(work)
                 continue
-            on_failed = any(not healthy[i] for i in cur)
             count_ok = sum(cur.values()) == work.replicas and (
                 c.kind != "DaemonSet" or all(v == 1 for v in cur.values())
             )
-            last = self.current.last_moved.get(key)
-            cooling = last is not None and (now - last).total_seconds() < c.stability.cooldown_seconds
-            if not on_failed and count_ok and (cooling or not c.movable or c.kind == "Job"):
-                ctx = self.context(work, cur)
-                gm = self.goal_mask(ctx)
+            last = last_moved.get(key)
+            left = last.timestamp() + c.stability.cooldown_seconds - now_ts if last is not None else 0.0
+            cooling = left > 0
+            if count_ok and (cooling or not c.movable or c.kind == "Job"):
+                gm = self.goal_mask_cache.get((id(c.qos), c.architectures, c.cpu, c.memory, work.replicas))
+                if gm is None:
+                    gm = self.goal_mask(self.context(work, cur))
                 if all(gm[i] for i in cur):
                     work.target = dict(cur)
-                    if cooling:
-                        until = last.timestamp() + c.stability.cooldown_seconds
-                        work.kept_note = f"kept: in cooldown for {until - now.timestamp():.0f}s more"
-                    else:
-                        work.kept_note = "kept: not movable by rescheduling"
+                    work.kept_note = (
+                        f"kept: in cooldown for {left:.0f}s more" if cooling
+                        else "kept: not movable by rescheduling"
+                    )
                     kept.append(key)
                     continue
             todo.append(work)
@@ -693,6 +699,21 @@ class _Cycle:
         reasons: set[str] = set()
         for key, work in works.items():
             c = work.component
+            if work.total is None and not work.draining and not work.moves and not work.unplaced:
+                # Kept as it was (most components in a steady fleet): the short path.
+                note = work.kept_note or "kept"
+                components[key] = _built(
+                    ComponentPlan,
+                    component=key,
+                    kind=c.kind,
+                    assignments=tuple(
+                        _built(Assignment, cluster=names[i], replicas=n, reason=work.notes.get(i, note), score=None, breakdown={})
+                        for i, n in sorted(work.target.items())
+                        if n > 0
+                    ),
+                    draining=(),
+                )
+                continue
             assignments = []
             used = [(i, n) for i, n in sorted(work.target.items()) if n > 0]
             table = self.breakdowns(work, [i for i, _ in used])
@@ -757,7 +778,8 @@ class _Cycle:
         elif "rescheduling" in reasons:
             decision = "rescheduling"
         moves.sort(key=lambda m: (m.component, m.source or "", m.target or "", m.reason))
-        return Plan(
+        return _built(
+            Plan,
             reason=decision,
             components=dict(sorted(components.items())),
             unplaced=tuple(sorted(unplaced, key=lambda u: u.component)),
