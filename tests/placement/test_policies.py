@@ -211,3 +211,25 @@ def test_decision_reason_goals_changed_for_new_components() -> None:
     assert plan(g, observed(), current({})).reason == "goals-changed"
     p = plan(g, observed(), current({"shop/web": {"a": 1}}))
     assert p.reason == "goals-changed" and p.moves == ()
+
+
+def test_goals_change_moves_at_once_make_before_break() -> None:
+    clusters = [cluster("edge-1", tier="edge"), cluster("fog-1", tier="fog")]
+    web = component("web", qos={"tiers": ["fog"]})
+    cur = current({"shop/web": {"edge-1": 1}}, {"shop/web": NOW})  # in cooldown
+    p = plan(goals(clusters, [web]), observed(), cur)
+    assert p.placements()["shop/web"] == {"fog-1": 1}
+    assert [(d.cluster, d.replicas) for d in p.components["shop/web"].draining] == [("edge-1", 1)]
+    assert p.reason == "goals-changed" and p.moves[0].reason == "goals-changed"
+
+
+def test_local_search_swaps_when_the_greedy_order_gave_a_cluster_to_the_wrong_component() -> None:
+    # "a" fits one of the two. The bigger "batch" comes first and takes it for a tiny
+    # cost gain; "web" needs it far more (latency 5 ms vs 50 ms of a 60 ms envelope).
+    clusters = [cluster("a", region="r", cpu="1", cpu_hour=0.010), cluster("b", region="s", cpu="8", cpu_hour=0.011)]
+    batch = component("batch", cpu=1000, qos={"objective": "cost"})
+    web = component("web", cpu=900, qos={"latency": [{"region": "users", "maxMs": 60}]})
+    g = goals(clusters, [batch, web], links=[("a", "users", 5), ("b", "users", 50), ("a", "b", 45)], regions=("users",))
+    p = plan(g, observed(), current({}))
+    assert p.placements() == {"shop/batch": {"b": 1}, "shop/web": {"a": 1}}
+    assert "local search" in p.components["shop/web"].assignments[0].reason
