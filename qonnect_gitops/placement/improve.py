@@ -40,6 +40,57 @@ class Movable:
     preferred: int | None = None  # the best cluster ignoring capacity
 
 
+def pair_cost(
+    placement: Mapping[str, Mapping[int, int]],
+    caller: str,
+    callee: str,
+    replicas: Callable[[str], int],
+    latency: np.ndarray,
+    scale: float,
+) -> float:
+    """Closeness cost of caller -> callee: each caller replica to the nearest callee."""
+    src = placement.get(caller)
+    dst = placement.get(callee)
+    if not src or not dst:
+        return 0.0
+    n = max(replicas(caller), 1)
+    targets = sorted(dst)
+    if len(targets) == 1:
+        t = targets[0]
+        cost = sum(k * latency[a, t] for a, k in src.items())
+    else:
+        cost = sum(k * latency[a, targets].min() for a, k in src.items())
+    return float(cost) * scale / n
+
+
+def local_cost(
+    key: str,
+    target: Mapping[int, int],
+    replicas: int,
+    static: np.ndarray,
+    placement: dict[str, dict[int, int]],
+    calls: Mapping[str, Sequence[str]],
+    callers: Mapping[str, Sequence[str]],
+    replicas_of: Callable[[str], int],
+    latency: np.ndarray,
+    scale: float,
+) -> float:
+    """The terms of the objective that involve one component, were it placed at
+    ``target`` (the shared ``placement`` map is restored before returning)."""
+    saved = placement.get(key)
+    placement[key] = dict(target)
+    try:
+        total = sum(k * float(static[a]) for a, k in target.items()) / max(replicas, 1)
+        total += sum(pair_cost(placement, key, j, replicas_of, latency, scale) for j in calls.get(key, ()))
+        total += sum(pair_cost(placement, k, key, replicas_of, latency, scale) for k in callers.get(key, ()))
+        return total
+    finally:
+        if saved is None:
+            del placement[key]
+        else:
+            placement[key] = saved
+
+
 class Search:
     """The objective's terms around each component, and the moves that improve them."""
 
@@ -73,30 +124,12 @@ class Search:
 
     # ----- the objective around one component -------------------------------------------
 
-    def pair(self, caller: str, callee: str) -> float:
-        """Closeness cost of caller -> callee: each caller replica to the nearest callee."""
-        src = self.placement.get(caller)
-        dst = self.placement.get(callee)
-        if not src or not dst:
-            return 0.0
-        n = max(self.replicas(caller), 1)
-        targets = sorted(dst)
-        lat = self.latency
-        if len(targets) == 1:
-            t = targets[0]
-            cost = sum(k * lat[a, t] for a, k in src.items())
-        else:
-            cost = sum(k * lat[a, targets].min() for a, k in src.items())
-        return float(cost) * self.scale / n
-
     def local(self, m: Movable) -> float:
         """Every term of the objective that involves this component."""
-        key = m.component.key
-        n = max(m.replicas, 1)
-        total = sum(k * float(m.static[a]) for a, k in m.target.items()) / n
-        total += sum(self.pair(key, j) for j in self.calls.get(key, ()))
-        total += sum(self.pair(k, key) for k in self.callers.get(key, ()))
-        return total
+        return local_cost(
+            m.component.key, m.target, m.replicas, m.static, self.placement,
+            self.calls, self.callers, self.replicas, self.latency, self.scale,
+        )
 
     # ----- moves ------------------------------------------------------------------------
 

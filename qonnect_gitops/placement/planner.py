@@ -40,7 +40,7 @@ from qonnect_gitops.placement.capacity import Ledger
 from qonnect_gitops.placement.distribute import Distribution, distribute
 from qonnect_gitops.placement.fleet import FleetView, StaticFleet, build_static, build_view
 from qonnect_gitops.placement.framework import Context, Filter, Score
-from qonnect_gitops.placement.improve import Movable, Search
+from qonnect_gitops.placement.improve import Movable, Search, local_cost
 from qonnect_gitops.placement.plugins.closeness import CLOSENESS_WEIGHT
 from qonnect_gitops.placement.plugins import (
     DYNAMIC_FILTERS,
@@ -72,6 +72,7 @@ def _static_for(goals: Goals) -> StaticFleet:
 
 REFINE_PASSES = 2  # passes of the improvement step over freshly placed components
 REFINE_BUDGET = 3000  # components revisited per cycle, so huge fleets stay fast
+GAIN_FLOOR = 0.5  # see decide(): scores are normalised, most lie between 0.2 and 2
 RULE_NOTES = ("offloaded", "burst")  # placements made by the offloading/bursting rules
 SEARCH_PASSES = 4  # sweeps of the local search
 SEARCH_BUDGET = 4000  # evaluated moves per cycle (~0.25 s): huge fleets stay fast
@@ -143,6 +144,7 @@ class _Cycle:
             for callee in c.calls:
                 callers.setdefault(callee, []).append(c.key)
         self.callers = {k: tuple(sorted(v)) for k, v in callers.items()}
+        self.calls = {k: c.calls for k, c in self.components.items()}
         traffic: dict[str, dict[int, float]] = {}
         for t in sorted(observed.traffic, key=lambda t: (t.component, t.region, t.rps)):
             region = self.static.region_index.get(t.region)
@@ -315,7 +317,28 @@ class _Cycle:
         fresh = [w for w in todo if not w.current and w.target and not w.unplaced]
         self.refine(fresh)
         self.search(fresh)
+        self.resettle(fresh)
         return self.assemble(works, removed)
+
+    def resettle(self, fresh: list[_Work]) -> None:
+        """Moves made by the improvement steps free capacity: a component offloaded or
+        burst earlier because clusters were full may now have a better place by the
+        same rules. Without this the next cycle would find it and move it (churn right
+        after a fresh plan). Bounded like the refinement."""
+        budget = REFINE_BUDGET
+        for _ in range(REFINE_PASSES):
+            moved = False
+            for work in fresh:
+                p = work.preferred
+                by_rule = any(note.startswith(RULE_NOTES) for note in work.notes.values())
+                if p is None or (p in work.target and not by_rule):
+                    continue
+                if budget <= 0:
+                    return
+                budget -= 1
+                moved |= self.improve(work, recheck=True)
+            if not moved:
+                break
 
     def search(self, fresh: list[_Work]) -> None:
         """Local search over fresh replicas (see ``improve.py``), then fresh explanations."""
@@ -331,7 +354,7 @@ class _Cycle:
         search = Search(
             movables,
             self.placement,
-            {k: c.calls for k, c in self.components.items()},
+            self.calls,
             self.callers,
             lambda key: self.replicas_of.get(key, 1),
             self.fleet.cluster_latency,
@@ -387,8 +410,9 @@ class _Cycle:
                     again.update(k for k in neighbours[key] if k in by_key)
             queue = sorted(again, key=lambda k: position[k])
 
-    def improve(self, work: _Work) -> bool:
-        """Re-place one fresh component if that lowers its objective; True if it moved."""
+    def improve(self, work: _Work, recheck: bool = False) -> bool:
+        """Re-place one fresh component if that lowers its objective; True if it moved.
+        ``recheck``: its preferred cluster has room again, so the rules may decide anew."""
         c = work.component
         ctx = self.context(work, work.target)
         total, parts = self.scores(ctx)
@@ -401,7 +425,7 @@ class _Cycle:
         preferred = int(np.argmin(np.where(wanted, total, np.inf)))
         if float(total[preferred]) >= before - 1e-9:
             return False
-        if preferred == work.preferred and c.qos.availability.min_clusters <= 1:
+        if preferred == work.preferred and c.qos.availability.min_clusters <= 1 and not recheck:
             # The distribution rules would pick the same clusters again: the preferred
             # cluster either still takes all replicas or is still the one offloaded from.
             return False
@@ -551,13 +575,17 @@ class _Cycle:
                     work.notes[i] += f"; {self.why_not(masks, i)}"
             return
         best = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max, wanted)
-        cur_cost = sum(total[i] * n for i, n in cur.items()) / max(work.replicas, 1)
         if best.unplaced or not best.replicas:
             for i in cur:
                 work.notes[i] = "kept: no better feasible placement"
             return
-        new_cost = sum(total[i] * n for i, n in best.replicas.items()) / max(work.replicas, 1)
-        gain = (cur_cost - new_cost) / cur_cost if cur_cost > 0 else 0.0
+        # Judged with the exact objective terms of this component (those the local
+        # search uses too), so the two never disagree about what is better.
+        cur_cost = self.local_cost(work, cur, ctx)
+        new_cost = self.local_cost(work, best.replicas, ctx)
+        # Relative to the current score, but never to less than GAIN_FLOOR: a component
+        # whose score is nearly zero would otherwise move for a negligible gain.
+        gain = (cur_cost - new_cost) / max(cur_cost, GAIN_FLOOR)
         threshold = c.stability.min_improvement
         if not breach and gain <= threshold:
             for i in cur:
@@ -571,6 +599,14 @@ class _Cycle:
             else f"improves the objective by {gain:.1%} (> {threshold:.0%})"
         )
         self.reschedule(work, best, why)
+
+    def local_cost(self, work: _Work, target: dict[int, int], ctx: Context) -> float:
+        """The objective terms that involve this component, were it placed at ``target``."""
+        return local_cost(
+            work.component.key, target, work.replicas, self.static_total(ctx), self.placement,
+            self.calls, self.callers, lambda k: self.replicas_of.get(k, 1),
+            self.fleet.cluster_latency, CLOSENESS_WEIGHT / self.fleet.latency_norm,
+        )
 
     def reschedule(self, work: _Work, best: Distribution, why: str) -> None:
         """Move at most the disruption budget of replicas towards ``best``, make before break."""
