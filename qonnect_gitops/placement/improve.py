@@ -38,6 +38,10 @@ class Movable:
     allowed: np.ndarray  # passes every filter but capacity
     pinned: frozenset[int] = frozenset()  # clusters the offloading/bursting rules chose
     preferred: int | None = None  # the best cluster ignoring capacity
+    key: str = ""  # app/name
+
+    def __post_init__(self) -> None:
+        self.key = self.component.key
 
 
 def pair_cost(
@@ -114,11 +118,11 @@ class Search:
         self.latency = latency
         self.scale = weight / norm
         self.ledger = ledger
-        self.by_key = {m.component.key: m for m in self.movables}
+        self.by_key = {m.key: m for m in self.movables}
         self.on: dict[int, set[str]] = {}  # cluster -> fresh components with replicas there
         for m in self.movables:
             for a in m.target:
-                self.on.setdefault(a, set()).add(m.component.key)
+                self.on.setdefault(a, set()).add(m.key)
         self.evaluations = 0
         self.best_cache: dict[tuple[int, int], list[int]] = {}
 
@@ -127,21 +131,21 @@ class Search:
     def local(self, m: Movable) -> float:
         """Every term of the objective that involves this component."""
         return local_cost(
-            m.component.key, m.target, m.replicas, m.static, self.placement,
+            m.key, m.target, m.replicas, m.static, self.placement,
             self.calls, self.callers, self.replicas, self.latency, self.scale,
         )
 
     # ----- moves ------------------------------------------------------------------------
 
     def _shift(self, m: Movable, src: int, dst: int) -> None:
-        key = m.component.key
+        key = m.key
         m.target[src] -= 1
         if m.target[src] == 0:
             del m.target[src]
             self.on[src].discard(key)
         m.target[dst] = m.target.get(dst, 0) + 1
         self.on.setdefault(dst, set()).add(key)
-        self.placement[m.component.key] = dict(m.target)
+        self.placement[m.key] = dict(m.target)
 
     def _release_one(self, m: Movable, cluster: int) -> tuple[int, int, int]:
         for i, (c, node, k) in enumerate(m.taken):
@@ -184,7 +188,7 @@ class Search:
             k = min(CANDIDATES, allowed.size)
             best = self.best_cache[cache_key] = allowed[np.lexsort((allowed, scores))[:k]].tolist()
         near: set[int] = set()
-        key = m.component.key
+        key = m.key
         for other in (*self.calls.get(key, ()), *self.callers.get(key, ())):
             near.update(self.placement.get(other, {}))
         return sorted(set(best) | {c for c in near if m.allowed[c]})

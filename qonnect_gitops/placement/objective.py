@@ -54,7 +54,7 @@ def terms(goals: Goals, observed: Observed) -> Terms:
         rps = sum(cycle.traffic[key].values()) if key in cycle.traffic else None
         count, scaled = desired_replicas(c, rps)
         replicas[row] = count
-        ctx = cycle.context(_Work(c, count, scaled, {}), {})
+        ctx = cycle.context(_Work(c, count, scaled, {}, key), {})
         scores[row] = cycle.scores(ctx)[0]  # no placement yet: closeness contributes 0
         feasible[row] = cycle.feasible(ctx)[1]
     index = {k: i for i, k in enumerate(keys)}

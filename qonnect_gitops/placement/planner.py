@@ -71,7 +71,7 @@ def _static_for(goals: Goals) -> StaticFleet:
 
 
 REFINE_PASSES = 2  # passes of the improvement step over freshly placed components
-REFINE_BUDGET = 3000  # components revisited per cycle, so huge fleets stay fast
+REFINE_BUDGET = 2000  # components revisited per cycle, so huge fleets stay fast
 GAIN_FLOOR = 0.5  # see decide(): scores are normalised, most lie between 0.2 and 2
 RULE_NOTES = ("offloaded", "burst")  # placements made by the offloading/bursting rules
 SEARCH_PASSES = 4  # sweeps of the local search
@@ -114,6 +114,7 @@ class _Work:
     replicas: int
     scaled: bool
     current: dict[int, int]  # replicas running now, per cluster index
+    key: str = ""  # app/name (the component's property builds a new string each time)
     target: dict[int, int] = field(default_factory=dict)
     notes: dict[int, str] = field(default_factory=dict)
     draining: dict[int, tuple[int, str]] = field(default_factory=dict)
@@ -224,9 +225,9 @@ class _Cycle:
     def feasible(self, ctx: Context) -> tuple[np.ndarray, np.ndarray]:
         """Clusters passing every filter now, and those passing all but capacity."""
         static = self.static_mask(ctx)
-        ok = static.copy()
+        ok = static
         for f in DYNAMIC_FILTERS:
-            ok &= f.mask(ctx)
+            ok = ok & f.mask(ctx)  # a new array: the cached static mask stays intact
         return ok, static
 
     def static_total(self, ctx: Context) -> np.ndarray:
@@ -240,7 +241,7 @@ class _Cycle:
     def scores(self, ctx: Context) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """Weighted total and the weighted terms behind it."""
         c = ctx.component
-        key = (id(c.qos), c.cpu, c.memory, tuple(sorted(ctx.traffic.items())))
+        key = (id(c.qos), c.cpu, c.memory, tuple(sorted(ctx.traffic.items())) if ctx.traffic else ())
         cached = self.static_score_cache.get(key)
         if cached is None:
             total = np.zeros(len(self.fleet.names))
@@ -301,7 +302,7 @@ class _Cycle:
                     # Replicas that run now hold their capacity (make before break: also
                     # those about to move run until their replacement is healthy).
                     self.ledger.occupy(i, component.cpu, component.memory, component.architectures, count)
-            work = works[key] = _Work(component, replicas, scaled, current)
+            work = works[key] = _Work(component, replicas, scaled, current, key)
             self.replicas_of[key] = replicas
             if lost_unknown:
                 work.kept_note = f"{lost_unknown} replica(s) on clusters no longer declared"
@@ -310,10 +311,10 @@ class _Cycle:
         for key in kept:
             self.placement[key] = dict(works[key].target)
         # Biggest first: they are the hardest to fit once capacity is consumed.
-        todo.sort(key=lambda w: (-w.component.cpu * w.replicas, -w.component.memory * w.replicas, w.component.key))
+        todo.sort(key=lambda w: (-w.component.cpu * w.replicas, -w.component.memory * w.replicas, w.key))
         for work in todo:
             self.decide(work, now)
-            self.placement[work.component.key] = dict(work.target)
+            self.placement[work.key] = dict(work.target)
         fresh = [w for w in todo if not w.current and w.target and not w.unplaced]
         self.refine(fresh)
         self.search(fresh)
@@ -364,7 +365,7 @@ class _Cycle:
         )
         changed = search.run(SEARCH_BUDGET, SEARCH_PASSES)
         for work in fresh:
-            if work.component.key not in changed:
+            if work.key not in changed:
                 continue
             work.target = {i: n for i, n in sorted(work.target.items()) if n > 0}
             ctx = self.context(work, work.target)
@@ -379,24 +380,24 @@ class _Cycle:
         them are revisited, and then the neighbours of any that moved. A component moves
         only if its objective strictly improves, so this ends; components already running
         are left to the stability rules."""
-        position = {w.component.key: n for n, w in enumerate(fresh)}
-        by_key = {w.component.key: w for w in fresh}
+        position = {w.key: n for n, w in enumerate(fresh)}
+        by_key = {w.key: w for w in fresh}
         # Neighbours in the call graph, both directions.
         neighbours: dict[str, tuple[str, ...]] = {
-            w.component.key: tuple(sorted(set(w.component.calls) | set(self.callers.get(w.component.key, ()))))
+            w.key: tuple(sorted(set(w.component.calls) | set(self.callers.get(w.key, ()))))
             for w in fresh
         }
         def stale(w: _Work) -> bool:
             # Placed before some neighbour that ended up on another cluster: its
             # closeness score was computed without knowing that.
             here = set(w.target)
-            mine = position[w.component.key]
+            mine = position[w.key]
             return any(
                 position.get(k, -1) > mine and not set(self.placement.get(k, {})) <= here
-                for k in neighbours[w.component.key]
+                for k in neighbours[w.key]
             )
 
-        queue = [w.component.key for w in fresh if stale(w)]
+        queue = [w.key for w in fresh if stale(w)]
         budget = REFINE_BUDGET
         for _ in range(REFINE_PASSES):
             if not queue:
@@ -495,7 +496,6 @@ class _Cycle:
         total, parts = self.scores(ctx)
         work.total = total
         work.breakdown = parts
-        goal_ok = self.goal_mask(ctx)
         per_cluster_max = 1 if c.kind == "DaemonSet" else None
         if c.qos.latency:
             work.near = c.qos.latency[0].region
@@ -503,6 +503,7 @@ class _Cycle:
             dist = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max, wanted)
             self.apply(work, {}, dist, "new", ctx)
             return
+        goal_ok = self.goal_mask(ctx)
 
         # Forced changes first: failover and goals that exclude a current cluster.
         keep: dict[int, int] = {}
@@ -603,7 +604,7 @@ class _Cycle:
     def local_cost(self, work: _Work, target: dict[int, int], ctx: Context) -> float:
         """The objective terms that involve this component, were it placed at ``target``."""
         return local_cost(
-            work.component.key, target, work.replicas, self.static_total(ctx), self.placement,
+            work.key, target, work.replicas, self.static_total(ctx), self.placement,
             self.calls, self.callers, lambda k: self.replicas_of.get(k, 1),
             self.fleet.cluster_latency, CLOSENESS_WEIGHT / self.fleet.latency_norm,
         )
@@ -721,7 +722,8 @@ class _Cycle:
         if work.total is None or not clusters:
             return [(None, {}) for _ in clusters]
         names = sorted(work.breakdown)
-        rows = np.round(np.vstack([work.total] + [work.breakdown[k] for k in names])[:, clusters], 6).T.tolist()
+        picked = [work.total[clusters]] + [work.breakdown[k][clusters] for k in names]
+        rows = np.round(np.array(picked), 6).T.tolist()
         return [(row[0], dict(zip(names, row[1:]))) for row in rows]
 
     def assemble(self, works: dict[str, _Work], removed: list[tuple[str, dict[str, int], str]]) -> Plan:
