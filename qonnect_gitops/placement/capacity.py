@@ -8,6 +8,8 @@ never depends on anything but the inputs.
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from qonnect_gitops.model.goals import Goals
@@ -22,8 +24,8 @@ class Ledger:
 
     def __init__(self, static: StaticFleet, goals: Goals, observed: Observed) -> None:
         n = len(static.names)
-        # Per cluster: list of [cpu, memory, pods, arch] per node.
-        self.nodes: list[list[list]] = []
+        # Per cluster: list of [cpu, memory, pods, arch] per node (mutable: consumed).
+        self.nodes: list[list[list[Any]]] = []
         self.free_cpu = np.zeros(n)
         self.free_memory = np.zeros(n)
         self.total_cpu = np.zeros(n)
@@ -33,6 +35,7 @@ class Ledger:
         self.pending: dict[int, list[tuple[int, int, frozenset[str], int]]] = {}
         for i, cluster in enumerate(static.clusters):
             oc = observed.clusters.get(static.names[i])
+            nodes: list[list[Any]]
             if oc is not None and oc.nodes is not None:
                 nodes = [[nd.free.cpu, nd.free.memory, UNLIMITED, nd.arch] for nd in oc.nodes if nd.ready]
                 total = sum(

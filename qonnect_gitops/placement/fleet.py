@@ -131,8 +131,8 @@ def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetVi
     # Cluster to cluster: explicit pairs, else the source's latency to the target's region.
     cl = region_lat[:, static.cluster_region].copy()
     cl = np.minimum(cl, cl.T)  # symmetric: the better known direction
-    for (a, b), ms in pairs.items():  # both directions are present: the tables mirror links
-        cl[a, b] = ms
+    for (src, dst), ms in pairs.items():  # both directions are present: tables mirror links
+        cl[src, dst] = ms
     cl = np.minimum(cl, cl.T)  # symmetric: closeness reads rows as columns
     np.fill_diagonal(cl, 0.0)
     finite = cl[np.isfinite(cl)]

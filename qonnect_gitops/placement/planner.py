@@ -18,6 +18,7 @@ import math
 import weakref
 from collections.abc import Hashable
 from dataclasses import dataclass, field
+from typing import TypeVar
 from datetime import datetime
 
 import numpy as np
@@ -70,6 +71,8 @@ def _static_for(goals: Goals) -> StaticFleet:
     return static
 
 
+_M = TypeVar("_M")
+
 REFINE_PASSES = 2  # passes of the improvement step over freshly placed components
 REFINE_BUDGET = 2000  # components revisited per cycle, so huge fleets stay fast
 GAIN_FLOOR = 0.5  # see decide(): scores are normalised, most lie between 0.2 and 2
@@ -78,7 +81,7 @@ SEARCH_PASSES = 4  # sweeps of the local search
 SEARCH_BUDGET = 4000  # evaluated moves per cycle (~0.25 s): huge fleets stay fast
 
 
-def _built(cls: type, **values: object):  # type: ignore[no-untyped-def]
+def _built(cls: type[_M], **values: object) -> _M:
     """A plan model from values that are valid by construction, skipping validation: a
     plan for 10,000 components would otherwise spend most of a failover replan here.
     Every field must be given."""
@@ -485,7 +488,7 @@ class _Cycle:
             todo.append(work)
         return kept, todo
 
-    def decide(self, work: _Work, now) -> None:
+    def decide(self, work: _Work, now: datetime) -> None:
         """Place one component that needs work."""
         c = work.component
         cur = work.current
@@ -807,7 +810,9 @@ class _Cycle:
         for key, where, why in removed:
             for name, n in where.items():
                 if n > 0:
-                    moves.append(Move(component=key, source=name, target=None, replicas=n, reason="removed", detail=why))
+                    moves.append(
+                        _built(Move, component=key, source=name, target=None, replicas=n, reason="removed", detail=why)
+                    )
         decision: DecisionReason = "goals-changed"
         if "failover" in reasons:
             decision = "failover"

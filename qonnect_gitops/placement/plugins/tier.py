@@ -56,5 +56,5 @@ class TierPreferenceScore:
 
     def score(self, ctx: Context) -> np.ndarray:
         tiers = ctx.component.qos.tiers
-        rank = {t: i / (len(tiers) - 1) for i, t in enumerate(tiers)}
+        rank: dict[str, float] = {t: i / (len(tiers) - 1) for i, t in enumerate(tiers)}
         return np.array([rank.get(t, 1.0) for t in ctx.fleet.static.tier])
