@@ -9,12 +9,15 @@ Needs the ``bench`` extra (scipy) for the optimality part; qonnect_gitops never 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import math
 import random
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from typing import Any
@@ -268,6 +271,21 @@ def _nodes(goals: Goals) -> list[tuple[int, int, int, int, str]]:
     return out
 
 
+@contextlib.contextmanager
+def _quiet_stdout() -> Iterator[None]:
+    """Silence file descriptor 1 (C libraries write there directly) for a while."""
+    sys.stdout.flush()
+    saved = os.dup(1)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 1)
+        yield
+    finally:
+        os.dup2(saved, 1)
+        os.close(saved)
+        os.close(devnull)
+
+
 def exact(goals: Goals, obs: Observed, time_limit: float) -> tuple[str, float | None, dict[str, dict[str, int]]]:
     """Solve the planner's full objective (closeness included) exactly with HiGHS."""
     from scipy.optimize import Bounds, LinearConstraint, milp
@@ -353,13 +371,14 @@ def exact(goals: Goals, obs: Observed, time_limit: float) -> tuple[str, float | 
                 constraint([(w, 1.0), (y[(j, b)], -float(n_i))], -np.inf, 0)
             constraint([(w, 1.0) for w in ws] + [(v, -1.0) for v in z[(i, a)]], 0, 0)
     a_mat = coo_matrix((vals, (rows, cols)), shape=(len(lo), len(cost))).tocsr()
-    res = milp(
-        c=np.array(cost),
-        constraints=LinearConstraint(a_mat, np.array(lo), np.array(hi)),
-        integrality=np.array(integ),
-        bounds=Bounds(np.array(var_lo), np.array(var_hi)),
-        options={"time_limit": time_limit, "mip_rel_gap": 1e-6},
-    )
+    with _quiet_stdout():  # HiGHS may print from C straight to file descriptor 1
+        res = milp(
+            c=np.array(cost),
+            constraints=LinearConstraint(a_mat, np.array(lo), np.array(hi)),
+            integrality=np.array(integ),
+            bounds=Bounds(np.array(var_lo), np.array(var_hi)),
+            options={"time_limit": time_limit, "mip_rel_gap": 1e-6},
+        )
     if res.status == 1:
         return "timeout", None, {}
     if res.status != 0 or res.x is None:
