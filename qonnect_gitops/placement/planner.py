@@ -51,24 +51,47 @@ from qonnect_gitops.placement.plugins import (
     STATIC_SCORES,
 )
 
-# The static fleet of the last Goals objects seen: derived from the goals alone, so
-# reusing it for the same (immutable) object cannot change any result; it only spares
-# the leader rebuilding arrays every cycle.
-_STATIC: dict[int, tuple[weakref.ref[Goals], StaticFleet]] = {}
+@dataclass(frozen=True)
+class _GoalIndex:
+    """Everything derived from the goals alone: cluster arrays and the call graph."""
+
+    fleet: StaticFleet
+    components: dict[str, Component]  # by key, sorted
+    calls: dict[str, tuple[str, ...]]
+    callers: dict[str, tuple[str, ...]]
+
+
+def _index_goals(goals: Goals) -> _GoalIndex:
+    components = {c.key: c for c in sorted(goals.components(), key=lambda c: c.key)}
+    callers: dict[str, list[str]] = {}
+    for key, c in components.items():
+        for callee in c.calls:
+            callers.setdefault(callee, []).append(key)
+    return _GoalIndex(
+        fleet=build_static(goals),
+        components=components,
+        calls={k: c.calls for k, c in components.items()},
+        callers={k: tuple(sorted(v)) for k, v in callers.items()},
+    )
+
+
+# What the last few Goals objects derive to: reusing it for the same (immutable) object
+# cannot change any result; it only spares rebuilding it every cycle.
+_STATIC: dict[int, tuple[weakref.ref[Goals], _GoalIndex]] = {}
 _STATIC_KEEP = 4
 
 
-def _static_for(goals: Goals) -> StaticFleet:
+def _static_for(goals: Goals) -> _GoalIndex:
     entry = _STATIC.get(id(goals))
     if entry is not None and entry[0]() is goals:
         return entry[1]
-    static = build_static(goals)
-    for key in [k for k, (ref, _) in _STATIC.items() if ref() is None][: len(_STATIC)]:
+    index = _index_goals(goals)
+    for key in [k for k, (ref, _) in _STATIC.items() if ref() is None]:
         del _STATIC[key]
     while len(_STATIC) >= _STATIC_KEEP:
         del _STATIC[next(iter(_STATIC))]
-    _STATIC[id(goals)] = (weakref.ref(goals), static)
-    return static
+    _STATIC[id(goals)] = (weakref.ref(goals), index)
+    return index
 
 
 _M = TypeVar("_M")
@@ -139,16 +162,13 @@ class _Cycle:
         self.goals = goals
         self.observed = observed
         self.current = current
-        self.static = _static_for(goals)
+        goal_index = _static_for(goals)
+        self.static = goal_index.fleet
         self.fleet: FleetView = build_view(self.static, goals, observed)
         self.ledger = Ledger(self.static, goals, observed)
-        self.components = {c.key: c for c in sorted(goals.components(), key=lambda c: c.key)}
-        callers: dict[str, list[str]] = {}
-        for c in self.components.values():
-            for callee in c.calls:
-                callers.setdefault(callee, []).append(c.key)
-        self.callers = {k: tuple(sorted(v)) for k, v in callers.items()}
-        self.calls = {k: c.calls for k, c in self.components.items()}
+        self.components = goal_index.components
+        self.callers = goal_index.callers
+        self.calls = goal_index.calls
         traffic: dict[str, dict[int, float]] = {}
         for t in sorted(observed.traffic, key=lambda t: (t.component, t.region, t.rps)):
             region = self.static.region_index.get(t.region)
