@@ -23,7 +23,8 @@ from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.capacity import Ledger
 
 EPSILON = 1e-9
-CANDIDATES = 6  # best clusters by static score tried per replica, plus neighbours' clusters
+CANDIDATES = 6
+GROUP_SIZE = 6  # components moved together at most  # best clusters by static score tried per replica, plus neighbours' clusters
 
 
 @dataclass
@@ -164,14 +165,15 @@ class Search:
         return self.ledger.take(cluster, c.cpu, c.memory, c.architectures, 1, m.taken) == 1
 
     def _restore(self, m: Movable, released: tuple[int, int, int]) -> None:
-        cluster, node, _ = released
+        """Take back exactly what a release gave up (same node, same count)."""
+        cluster, node, k = released
         c = m.component
         n = self.ledger.nodes[cluster][node]
-        n[0] -= c.cpu
-        n[1] -= c.memory
-        n[2] -= 1
-        self.ledger.free_cpu[cluster] -= c.cpu
-        self.ledger.free_memory[cluster] -= c.memory
+        n[0] -= k * c.cpu
+        n[1] -= k * c.memory
+        n[2] -= k
+        self.ledger.free_cpu[cluster] -= k * c.cpu
+        self.ledger.free_memory[cluster] -= k * c.memory
         m.taken.append(released)
 
     def _availability_ok(self, m: Movable, src: int, dst: int) -> bool:
@@ -275,8 +277,94 @@ class Search:
                             changed.update((c.key, other))
                             improved = moved = True
                             break
+                        # Components that talk to each other may only pay off moving
+                        # together: each alone would lose its closeness to the others.
+                        group = self.try_group(m, src, dst)
+                        if group:
+                            changed.update(group)
+                            improved = moved = True
+                            break
                     if moved:
                         break
             if not improved:
                 break
         return changed
+
+    def group_of(self, m: Movable, src: int) -> list[Movable]:
+        """m and the fresh components it talks to (transitively) that run only on src,
+        up to GROUP_SIZE of them, in a fixed order."""
+        group = [m]
+        seen = {m.key}
+        for member in group:
+            if len(group) >= GROUP_SIZE:
+                break
+            near = (*self.calls.get(member.key, ()), *self.callers.get(member.key, ()))
+            for key in sorted(set(near)):
+                other = self.by_key.get(key)
+                if other is None or key in seen or set(other.target) != {src}:
+                    continue
+                c = other.component
+                if c.kind == "DaemonSet" or c.qos.availability.spread or src in other.pinned:
+                    continue
+                seen.add(key)
+                group.append(other)
+                if len(group) >= GROUP_SIZE:
+                    break
+        return group
+
+    def group_cost(self, group: list[Movable]) -> float:
+        """Static terms of the group plus every closeness term touching it, once each."""
+        keys = {g.key for g in group}
+        total = 0.0
+        pairs: set[tuple[str, str]] = set()
+        for g in group:
+            total += sum(k * float(g.static[a]) for a, k in g.target.items()) / max(g.replicas, 1)
+            pairs.update((g.key, j) for j in self.calls.get(g.key, ()))
+            pairs.update((k, g.key) for k in self.callers.get(g.key, ()))
+        for caller, callee in sorted(pairs):
+            if caller in keys or callee in keys:
+                total += pair_cost(self.placement, caller, callee, self.replicas, self.latency, self.scale)
+        return total
+
+    def try_group(self, m: Movable, src: int, dst: int) -> list[str]:
+        """Move m and its co-located neighbours from src to dst together if that pays."""
+        if set(m.target) != {src} or src in m.pinned:
+            return []
+        group = self.group_of(m, src)
+        if len(group) < 2 or not all(g.allowed[dst] for g in group):
+            return []
+        self.evaluations += 1
+        before = self.group_cost(group)
+        saved = [(g, dict(g.target)) for g in group]
+        for g in group:
+            g.target.clear()
+            g.target[dst] = g.replicas
+            self.placement[g.key] = dict(g.target)
+        after = self.group_cost(group)
+        if after < before - EPSILON:
+            released = []
+            for g, _ in saved:
+                released.append((g, list(g.taken)))
+                self.ledger.release(g.taken, g.component.cpu, g.component.memory)
+            ok = True
+            for g in group:
+                c = g.component
+                if self.ledger.take(dst, c.cpu, c.memory, c.architectures, g.replicas, g.taken) != g.replicas:
+                    ok = False
+                    break
+            if ok:
+                for g, old in saved:
+                    for a in old:
+                        self.on[a].discard(g.key)
+                    self.on.setdefault(dst, set()).add(g.key)
+                return [g.key for g in group]
+            for g in group:  # roll back: give dst back, put the old nodes back exactly
+                self.ledger.release(g.taken, g.component.cpu, g.component.memory)
+            for g, records in released:
+                for record in records:
+                    self._restore(g, record)
+        for g, old in saved:
+            g.target.clear()
+            g.target.update(old)
+            self.placement[g.key] = dict(old)
+        return []
