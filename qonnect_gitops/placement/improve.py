@@ -212,35 +212,42 @@ class Search:
         self._shift(m, dst, src)
         return outcome
 
-    def try_swap(self, m: Movable, src: int, dst: int) -> str | None:
-        """Swap one replica of m on src with one of another fresh component on dst;
-        returns the other component when it helped."""
+    def try_swap(self, m: Movable, src: int, dst: int, eject: bool) -> str | None:
+        """Make room for one replica of m on dst by moving one replica of another fresh
+        component from dst, either into m's place on src (a swap) or to a cluster of
+        its own choice with room (an ejection, tried when ``eject``: the move alone
+        would pay but dst is full); returns the other component when that lowers the
+        objective."""
+        if not self._availability_ok(m, src, dst):
+            return None
         for other_key in sorted(self.on.get(dst, ())):
             other = self.by_key[other_key]
-            if other is m or dst not in other.target or other.component.qos.availability.spread:
+            oc = other.component
+            if other is m or dst not in other.target or oc.qos.availability.spread or oc.kind == "DaemonSet":
                 continue
-            if dst in other.pinned and src != other.preferred:
-                continue
-            if other.component.kind == "DaemonSet" or not other.allowed[src]:
-                continue
-            if not self._availability_ok(m, src, dst) or not self._availability_ok(other, dst, src):
-                continue
-            self.evaluations += 1
-            before = self.local(m) + self.local(other)
-            self._shift(m, src, dst)
-            self._shift(other, dst, src)
-            after = self.local(m) + self.local(other)
-            if after < before - EPSILON:
-                mine = self._release_one(m, src)
-                theirs = self._release_one(other, dst)
-                if self._take_one(m, dst):
-                    if self._take_one(other, src):
-                        return other_key
-                    self._release_one(m, dst)
-                self._restore(other, theirs)
-                self._restore(m, mine)
-            self._shift(other, src, dst)
-            self._shift(m, dst, src)
+            if dst in other.pinned:
+                places = [other.preferred] if other.preferred is not None else []
+            else:
+                places = [src] + ([c for c in self.candidates(other) if c != src] if eject else [])
+            for place in places:
+                if place == dst or not other.allowed[place] or not self._availability_ok(other, dst, place):
+                    continue
+                self.evaluations += 1
+                before = self.group_cost([m, other])
+                self._shift(m, src, dst)
+                self._shift(other, dst, place)
+                after = self.group_cost([m, other])
+                if after < before - EPSILON:
+                    mine = self._release_one(m, src)
+                    theirs = self._release_one(other, dst)
+                    if self._take_one(m, dst):
+                        if self._take_one(other, place):
+                            return other_key
+                        self._release_one(m, dst)
+                    self._restore(other, theirs)
+                    self._restore(m, mine)
+                self._shift(other, place, dst)
+                self._shift(m, dst, src)
         return None
 
     def run(self, budget: int, passes: int) -> set[str]:
@@ -272,7 +279,7 @@ class Search:
                             break
                         # A swap can pay even where the move alone would not: the other
                         # component may gain from the exchange too.
-                        other = self.try_swap(m, src, dst)
+                        other = self.try_swap(m, src, dst, eject=outcome == "full")
                         if other is not None:
                             changed.update((c.key, other))
                             improved = moved = True
