@@ -24,7 +24,8 @@ from qonnect_gitops.placement.capacity import Ledger
 
 EPSILON = 1e-9
 CANDIDATES = 6
-GROUP_SIZE = 6  # components moved together at most  # best clusters by static score tried per replica, plus neighbours' clusters
+GROUP_SIZE = 6
+SWAP_PARTNERS = 8  # components on a full cluster tried for a swap or an ejection  # components moved together at most  # best clusters by static score tried per replica, plus neighbours' clusters
 
 
 @dataclass
@@ -59,11 +60,11 @@ def pair_cost(
     if not src or not dst:
         return 0.0
     n = max(replicas(caller), 1)
-    targets = sorted(dst)
-    if len(targets) == 1:
-        t = targets[0]
-        cost = sum(k * latency[a, t] for a, k in src.items())
+    if len(dst) == 1:
+        row = latency[next(iter(dst))]  # symmetric matrix: a row is a column
+        cost = sum(k * row[a] for a, k in src.items())
     else:
+        targets = sorted(dst)
         cost = sum(k * latency[a, targets].min() for a, k in src.items())
     return float(cost) * scale / n
 
@@ -83,7 +84,7 @@ def local_cost(
     """The terms of the objective that involve one component, were it placed at
     ``target`` (the shared ``placement`` map is restored before returning)."""
     saved = placement.get(key)
-    placement[key] = dict(target)
+    placement[key] = target  # type: ignore[assignment]  # read only while evaluating
     try:
         total = sum(k * float(static[a]) for a, k in target.items()) / max(replicas, 1)
         total += sum(pair_cost(placement, key, j, replicas_of, latency, scale) for j in calls.get(key, ()))
@@ -120,6 +121,9 @@ class Search:
         self.scale = weight / norm
         self.ledger = ledger
         self.by_key = {m.key: m for m in self.movables}
+        for m in self.movables:
+            # The shared map holds each movable's own target dict: moves update it in place.
+            self.placement[m.key] = m.target
         self.on: dict[int, set[str]] = {}  # cluster -> fresh components with replicas there
         for m in self.movables:
             for a in m.target:
@@ -146,7 +150,6 @@ class Search:
             self.on[src].discard(key)
         m.target[dst] = m.target.get(dst, 0) + 1
         self.on.setdefault(dst, set()).add(key)
-        self.placement[m.key] = dict(m.target)
 
     def _release_one(self, m: Movable, cluster: int) -> tuple[int, int, int]:
         for i, (c, node, k) in enumerate(m.taken):
@@ -220,7 +223,13 @@ class Search:
         objective."""
         if not self._availability_ok(m, src, dst):
             return None
-        for other_key in sorted(self.on.get(dst, ())):
+        # A busy cluster may hold hundreds of components: try those that lose least by
+        # leaving it (by static score towards src) first, and only a few of them.
+        partners = sorted(
+            self.on.get(dst, ()),
+            key=lambda k: (float(self.by_key[k].static[src] - self.by_key[k].static[dst]), k),
+        )[:SWAP_PARTNERS]
+        for other_key in partners:
             other = self.by_key[other_key]
             oc = other.component
             if other is m or dst not in other.target or oc.qos.availability.spread or oc.kind == "DaemonSet":
@@ -346,7 +355,6 @@ class Search:
         for g in group:
             g.target.clear()
             g.target[dst] = g.replicas
-            self.placement[g.key] = dict(g.target)
         after = self.group_cost(group)
         if after < before - EPSILON:
             released = []
@@ -373,5 +381,4 @@ class Search:
         for g, old in saved:
             g.target.clear()
             g.target.update(old)
-            self.placement[g.key] = dict(old)
         return []
