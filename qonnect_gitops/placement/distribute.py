@@ -12,7 +12,7 @@ reported as unplaced. Nothing here mutates the ledger: callers commit the result
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -84,7 +84,7 @@ def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterato
 
 def distribute(
     ctx: Context,
-    mask: np.ndarray,
+    mask: np.ndarray | Callable[[], np.ndarray],
     total: np.ndarray,
     need: int,
     existing: dict[int, int],
@@ -101,6 +101,8 @@ def distribute(
     result = Distribution()
     if need <= 0:
         return result
+    if callable(mask) and (wanted is None or (per_cluster_max is not None and existing)):
+        mask = mask()  # the full mask (capacity included) may be computed lazily otherwise
     qos = ctx.component.qos
     room = Room(ctx)
     cap = per_cluster_max if per_cluster_max is not None else need
@@ -108,12 +110,14 @@ def distribute(
         room.use(cluster, count)
     if per_cluster_max is not None and existing:
         # A DaemonSet already on a cluster cannot take a second slot there.
+        assert not callable(mask)
         mask = mask.copy()
         mask[list(existing)] = False
         if wanted is not None:
             wanted = wanted.copy()
             wanted[list(existing)] = False
     pool = wanted if wanted is not None else mask
+    assert not callable(pool)
     # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
     preferred = int(np.argmin(np.where(pool, total, math.inf)))
     if not pool[preferred]:
@@ -125,6 +129,8 @@ def distribute(
         result.replicas[preferred] = need
         result.notes[preferred] = "best score"
         return result
+    if callable(mask):
+        mask = mask()
     candidates = np.flatnonzero(mask)
     if candidates.size == 0:
         result.unplaced = need

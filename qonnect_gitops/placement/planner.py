@@ -7,8 +7,9 @@ A cycle: (1) replicas that already run hold their capacity; (2) each component i
 classified: kept as it is (stable, or in cooldown), or given work (new, failover of
 replicas on a failed cluster, goals changed, scaling, or a rescheduling check once its
 cooldown has passed); (3) components with work are placed biggest first, each with its
-filters, scores and the replica distribution rules; (4) moves, draining replicas, the
-decision reason and the explanations are assembled.
+filters, scores and the replica distribution rules; (4) components placed from scratch
+are improved (refine, local search, resettle; see docs/placement.md); (5) moves,
+draining replicas, the decision reason and the explanations are assembled.
 """
 
 from __future__ import annotations
@@ -18,8 +19,8 @@ import math
 import weakref
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import TypeVar
 from datetime import datetime
+from typing import TypeVar
 
 import numpy as np
 
@@ -97,7 +98,7 @@ def _static_for(goals: Goals) -> _GoalIndex:
 _M = TypeVar("_M")
 
 REFINE_PASSES = 2  # passes of the improvement step over freshly placed components
-REFINE_BUDGET = 2000  # components revisited per cycle, so huge fleets stay fast
+REFINE_BUDGET = 1000  # components revisited per cycle, so huge fleets stay fast
 GAIN_FLOOR = 0.5  # see decide(): scores are normalised, most lie between 0.2 and 2
 RULE_NOTES = ("offloaded", "burst")  # placements made by the offloading/bursting rules
 SEARCH_PASSES = 4  # sweeps of the local search
@@ -515,7 +516,6 @@ class _Cycle:
         healthy = self.fleet.healthy
         names = self.fleet.names
         ctx = self.context(work, cur)
-        mask, wanted = self.feasible(ctx)
         total, parts = self.scores(ctx)
         work.total = total
         work.breakdown = parts
@@ -523,9 +523,15 @@ class _Cycle:
         if c.qos.latency:
             work.near = c.qos.latency[0].region
         if not cur:
-            dist = distribute(ctx, mask, total, work.replicas, {}, per_cluster_max, wanted)
+            # Most new components fit their preferred cluster: the full mask with the
+            # capacity filter is computed only when the distribution needs it.
+            dist = distribute(
+                ctx, lambda: self.feasible(ctx)[0], total, work.replicas, {}, per_cluster_max,
+                self.static_mask(ctx),
+            )
             self.apply(work, {}, dist, "new", ctx)
             return
+        mask, wanted = self.feasible(ctx)
         goal_ok = self.goal_mask(ctx)
 
         # Forced changes first: failover and goals that exclude a current cluster.
@@ -681,10 +687,7 @@ class _Cycle:
             if new_here > 0:
                 self.ledger.take(i, c.cpu, c.memory, c.architectures, new_here, work.taken)
             work.target[i] = already + n
-            note = dist.notes.get(i, "")
-            if dist.skipped and note.startswith("offloaded"):
-                note = f"{note}"
-            work.notes[i] = note or work.notes.get(i, "")
+            work.notes[i] = dist.notes.get(i, "") or work.notes.get(i, "")
         if dist.unplaced:
             work.unplaced = dist.unplaced
             work.unplaced_reason = dist.skipped
