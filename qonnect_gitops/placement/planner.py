@@ -105,16 +105,28 @@ SEARCH_PASSES = 4  # sweeps of the local search
 SEARCH_BUDGET = 4500  # evaluated moves per cycle (~0.3 s): huge fleets stay fast
 
 
+_set_attribute = object.__setattr__
+
+
 def _built(cls: type[_M], **values: object) -> _M:
     """A plan model from values that are valid by construction, skipping validation: a
     plan for 10,000 components would otherwise spend most of a failover replan here.
     Every field must be given."""
     obj = cls.__new__(cls)
-    object.__setattr__(obj, "__dict__", values)
-    object.__setattr__(obj, "__pydantic_fields_set__", set(values))
-    object.__setattr__(obj, "__pydantic_extra__", None)
-    object.__setattr__(obj, "__pydantic_private__", None)
+    _set_attribute(obj, "__dict__", values)
+    _set_attribute(obj, "__pydantic_fields_set__", set(values))
+    _set_attribute(obj, "__pydantic_extra__", None)
+    _set_attribute(obj, "__pydantic_private__", None)
     return obj
+
+
+def _mask_key(c: Component, replicas: int) -> Hashable:
+    """Components sharing a QoS object (app defaults) and architectures share every
+    goal-level and observed mask (QoS objects live as long as the goals); size and
+    replica count matter only to the cost cap."""
+    if c.qos.max_cost_per_hour is None:
+        return (id(c.qos), c.architectures)
+    return (id(c.qos), c.architectures, c.cpu, c.memory, replicas)
 
 
 def desired_replicas(component: Component, observed_rps: float | None) -> tuple[int, bool]:
@@ -214,10 +226,7 @@ class _Cycle:
         return cached
 
     def _class_key(self, ctx: Context) -> Hashable:
-        # Components sharing a QoS object (app defaults), size and replica count share
-        # every goal-level and observed mask; QoS objects live as long as the goals.
-        c = ctx.component
-        return (id(c.qos), c.architectures, c.cpu, c.memory, ctx.replicas)
+        return _mask_key(ctx.component, ctx.replicas)
 
     def goal_mask(self, ctx: Context) -> np.ndarray:
         """Where the goals alone allow the component (tier, labels, taints, arch, cost)."""
@@ -495,7 +504,7 @@ class _Cycle:
             left = last.timestamp() + c.stability.cooldown_seconds - now_ts if last is not None else 0.0
             cooling = left > 0
             if count_ok and (cooling or not c.movable or c.kind == "Job"):
-                gm = self.goal_mask_cache.get((id(c.qos), c.architectures, c.cpu, c.memory, work.replicas))
+                gm = self.goal_mask_cache.get(_mask_key(c, work.replicas))
                 if gm is None:
                     gm = self.goal_mask(self.context(work, cur))
                 if all(gm[i] for i in cur):
