@@ -382,3 +382,31 @@ class Search:
             g.target.clear()
             g.target.update(old)
         return []
+
+    def make_room(self, needy: Component, cluster: int, limit: int) -> str | None:
+        """Move one replica of a fresh component off ``cluster`` to another cluster that
+        has room, so that one replica of ``needy`` fits there; returns who moved. Tried
+        in a fixed order: components that lose least by leaving first, their best
+        other clusters first; at most ``limit`` evaluated moves."""
+        keys = sorted(
+            self.on.get(cluster, ()),
+            key=lambda k: (float(self.by_key[k].static[cluster]) * -1.0, k),
+        )
+        for key in keys[:SWAP_PARTNERS]:
+            other = self.by_key[key]
+            oc = other.component
+            if cluster in other.pinned or oc.kind == "DaemonSet" or oc.qos.availability.spread:
+                continue
+            for place in self.candidates(other):
+                if limit <= 0:
+                    return None
+                if place == cluster or not self._availability_ok(other, cluster, place):
+                    continue
+                limit -= 1
+                self.evaluations += 1
+                released = self._release_one(other, cluster)
+                if self.ledger.fits(cluster, needy.cpu, needy.memory, needy.architectures, 1) and self._take_one(other, place):
+                    self._shift(other, cluster, place)
+                    return key
+                self._restore(other, released)
+        return None

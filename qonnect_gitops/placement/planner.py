@@ -101,7 +101,9 @@ REFINE_PASSES = 2  # passes of the improvement step over freshly placed componen
 REFINE_BUDGET = 1000  # components revisited per cycle, so huge fleets stay fast
 GAIN_FLOOR = 0.5  # see decide(): scores are normalised, most lie between 0.2 and 2
 RULE_NOTES = ("offloaded", "burst")  # placements made by the offloading/bursting rules
-SEARCH_PASSES = 4  # sweeps of the local search
+SEARCH_PASSES = 4
+REPAIR_BUDGET = 2000  # evaluated moves per cycle to make room for unplaced components
+CANDIDATE_CLUSTERS = 8  # best allowed clusters tried when making room  # sweeps of the local search
 SEARCH_BUDGET = 4500  # evaluated moves per cycle (~0.3 s): huge fleets stay fast
 
 
@@ -166,6 +168,7 @@ class _Work:
     kept_note: str = ""
     taken: list[tuple[int, int, int]] = field(default_factory=list)  # capacity consumed
     preferred: int | None = None  # the best cluster ignoring capacity, when last placed
+    rule_blocked: bool = False  # left unplaced by offloading/bursting being off
 
 
 class _Cycle:
@@ -199,6 +202,7 @@ class _Cycle:
         # Decided placement so far (cluster index -> replicas), for closeness.
         self.placement: dict[str, dict[int, int]] = {}
         self.replicas_of: dict[str, int] = {}
+        self.todo: list[_Work] = []
 
     # ----- plugin evaluation -------------------------------------------------------------
 
@@ -345,6 +349,7 @@ class _Cycle:
             self.placement[key] = dict(works[key].target)
         # Biggest first: they are the hardest to fit once capacity is consumed.
         todo.sort(key=lambda w: (-w.component.cpu * w.replicas, -w.component.memory * w.replicas, w.key))
+        self.todo = todo
         for work in todo:
             self.decide(work, now)
             self.placement[work.key] = dict(work.target)
@@ -397,6 +402,7 @@ class _Cycle:
             self.ledger,
         )
         changed = search.run(SEARCH_BUDGET, SEARCH_PASSES)
+        self.repair(search, changed)
         for work in fresh:
             if work.key not in changed:
                 continue
@@ -405,6 +411,42 @@ class _Cycle:
             work.total, work.breakdown = self.scores(ctx)
             work.notes = {i: "local search: lowers the objective below the greedy choice" for i in work.target}
             work.moves = [(None, i, n, "new", "new component") for i, n in work.target.items()]
+
+    def repair(self, search: Search, changed: set[str]) -> None:
+        """New components left (partly) unplaced because the clusters that allow them are
+        full: move replicas of other fresh components elsewhere to make room, if they
+        have room elsewhere. Bounded by REPAIR_BUDGET evaluated moves."""
+        budget = REPAIR_BUDGET
+        for work in self.todo:
+            if not work.unplaced or work.current or work.component.kind == "DaemonSet" or budget <= 0:
+                continue
+            if work.rule_blocked:
+                continue  # the user turned offloading or bursting off: respect it
+            c = work.component
+            ctx = self.context(work, work.target)
+            allowed = self.static_mask(ctx)
+            total = work.total if work.total is not None else self.scores(ctx)[0]
+            order = np.flatnonzero(allowed)
+            order = order[np.lexsort((order, total[order]))].tolist()[:CANDIDATE_CLUSTERS]
+            for cluster in order:
+                while work.unplaced and budget > 0:
+                    if not self.ledger.fits(cluster, c.cpu, c.memory, c.architectures, 1):
+                        before = search.evaluations
+                        mover = search.make_room(c, cluster, budget)
+                        budget -= search.evaluations - before
+                        if mover is None:
+                            break
+                        changed.add(mover)
+                    if self.ledger.take(cluster, c.cpu, c.memory, c.architectures, 1, work.taken) != 1:
+                        break
+                    work.target[cluster] = work.target.get(cluster, 0) + 1
+                    work.notes[cluster] = "placed after moving others to make room"
+                    work.unplaced -= 1
+            if work.target:
+                self.placement[work.key] = dict(work.target)
+                work.moves = [(None, i, n, "new", "new component") for i, n in sorted(work.target.items())]
+            if not work.unplaced:
+                work.unplaced_reason = ""
 
     def refine(self, fresh: list[_Work]) -> None:
         """Improve components placed from scratch this cycle, now that every neighbour has
@@ -700,6 +742,7 @@ class _Cycle:
         if dist.unplaced:
             work.unplaced = dist.unplaced
             work.unplaced_reason = dist.skipped
+            work.rule_blocked = "is off" in dist.skipped
 
     def apply(self, work: _Work, keep: dict[int, int], dist: Distribution, reason: MoveReason, ctx: Context) -> None:
         work.target = dict(keep)
