@@ -81,14 +81,22 @@ class _Loader:
         apps_docs = self._load_app_documents()
         regions = set(fleet.spec.regions) if fleet else set()
         latencies: dict[tuple[str, str], float] = {}
-        if network is not None:
-            self._check_network(network, clusters, regions)
+        if network is not None and fleet is not None:
+            # References to a cluster whose own file is broken are not errors of their own:
+            # one mistake should produce one problem, not one per mention.
+            self._check_network(network, self._declared_clusters(), regions)
             latencies = latency_table(network.spec.latencies)
         apps: dict[str, App] = {}
         if fleet is not None:
-            measured_regions = {dst for (src, dst) in latencies if src in clusters}
+            network_broken = NETWORK_FILE in self.files and network is None
+            # With network.yaml broken nothing can be said about which regions are measured.
+            measured_regions = (
+                set(regions) if network_broken
+                else {dst for (src, dst) in latencies if src in clusters}
+            )
+            declared = self._declared_clusters()
             for name, (path, doc) in sorted(apps_docs.items()):
-                app = self._resolve_app(path, doc, fleet, clusters, regions, measured_regions)
+                app = self._resolve_app(path, doc, fleet, declared, regions, measured_regions)
                 if app is not None:
                     apps[name] = app
             self._check_calls(apps_docs, apps)
@@ -112,6 +120,15 @@ class _Loader:
             )
             return None
         return self._document(FLEET_FILE, Fleet)
+
+    def _declared_clusters(self) -> set[str]:
+        """Names of every cluster file, valid or not."""
+        return {
+            p[len(CLUSTERS_DIR):].rsplit(".", 1)[0]
+            for p in self.files
+            if p.startswith(CLUSTERS_DIR) and "/" not in p[len(CLUSTERS_DIR):]
+            and p.endswith((".yaml", ".yml"))
+        }
 
     def _load_clusters(self) -> dict[str, Cluster]:
         clusters: dict[str, Cluster] = {}
@@ -166,7 +183,7 @@ class _Loader:
 
     # -- cross-file checks -----------------------------------------------------------------
 
-    def _check_network(self, network: Network, clusters: dict[str, Cluster], regions: set[str]) -> None:
+    def _check_network(self, network: Network, clusters: set[str], regions: set[str]) -> None:
         seen: set[tuple[str, str]] = set()
         for i, link in enumerate(network.spec.latencies):
             loc: tuple[int | str, ...] = ("spec", "latencies", i)
@@ -186,7 +203,7 @@ class _Loader:
 
     def _check_qos_references(
         self, path: str, loc: tuple[int | str, ...], qos: QoS,
-        clusters: Mapping[str, Cluster], regions: set[str], measured: set[str],
+        clusters: set[str], regions: set[str], measured: set[str],
     ) -> None:
         for i, goal in enumerate(qos.latency):
             where = loc + ("latency", i, "region")
@@ -238,7 +255,7 @@ class _Loader:
     # -- apps and components ---------------------------------------------------------------
 
     def _resolve_app(
-        self, path: str, doc: QoSApp, fleet: Fleet, clusters: Mapping[str, Cluster],
+        self, path: str, doc: QoSApp, fleet: Fleet, clusters: set[str],
         regions: set[str], measured: set[str],
     ) -> App | None:
         before = len(self.problems)
