@@ -25,6 +25,7 @@ from qonnect_gitops.model.goals import (
 )
 from qonnect_gitops.model.network import Network, latency_table
 from qonnect_gitops.model.quantity import to_bytes, to_millicores
+from qonnect_gitops.model.secrets import has_plain_secret_data, is_sops_encrypted
 from qonnect_gitops.model.yamlpos import YamlDocument, parse_yaml, validate_document
 
 FLEET_FILE = "qonnect.yaml"
@@ -299,7 +300,7 @@ class _Loader:
         if not docs:
             self._report(app_path, loc, f"manifest file '{relative}' holds no objects")
             return None
-        encrypted = any(isinstance(d.data, dict) and isinstance(d.data.get("sops"), dict) for d in docs)
+        encrypted = any(isinstance(d.data, dict) and is_sops_encrypted(d.data) for d in docs)
         objects = []
         for d in docs:
             if not isinstance(d.data, dict):
@@ -341,6 +342,11 @@ class _Loader:
                     self.problems.append(d.problem(("metadata", "namespace"),
                                          f"'{ns}' differs from the app namespace; expected "
                                          f"'{doc.spec.namespace}' or no namespace"))
+                if has_plain_secret_data(obj) and not doc.spec.allow_plain_secrets:
+                    self.problems.append(d.problem(("kind",),
+                                         f"Secret '{obj['metadata']['name']}' holds plain data that "
+                                         "would be written unencrypted to cluster branches; encrypt "
+                                         "the file with SOPS, or set spec.allowPlainSecrets: true"))
                 if obj.get("kind") in WORKLOAD_KINDS and not manifest.encrypted:
                     workloads.append((d, obj))
         if len(self.problems) > before:
