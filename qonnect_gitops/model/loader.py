@@ -82,6 +82,8 @@ class _Loader:
         apps_docs = self._load_app_documents()
         regions = set(fleet.spec.regions) if fleet else set()
         latencies: dict[tuple[str, str], float] = {}
+        if fleet is not None:
+            self._check_region_names(fleet)
         if network is not None and fleet is not None:
             # References to a cluster whose own file is broken are not errors of their own:
             # one mistake should produce one problem, not one per mention.
@@ -184,6 +186,13 @@ class _Loader:
 
     # -- cross-file checks -----------------------------------------------------------------
 
+    def _check_region_names(self, fleet: Fleet) -> None:
+        # network.yaml's `to` names a cluster or a region: the two must never be confused.
+        for i, region in enumerate(fleet.spec.regions):
+            if region in self._declared_clusters():
+                self._report(FLEET_FILE, ("spec", "regions", i),
+                             f"region '{region}' has the name of a cluster; expected distinct names")
+
     def _check_network(self, network: Network, clusters: set[str], regions: set[str]) -> None:
         seen: set[tuple[str, str]] = set()
         for i, link in enumerate(network.spec.latencies):
@@ -219,8 +228,23 @@ class _Loader:
                 self._report(path, loc + ("placement", "clusters", i),
                              f"unknown cluster '{name}'; expected one of: {_names(clusters)}")
 
+    def _component_names_as_written(self) -> set[str]:
+        """``app/component`` for every component named in a parseable app.yaml, valid or not."""
+        names = set()
+        for path, doc in self.docs.items():
+            if not (path.startswith(APPS_DIR) and path.endswith("/" + APP_FILE)):
+                continue
+            app = path[len(APPS_DIR):].split("/", 1)[0]
+            spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
+            components = spec.get("components") if isinstance(spec, dict) else None
+            for item in components if isinstance(components, list) else []:
+                if isinstance(item, dict) and isinstance(item.get("name"), str):
+                    names.add(f"{app}/{item['name']}")
+        return names
+
     def _check_calls(self, docs: dict[str, tuple[str, QoSApp]], apps: dict[str, App]) -> None:
-        known = {c.key for app in apps.values() for c in app.components}
+        # Components of apps with problems of their own still exist as far as callers go.
+        known = self._component_names_as_written()
         for name, (path, doc) in docs.items():
             if name not in apps:
                 continue  # already reported
@@ -426,7 +450,8 @@ class _Loader:
                    wdoc: YamlDocument) -> tuple[int, int] | None:
         if spec.resources is not None:
             return spec.resources.cpu, spec.resources.memory
-        # The scheduler's view of a pod: containers run together, init containers one at a time.
+        # The scheduler's view of a pod: containers run together, init containers one at a
+        # time, except sidecars (init containers with restartPolicy Always), which keep running.
         totals = {"cpu": 0, "memory": 0}
         found = {"cpu": False, "memory": False}
         init_peak = {"cpu": 0, "memory": 0}
@@ -445,7 +470,8 @@ class _Loader:
                             pod_loc + (group, i, "resources", "requests", res), str(exc)))
                         ok = False
                         continue
-                    if group == "containers":
+                    sidecar = group == "initContainers" and container.get("restartPolicy") == "Always"
+                    if group == "containers" or sidecar:
                         totals[res] += value
                         found[res] = True
                     else:

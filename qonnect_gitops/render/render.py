@@ -63,23 +63,20 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
     files: dict[str, bytes] = {PLACEMENT_FILE: _dump(plan.model_dump(mode="json", by_alias=True))}
     hosts = {key: plan.clusters_of(key) for key in sorted(plan.components)}
     callers_on = _caller_clusters(goals, hosts)
-    objects: dict[str, int] = {name: 0 for name in goals.clusters}
     for component in goals.components():
-        placed = hosts.get(component.key, {})
-        for cluster, replicas in placed.items():
-            for path, body in _component_files(goals, component, placed, cluster, replicas):
+        for cluster, replicas in hosts.get(component.key, {}).items():
+            for path, body in _component_files(goals, component, hosts[component.key], replicas):
                 files[f"clusters/{cluster}/{path}"] = body
-        # Callers elsewhere reach the component through its Service, made global by the mesh.
-        for cluster in sorted(callers_on.get(component.key, set()) - set(placed)):
-            for path, body in _service_files(goals, component, cluster, hosted=False):
-                files[f"clusters/{cluster}/{path}"] = body
+        for cluster, path, body in _service_files(goals, component, hosts, callers_on):
+            files[f"clusters/{cluster}/{path}"] = body
+    objects: dict[str, int] = {}
     for cluster in goals.clusters:
-        namespaces = sorted({p.split("/")[2] for p in files if p.startswith(f"clusters/{cluster}/")
-                             and p.split("/")[2] != "_cluster"})
-        for ns in namespaces:
-            files[f"clusters/{cluster}/_cluster/namespace-{ns}.yaml"] = _dump(_owned(
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, None, None))
         prefix = f"clusters/{cluster}/"
+        namespaces = sorted({p.split("/")[2] for p in files
+                             if p.startswith(prefix) and p.split("/")[2] != "_cluster"})
+        for ns in namespaces:
+            files[f"{prefix}_cluster/namespace-{ns}.yaml"] = _dump(_owned(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, None, None))
         objects[cluster] = sum(1 for p in files if p.startswith(prefix))
     return RenderedPlan(dict(sorted(files.items())), tuple(goals.clusters), objects)
 
@@ -94,8 +91,9 @@ def _caller_clusters(goals: Goals, hosts: Mapping[str, Mapping[str, int]]) -> di
 
 
 def _component_files(
-    goals: Goals, component: Component, placed: Mapping[str, int], cluster: str, replicas: int
+    goals: Goals, component: Component, placed: Mapping[str, int], replicas: int
 ) -> list[tuple[str, bytes]]:
+    """Everything a component runs on one cluster, except its Services (see _service_files)."""
     out: list[tuple[str, bytes]] = []
     hpa = _autoscaler_of(component)
     total = sum(placed.values())
@@ -105,37 +103,73 @@ def _component_files(
             out.append((f"{component.namespace}/{component.name}/sops-{name}", manifest.raw))
             continue
         for source in manifest.objects:
+            if source.get("kind") == "Service":
+                continue
             if has_plain_secret_data(source) and not goals.apps[component.app].document.spec.allow_plain_secrets:
                 raise RenderError(
                     f"{manifest.path}: Secret '{source['metadata']['name']}' holds plain data; "
                     "refusing to write it to cluster branches"
                 )
             obj = copy.deepcopy(dict(source))
-            kind = obj["kind"]
             if _same_object(source, component.workload):
                 _set_replicas(obj, component, replicas, autoscaled=hpa is not None)
             elif hpa is not None and _same_object(source, hpa):
                 _split_autoscaler(obj, replicas, total)
-            if kind == "Service":
-                _mark_for_mesh(obj, goals.fleet.spec.mesh, hosted=True)
             out.append(_object_file(obj, component))
-            if kind == "Service" and goals.fleet.spec.mesh == "mcs":
-                out.append(_object_file(_service_export(obj), component))
     return out
 
 
-def _service_files(goals: Goals, component: Component, cluster: str, hosted: bool) -> list[tuple[str, bytes]]:
+def _service_files(
+    goals: Goals, component: Component, hosts: Mapping[str, Mapping[str, int]],
+    callers_on: Mapping[str, set[str]],
+) -> list[tuple[str, str, bytes]]:
+    """A component's Services, as ``(cluster, path, bytes)``.
+
+    A Service goes wherever its backends run (the components its selector matches, as
+    with reviews v1/v2/v3 behind one Service) and, made global by the mesh, wherever
+    something that calls those backends runs.
+    """
     out = []
+    mesh = goals.fleet.spec.mesh
     for manifest in component.manifests:
         if manifest.encrypted:
             continue
         for source in manifest.objects:
             if source.get("kind") != "Service":
                 continue
-            obj = copy.deepcopy(dict(source))
-            _mark_for_mesh(obj, goals.fleet.spec.mesh, hosted=hosted)
-            out.append(_object_file(obj, component))
+            backends = {component.key} | _selected_components(goals, component, source)
+            hosting = {c for key in backends for c in hosts.get(key, {})}
+            consumers = {c for key in backends for c in callers_on.get(key, set())}
+            for cluster in sorted(hosting | consumers):
+                obj = copy.deepcopy(dict(source))
+                hosted = cluster in hosting
+                _mark_for_mesh(obj, mesh, hosted=hosted)
+                path, body = _object_file(obj, component)
+                out.append((cluster, path, body))
+                if mesh == "mcs" and hosted:
+                    path, body = _object_file(_service_export(obj), component)
+                    out.append((cluster, path, body))
     return out
+
+
+def _selected_components(goals: Goals, owner: Component, service: Mapping[str, Any]) -> set[str]:
+    """Components of the same app whose pods the Service's selector matches."""
+    selector = (service.get("spec") or {}).get("selector") or {}
+    if not selector:
+        return set()
+    selected = set()
+    for other in goals.apps[owner.app].components:
+        labels = _pod_labels(other)
+        if all(labels.get(k) == v for k, v in selector.items()):
+            selected.add(other.key)
+    return selected
+
+
+def _pod_labels(component: Component) -> Mapping[str, Any]:
+    spec = component.workload.get("spec") or {}
+    if component.kind == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+    return ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
 
 
 def _same_object(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

@@ -102,3 +102,15 @@ def test_recursive_alias_is_refused_not_looped() -> None:
         assert "alias" in str(exc)
     else:  # ruamel may refuse the alias itself; either way no recursion error escapes
         pass
+
+
+def test_sidecars_count_with_the_containers(template_files: dict[str, bytes]) -> None:
+    files = dict(template_files)
+    path = "apps/bookinfo/manifests/details.yaml"
+    files[path] = files[path].replace(
+        b"      containers:\n",
+        b"      initContainers:\n        - name: proxy\n          image: envoy\n          restartPolicy: Always\n"
+        b"          resources: {requests: {cpu: 100m, memory: 32Mi}}\n      containers:\n",
+    )
+    details = load_goals(files).component("bookinfo/details")
+    assert (details.cpu, details.memory) == (150, 96 * 2**20)

@@ -21,7 +21,7 @@ def test_template_is_valid() -> None:
     result = _validate(TEMPLATE)
     assert result.returncode == 0, result.stderr
     assert result.stdout.strip().endswith(
-        "valid: 9 clusters, 2 regions, 2 apps, 10 components, 22 manifest objects"
+        "valid: 9 clusters, 2 regions, 2 apps, 10 components, 24 manifest objects"
     )
 
 

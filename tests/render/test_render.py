@@ -201,3 +201,15 @@ def test_placement_file_records_every_component_and_reason(rendered) -> None:
     assert set(placement["components"]) == set(PLACEMENT)
     assert placement["components"]["sensor-pipeline/ingest"]["assignments"][0] == {
         "cluster": "edge-1", "replicas": 4, "reason": "test", "score": None, "breakdown": {}}
+
+
+def test_service_goes_where_its_backends_run(goals) -> None:
+    # reviews-v2 runs on fog-2 without reviews-v1, which declares the reviews Service.
+    placement = dict(PLACEMENT, **{"bookinfo/reviews-v2": {"fog-2": 1}})
+    rendered = render(goals, make_plan(goals, placement))
+    service = find(rendered, "fog-2", "Service", "reviews")
+    assert service["metadata"]["annotations"]["service.cilium.io/shared"] == "true"
+    assert find(rendered, "fog-2", "ServiceAccount", "bookinfo-reviews-v2")
+    # ratings is called from fog-2 now, so its Service is there too, as a consumer only.
+    ratings = find(rendered, "fog-2", "Service", "ratings")
+    assert ratings["metadata"]["annotations"]["service.cilium.io/shared"] == "false"
