@@ -73,7 +73,7 @@ goal_paths = st.sampled_from(
 )
 
 
-@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(path=goal_paths, text=yaml_texts)
 def test_arbitrary_yaml_only_ever_raises_goals_error(
     template_files: dict[str, bytes], path: str, text: str
