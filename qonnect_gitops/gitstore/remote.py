@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -369,4 +369,20 @@ def fetch_branch(
     return result.commit
 
 
-ValidateHook = Callable[[dict[str, bytes]], object]
+
+
+
+def credentials_from_env(env: dict[str, str] | None = None) -> Credentials:
+    """Credentials from ``QONNECT_GIT_USERNAME``/``QONNECT_GIT_TOKEN`` (smart HTTP) or
+    ``QONNECT_GIT_SSH_KEY`` (+ optional ``QONNECT_GIT_SSH_USER``, default ``git``); None if unset."""
+    import os
+
+    env = dict(os.environ) if env is None else env
+    token = env.get("QONNECT_GIT_TOKEN")
+    if token:
+        return pygit2.UserPass(env.get("QONNECT_GIT_USERNAME", "qonnect"), token)
+    key = env.get("QONNECT_GIT_SSH_KEY")
+    if key:
+        pub = key + ".pub" if Path(key + ".pub").exists() else None
+        return pygit2.Keypair(env.get("QONNECT_GIT_SSH_USER", "git"), pub, key, env.get("QONNECT_GIT_SSH_PASSPHRASE", ""))
+    return None
