@@ -6,6 +6,7 @@ types cross this boundary: paths, bytes, commit ids, ints and strings. See
 """
 
 from qonnect_gitops.gitstore.errors import (
+    FanOutStale,
     GenerationConflict,
     GitStoreError,
     InvalidPath,
@@ -33,6 +34,7 @@ __all__ = [
     "REASONS",
     "ClosedProposal",
     "DecisionMeta",
+    "FanOutStale",
     "GenerationConflict",
     "GitStore",
     "GitStoreError",

@@ -33,6 +33,19 @@ class StaleRef(GitStoreError):
         super().__init__(f"stale ref update ({hint}): {detail}")
 
 
+class FanOutStale(StaleRef):
+    """The decision was published, but some cluster branches (or proposal records) lost a race.
+
+    Usually a newer leader pushed its own fan-out in between. The decision stands
+    (``plan_commit`` is on the remote); fetch and call ``GitStore.fan_out(plan_head)``
+    to bring the cluster branches up to date.
+    """
+
+    def __init__(self, refs: Mapping[str, str], plan_commit: str | None) -> None:
+        self.plan_commit = plan_commit
+        super().__init__(refs, hint="decision published; fetch and fan out the current plan head")
+
+
 class GenerationConflict(GitStoreError):
     """A decision's generation does not increase over its parent plan commit's generation."""
 

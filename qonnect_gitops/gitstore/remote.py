@@ -23,7 +23,7 @@ from typing import Any
 
 import pygit2
 
-from qonnect_gitops.gitstore.errors import RemoteError, StaleRef
+from qonnect_gitops.gitstore.errors import FanOutStale, RemoteError, StaleRef
 from qonnect_gitops.gitstore.store import (
     CLOSED_NAMESPACE,
     DEFAULT_CLUSTER_PREFIX,
@@ -261,7 +261,9 @@ class Mirror:
         nothing else was pushed). All other refs (cluster branches, closed proposals)
         follow in one push. If that second push is interrupted, the remote plan branch
         is ahead of its cluster branches and the next cycle's ``fan_out`` completes them.
-        Raises ``StaleRef`` naming the refs that lost; accepted refs stay accepted.
+        Raises ``StaleRef`` naming the refs that lost when the decision itself lost, and
+        ``FanOutStale`` (a ``StaleRef``) when the decision was published but later refs
+        lost; accepted refs stay accepted either way.
         """
         start = time.perf_counter()
         pending = self.pending()
@@ -270,11 +272,20 @@ class Mirror:
         rest = [c for c in pending if c not in first]
         pushed: list[RefChange] = []
         pushes = 0
-        for batch in (first, rest):
-            if batch:
-                self.push(batch)
-                pushes += 1
-                pushed += batch
+        if first:
+            self.push(first)
+            pushes += 1
+            pushed += first
+        if rest:
+            try:
+                self.push(rest)
+            except StaleRef as exc:
+                accepted = [c for c in rest if c.ref not in exc.refs]
+                plan = next((c.new for c in first if c.ref == self.store.plan_ref), None)
+                log.warning("fan_out_push_stale", refs=len(exc.refs), accepted=len(accepted), plan=plan)
+                raise FanOutStale(exc.refs, plan) from exc
+            pushes += 1
+            pushed += rest
         gc_seconds = self.gc_auto() if self.gc and pushed else None
         result = PublishResult(tuple(pushed), pushes, time.perf_counter() - start, gc_seconds)
         if pushed:
