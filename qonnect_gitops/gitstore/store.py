@@ -26,6 +26,7 @@ from pathlib import Path
 import pygit2
 
 from qonnect_gitops.gitstore import trailers as tr
+from qonnect_gitops.gitstore.objects import ObjectBatch
 from qonnect_gitops.gitstore.errors import (
     GenerationConflict,
     GitStoreError,
@@ -271,12 +272,14 @@ class GitStore:
         When the plan tree equals the current plan tree no plan commit is written, but
         the fan-out of the current plan commit is still completed (it is idempotent).
         """
-        tree_id, fan = self._prepare(plan_files, clusters, prune_limits)
         current = _ref_target(self.repo, self.plan_ref)
         if expected_plan is not _CURRENT:
             expected = None if expected_plan is None else pygit2.Oid(hex=str(expected_plan))
             if expected != current:
                 raise StaleRef({self.plan_ref: f"expected {_short(expected)}, found {_short(current)}"})
+        batch = ObjectBatch(self.repo)
+        dirs: dict[str, pygit2.Oid] = {}
+        tree_id, fan = self._prepare(plan_files, clusters, prune_limits, current, batch, dirs)
         if current is not None and self.repo[current].peel(pygit2.Commit).tree_id == tree_id:
             log.debug("plan_unchanged", plan=str(current))
             changes = self.fan_out(str(current))
@@ -288,12 +291,18 @@ class GitStore:
         message = tr.format_message(summary, body, trailers)
         sig = self.identity.signature(timestamp)
         parents = [current] if current is not None else []
-        commit = self.repo.create_commit(None, sig, sig, message, tree_id, parents)
+        commit = batch.commit(tree_id, parents, sig, sig, message)
+        # The cluster commits are computed now too, so one pack holds the whole decision.
+        # They are exactly what fan_out(commit) would write; the refs move in order below.
+        names = set(fan.clusters) | {p.split("/", 1)[1] for p in dirs if p.count("/") == 1 and p.startswith("clusters/")}
+        subtrees = {name: dirs.get(f"clusters/{name}") for name in names}
+        updates = self._cluster_commits(commit, summary.strip(), meta, subtrees, fan.prune_limits, timestamp, batch)
+        batch.flush()
         cas_update_refs(self.repo, {self.plan_ref: (current, commit)}, f"qonnect: plan {meta.generation}")
         log.info("plan_committed", commit=str(commit), generation=meta.generation, reason=meta.reason,
                  term=meta.term, source=meta.source)
         closed = self._close_all(open_ids, f"superseded by plan commit {commit}", timestamp)
-        changes = self.fan_out(str(commit))
+        changes = self._move_clusters(commit, updates, len(names))
         return WriteResult(
             plan_head=str(commit),
             plan_commit=str(commit),
@@ -326,33 +335,55 @@ class GitStore:
         names.update(_cluster_dirs(self.repo, commit.tree))
         limits = dict(recorded.prune_limits if prune_limits is None else prune_limits)
         when = commit.committer.time if timestamp is None else timestamp
+        summary = commit.message.splitlines()[0] if commit.message.strip() else "qonnect plan"
+        subtrees = {name: subtree_id(self.repo, commit.tree, f"clusters/{name}") for name in names}
+        batch = ObjectBatch(self.repo)
+        updates = self._cluster_commits(commit.id, summary, meta, subtrees, limits, when, batch)
+        batch.flush()
+        return self._move_clusters(commit.id, updates, len(names))
+
+    def _cluster_commits(
+        self,
+        plan_id: pygit2.Oid,
+        summary: str,
+        meta: DecisionMeta,
+        subtrees: Mapping[str, pygit2.Oid | None],
+        limits: Mapping[str, int],
+        when: int,
+        batch: ObjectBatch,
+    ) -> dict[str, tuple[pygit2.Oid | None, pygit2.Oid | None]]:
+        """Queue a commit for every cluster whose tree changed; returns ref -> (old, new)."""
         sig = self.identity.signature(when)
         empty = pygit2.Oid(hex=EMPTY_TREE_HEX)
-        summary = commit.message.splitlines()[0] if commit.message.strip() else "qonnect plan"
         updates: dict[str, tuple[pygit2.Oid | None, pygit2.Oid | None]] = {}
-        for name in sorted(names):
+        for name in sorted(subtrees):
             ref = self.cluster_ref(name)
-            sub = subtree_id(self.repo, commit.tree, f"clusters/{name}")
+            sub = subtrees[name]
             tree_id = sub if sub is not None else empty
-            if tree_id == empty:
-                # Make sure the empty tree object exists in this odb (it is never implicit).
-                self.repo.TreeBuilder().write()
             old = _ref_target(self.repo, ref)
             if old is not None and self.repo[old].peel(pygit2.Commit).tree_id == tree_id:
                 continue
-            trailers = meta.trailers() + [(tr.PLAN, str(commit.id))]
+            trailers = meta.trailers() + [(tr.PLAN, str(plan_id))]
             if tree_id == empty:
+                batch.tree([])  # the empty tree object must exist in this odb; it is not implicit
                 trailers.append((tr.ALLOW_EMPTY, "true"))
             if name in limits:
                 trailers.append((tr.PRUNE_LIMIT, str(int(limits[name]))))
-            body = f"Files of clusters/{name} in plan commit {commit.id}."
+            body = f"Files of clusters/{name} in plan commit {plan_id}."
             message = tr.format_message(f"{summary} [{name}]", body, trailers)
-            new = self.repo.create_commit(None, sig, sig, message, tree_id, [old] if old else [])
-            updates[ref] = (old, new)
-        cas_update_refs(self.repo, updates, f"qonnect: fan-out of {commit.id}")
+            updates[ref] = (old, batch.commit(tree_id, [old] if old else [], sig, sig, message))
+        return updates
+
+    def _move_clusters(
+        self,
+        plan_id: pygit2.Oid,
+        updates: Mapping[str, tuple[pygit2.Oid | None, pygit2.Oid | None]],
+        clusters: int,
+    ) -> list[RefChange]:
+        cas_update_refs(self.repo, updates, f"qonnect: fan-out of {plan_id}")
         changes = [RefChange(ref, _hex(old), _hex(new)) for ref, (old, new) in sorted(updates.items())]
         if changes:
-            log.info("fanned_out", plan=str(commit.id), changed=len(changes), clusters=len(names))
+            log.info("fanned_out", plan=str(plan_id), changed=len(changes), clusters=clusters)
         return changes
 
     # ---------------------------------------------------------------- review mode
@@ -380,8 +411,9 @@ class GitStore:
         proposes the same tree on the same base (so an idle cycle writes nothing).
         """
         ref = self.proposal_ref(proposal_id)
-        tree_id, fan = self._prepare(plan_files, clusters, prune_limits)
         current = _ref_target(self.repo, self.plan_ref)
+        batch = ObjectBatch(self.repo)
+        tree_id, fan = self._prepare(plan_files, clusters, prune_limits, current, batch)
         if expected_plan is not _CURRENT:
             expected = None if expected_plan is None else pygit2.Oid(hex=str(expected_plan))
             if expected != current:
@@ -402,7 +434,8 @@ class GitStore:
         )
         message = tr.format_message(summary, description, trailers)
         sig = self.identity.signature(timestamp)
-        commit = self.repo.create_commit(None, sig, sig, message, tree_id, [current] if current else [])
+        commit = batch.commit(tree_id, [current] if current else [], sig, sig, message)
+        batch.flush()
         old = _ref_target(self.repo, ref)
         cas_update_refs(self.repo, {ref: (old, commit)}, f"qonnect: proposal {proposal_id}")
         log.info("proposal_written", proposal=proposal_id, commit=str(commit), generation=meta.generation)
@@ -474,6 +507,9 @@ class GitStore:
         plan_files: Mapping[str, bytes],
         clusters: Iterable[str],
         prune_limits: Mapping[str, int] | None,
+        current: pygit2.Oid | None,
+        batch: ObjectBatch,
+        dirs: dict[str, pygit2.Oid] | None = None,
     ) -> tuple[pygit2.Oid, _FanOutPlan]:
         listed = set(clusters)
         for name in listed:
@@ -491,8 +527,11 @@ class GitStore:
             self.cluster_ref(name)
             if int(n) < 0:
                 raise ValueError(f"prune limit of {name} must be >= 0")
-        tree_id = build_tree(self.repo, plan_files)
-        return tree_id, _FanOutPlan(sorted(listed - with_files), {k: int(v) for k, v in limits.items()})
+        base = self.repo[current].peel(pygit2.Commit).tree_id if current is not None else None
+        tree_id = build_tree(self.repo, plan_files, base=base, batch=batch, trees=dirs)
+        # Clusters without files are recorded so fan_out(plan commit) alone can replay this.
+        empty = (listed | set(limits)) - with_files
+        return tree_id, _FanOutPlan(sorted(empty), {k: int(v) for k, v in limits.items()})
 
     def _check_generation(self, parent: pygit2.Oid | None, meta: DecisionMeta) -> None:
         if parent is None:

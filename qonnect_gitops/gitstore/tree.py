@@ -9,6 +9,7 @@ from typing import Union
 import pygit2
 
 from qonnect_gitops.gitstore.errors import InvalidPath, RevisionNotFound
+from qonnect_gitops.gitstore.objects import BLOB, MODE_BLOB, MODE_TREE, TREE, ObjectBatch, object_id, serialize_tree
 
 RepoLike = Union[pygit2.Repository, str, Path]
 
@@ -49,11 +50,23 @@ def split_path(path: str) -> list[str]:
     return parts
 
 
-def build_tree(repo: pygit2.Repository, files: Mapping[str, bytes]) -> pygit2.Oid:
+def build_tree(
+    repo: pygit2.Repository,
+    files: Mapping[str, bytes],
+    *,
+    base: pygit2.Oid | None = None,
+    batch: ObjectBatch | None = None,
+    trees: dict[str, pygit2.Oid] | None = None,
+) -> pygit2.Oid:
     """Write blobs and trees for ``files`` (path -> bytes) and return the root tree id.
 
-    The tree id depends only on the set of (path, bytes) pairs: Git sorts tree entries
-    itself, so dict order never matters. An empty mapping gives the empty tree.
+    The tree id depends only on the set of (path, bytes) pairs: entries are put in
+    git's canonical order, so dict order never matters. An empty mapping gives the
+    empty tree. ``base`` (usually the current plan tree) lets unchanged blobs and
+    subtrees be recognised by hash alone, so a cycle that changes one file costs one
+    blob and the trees above it. With ``batch`` the objects are queued there and the
+    caller flushes; otherwise they are written before returning. ``trees``, when
+    given, receives the id of every directory by path (``""`` is the root).
     """
     root: dict[str, object] = {}
     for path, data in files.items():
@@ -67,18 +80,46 @@ def build_tree(repo: pygit2.Repository, files: Mapping[str, bytes]) -> pygit2.Oi
         if parts[-1] in node:
             raise InvalidPath(f"{path!r} is both a file and a directory")
         node[parts[-1]] = bytes(data)
-    return _write_node(repo, root)
+    own = batch is None
+    batch = ObjectBatch(repo) if batch is None else batch
+    base_tree = repo[base] if base is not None else None
+    tree_id = _write_node(repo, batch, root, base_tree if isinstance(base_tree, pygit2.Tree) else None,
+                          "", trees if trees is not None else {})
+    if own:
+        batch.flush()
+    return tree_id
 
 
-def _write_node(repo: pygit2.Repository, node: Mapping[str, object]) -> pygit2.Oid:
-    builder = repo.TreeBuilder()
+def _write_node(
+    repo: pygit2.Repository,
+    batch: ObjectBatch,
+    node: Mapping[str, object],
+    base: pygit2.Tree | None,
+    path: str,
+    trees: dict[str, pygit2.Oid],
+) -> pygit2.Oid:
+    known = {e.name: e for e in base} if base is not None else {}
+    entries: list[tuple[str, int, bytes]] = []
     for name, child in node.items():
+        old = known.get(name)
         if isinstance(child, dict):
-            builder.insert(name, _write_node(repo, child), pygit2.enums.FileMode.TREE)
+            old_tree = repo[old.id] if old is not None and old.filemode == pygit2.enums.FileMode.TREE else None
+            sub_path = f"{path}/{name}" if path else name
+            sub = _write_node(repo, batch, child, old_tree, sub_path, trees)  # type: ignore[arg-type]
+            entries.append((name, MODE_TREE, sub.raw))
         else:
             assert isinstance(child, bytes)
-            builder.insert(name, repo.create_blob(child), pygit2.enums.FileMode.BLOB)
-    return builder.write()
+            raw = object_id(BLOB, child)
+            if old is None or old.id.raw != raw or old.filemode != pygit2.enums.FileMode.BLOB:
+                batch.add(BLOB, child)
+            entries.append((name, MODE_BLOB, raw))
+    data = serialize_tree(entries)
+    raw = object_id(TREE, data)
+    if base is not None and base.id.raw == raw:
+        trees[path] = base.id  # unchanged subtree: nothing to write, nothing to check
+    else:
+        trees[path] = batch.add(TREE, data)
+    return trees[path]
 
 
 def subtree_id(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:

@@ -126,23 +126,30 @@ def test_fetch_takes_only_what_the_lead_needs_and_drops_unpushed_writes(served: 
     assert mirror.store.plan_head() is None and mirror.pending() == []
 
 
-def test_gc_auto_packs_loose_objects(served: Served, tmp_path: Path) -> None:
+def test_a_big_decision_is_one_valid_pack_and_gc_consolidates_packs(served: Served, tmp_path: Path) -> None:
     mirror = Mirror(tmp_path / "m.git", served.url)
-    # git estimates the loose count from objects/17/ alone: enough objects that the
-    # estimate (deterministic: same blobs every run) clears a low threshold.
-    git("-C", tmp_path / "m.git", "config", "gc.auto", "20")
+    repo = tmp_path / "m.git"
+    git("-C", repo, "config", "gc.autoPackLimit", "3")
     mirror.fetch()
+
+    def count() -> dict[str, int]:
+        stats = dict(line.split(": ") for line in git("-C", repo, "count-objects", "-v").splitlines())
+        return {"loose": int(stats["count"]), "packs": int(stats["packs"])}
+
+    before = count()
     decide(mirror, plan_files(150, manifests=4), 1, [f"c{i}" for i in range(150)])
-
-    def loose() -> int:
-        stats = dict(line.split(": ") for line in git("-C", tmp_path / "m.git", "count-objects", "-v").splitlines())
-        return int(stats["count"])
-
-    assert loose() > 500
-    published = mirror.publish()
+    after = count()
+    # ~900 new objects, none of them loose: one new pack.
+    assert after["loose"] == before["loose"] and after["packs"] == before["packs"] + 1
+    git("-C", repo, "fsck", "--strict", "--no-dangling")  # git itself accepts our pack, index, trees, commits
+    for gen in (2, 3, 4):
+        decide(mirror, plan_files(150, manifests=4, tag=f"v{gen}"), gen, [f"c{i}" for i in range(150)])
+    assert count()["packs"] > 3
+    published = mirror.publish()  # runs git gc --auto: too many packs -> one
     assert published.gc_seconds is not None
-    assert loose() < 20
-    assert mirror.store.plan_head() == git("-C", tmp_path / "m.git", "rev-parse", "qonnect/plan").strip()
+    assert count()["packs"] == 1
+    assert mirror.store.plan_head() == git("-C", repo, "rev-parse", "qonnect/plan").strip()
+    git("-C", served.bare, "fsck", "--strict", "--no-dangling")
 
 
 def test_narrow_fetch_gets_one_branch_only(served: Served, tmp_path: Path) -> None:

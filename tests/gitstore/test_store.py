@@ -153,10 +153,10 @@ def test_interrupted_fan_out_is_completed_identically(tmp_path: Path, monkeypatc
 
     store = GitStore.init_bare(tmp_path / "crash.git")
 
-    def crash(self: GitStore, plan_commit: str, **kw: object) -> None:
+    def crash(self: GitStore, *args: object) -> None:
         raise KeyboardInterrupt("leader died between plan commit and fan-out")
 
-    monkeypatch.setattr(GitStore, "fan_out", crash)
+    monkeypatch.setattr(GitStore, "_move_clusters", crash)
     with pytest.raises(KeyboardInterrupt):
         decide(store, files, 1, clusters, prune_limits={"c2": 0})
     monkeypatch.undo()
