@@ -30,6 +30,7 @@ from qonnect_gitops.gitstore.objects import ObjectBatch
 from qonnect_gitops.gitstore.errors import (
     GenerationConflict,
     GitStoreError,
+    ProposalError,
     ProposalNotFound,
     StaleProposal,
     StaleRef,
@@ -406,7 +407,8 @@ class GitStore:
         The commit has the plan commit it would become (tree, trailers plus
         ``Qonnect-Proposal: <id>``), parented on the current plan head; the markdown
         ``description`` is its message body. Older open proposals are closed as
-        superseded and listed in ``Qonnect-Supersedes`` trailers. Returns None when the
+        superseded and listed in ``Qonnect-Supersedes`` trailers. Proposals are immutable:
+        an id already used (open or closed) raises ``ProposalError``. Returns None when the
         plan would not change, and the existing proposal when an open one already
         proposes the same tree on the same base (so an idle cycle writes nothing).
         """
@@ -424,8 +426,11 @@ class GitStore:
         for prop in open_props:
             if not prop.stale and self.repo[pygit2.Oid(hex=prop.commit)].peel(pygit2.Commit).tree_id == tree_id:
                 return prop
+        # Proposals are immutable: replacing one would be a non-fast-forward push.
+        if _ref_target(self.repo, ref) is not None or f"{CLOSED_NAMESPACE}{proposal_id}" in self.repo.references:
+            raise ProposalError(f"proposal id {proposal_id!r} is already used; give the new decision a new id")
         self._check_generation(current, meta)
-        older = [p.id for p in open_props if p.id != proposal_id]
+        older = [p.id for p in open_props]
         trailers = (
             meta.trailers()
             + _fan_trailers(fan)
@@ -436,8 +441,7 @@ class GitStore:
         sig = self.identity.signature(timestamp)
         commit = batch.commit(tree_id, [current] if current else [], sig, sig, message)
         batch.flush()
-        old = _ref_target(self.repo, ref)
-        cas_update_refs(self.repo, {ref: (old, commit)}, f"qonnect: proposal {proposal_id}")
+        cas_update_refs(self.repo, {ref: (None, commit)}, f"qonnect: proposal {proposal_id}")
         log.info("proposal_written", proposal=proposal_id, commit=str(commit), generation=meta.generation)
         self._close_all(older, f"superseded by proposal {proposal_id} ({commit})", timestamp)
         return self._proposal(proposal_id)

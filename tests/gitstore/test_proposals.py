@@ -9,7 +9,7 @@ import pytest
 
 from qonnect_gitops.cli import approve as approve_cmd
 from qonnect_gitops.cli import proposals as proposals_cmd
-from qonnect_gitops.gitstore import DecisionMeta, ProposalNotFound, StaleProposal
+from qonnect_gitops.gitstore import DecisionMeta, ProposalError, ProposalNotFound, StaleProposal
 from qonnect_gitops.gitstore.proposals import pull_request_for
 from qonnect_gitops.gitstore.remote import Mirror
 from tests.gitstore.conftest import Served, git, plan_files, seed_goals, trailers_of
@@ -101,6 +101,9 @@ def test_direct_decision_supersedes_open_proposals(served: Served, tmp_path: Pat
     assert trailers_of(served.bare, "qonnect/plan")["Qonnect-Supersedes"] == ["p1"]
     assert closed_note(served.bare, "p1") == f"superseded by plan commit {result.plan_commit}"
     assert "proposals/p1" not in git("ls-remote", served.url)
+    # Proposal ids are never reused (a replaced proposal would be a forced push).
+    with pytest.raises(ProposalError, match="already used"):
+        propose(lead, "p1", 3, "v9")
 
 
 def test_stale_proposal_is_refused_with_the_reason(served: Served, tmp_path: Path,

@@ -164,3 +164,22 @@ def test_narrow_fetch_gets_one_branch_only(served: Served, tmp_path: Path) -> No
     assert git("-C", tmp_path / "agent.git", "for-each-ref", "--format=%(refname)").split() == ["refs/heads/cluster/c7"]
     # A second fetch with nothing new transfers nothing.
     assert narrow_fetch(tmp_path / "agent.git", served.url, "cluster/c7").received_objects == 0
+
+
+def test_deleting_a_ref_is_compare_and_swap_too(served: Served, tmp_path: Path) -> None:
+    a = Mirror(tmp_path / "a.git", served.url)
+    a.fetch()
+    source = a.main_commit()
+    assert source is not None
+    a.store.propose("p1", plan_files(1), summary="P1", description="d", clusters=["c0"], timestamp=1_700_000_001,
+                    meta=DecisionMeta(source, 1, 1, "goals-changed"))
+    a.publish()
+    # A human force-pushes something else onto p1 after we saw it.
+    git("push", "-q", "--force", served.url, f"{source}:refs/heads/qonnect/proposals/p1",
+        cwd=served.bare.parent / (served.bare.name + ".work"))
+    a.store.propose("p2", plan_files(1, tag="v2"), summary="P2", description="d", clusters=["c0"],
+                    timestamp=1_700_000_002, meta=DecisionMeta(source, 1, 2, "goals-changed"))
+    with pytest.raises(StaleRef) as err:
+        a.publish()  # p2 goes up, but closing p1 (a deletion) must not clobber the human's commit
+    assert "refs/heads/qonnect/proposals/p1" in err.value.refs
+    assert git("ls-remote", served.url, "refs/heads/qonnect/proposals/p1").split()[0] == source
