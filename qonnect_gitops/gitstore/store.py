@@ -343,6 +343,15 @@ class GitStore:
         batch.flush()
         return self._move_clusters(commit.id, updates, len(names))
 
+    def catch_up(self) -> list[RefChange]:
+        """``fan_out`` of the current plan head: a no-op when every cluster branch follows it.
+
+        ``write_decision`` does this itself; call it in review-mode cycles (where a forge
+        merge or ``qonnect approve`` may have moved the plan branch) and after a restart.
+        """
+        head = self.plan_head()
+        return [] if head is None else self.fan_out(head)
+
     def _cluster_commits(
         self,
         plan_id: pygit2.Oid,

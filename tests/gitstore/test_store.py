@@ -181,8 +181,8 @@ def test_fan_out_after_a_forge_merge_uses_the_merged_trailers(tmp_path: Path) ->
                                repo[pygit2.Oid(hex=prop.commit)].tree_id,
                                [pygit2.Oid(hex=first.plan_commit), pygit2.Oid(hex=prop.commit)])
     repo.references.create("refs/heads/qonnect/plan", merge, force=True)
-    changes = store.fan_out(str(merge))
-    assert len(changes) == 2
+    changes = store.catch_up()
+    assert len(changes) == 2 and store.catch_up() == []
     t = trailers_of(tmp_path / "r.git", "cluster/c0")
     assert t["Qonnect-Plan"] == [str(merge)] and t["Qonnect-Reason"] == ["rescheduling"]
     assert read_tree_files(repo, "cluster/c1")["shop/m0.yaml"].endswith(b"tag: v2\n")
