@@ -65,7 +65,7 @@ def fleet_plan(clusters: int, manifests: int, gen: int = 1) -> dict[str, bytes]:
 
 def loose_objects(path: Path) -> int:
     """Loose object count as git reports it."""
-    out = subprocess.run(["git", "-C", str(path), "count-objects", "-v"], capture_output=True, text=True).stdout
+    out = subprocess.run(["git", "-C", str(path), "count-objects", "-v"], capture_output=True, text=True, check=True).stdout
     return int(dict(line.split(": ") for line in out.splitlines())["count"])
 
 

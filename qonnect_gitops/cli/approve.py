@@ -53,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
                 return 1
             except GitStoreError:
                 raise
-            except Exception as exc:  # the validation hook's own error type
+            except Exception as exc:  # noqa: BLE001 - the validation hook raises its own error types
                 print(f"refused: the goals of proposal {args.id} do not validate: {exc}")
                 return 1
             mirror.publish()

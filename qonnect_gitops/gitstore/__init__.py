@@ -26,8 +26,18 @@ from qonnect_gitops.gitstore.store import (
     WriteResult,
     cas_update_refs,
 )
-from qonnect_gitops.gitstore.trailers import REASONS, DecisionMeta, Reason, parse_trailers
-from qonnect_gitops.gitstore.tree import EMPTY_TREE_HEX, build_tree, read_tree_files, resolve_commit
+from qonnect_gitops.gitstore.trailers import (
+    REASONS,
+    DecisionMeta,
+    Reason,
+    parse_trailers,
+)
+from qonnect_gitops.gitstore.tree import (
+    EMPTY_TREE_HEX,
+    build_tree,
+    read_tree_files,
+    resolve_commit,
+)
 
 __all__ = [
     "EMPTY_TREE_HEX",

@@ -12,6 +12,7 @@ import tempfile
 import time
 from pathlib import Path
 from types import TracebackType
+from typing import IO, Self
 
 from qonnect_gitops.logs import get_logger
 
@@ -38,8 +39,7 @@ class GitDaemon:
         self.port = port or 0
         self._fixed_port = port is not None
         self._proc: subprocess.Popen[bytes] | None = None
-        # A file, not a pipe: nobody reads stderr while the daemon runs, and a full pipe would block it.
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr: IO[bytes] | None = None
 
     def url(self, repo: str) -> str:
         """The ``git://`` URL of a repository path relative to ``base_path``."""
@@ -50,13 +50,15 @@ class GitDaemon:
         """True while the daemon process is alive."""
         return self._proc is not None and self._proc.poll() is None
 
-    def start(self, timeout: float = 10.0) -> GitDaemon:
+    def start(self, timeout: float = 10.0) -> Self:
         """Start the daemon and return once it accepts connections; raises ``RuntimeError`` otherwise."""
         if self.running:
             return self
         for _attempt in range(5):
             if not self._fixed_port:
                 self.port = free_port(self.host)
+            # A file, not a pipe: nobody reads stderr while the daemon runs, and a full pipe would block it.
+            self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed in _reap()
             self._proc = subprocess.Popen(
                 [
                     "git", "daemon", "--export-all", "--enable=receive-pack", "--reuseaddr",
@@ -99,10 +101,12 @@ class GitDaemon:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
-        self._stderr.seek(0)
-        err = self._stderr.read().decode(errors="replace")
-        self._stderr.seek(0)
-        self._stderr.truncate()
+        err = ""
+        if self._stderr is not None:
+            self._stderr.seek(0)
+            err = self._stderr.read().decode(errors="replace")
+            self._stderr.close()
+            self._stderr = None
         return err.strip()
 
     def stop(self) -> None:
@@ -112,7 +116,7 @@ class GitDaemon:
             self._reap()
             log.info("git_daemon_stopped", port=self.port, pid=pid)
 
-    def __enter__(self) -> GitDaemon:
+    def __enter__(self) -> Self:
         return self.start()
 
     def __exit__(

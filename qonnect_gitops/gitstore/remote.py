@@ -128,7 +128,7 @@ class Mirror:
         plan_branch: str = DEFAULT_PLAN_BRANCH,
         cluster_prefix: str = DEFAULT_CLUSTER_PREFIX,
         proposal_prefix: str = DEFAULT_PROPOSAL_PREFIX,
-        identity: Identity = Identity(),
+        identity: Identity | None = None,
         gc: bool = True,
     ) -> None:
         self.path = Path(path)
@@ -331,6 +331,7 @@ class Mirror:
             ["git", "-C", str(self.path), "-c", "gc.autoDetach=false", "gc", "--auto", "--quiet"],
             capture_output=True,
             text=True,
+            check=False,  # a failed gc is logged, never fatal to the cycle
         )
         elapsed = time.perf_counter() - start
         if proc.returncode != 0:

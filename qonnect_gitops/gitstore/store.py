@@ -26,7 +26,6 @@ from pathlib import Path
 import pygit2
 
 from qonnect_gitops.gitstore import trailers as tr
-from qonnect_gitops.gitstore.objects import ObjectBatch
 from qonnect_gitops.gitstore.errors import (
     GenerationConflict,
     GitStoreError,
@@ -35,6 +34,7 @@ from qonnect_gitops.gitstore.errors import (
     StaleProposal,
     StaleRef,
 )
+from qonnect_gitops.gitstore.objects import ObjectBatch
 from qonnect_gitops.gitstore.trailers import DecisionMeta
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
@@ -201,13 +201,13 @@ class GitStore:
         plan_branch: str = DEFAULT_PLAN_BRANCH,
         cluster_prefix: str = DEFAULT_CLUSTER_PREFIX,
         proposal_prefix: str = DEFAULT_PROPOSAL_PREFIX,
-        identity: Identity = Identity(),
+        identity: Identity | None = None,
     ) -> None:
         self.repo = open_repo(repo)
         self.plan_ref = f"refs/heads/{plan_branch}"
         self.cluster_prefix = cluster_prefix
         self.proposal_prefix = proposal_prefix
-        self.identity = identity
+        self.identity = identity or Identity()
         if not pygit2.reference_is_valid_name(self.plan_ref):
             raise ValueError(f"invalid plan branch name {plan_branch!r}")
 
@@ -665,4 +665,6 @@ def _cluster_dirs(repo: pygit2.Repository, tree: pygit2.Tree) -> list[str]:
     sub = subtree_id(repo, tree, "clusters")
     if sub is None:
         return []
-    return [e.name for e in repo[sub] if e.filemode == pygit2.enums.FileMode.TREE]
+    clusters = repo[sub]
+    assert isinstance(clusters, pygit2.Tree)
+    return [e.name or "" for e in clusters if e.filemode == pygit2.enums.FileMode.TREE]

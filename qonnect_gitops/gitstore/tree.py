@@ -4,14 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Union
 
 import pygit2
 
 from qonnect_gitops.gitstore.errors import InvalidPath, RevisionNotFound
-from qonnect_gitops.gitstore.objects import BLOB, MODE_BLOB, MODE_TREE, TREE, ObjectBatch, object_id, serialize_tree
+from qonnect_gitops.gitstore.objects import (
+    BLOB,
+    MODE_BLOB,
+    MODE_TREE,
+    TREE,
+    ObjectBatch,
+    object_id,
+    serialize_tree,
+)
 
-RepoLike = Union[pygit2.Repository, str, Path]
+RepoLike = pygit2.Repository | str | Path
 
 #: The id of the empty tree; identical in every SHA-1 repository.
 EMPTY_TREE_HEX = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
@@ -150,14 +157,24 @@ def read_tree_files(repo: RepoLike, rev: str, prefix: str = "") -> dict[str, byt
     if start is None:
         return {}
     out: dict[str, bytes] = {}
-    _collect(r, r[start], prefix, out)
+    _collect(r, _tree(r, start), prefix, out)
     return out
 
 
 def _collect(repo: pygit2.Repository, tree: pygit2.Tree, base: str, out: dict[str, bytes]) -> None:
     for entry in tree:
-        path = f"{base}/{entry.name}" if base else entry.name
+        name = entry.name or ""
+        path = f"{base}/{name}" if base else name
         if entry.filemode == pygit2.enums.FileMode.TREE:
-            _collect(repo, repo[entry.id], path, out)
+            _collect(repo, _tree(repo, entry.id), path, out)
         elif entry.filemode in _BLOB_MODES:
-            out[path] = repo[entry.id].data
+            blob = repo[entry.id]
+            assert isinstance(blob, pygit2.Blob)
+            out[path] = blob.data
+
+
+def _tree(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Tree:
+    obj = repo[oid]
+    if not isinstance(obj, pygit2.Tree):
+        raise TypeError(f"{oid} is not a tree")
+    return obj

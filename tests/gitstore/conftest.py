@@ -26,7 +26,7 @@ GIT_ENV = {
 
 def git(*args: str | Path, cwd: str | Path | None = None, check: bool = True) -> str:
     """Run plain git and return its stdout."""
-    proc = subprocess.run(["git", *map(str, args)], cwd=cwd, env=GIT_ENV, capture_output=True, text=True)
+    proc = subprocess.run(["git", *map(str, args)], cwd=cwd, env=GIT_ENV, capture_output=True, text=True, check=False)
     if check and proc.returncode != 0:
         raise AssertionError(f"git {' '.join(map(str, args))} failed: {proc.stderr}")
     return proc.stdout

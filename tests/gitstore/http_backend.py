@@ -9,6 +9,7 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from types import TracebackType
+from typing import Self
 from urllib.parse import urlsplit
 
 
@@ -73,7 +74,7 @@ class GitHttpServer:
                     "GIT_PROTOCOL": self.headers.get("Git-Protocol", ""),
                     "HTTP_CONTENT_ENCODING": self.headers.get("Content-Encoding", ""),
                 }
-                proc = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True)
+                proc = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True, check=False)
                 head, _, payload = proc.stdout.partition(b"\r\n\r\n")
                 status = 200
                 headers = []
@@ -101,7 +102,7 @@ class GitHttpServer:
         """The repository's URL (no credentials in it)."""
         return f"http://127.0.0.1:{self.port}/{repo}"
 
-    def __enter__(self) -> GitHttpServer:
+    def __enter__(self) -> Self:
         self._thread.start()
         return self
 

@@ -61,7 +61,7 @@ def test_lockstep_rounds_exactly_one_winner(served: Served, tmp_path: Path) -> N
                 except StaleRef:
                     outcomes[writer].append(None)
                 barrier.wait(timeout=30)
-        except BaseException as exc:  # surfaced by the main thread
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the main thread
             errors.append(exc)
             barrier.abort()
 
@@ -98,7 +98,7 @@ def test_free_running_writers_lose_no_decision(served: Served, tmp_path: Path) -
                     rejections[writer] += 1  # re-read and re-plan on the next loop
                 if stamp > 200:
                     raise AssertionError(f"{writer} starved")
-        except BaseException as exc:
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the main thread
             errors.append(exc)
 
     threads = [threading.Thread(target=run, args=(w,)) for w in mirrors]

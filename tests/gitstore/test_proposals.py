@@ -9,7 +9,12 @@ import pytest
 
 from qonnect_gitops.cli import approve as approve_cmd
 from qonnect_gitops.cli import proposals as proposals_cmd
-from qonnect_gitops.gitstore import DecisionMeta, ProposalError, ProposalNotFound, StaleProposal
+from qonnect_gitops.gitstore import (
+    DecisionMeta,
+    ProposalError,
+    ProposalNotFound,
+    StaleProposal,
+)
 from qonnect_gitops.gitstore.proposals import pull_request_for
 from qonnect_gitops.gitstore.remote import Mirror
 from tests.gitstore.conftest import Served, git, plan_files, seed_goals, trailers_of
@@ -163,3 +168,22 @@ def test_pull_request_seam(tmp_path: Path) -> None:
     pr = pull_request_for(lead.store, p)
     assert (pr.head_branch, pr.base_branch, pr.title) == ("qonnect/proposals/g7", "qonnect/plan", "Proposal g7")
     assert pr.body.startswith(DESCRIPTION) and "qonnect approve g7" in pr.body
+
+
+def test_a_second_lead_sees_closures_after_fetch(tmp_path: Path) -> None:
+    bare = tmp_path / "goals.git"
+    git("init", "-q", "--bare", "-b", "main", bare)
+    seed_goals(bare, {"qonnect.yaml": "x\n"})
+    a = Mirror(tmp_path / "a.git", f"file://{bare}")
+    b = Mirror(tmp_path / "b.git", f"file://{bare}")
+    a.fetch()
+    propose(a, "p1", 1, "v1")
+    a.publish()
+    b.fetch()
+    assert [p.id for p in b.store.list_proposals()] == ["p1"]
+    a.store.approve("p1", timestamp=1_700_000_900)
+    a.publish()
+    b.fetch()  # the deleted proposal branch is pruned; the closure record arrives
+    assert b.store.list_proposals() == []
+    assert [(c.id, c.note.split(":")[0]) for c in b.store.list_closed()] == [("p1", "approved")]
+    assert b.store.plan_head() == a.store.plan_head() and b.store.catch_up() == []

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from qonnect_gitops.gitstore import DecisionMeta, StaleRef
+from qonnect_gitops.gitstore import DecisionMeta, RemoteError, StaleRef
 from qonnect_gitops.gitstore.remote import Mirror, fetch_branch, narrow_fetch
 from tests.gitstore.conftest import Served, git, plan_files, seed_goals, trailers_of
 
@@ -75,6 +75,8 @@ def test_file_url_works_too(tmp_path: Path) -> None:
     assert git("-C", bare, "ls-tree", "-r", "--name-only", "cluster/c0").split() == ["shop/m0.yaml", "shop/m1.yaml"]
     agent = fetch_branch(tmp_path / "agent.git", f"file://{bare}", "cluster/c0")
     assert agent == git("-C", bare, "rev-parse", "cluster/c0").strip()
+    with pytest.raises(RemoteError, match="no branch cluster/c9"):
+        fetch_branch(tmp_path / "agent.git", f"file://{bare}", "cluster/c9")
 
 
 def test_interrupted_publish_is_completed_by_the_next_leader(served: Served, tmp_path: Path,

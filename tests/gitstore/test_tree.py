@@ -10,7 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qonnect_gitops.gitstore import EMPTY_TREE_HEX, InvalidPath, RevisionNotFound, build_tree, read_tree_files
+from qonnect_gitops.gitstore import (
+    EMPTY_TREE_HEX,
+    InvalidPath,
+    RevisionNotFound,
+    build_tree,
+    read_tree_files,
+)
 from qonnect_gitops.gitstore.objects import ObjectBatch
 from tests.gitstore.conftest import git, seed_goals
 
