@@ -52,7 +52,7 @@ def split_path(path: str) -> list[str]:
         raise InvalidPath(f"not a relative POSIX path: {path!r}")
     parts = path.split("/")
     for part in parts:
-        if part in ("", ".", "..") or part.lower() == ".git":
+        if part in ("", ".", "..") or (len(part) == 4 and part.lower() == ".git"):
             raise InvalidPath(f"bad component {part!r} in path {path!r}")
     return parts
 
