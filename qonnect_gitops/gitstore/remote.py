@@ -310,12 +310,14 @@ class Mirror:
             raise RemoteError(f"push to {self.url} failed: {exc}") from exc
         accepted = {c.ref: c for c in changes if c.ref in callbacks.accepted and c.ref not in callbacks.rejected}
         # Record what the remote now holds, so the next publish compares against it.
+        # (libgit2 usually did already, through the fetch refspecs; skip those writes.)
         for change in accepted.values():
             seen = _seen_name(change.ref)
+            current = _ref_target(self.repo, seen)
             if change.new is None:
-                if seen in self.repo.references:
+                if current is not None:
                     self.repo.references.delete(seen)
-            else:
+            elif current is None or str(current) != change.new:
                 self.repo.references.create(seen, pygit2.Oid(hex=change.new), force=True)
         missing = {c.ref: "remote did not report the update" for c in changes
                    if c.ref not in callbacks.accepted and c.ref not in callbacks.rejected}
