@@ -9,7 +9,8 @@ import pygit2
 
 from qonnect_gitops.gitstore import DecisionMeta, FanOutStale, StaleRef
 from qonnect_gitops.gitstore.remote import Mirror
-from tests.gitstore.conftest import Served, git, plan_files, trailers_of
+
+from .helpers import Served, git, plan_files, trailers_of
 
 CLUSTERS = ["c0", "c1", "c2"]
 

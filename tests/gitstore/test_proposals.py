@@ -17,7 +17,8 @@ from qonnect_gitops.gitstore import (
 )
 from qonnect_gitops.gitstore.proposals import pull_request_for
 from qonnect_gitops.gitstore.remote import Mirror
-from tests.gitstore.conftest import Served, git, plan_files, seed_goals, trailers_of
+
+from .helpers import Served, git, plan_files, seed_goals, trailers_of
 
 CLUSTERS = ["c0", "c1"]
 DESCRIPTION = "## What moves\n\n| component | from | to |\n|---|---|---|\n| shop/web | c0 | c1 |\n\nWhy: latency."

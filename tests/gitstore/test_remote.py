@@ -8,7 +8,8 @@ import pytest
 
 from qonnect_gitops.gitstore import DecisionMeta, RemoteError, StaleRef
 from qonnect_gitops.gitstore.remote import Mirror, fetch_branch, narrow_fetch
-from tests.gitstore.conftest import Served, git, plan_files, seed_goals, trailers_of
+
+from .helpers import Served, git, plan_files, seed_goals, trailers_of
 
 
 def decide(mirror: Mirror, files: dict[str, bytes], gen: int, clusters: list[str], **kw: object):

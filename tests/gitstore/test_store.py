@@ -16,7 +16,8 @@ from qonnect_gitops.gitstore import (
     StaleRef,
     read_tree_files,
 )
-from tests.gitstore.conftest import git, plan_files, trailers_of
+
+from .helpers import git, plan_files, trailers_of
 
 SRC = "1" * 40
 

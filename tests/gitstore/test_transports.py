@@ -11,8 +11,9 @@ import pytest
 from qonnect_gitops.gitstore import DecisionMeta, RemoteError
 from qonnect_gitops.gitstore.daemon import GitDaemon
 from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env, fetch_branch
-from tests.gitstore.conftest import git, plan_files, seed_goals
-from tests.gitstore.http_backend import GitHttpServer
+
+from .helpers import git, plan_files, seed_goals
+from .http_backend import GitHttpServer
 
 
 def _accepts(port: int) -> bool:

@@ -18,7 +18,8 @@ from qonnect_gitops.gitstore import (
     read_tree_files,
 )
 from qonnect_gitops.gitstore.objects import ObjectBatch
-from tests.gitstore.conftest import git, seed_goals
+
+from .helpers import git, seed_goals
 
 _name = st.text(alphabet="abcdefghij-_.0123456789", min_size=1, max_size=6).filter(lambda s: s not in (".", ".."))
 _paths = st.lists(_name, min_size=1, max_size=4).map("/".join)
