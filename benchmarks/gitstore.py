@@ -69,6 +69,12 @@ def loose_objects(path: Path) -> int:
     return int(dict(line.split(": ") for line in out.splitlines())["count"])
 
 
+def packs(path: Path) -> int:
+    """Pack count as git reports it."""
+    out = subprocess.run(["git", "-C", str(path), "count-objects", "-v"], capture_output=True, text=True, check=True).stdout
+    return int(dict(line.split(": ") for line in out.splitlines())["packs"])
+
+
 def run(clusters: int, manifests: int) -> dict[str, float | int]:
     """Do the whole scenario and return the figures."""
     figures: dict[str, float | int] = {"clusters": clusters, "manifests_per_cluster": manifests}
@@ -125,6 +131,13 @@ def run(clusters: int, manifests: int) -> dict[str, float | int]:
             t = time.perf_counter()
             mirror.publish()
             figures["push_one_changed_s"] = time.perf_counter() - t
+
+            # Worst case of the per-cycle `git gc --auto`: when it does trigger (here forced by
+            # a pack limit of 1) it repacks everything the mirror holds.
+            subprocess.run(["git", "-C", str(root / "lead.git"), "config", "gc.autoPackLimit", "1"], check=True)
+            figures["packs_before_repack"] = packs(root / "lead.git")
+            figures["gc_auto_repack_s"] = mirror.gc_auto()
+            figures["packs_after_repack"] = packs(root / "lead.git")
 
             agent = narrow_fetch(root / "agent.git", url, f"cluster/{names[7]}")
             figures["narrow_fetch_bytes"] = agent.received_bytes
