@@ -19,6 +19,10 @@ from qonnect_gitops import __version__
 COMMANDS: tuple[str, ...] = (
     "validate",
     "schema",
+    "lead",
+    "status",
+    "members",
+    "token",
 )
 
 
