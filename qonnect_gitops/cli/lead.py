@@ -55,6 +55,9 @@ def register(sub: Any) -> None:
     parser.add_argument("--leader-fallback", type=float, default=None,
                         help="seconds an isolated leader keeps leading (default: "
                         "0.9 x --election-min)")
+    parser.add_argument("--compaction-entries", type=int,
+                        default=RaftTiming.compaction_entries,
+                        help="compact the Raft log into a full dump after this many entries")
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(handler=run)
 
@@ -70,7 +73,8 @@ def run(args: argparse.Namespace) -> int:
               "leader could overlap its successor", file=sys.stderr)
         return 2
     timing = RaftTiming(election_min=args.election_min, election_max=args.election_max,
-                        heartbeat=args.heartbeat, leader_fallback=fallback)
+                        heartbeat=args.heartbeat, leader_fallback=fallback,
+                        compaction_entries=args.compaction_entries)
     config = LeadConfig(
         node_id=args.id,
         raft=args.raft,

@@ -30,7 +30,6 @@ from qonnect_gitops.model.observed import (
     ObservedTraffic,
 )
 from qonnect_gitops.model.plan import CurrentPlacement
-from qonnect_gitops.model.quantity import to_bytes, to_millicores
 
 STATE_VERSION = 1
 DECISION_LOG_LIMIT = 256
@@ -329,8 +328,10 @@ class KnowledgeBase:
             free = None
             if nodes:
                 ready = [n for n in nodes if n.ready]
+                # Capacity takes quantities, so sums go back in as "<n>m" and bytes.
                 free = Capacity(
-                    cpu=sum(n.free.cpu for n in ready), memory=sum(n.free.memory for n in ready)
+                    cpu=f"{sum(n.free.cpu for n in ready)}m",
+                    memory=str(sum(n.free.memory for n in ready)),
                 )
             clusters[name] = ObservedCluster(
                 healthy=healthy,
@@ -466,9 +467,8 @@ def _observed_node(node: Mapping[str, Any]) -> ObservedNode:
         name=node["name"],
         arch=node.get("arch", "amd64"),
         ready=bool(node.get("ready", True)),
-        allocatable=Capacity(
-            cpu=to_millicores(node["allocatableCpu"]), memory=to_bytes(node["allocatableMemory"])
-        ),
-        free=Capacity(cpu=to_millicores(node["freeCpu"]), memory=to_bytes(node["freeMemory"])),
+        # Quantities stay strings here: the model's validators convert them exactly once.
+        allocatable=Capacity(cpu=node["allocatableCpu"], memory=node["allocatableMemory"]),
+        free=Capacity(cpu=node["freeCpu"], memory=node["freeMemory"]),
     )
 
