@@ -8,6 +8,7 @@ request is answered 2xx only once this lead has applied the committed entry.
     GET  /metrics                      Prometheus text format
     GET  /v1/status                    leader, term, members, clusters, placements...
     GET  /v1/plan                      the placement in force and its generation
+    GET  /v1/observed                  the planner's snapshot (``Observed``) as of now
     POST /v1/clusters/{name}/report    an agent's report (that cluster's token)
     POST /v1/plan                      put a placement in force (admin token)
     POST /v1/members                   add or remove a lead (admin token)
@@ -83,6 +84,9 @@ class LeadHandler(BaseHTTPRequestHandler):
     """Routes requests to the service. One instance per request."""
 
     protocol_version = "HTTP/1.1"
+    # Socket timeout: an idle keep-alive connection or a body that trickles in
+    # slower than this frees its thread instead of holding it forever.
+    timeout = 30
     server: LeadHTTPServer
 
     # ------------------------------------------------------------- plumbing
@@ -181,6 +185,8 @@ class LeadHandler(BaseHTTPRequestHandler):
             self._send(200, service.status())
         elif path == "/v1/plan":
             self._send(200, service.plan_view())
+        elif path == "/v1/observed":
+            self._send(200, service.observed())
         else:
             self._send(404, {"error": "not found", "message": f"no route {path}"})
 

@@ -155,6 +155,15 @@ class LeadService:
 
         return self.read(from_kb)
 
+    def observed(self) -> dict[str, Any]:
+        """The planner's inputs as of now: ``Observed`` and ``CurrentPlacement`` as JSON."""
+        now = utc_now()
+        observed, current = self.read(lambda kb: (kb.snapshot(now), kb.current_placement()))
+        return {
+            "observed": observed.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "current": current.model_dump(mode="json", by_alias=True),
+        }
+
     # ------------------------------------------------------ background work
 
     def _watch_leadership(self) -> None:

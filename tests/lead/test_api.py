@@ -137,8 +137,18 @@ def test_admin_endpoints_need_the_admin_token(api_group: LeadGroup) -> None:
 
 
 def test_reads_metrics_and_status_cli(api_group: LeadGroup) -> None:
+    code, _, _ = http("POST", url(api_group, "/v1/clusters/edge-2/report", 2), report("edge-2"),
+                      token=api_group.tokens["edge-2"])
+    assert code == 200
     code, _, plan = http("GET", url(api_group, "/v1/plan", 2))
     assert code == 200 and {"generation", "placements", "clusterGenerations"} <= set(plan)
+    code, _, view = http("GET", url(api_group, "/v1/observed", 1))
+    assert code == 200 and set(view["observed"]["clusters"]) == {"edge-1", "edge-2", "edge-3"}
+    from qonnect_gitops.model import Observed
+
+    observed = Observed.model_validate(view["observed"])  # the planner's own model reads it
+    assert observed.clusters["edge-2"].nodes is not None  # edge-2 reported two nodes
+    assert observed.clusters["edge-2"].nodes[0].free.cpu == 2500
     code, headers, text = http("GET", url(api_group, "/metrics", 1))
     assert code == 200 and headers["Content-Type"].startswith("text/plain")
     assert "# TYPE qonnect_raft_term gauge" in text
