@@ -30,7 +30,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.lead.harness import LeadGroup, report  # noqa: E402
+from tests.lead.harness import LeadGroup, report
 
 
 def reelection(trials: int, workdir: Path) -> dict[str, Any]:

@@ -40,11 +40,11 @@ def render(status: dict[str, Any]) -> str:
     me = status["self"]
     lines = [
         f"leader:      {_leader(leader)}   term {status['term']}",
-        f"answered by: {me['id']} ({me['state']}, commit {me['commitIndex']}, "
-        f"applied {me['lastApplied']}, quorum {'yes' if me['hasQuorum'] else 'no'})",
+        (f"answered by: {me['id']} ({me['state']}, commit {me['commitIndex']}, "
+         f"applied {me['lastApplied']}, quorum {'yes' if me['hasQuorum'] else 'no'})"),
         f"generation:  {status['generation']}",
-        f"pending:     {status['pending']['reportsQueued']} report(s) queued, "
-        f"{status['pending']['reportBatchesInFlight']} batch(es) awaiting commit",
+        (f"pending:     {status['pending']['reportsQueued']} report(s) queued, "
+         f"{status['pending']['reportBatchesInFlight']} batch(es) awaiting commit"),
     ]
     good = status["goals"]["lastGood"]
     lines.append(f"goals:       {good['commit'][:12] + ' at ' + good['at'] if good else 'none yet'}")

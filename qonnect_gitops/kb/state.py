@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Mapping, Sequence
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from qonnect_gitops.model.goals import Goals
@@ -45,7 +45,7 @@ def iso(ts: float | None) -> str | None:
     """Unix seconds as an RFC 3339 UTC string (None stays None)."""
     if ts is None:
         return None
-    return datetime.fromtimestamp(ts, tz=timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.fromtimestamp(ts, tz=UTC).isoformat().replace("+00:00", "Z")
 
 
 def inventory_from_goals(goals: Goals) -> dict[str, dict[str, Any]]:
@@ -329,10 +329,10 @@ class KnowledgeBase:
             if nodes:
                 ready = [n for n in nodes if n.ready]
                 # Capacity takes quantities, so sums go back in as "<n>m" and bytes.
-                free = Capacity(
-                    cpu=f"{sum(n.free.cpu for n in ready)}m",
-                    memory=str(sum(n.free.memory for n in ready)),
-                )
+                free = Capacity.model_validate({
+                    "cpu": f"{sum(n.free.cpu for n in ready)}m",
+                    "memory": str(sum(n.free.memory for n in ready)),
+                })
             clusters[name] = ObservedCluster(
                 healthy=healthy,
                 heartbeat_age_seconds=age,
@@ -364,13 +364,13 @@ class KnowledgeBase:
 
     def current_placement(self) -> CurrentPlacement:
         """The placement in force as the planner's ``current`` input."""
-        return CurrentPlacement(
-            placements=copy.deepcopy(self.placements),
-            last_moved={
-                comp: datetime.fromtimestamp(moved["at"], tz=timezone.utc)
+        return CurrentPlacement.model_validate({
+            "placements": copy.deepcopy(self.placements),
+            "lastMoved": {
+                comp: datetime.fromtimestamp(moved["at"], tz=UTC)
                 for comp, moved in sorted(self.last_moved.items())
             },
-        )
+        })
 
     def cluster_rows(self, now: float) -> list[dict[str, Any]]:
         """Per-cluster status for the API: inventory plus what the last report said."""
@@ -468,7 +468,9 @@ def _observed_node(node: Mapping[str, Any]) -> ObservedNode:
         arch=node.get("arch", "amd64"),
         ready=bool(node.get("ready", True)),
         # Quantities stay strings here: the model's validators convert them exactly once.
-        allocatable=Capacity(cpu=node["allocatableCpu"], memory=node["allocatableMemory"]),
-        free=Capacity(cpu=node["freeCpu"], memory=node["freeMemory"]),
+        allocatable=Capacity.model_validate(
+            {"cpu": node["allocatableCpu"], "memory": node["allocatableMemory"]}
+        ),
+        free=Capacity.model_validate({"cpu": node["freeCpu"], "memory": node["freeMemory"]}),
     )
 

@@ -91,7 +91,7 @@ class LeadHandler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------- plumbing
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Silence the stdlib's per-request stderr line; we log structured events."""
 
     def _send(self, status: int, body: Any, headers: dict[str, str] | None = None,
@@ -170,7 +170,7 @@ class LeadHandler(BaseHTTPRequestHandler):
 
     # --------------------------------------------------------------- routes
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+    def do_GET(self) -> None:
         """Read endpoints; served from this lead's replica."""
         service = self.server.service
         path = self.path.split("?", 1)[0]
@@ -190,7 +190,7 @@ class LeadHandler(BaseHTTPRequestHandler):
         else:
             self._send(404, {"error": "not found", "message": f"no route {path}"})
 
-    def do_POST(self) -> None:  # noqa: N802 - stdlib naming
+    def do_POST(self) -> None:
         """Write endpoints; every one goes through the Raft log."""
         path = self.path.split("?", 1)[0]
         match = _REPORT_PATH.match(path)

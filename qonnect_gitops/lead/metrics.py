@@ -44,8 +44,8 @@ class Metrics:
         samples: dict[str, list[str]] = {}
         with self._lock:
             items = list(self._counters.items())
-        for (name, labels), value in items:
-            samples.setdefault(name, []).append(f"{name}{_labels(dict(labels))} {value:g}")
+        for (name, label_pairs), value in items:
+            samples.setdefault(name, []).append(f"{name}{_labels(dict(label_pairs))} {value:g}")
         for source in self._gauges:
             for name, labels, value in source():
                 samples.setdefault(name, []).append(f"{name}{_labels(labels)} {value:g}")

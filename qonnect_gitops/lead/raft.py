@@ -352,7 +352,7 @@ class ReportBatcher:
 class _Waiter:
     """One HTTP request waiting for its batch to commit."""
 
-    __slots__ = ("_event", "generation", "error")
+    __slots__ = ("_event", "error", "generation")
 
     def __init__(self) -> None:
         self._event = threading.Event()

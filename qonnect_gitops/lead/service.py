@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -305,4 +305,4 @@ def _with_iso(entry: dict[str, Any] | None, key: str = "at") -> dict[str, Any] |
 
 def utc_now() -> datetime:
     """The current time as an aware datetime (what ``KnowledgeBase.snapshot`` takes)."""
-    return datetime.now(tz=timezone.utc)
+    return datetime.now(tz=UTC)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pickle
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from hypothesis import given, settings
@@ -20,7 +20,7 @@ T0 = 1_800_000_000.0
 
 
 def at(ts: float) -> datetime:
-    return datetime.fromtimestamp(ts, tz=timezone.utc)
+    return datetime.fromtimestamp(ts, tz=UTC)
 
 
 def rep(cluster: str, **kw: Any) -> dict[str, Any]:

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-from http.client import HTTPConnection
 import json
 import os
 import subprocess
 import sys
 import time
+from http.client import HTTPConnection
 
 from qonnect_gitops.lead.tokens import hash_token
 from tests.lead.harness import ROOT, LeadGroup, commit_goals, goals_files, http, report
@@ -156,7 +156,7 @@ def test_reads_metrics_and_status_cli(api_group: LeadGroup) -> None:
     assert 'qonnect_clusters{health="healthy"}' in text
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead",
-                          url(api_group, "", 2)], capture_output=True, text=True, env=env)
+                          url(api_group, "", 2)], capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0, out.stderr
     leader = api_group.wait_leader()
     assert f"leader:      {leader.node_id} raft {leader.raft}" in out.stdout
@@ -164,7 +164,7 @@ def test_reads_metrics_and_status_cli(api_group: LeadGroup) -> None:
         assert name in out.stdout
     dead = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead",
                            "http://127.0.0.1:9", "--timeout", "1"],
-                          capture_output=True, text=True, env=env)
+                          capture_output=True, text=True, env=env, check=False)
     assert dead.returncode == 1 and "cannot reach" in dead.stderr
 
 
@@ -184,5 +184,5 @@ def test_invalid_goals_commit_keeps_last_good(api_group: LeadGroup) -> None:
     assert {c["name"] for c in status["clusters"] if c["declared"]} == set(api_group.clusters)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     out = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead",
-                          api_group.leads[0].url], capture_output=True, text=True, env=env)
+                          api_group.leads[0].url], capture_output=True, text=True, env=env, check=False)
     assert "ERRORS" in out.stdout and bad[:12] in out.stdout

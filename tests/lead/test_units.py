@@ -10,7 +10,13 @@ import pytest
 from pydantic import ValidationError
 
 from qonnect_gitops.lead.ratelimit import RateLimiter
-from qonnect_gitops.lead.tokens import ADMIN, TokenStore, create_token, hash_token, parse_tokens
+from qonnect_gitops.lead.tokens import (
+    ADMIN,
+    TokenStore,
+    create_token,
+    hash_token,
+    parse_tokens,
+)
 from qonnect_gitops.model.report import MAX_NODES, AgentReport
 from tests.lead.harness import report
 
