@@ -238,6 +238,11 @@ class LeadHandler(BaseHTTPRequestHandler):
         )
         if declared is False:
             raise _Reject(404, f"cluster '{cluster}' is not declared in the goals in force")
+        if service.node.leader_addr() is None:
+            # No leader we can reach: fail fast so the agent tries another lead, rather
+            # than hold the request for the whole commit timeout.
+            raise _Reject(503, "no leader reachable from this lead; retry or try another lead",
+                          {"Retry-After": "1"})
         entry = (cluster, report.agent_time.timestamp(),
                  report.model_dump(mode="json", by_alias=True))
         waiter = service.batcher.submit(entry)

@@ -122,3 +122,43 @@ def test_kill_all_loses_nothing_acknowledged(make_group: Callable[..., LeadGroup
         (group.status(new_leader) or {})["decisions"], what="new term recorded")
     assert after[: len(decisions_before)] == decisions_before
     assert after[len(decisions_before)]["kind"] == "leader"
+
+
+def test_isolated_leader_steps_down_and_refuses_writes(make_group: Callable[..., LeadGroup]) -> None:
+    """Freeze both followers: the leader loses its majority, must stop believing it leads
+    (well before pysyncobj's 30 s default), and must not acknowledge reports."""
+    group = make_group()
+    leader = group.wait_leader()
+    wait_goals(group, leader)
+    followers = [m for m in group.leads if m is not leader]
+    for member in followers:
+        assert member.proc is not None
+        member.proc.send_signal(signal.SIGSTOP)
+    try:
+        stopped = time.monotonic()
+        group.wait_until(lambda: (st := group.status(leader)) and st["leader"] is None
+                         and st["self"]["state"] != "leader", timeout=5, what="step-down")
+        assert time.monotonic() - stopped < 3.0
+        code, headers, body = http("POST", leader.url + "/v1/clusters/edge-1/report",
+                                   report("edge-1"), token=group.tokens["edge-1"])
+        assert code == 503 and headers["Retry-After"] == "1", body
+    finally:
+        for member in followers:
+            assert member.proc is not None
+            member.proc.send_signal(signal.SIGCONT)
+    group.wait_leader(timeout=10)
+    post_report(group, leader, "edge-1")
+
+
+def test_five_leads_survive_two_failures(make_group: Callable[..., LeadGroup]) -> None:
+    group = make_group(size=5)
+    first = group.wait_leader(timeout=20)
+    wait_goals(group, first)
+    group.kill(first)
+    second = group.wait_leader(timeout=10, among=[m for m in group.leads if m is not first])
+    group.kill(second)
+    survivors = [m for m in group.leads if m not in (first, second)]
+    third = group.wait_leader(timeout=10, among=survivors)
+    assert third in survivors
+    post_report(group, survivors[0], "edge-3")
+    assert post_plan(group, survivors[1], {"shop/web": {"edge-3": 1}}) == 1
