@@ -52,8 +52,8 @@ def render(status: dict[str, Any]) -> str:
         ("ID", "RAFT", "HTTP", "CONNECTED", "ROLE"),
         [
             (m.get("id"), m["raft"], m.get("http"), "yes" if m["connected"] else "no",
-             "leader" if leader and m["raft"] == leader["raft"] else
-             ("self" if m["self"] else "follower"))
+             ("leader" if leader and m["raft"] == leader["raft"] else "follower")
+             + (" (answering)" if m["self"] else ""))
             for m in status["members"]
         ],
     )]

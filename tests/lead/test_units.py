@@ -88,3 +88,26 @@ def test_report_model_bounds_and_vocabulary() -> None:
     naive["agentTime"] = "2026-01-01T00:00:00"
     with pytest.raises(ValidationError):
         AgentReport.model_validate(naive)
+
+
+def test_lead_cli_refuses_unsafe_timing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qonnect_gitops.cli import main
+
+    base = ["lead", "--id", "x", "--raft", "127.0.0.1:1", "--http", "127.0.0.1:2",
+            "--data-dir", str(tmp_path)]
+    assert main([*base, "--election-min", "1.0", "--election-max", "0.5"]) == 2
+    assert main([*base, "--election-min", "0.4", "--leader-fallback", "0.5"]) == 2
+    assert "below --election-min" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before any Raft file was created
+
+
+def test_token_cli_needs_cluster_or_admin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qonnect_gitops.cli import main
+
+    path = tmp_path / "tokens"
+    assert main(["token", "create", "--tokens-file", str(path)]) == 2
+    assert main(["token", "create", "Edge_1", "--tokens-file", str(path)]) == 2
+    assert not path.exists()
+    assert main(["token", "create", "--admin", "--tokens-file", str(path)]) == 0
+    token = capsys.readouterr().out.strip()
+    assert TokenStore(path).subject(token) == ADMIN
