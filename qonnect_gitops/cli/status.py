@@ -58,7 +58,8 @@ def render(status: dict[str, Any]) -> str:
         ],
     )]
     lines += ["", "CLUSTERS", format_table(
-        ("NAME", "TIER", "REGION", "HEALTH", "HEARTBEAT", "SYNC", "APPLIED", "GEN", "NODES",
+        ("NAME", "TIER", "REGION", "HEALTH", "HEARTBEAT", "SYNC", "APPLIED", "GEN APPLIED/WANTED",
+         "NODES",
          "REFUSALS"),
         [
             (
@@ -67,7 +68,9 @@ def render(status: dict[str, Any]) -> str:
                 _age(c["heartbeatAgeSeconds"], c["reported"]),
                 _sync(c["sync"]),
                 (c["applied"] or {}).get("commit", "")[:12] or None,
-                c["generation"],
+                # What the agent applied against what the plan wants of it.
+                f"{c['applied']['generation']}/{c['generation']}" if c["applied"]
+                else f"-/{c['generation']}",
                 f"{c['nodesReady']}/{c['nodes']}" if c["reported"] else c["nodes"],
                 ", ".join(r["reason"] for r in c["refusals"]) or None,
             )
