@@ -64,7 +64,9 @@ def test_failover_and_rejoin(make_group: Callable[..., LeadGroup], compaction: i
     elapsed = time.monotonic() - killed_at
     assert new_leader is not leader
     assert elapsed < 5.0, f"re-election took {elapsed:.2f}s"
-    assert durable_view(group.status(new_leader) or {}) == before
+    # Everything acknowledged is there (once the new leader applied its first commit).
+    group.wait_until(lambda: (st := group.status(new_leader)) and durable_view(st) == before,
+                     timeout=5, what="acknowledged state on the new leader")
     # The group keeps taking writes with one member down.
     post_report(group, new_leader, "edge-2")
     assert post_plan(group, new_leader, {"shop/web": {"edge-2": 2}}, "failover") == 2
