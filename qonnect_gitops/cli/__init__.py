@@ -21,6 +21,10 @@ COMMANDS: tuple[str, ...] = (
     "schema",
     "proposals",
     "approve",
+    "lead",
+    "status",
+    "members",
+    "token",
 )
 
 
