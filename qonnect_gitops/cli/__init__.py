@@ -19,6 +19,8 @@ from qonnect_gitops import __version__
 COMMANDS: tuple[str, ...] = (
     "validate",
     "schema",
+    "plan",
+    "reconcile",
     "proposals",
     "approve",
     "lead",

@@ -9,10 +9,10 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt
 
 DecisionReason = Literal["goals-changed", "failover", "rescheduling", "scaling"]
-MoveReason = Literal["new", "failover", "rescheduling", "scaling", "removed"]
+MoveReason = Literal["new", "failover", "rescheduling", "scaling", "goals-changed", "removed"]
 
 
 class PlanModel(BaseModel):
@@ -103,5 +103,5 @@ class CurrentPlacement(PlanModel):
     """The placement in force, as the planner's ``current`` input: the ``placements`` map of
     an earlier plan plus when each component last moved."""
 
-    placements: dict[str, dict[str, int]] = Field(default_factory=dict)
+    placements: dict[str, dict[str, NonNegativeInt]] = Field(default_factory=dict)
     last_moved: dict[str, AwareDatetime] = Field(default_factory=dict, alias="lastMoved")

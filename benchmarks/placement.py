@@ -1,0 +1,586 @@
+"""Placement benchmark: speed on synthetic fleets, optimality against an exact MILP,
+and thrash under an oscillating latency.
+
+    PYTHONPATH=. python benchmarks/placement.py [--json] [--seeds 30] [--quick]
+
+Needs the ``bench`` extra (scipy) for the optimality part; qonnect_gitops never imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta, timezone
+from typing import Any
+
+import numpy as np
+
+from qonnect_gitops.model.app import QoS
+from qonnect_gitops.model.cluster import Cluster
+from qonnect_gitops.model.fleet import Fleet
+from qonnect_gitops.model.goals import App, Component, Goals, StabilityRules
+from qonnect_gitops.model.network import Link, latency_table
+from qonnect_gitops.model.observed import Observed
+from qonnect_gitops.model.plan import CurrentPlacement, Plan
+from qonnect_gitops.placement import plan
+
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+MI = 2**20
+
+
+# ----- synthetic fleets -----------------------------------------------------------------
+
+
+@dataclass
+class Mix:
+    clusters: int
+    components: int
+    envelopes: float = 0.0
+    calls_per_component: float = 0.0
+    tainted: float = 0.0
+    arm_only: float = 0.0
+    node_shapes: float = 0.0
+
+    def row(self) -> str:
+        return (
+            f"{self.clusters} clusters ({self.tainted:.0%} tainted, {self.arm_only:.0%} arm64-only, "
+            f"{self.node_shapes:.1f} node shapes each), {self.components} components "
+            f"({self.envelopes:.0%} with latency envelopes, {self.calls_per_component:.1f} calls each)"
+        )
+
+
+def make_fleet(n_clusters: int, n_components: int, seed: int, small: bool = False) -> tuple[Goals, Mix]:
+    """A realistic synthetic fleet: cloud/fog/edge tiers over regions, arm64-only edge
+    clusters, taints, mixed node shapes, latency envelopes and call graphs."""
+    rng = random.Random(seed)
+    n_regions = max(2, min(10, n_clusters // 4))
+    regions = [f"region-{r}" for r in range(n_regions)]
+    # Regions on a line: latency grows with distance.
+    pos = {r: i * 25.0 for i, r in enumerate(regions)}
+    clusters = []
+    links = []
+    mix = Mix(n_clusters, n_components)
+    shapes_total = 0
+    for i in range(n_clusters):
+        u = rng.random()
+        tier = "cloud" if u < 0.15 else "fog" if u < 0.45 else "edge"
+        region = regions[i % n_regions] if i < n_regions else rng.choice(regions)
+        taints = []
+        if tier == "edge" and rng.random() < 0.25:
+            taints.append({"key": "edge", "value": "true", "effect": "NoSchedule"})
+        elif rng.random() < 0.1:
+            taints.append({"key": "spot", "value": "true", "effect": "PreferNoSchedule"})
+        mix.tainted += bool(taints)
+        arm_only = tier == "edge" and rng.random() < 0.4
+        mix.arm_only += arm_only
+        nodes = []
+        for _ in range(rng.randint(1, 3)):
+            if tier == "cloud":
+                cpu, mem, count = rng.choice([(8000, 32768), (16000, 65536), (4000, 16384)]), None, rng.randint(2, 6 if not small else 3)
+                cpu, mem = cpu
+            elif tier == "fog":
+                (cpu, mem), count = rng.choice([(4000, 8192), (8000, 16384)]), rng.randint(1, 4 if not small else 2)
+            else:
+                (cpu, mem), count = rng.choice([(2000, 4096), (4000, 8192)]), rng.randint(1, 3 if not small else 2)
+            arch = "arm64" if arm_only else rng.choice(["amd64", "amd64", "arm64"]) if tier != "cloud" else "amd64"
+            nodes.append({"count": count, "cpu": f"{cpu}m", "memory": f"{mem}Mi", "arch": arch})
+        if not arm_only and all(n["arch"] == "arm64" for n in nodes):
+            nodes[0]["arch"] = "amd64"
+        shapes_total += len(nodes)
+        price = {"cloud": 0.03, "fog": 0.05, "edge": 0.08}[tier] * rng.uniform(0.7, 1.3)
+        clusters.append(
+            Cluster.model_validate(
+                {
+                    "apiVersion": "qonnect.io/v1alpha1",
+                    "kind": "Cluster",
+                    "metadata": {"name": f"{tier}-{i:04d}", "labels": {"zone": f"z{i % 3}"}},
+                    "spec": {
+                        "tier": tier,
+                        "region": region,
+                        "taints": taints,
+                        "nodes": nodes,
+                        "cost": {"cpuHour": round(price, 4), "memoryGiBHour": round(price / 8, 5)},
+                        "energy": {
+                            "wattsPerCpu": {"cloud": 8.0, "fog": 10.0, "edge": 6.0}[tier],
+                            "carbonIntensity": round(rng.uniform(50, 500), 1),
+                        },
+                    },
+                }
+            )
+        )
+        base = {"cloud": 8.0, "fog": 4.0, "edge": 1.0}[tier]
+        for r in regions:
+            ms = base + abs(pos[r] - pos[region]) + rng.uniform(0, 3)
+            links.append(Link.model_validate({"from": f"{tier}-{i:04d}", "to": r, "ms": round(ms, 1)}))
+    mix.tainted /= n_clusters
+    mix.arm_only /= n_clusters
+    mix.node_shapes = shapes_total / n_clusters
+    fleet = Fleet.model_validate(
+        {
+            "apiVersion": "qonnect.io/v1alpha1",
+            "kind": "Fleet",
+            "metadata": {"name": "bench"},
+            "spec": {"regions": regions},
+        }
+    )
+    # A modest set of QoS profiles, shared as real apps share defaults.
+    profiles: list[QoS] = []
+    for k in range(40):
+        q: dict[str, Any] = {}
+        if k % 3 == 0:
+            q["latency"] = [{"region": regions[k % n_regions], "maxMs": float(rng.choice([15, 30, 60]))}]
+        q["objective"] = rng.choice(
+            ["latency", "cost", "energy", {"latency": 0.6, "cost": 0.4}, {"cost": 0.5, "energy": 0.5}]
+        )
+        if k % 5 == 1:
+            q["tiers"] = ["edge", "fog"]
+        elif k % 5 == 2:
+            q["tiers"] = ["fog", "cloud"]
+        if k % 4 == 0:
+            q["tolerations"] = [{"key": "edge", "operator": "Exists"}]
+        if k % 7 == 3:
+            q["availability"] = {"minClusters": 2, "spread": True}
+        profiles.append(QoS.model_validate(q))
+    components: list[Component] = []
+    app_size = 10
+    calls_total = 0
+    for j in range(n_components):
+        app = f"app-{j // app_size:04d}"
+        local = j % app_size
+        q = profiles[rng.randrange(len(profiles))]
+        mix.envelopes += bool(q.latency)
+        first = (j // app_size) * app_size
+        last = min(first + app_size, n_components)
+        callees = sorted(
+            {f"{app}/c{t - first}" for t in rng.sample(range(first, last), min(2, last - first)) if t != j}
+        )
+        calls_total += len(callees)
+        arch = frozenset({"amd64", "arm64"}) if rng.random() < 0.6 else frozenset({"amd64"})
+        components.append(
+            Component(
+                app=app,
+                name=f"c{local}",
+                namespace=app,
+                kind="Deployment",
+                workload={},
+                manifests=(),
+                replicas=max(
+                    rng.choice([1, 1, 2, 2, 3]) if not small else rng.choice([1, 1, 2]),
+                    q.availability.min_clusters,
+                ),
+                cpu=rng.choice([100, 250, 500, 1000]),
+                memory=rng.choice([128, 256, 512, 1024]) * MI,
+                architectures=arch,
+                calls=tuple(callees),
+                qos=q,
+                stability=StabilityRules(300.0, 0.1, 1, False),
+            )
+        )
+    mix.envelopes /= n_components
+    mix.calls_per_component = calls_total / n_components
+    apps: dict[str, list[Component]] = {}
+    for c in components:
+        apps.setdefault(c.app, []).append(c)
+    goals = Goals(
+        fleet=fleet,
+        clusters={c.name: c for c in sorted(clusters, key=lambda c: c.name)},
+        network=None,
+        apps={a: App(a, a, None, tuple(cs)) for a, cs in sorted(apps.items())},  # type: ignore[arg-type]
+        latencies=latency_table(tuple(links)),
+    )
+    return goals, mix
+
+
+def observed(now: datetime = NOW, **fields: Any) -> Observed:
+    return Observed.model_validate({"now": now.isoformat(), **fields})
+
+
+def after(p: Plan) -> CurrentPlacement:
+    return CurrentPlacement(placements=p.placements(), last_moved=p.last_moved)
+
+
+# ----- speed ------------------------------------------------------------------------------
+
+
+def timed(fn: Any, repeat: int = 1) -> tuple[float, Any]:
+    best = math.inf
+    result = None
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        result = fn()
+        best = min(best, time.perf_counter() - t0)
+    return best, result
+
+
+def speed(quick: bool) -> dict[str, Any]:
+    out: dict[str, Any] = {"full_plan_s": {}, "mix": {}}
+    sizes = [(100, 1000), (1000, 10000)] if not quick else [(50, 500), (200, 2000)]
+    plans = {}
+    for nc, nm in sizes:
+        goals, mix = make_fleet(nc, nm, seed=7)
+        label = f"{nc}x{nm}"
+        # Each run on a fresh Goals object copy would be identical; first call builds caches.
+        t, p = timed(lambda: plan(goals, observed(), CurrentPlacement()), repeat=1)
+        out["full_plan_s"][label] = round(t, 4)
+        out["mix"][label] = mix.row()
+        plans[label] = (goals, p)
+    (s1, s2) = [f"{a}x{b}" for a, b in sizes]
+    size_ratio = (sizes[1][0] * sizes[1][1]) / (sizes[0][0] * sizes[0][1])
+    out["growth_ratio"] = round(out["full_plan_s"][s2] / out["full_plan_s"][s1], 2)
+    out["size_ratio"] = size_ratio
+    goals, p = plans[s2]
+    cur = after(p)
+    busiest = max(
+        goals.clusters,
+        key=lambda n: (sum(w.get(n, 0) for w in cur.placements.values()), n),
+    )
+    obs = observed(NOW + timedelta(seconds=60), clusters={busiest: {"healthy": False}})
+    t, fp = timed(lambda: plan(goals, obs, cur), repeat=3)
+    out["failover_replan_s"] = round(t, 4)
+    out["failover_cluster"] = busiest
+    out["failover_moves"] = sum(m.replicas for m in fp.moves if m.reason == "failover")
+    out["failover_reason"] = fp.reason
+    out["full_plan_unplaced"] = sum(u.replicas for u in p.unplaced)
+    # A steady-state cycle where every cooldown has expired: all components re-evaluated.
+    obs_late = observed(NOW + timedelta(hours=2))
+    t, sp = timed(lambda: plan(goals, obs_late, cur), repeat=1)
+    out["steady_replan_all_evaluated_s"] = round(t, 4)
+    out["steady_replan_moves"] = sum(m.replicas for m in sp.moves)
+    return out
+
+
+# ----- optimality against an exact MILP -------------------------------------------------
+
+
+def _nodes(goals: Goals) -> list[tuple[int, int, int, int, str]]:
+    """Every node: (cluster index, cpu, memory, pods, arch)."""
+    out = []
+    for a, name in enumerate(sorted(goals.clusters)):
+        for shape in goals.clusters[name].spec.nodes:
+            for _ in range(shape.count):
+                out.append((a, shape.cpu, shape.memory, shape.pods, shape.arch))
+    return out
+
+
+def exact(goals: Goals, obs: Observed, time_limit: float) -> tuple[str, float | None, dict[str, dict[str, int]]]:
+    """Solve the planner's full objective (closeness included) exactly with HiGHS."""
+    from scipy.optimize import Bounds, LinearConstraint, milp
+    from scipy.sparse import coo_matrix
+
+    from qonnect_gitops.placement.objective import terms
+
+    t = terms(goals, obs)
+    comps = {c.key: c for c in goals.components()}
+    nodes = _nodes(goals)
+    var_lo: list[float] = []
+    var_hi: list[float] = []
+    integ: list[int] = []
+    cost: list[float] = []
+
+    def new(lo: float, hi: float, integer: bool, c: float = 0.0) -> int:
+        var_lo.append(lo)
+        var_hi.append(hi)
+        integ.append(1 if integer else 0)
+        cost.append(c)
+        return len(cost) - 1
+
+    rows: list[int] = []
+    cols: list[int] = []
+    vals: list[float] = []
+    lo: list[float] = []
+    hi: list[float] = []
+
+    def constraint(terms_: list[tuple[int, float]], low: float, high: float) -> None:
+        r = len(lo)
+        for v, coef in terms_:
+            rows.append(r)
+            cols.append(v)
+            vals.append(coef)
+        lo.append(low)
+        hi.append(high)
+
+    z: dict[tuple[int, int], list[int]] = {}  # (component, cluster) -> z vars on its nodes
+    y: dict[tuple[int, int], int] = {}
+    node_use: dict[int, list[tuple[int, int]]] = {}  # node -> (var, component)
+    for i, key in enumerate(t.components):
+        c = comps[key]
+        n_i = int(t.replicas[i])
+        for a in np.flatnonzero(t.feasible[i]).tolist():
+            vs = []
+            for k, (na, cpu, mem, pods, arch) in enumerate(nodes):
+                if na != a or arch not in c.architectures or cpu < c.cpu or mem < c.memory:
+                    continue
+                v = new(0, n_i, True, float(t.scores[i, a]) / n_i)
+                vs.append(v)
+                node_use.setdefault(k, []).append((v, i))
+            if vs:
+                z[(i, a)] = vs
+                y[(i, a)] = new(0, 1, True)
+    for i, key in enumerate(t.components):
+        c = comps[key]
+        n_i = int(t.replicas[i])
+        mine = [(a, vs) for (ii, a), vs in sorted(z.items()) if ii == i]
+        constraint([(v, 1.0) for _, vs in mine for v in vs], n_i, n_i)
+        k_min = c.qos.availability.min_clusters
+        constraint([(y[(i, a)], 1.0) for a, _ in mine], k_min, np.inf)
+        share = math.ceil(n_i / k_min) if c.qos.availability.spread else n_i
+        for a, vs in mine:
+            constraint([(v, 1.0) for v in vs] + [(y[(i, a)], -n_i)], -np.inf, 0)
+            constraint([(v, 1.0) for v in vs] + [(y[(i, a)], -1.0)], 0, np.inf)
+            if share < n_i:
+                constraint([(v, 1.0) for v in vs], 0, share)
+    for k, uses in sorted(node_use.items()):
+        _, cpu, mem, pods, _ = nodes[k]
+        keys = t.components
+        constraint([(v, float(comps[keys[i]].cpu)) for v, i in uses], -np.inf, cpu)
+        constraint([(v, float(comps[keys[i]].memory)) for v, i in uses], -np.inf, mem)
+        constraint([(v, 1.0) for v, _ in uses], -np.inf, pods)
+    for i, j in t.calls:
+        n_i = int(t.replicas[i])
+        a_set = [a for (ii, a) in z if ii == i]
+        b_set = [b for (jj, b) in z if jj == j]
+        for a in a_set:
+            ws = []
+            for b in b_set:
+                w = new(0, n_i, False, t.closeness_weight * float(t.latency[a, b]) / n_i / t.latency_norm)
+                ws.append(w)
+                constraint([(w, 1.0), (y[(j, b)], -float(n_i))], -np.inf, 0)
+            constraint([(w, 1.0) for w in ws] + [(v, -1.0) for v in z[(i, a)]], 0, 0)
+    a_mat = coo_matrix((vals, (rows, cols)), shape=(len(lo), len(cost))).tocsr()
+    res = milp(
+        c=np.array(cost),
+        constraints=LinearConstraint(a_mat, np.array(lo), np.array(hi)),
+        integrality=np.array(integ),
+        bounds=Bounds(np.array(var_lo), np.array(var_hi)),
+        options={"time_limit": time_limit, "mip_rel_gap": 1e-6},
+    )
+    if res.status == 1:
+        return "timeout", None, {}
+    if res.status != 0 or res.x is None:
+        return "infeasible", None, {}
+    placements: dict[str, dict[str, int]] = {}
+    for (i, a), vs in sorted(z.items()):
+        n = int(round(sum(res.x[v] for v in vs)))
+        if n:
+            placements.setdefault(t.components[i], {})[t.clusters[a]] = n
+    return "optimal", float(res.fun), placements
+
+
+def violations(goals: Goals, placements: dict[str, dict[str, int]], unplaced: int) -> list[str]:
+    """Independent checks of a plan: every replica placed, node capacity (first fit
+    decreasing must pack the replicas on their cluster's nodes), architectures, latency
+    envelopes per the declared network, and availability."""
+    problems = []
+    if unplaced:
+        problems.append(f"{unplaced} replicas unplaced")
+    comps = {c.key: c for c in goals.components()}
+    per_cluster: dict[str, list[Component]] = {}
+    for key, where in placements.items():
+        c = comps[key]
+        if len([n for n in where.values() if n]) < c.qos.availability.min_clusters:
+            problems.append(f"{key}: fewer clusters than minClusters")
+        if sum(where.values()) != c.replicas:
+            problems.append(f"{key}: {sum(where.values())} of {c.replicas} replicas")
+        for name, n in where.items():
+            per_cluster.setdefault(name, []).extend([c] * n)
+            for goal in c.qos.latency:
+                ms = goals.declared_latency(name, goal.region)
+                if ms is None and goals.clusters[name].spec.region == goal.region:
+                    ms = 0.0
+                if ms is None or ms > goal.max_ms:
+                    problems.append(f"{key}: {name} outside the {goal.max_ms}ms envelope")
+    for name, replicas in per_cluster.items():
+        free = [[s.cpu, s.memory, s.pods, s.arch] for s in goals.clusters[name].spec.nodes for _ in range(s.count)]
+        # Most constrained first: single-architecture replicas, then by size.
+        for c in sorted(replicas, key=lambda c: (len(c.architectures), -c.cpu, -c.memory, c.key)):
+            for node in free:
+                if node[3] in c.architectures and node[0] >= c.cpu and node[1] >= c.memory and node[2] > 0:
+                    node[0] -= c.cpu
+                    node[1] -= c.memory
+                    node[2] -= 1
+                    break
+            else:
+                problems.append(f"{name}: {c.key} does not fit on any node")
+    return problems
+
+
+def satisfiable(goals: Goals, obs: Observed) -> Goals:
+    """Small random fleets often have no cluster at all for some profile (a tight
+    envelope, a tier the fleet lacks); such components get a plain profile instead, so
+    the comparison is about choices, not about components nobody can place."""
+    from qonnect_gitops.placement.objective import terms
+
+    t = terms(goals, obs)
+    fixed = {
+        key
+        for i, key in enumerate(t.components)
+        if t.feasible[i].sum() < goals.component(key).qos.availability.min_clusters
+    }
+    if not fixed:
+        return goals
+    plain = QoS.model_validate({"objective": {"latency": 0.5, "cost": 0.5}})
+    apps = {
+        name: App(app.name, app.namespace, app.document, tuple(
+            Component(**{**c.__dict__, "qos": plain}) if c.key in fixed else c for c in app.components
+        ))
+        for name, app in goals.apps.items()
+    }
+    return Goals(goals.fleet, goals.clusters, goals.network, apps, goals.latencies)
+
+
+def quality(seeds: int, time_limit: float) -> dict[str, Any]:
+    from qonnect_gitops.placement.objective import evaluate, terms
+
+    gaps: list[float] = []
+    timeouts = 0
+    infeasible = 0
+    broken: list[str] = []
+    solve_times: list[float] = []
+    sizes = [(8, 20), (12, 36), (16, 48), (20, 60)]
+    for seed in range(seeds):
+        nc, nm = sizes[seed % len(sizes)]
+        goals, _ = make_fleet(nc, nm, seed=1000 + seed, small=True)
+        obs = observed()
+        goals = satisfiable(goals, obs)
+        p = plan(goals, obs, CurrentPlacement())
+        ours = p.placements()
+        problems = violations(goals, ours, sum(u.replicas for u in p.unplaced))
+        t0 = time.perf_counter()
+        status, _, opt = exact(goals, obs, time_limit)
+        solve_times.append(time.perf_counter() - t0)
+        if status == "timeout":
+            timeouts += 1
+            continue
+        if status == "infeasible":
+            infeasible += 1
+            continue
+        t = terms(goals, obs)
+        j_ours, j_opt = evaluate(t, ours), evaluate(t, opt)
+        if problems:
+            broken.append(f"seed {seed}: {problems[:3]}")
+            continue
+        gap = (j_ours - j_opt) / j_opt if j_opt > 0 else 0.0
+        if gap < -1e-6:
+            broken.append(f"seed {seed}: negative gap {gap:.4f}")
+        gaps.append(gap)
+    return {
+        "optimality_gap": {
+            "mean": round(statistics.fmean(gaps), 4) if gaps else None,
+            "worst": round(float(max(gaps)), 4) if gaps else None,
+            "instances": len(gaps),
+            "timeouts": timeouts,
+            "infeasible_instances": infeasible,
+            "exact_solve_s_max": round(max(solve_times), 2) if solve_times else None,
+            "broken": broken,
+        }
+    }
+
+
+# ----- thrash -----------------------------------------------------------------------------
+
+
+def thrash(cycles: int = 100, cooldown_cycles: int = 10, cycle_s: float = 30.0) -> dict[str, Any]:
+    """A measured latency oscillates around the envelope; count the moves. Control: the
+    same latency breaching for good must move the component within one cooldown."""
+    fleet = Fleet.model_validate(
+        {"apiVersion": "qonnect.io/v1alpha1", "kind": "Fleet", "metadata": {"name": "t"},
+         "spec": {"regions": ["eu"]}}
+    )
+    clusters = [
+        Cluster.model_validate(
+            {"apiVersion": "qonnect.io/v1alpha1", "kind": "Cluster", "metadata": {"name": n},
+             "spec": {"tier": "fog", "region": "eu", "nodes": [{"count": 1, "cpu": "4", "memory": "8Gi"}],
+                      "cost": {"cpuHour": 0.04}, "energy": {"wattsPerCpu": 10, "carbonIntensity": 200}}}
+        )
+        for n in ("fog-a", "fog-b")
+    ]
+    web = Component(
+        app="shop", name="web", namespace="shop", kind="Deployment", workload={}, manifests=(),
+        replicas=1, cpu=500, memory=256 * MI, architectures=frozenset({"amd64"}), calls=(),
+        qos=QoS.model_validate({"latency": [{"region": "eu", "maxMs": 50}]}),
+        stability=StabilityRules(cooldown_cycles * cycle_s, 0.1, 1, False),
+    )
+    goals = Goals(
+        fleet=fleet, clusters={c.name: c for c in clusters}, network=None,
+        apps={"shop": App("shop", "shop", None, (web,))},  # type: ignore[arg-type]
+        latencies=latency_table(tuple(Link.model_validate({"from": c.name, "to": "eu", "ms": 45}) for c in clusters)),
+    )
+
+    def run(latency_of: Any) -> tuple[int, int | None]:
+        cur = after(plan(goals, observed(), CurrentPlacement()))
+        moves, first_move = 0, None
+        for k in range(1, cycles + 1):
+            now = NOW + timedelta(seconds=k * cycle_s)
+            lat = [{"from": n, "to": "eu", "ms": latency_of(n, k)} for n in ("fog-a", "fog-b")]
+            p = plan(goals, observed(now, latencies=lat), cur)
+            moved = sum(m.replicas for m in p.moves)
+            if moved and first_move is None:
+                first_move = k
+            moves += moved
+            cur = after(p)
+        return moves, first_move
+
+    # Oscillation: each cluster swings 45 <-> 55 ms around the 50 ms envelope, in
+    # opposite phase, so whichever runs the component breaches every other cycle.
+    def oscillating(name: str, k: int) -> float:
+        return (55.0 if k % 2 else 45.0) if name == "fog-a" else (45.0 if k % 2 else 55.0)
+
+    def sustained(name: str, k: int) -> float:
+        return 80.0 if name == "fog-a" else 45.0
+
+    moves, _ = run(oscillating)
+    _, first = run(sustained)
+    return {
+        "thrash_moves": moves,
+        "thrash_cooldown_periods": cycles // cooldown_cycles,
+        "sustained_breach_moved": first is not None and first <= cooldown_cycles,
+        "sustained_breach_moved_after_cycles": first,
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--seeds", type=int, default=30, help="exact-solver instances")
+    parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per exact solve")
+    parser.add_argument("--quick", action="store_true", help="smaller speed sizes")
+    parser.add_argument("--only", choices=("speed", "quality", "thrash"), help="run one part (JSON)")
+    args = parser.parse_args(argv)
+    parts = {"speed": lambda: speed(args.quick), "quality": lambda: quality(args.seeds, args.time_limit), "thrash": thrash}
+    if args.only:
+        print(json.dumps(parts[args.only](), sort_keys=True, default=float))
+        return 0
+    result: dict[str, Any] = {}
+    for part in parts.values():
+        result.update(part())
+    if args.json:
+        print(json.dumps(result, sort_keys=True, default=float))
+        return 0
+    rows = [
+        ("fleet mix", "", result["mix"]),
+        *[(f"full plan {k}", f"{v:.3f} s", "goal <= 2 s at 1000x10000") for k, v in result["full_plan_s"].items()],
+        ("growth (time ratio / size ratio)", f"{result['growth_ratio']} / {result['size_ratio']:.0f}", "<= 1: no worse than linear"),
+        ("failover replan", f"{result['failover_replan_s']:.3f} s", f"{result['failover_moves']} replicas off {result['failover_cluster']}; goal <= 0.2 s"),
+        ("replan, all cooldowns expired", f"{result['steady_replan_all_evaluated_s']:.3f} s", f"{result['steady_replan_moves']} replicas moved"),
+        ("optimality gap mean / worst", f"{result['optimality_gap']['mean']} / {result['optimality_gap']['worst']}",
+         f"{result['optimality_gap']['instances']} instances, {result['optimality_gap']['timeouts']} timeouts, broken: {len(result['optimality_gap']['broken'])}"),
+        ("thrash moves (100 cycles)", str(result["thrash_moves"]), f"goal <= {result['thrash_cooldown_periods']}"),
+        ("sustained breach moved", str(result["sustained_breach_moved"]), f"after {result['sustained_breach_moved_after_cycles']} cycles"),
+    ]
+    for name, value, note in rows:
+        if name == "fleet mix":
+            for label, mix in value if False else result["mix"].items():
+                print(f"{'fleet ' + label:34} {mix}")
+            continue
+        print(f"{name:34} {value:>14}  {note}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,9 @@
+"""The placement engine: QoS goals to concrete placements (pure, deterministic).
+
+``plan(goals, observed, current) -> Plan`` is the whole public surface; filters and
+scores are plugins under ``placement.plugins``.
+"""
+
+from qonnect_gitops.placement.planner import desired_replicas, plan
+
+__all__ = ["desired_replicas", "plan"]

@@ -1,0 +1,21 @@
+"""Health filter: a cluster reported unhealthy, or silent for longer than the heartbeat
+grace period, takes no replicas."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import numpy as np
+
+from qonnect_gitops.placement.framework import Context
+
+
+class HealthFilter:
+    name = "health"
+    reason = "unhealthy or silent past the heartbeat grace"
+
+    def key(self, ctx: Context) -> Hashable | None:
+        return ()
+
+    def mask(self, ctx: Context) -> np.ndarray:
+        return ctx.fleet.healthy

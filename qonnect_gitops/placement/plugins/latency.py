@@ -1,0 +1,68 @@
+"""Latency: the envelope (``qos.latency``: from each named region within ``maxMs``) is a
+filter; how close a cluster comes to the regions is the latency objective."""
+
+from __future__ import annotations
+
+from collections.abc import Hashable
+
+import numpy as np
+
+from qonnect_gitops.placement.framework import Context
+
+
+def _goals(ctx: Context) -> tuple[tuple[int, float], ...]:
+    index = ctx.fleet.static.region_index
+    return tuple((index[g.region], g.max_ms) for g in ctx.component.qos.latency)
+
+
+class LatencyEnvelopeFilter:
+    name = "latency"
+    reason = "is outside the latency envelope"
+
+    def key(self, ctx: Context) -> Hashable | None:
+        return _goals(ctx)
+
+    def mask(self, ctx: Context) -> np.ndarray:
+        ok = np.ones(len(ctx.fleet.names), dtype=bool)
+        for region, max_ms in _goals(ctx):
+            ok &= ctx.fleet.region_latency[:, region] <= max_ms
+        return ok
+
+
+class LatencyScore:
+    """Latency to the goal regions as a fraction of each envelope; without goals, the
+    latency to where the component's traffic comes from, as a fraction of the worst."""
+
+    name = "latency"
+
+    def weight(self, ctx: Context) -> float:
+        o = ctx.component.qos.objective
+        return o.latency / (o.latency + o.cost + o.energy)
+
+    def key(self, ctx: Context) -> Hashable | None:
+        goals = _goals(ctx)
+        return ("goals", goals) if goals else ("traffic", tuple(sorted(ctx.traffic.items())))
+
+    def score(self, ctx: Context) -> np.ndarray:
+        goals = _goals(ctx)
+        lat = ctx.fleet.region_latency
+        if goals:
+            total = np.zeros(len(ctx.fleet.names))
+            for region, max_ms in goals:
+                total += np.minimum(lat[:, region] / max_ms, 2.0)
+            return total / len(goals)
+        return traffic_latency(ctx)
+
+
+def traffic_latency(ctx: Context) -> np.ndarray:
+    """rps-weighted latency from the regions the component's traffic comes from, as a
+    fraction of the fleet's largest latency; zeros when no traffic was observed."""
+    n = len(ctx.fleet.names)
+    rps = sum(ctx.traffic.values())
+    if rps <= 0:
+        return np.zeros(n)
+    total = np.zeros(n)
+    for region, r in sorted(ctx.traffic.items()):
+        column = ctx.fleet.region_latency[:, region]
+        total += r * np.where(np.isfinite(column), column, ctx.fleet.latency_norm)
+    return np.minimum(total / rps / ctx.fleet.latency_norm, 1.0)
