@@ -35,6 +35,7 @@ from qonnect_gitops.gitstore.trailers import (
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
     build_tree,
+    read_file,
     read_tree_files,
     resolve_commit,
 )
@@ -63,6 +64,7 @@ __all__ = [
     "build_tree",
     "cas_update_refs",
     "parse_trailers",
+    "read_file",
     "read_tree_files",
     "resolve_commit",
 ]

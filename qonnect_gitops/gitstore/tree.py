@@ -161,6 +161,20 @@ def read_tree_files(repo: RepoLike, rev: str, prefix: str = "") -> dict[str, byt
     return out
 
 
+def read_file(repo: RepoLike, rev: str, path: str) -> bytes | None:
+    """One file at commit ``rev``, or None when the commit has no such regular file."""
+    r = open_repo(repo)
+    commit = resolve_commit(r, rev)
+    try:
+        entry = commit.tree[path.strip("/")]
+    except KeyError:
+        return None
+    if entry.filemode not in _BLOB_MODES:
+        return None
+    blob = r[entry.id]
+    return blob.data if isinstance(blob, pygit2.Blob) else None
+
+
 def _collect(repo: pygit2.Repository, tree: pygit2.Tree, base: str, out: dict[str, bytes]) -> None:
     for entry in tree:
         name = entry.name or ""

@@ -16,7 +16,14 @@ from pathlib import Path
 import yaml
 from pydantic import ValidationError
 
-from qonnect_gitops.gitstore import DecisionMeta, Proposal, RefChange, WriteResult, read_tree_files
+from qonnect_gitops.gitstore import (
+    DecisionMeta,
+    Proposal,
+    RefChange,
+    WriteResult,
+    read_file,
+    read_tree_files,
+)
 from qonnect_gitops.gitstore.remote import Credentials, Mirror, PublishResult
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.gitstore.store import (
@@ -96,9 +103,10 @@ def current_placement(mirror: Mirror) -> tuple[str | None, int, CurrentPlacement
     if head is None:
         return None, 0, CurrentPlacement()
     meta = mirror.store.decision_of(head)
-    raw = read_tree_files(mirror.repo, head, PLACEMENT_FILE).get(PLACEMENT_FILE)
+    raw = read_file(mirror.repo, head, PLACEMENT_FILE)
     if raw is None:
-        return head, meta.generation, CurrentPlacement()
+        raise RuntimeError(f"the plan commit {head[:12]} has no {PLACEMENT_FILE}; refusing to "
+                           "plan as if nothing ran")
     try:
         previous = Plan.model_validate(yaml.safe_load(raw))
     except (yaml.YAMLError, ValidationError) as exc:
@@ -121,6 +129,28 @@ def prune_limits(mirror: Mirror, head: str | None, rendered: RenderedPlan) -> di
         if removed:
             limits[cluster] = len(removed)
     return limits
+
+
+def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: RenderedPlan) -> bool:
+    """Whether ``commit`` already holds this decision: the same cluster trees, the same
+    placement and the same unplaced replicas. Reasons and timestamps may differ: a
+    cycle that changes nothing but wording must write nothing."""
+    if commit is None:
+        return False
+    new_files = {p: b for p, b in rendered.files.items() if p.startswith("clusters/")}
+    if read_tree_files(mirror.repo, commit, "clusters/") != new_files:
+        return False
+    raw = read_file(mirror.repo, commit, PLACEMENT_FILE)
+    if raw is None:
+        return False
+    try:
+        previous = Plan.model_validate(yaml.safe_load(raw))
+    except (yaml.YAMLError, ValidationError):
+        return False
+    unplaced = sorted((u.component, u.replicas) for u in plan.unplaced)
+    return previous.placements() == plan.placements() and unplaced == sorted(
+        (u.component, u.replicas) for u in previous.unplaced
+    )
 
 
 def needs_review(goals: Goals, reason: DecisionReason) -> bool:
@@ -171,7 +201,16 @@ def reconcile_once(
                   timestamp=int(now.timestamp()), prune_limits=prune_limits(mirror, head, rendered),
                   expected_plan=head)
     result = CycleResult(goals_commit, decision, generation)
-    if needs_review(goals, decision.reason):
+    review = needs_review(goals, decision.reason)
+    open_proposals = [p for p in mirror.store.list_proposals() if p.base == head] if review else []
+    baseline = open_proposals[-1].commit if open_proposals else head
+    if same_decision(mirror, baseline, decision, rendered):
+        log.info("reconcile_unchanged", goals=goals_commit[:12], generation=generation)
+        if not review and head is not None:
+            mirror.store.catch_up()  # finish a fan-out an earlier cycle may have left
+        published = mirror.publish() if mirror.pending() else None
+        return CycleResult(goals_commit, decision, generation, published=published)
+    if review:
         digest = hashlib.sha256(b"".join(p.encode() + b"\0" + b for p, b in rendered.files.items()))
         proposal = mirror.store.propose(f"g{generation + 1}-{digest.hexdigest()[:10]}", rendered.files,
                                         description=describe(decision), **common)
