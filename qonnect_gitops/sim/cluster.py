@@ -1,0 +1,88 @@
+"""``SimCluster``: one simulated Kubernetes API server, started and stopped as a library object."""
+
+from __future__ import annotations
+
+import threading
+from types import TracebackType
+from typing import Any
+
+import yaml
+
+from qonnect_gitops.logs import get_logger
+from qonnect_gitops.sim.api import ApiCore
+from qonnect_gitops.sim.server import SimHTTPServer, serve
+
+log = get_logger(__name__)
+
+
+class SimCluster:
+    """A simulated cluster serving the Kubernetes API over HTTP on 127.0.0.1.
+
+    ``SimCluster(name="edge-1")`` builds the store; ``start()`` binds an OS-chosen
+    port (or ``port``) and returns the base URL; ``stop()`` ends watches and the
+    server. ``core`` is the in-process API (for fake kubelets and controllers),
+    ``server`` the HTTP server (``server.hooks`` lets fault injection intercept
+    requests). Usable as a context manager.
+    """
+
+    def __init__(self, name: str = "sim", host: str = "127.0.0.1", port: int = 0) -> None:
+        self.name = name
+        self.host = host
+        self.port = port
+        self.core = ApiCore(name)
+        self.server: SimHTTPServer | None = None
+        self._thread: threading.Thread | None = None
+
+    @property
+    def url(self) -> str:
+        """The base URL (``http://127.0.0.1:PORT``); only valid once started."""
+        if self.server is None:
+            raise RuntimeError(f"sim cluster {self.name} is not started")
+        return f"http://{self.host}:{self.server.server_address[1]}"
+
+    def start(self) -> str:
+        """Start serving in a background thread; returns the base URL."""
+        if self.server is not None:
+            return self.url
+        self.core.store.closed = False
+        self.server = serve(self.core, self.host, self.port)
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5},
+                                        name=f"sim-{self.name}", daemon=True)
+        self._thread.start()
+        log.info("sim_cluster_started", cluster=self.name, url=self.url)
+        return self.url
+
+    def stop(self) -> None:
+        """Stop serving: open watches end, the port is released. The store is kept."""
+        if self.server is None:
+            return
+        self.core.store.close()
+        self.server.shutdown()
+        self.server.server_close()
+        if self._thread is not None:
+            self._thread.join(timeout=5)
+        log.info("sim_cluster_stopped", cluster=self.name)
+        self.server, self._thread = None, None
+
+    def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
+        """A kubeconfig for this cluster (plain HTTP, a static token the sim accepts)."""
+        return {
+            "apiVersion": "v1", "kind": "Config", "preferences": {},
+            "clusters": [{"name": self.name, "cluster": {"server": self.url}}],
+            "users": [{"name": f"{self.name}-admin", "user": {"token": f"sim-{self.name}"}}],
+            "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": f"{self.name}-admin",
+                                                          "namespace": namespace}}],
+            "current-context": self.name,
+        }
+
+    def kubeconfig_yaml(self, namespace: str = "default") -> str:
+        """``kubeconfig()`` as YAML, for ``kubectl --kubeconfig``."""
+        return yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False)
+
+    def __enter__(self) -> "SimCluster":
+        self.start()
+        return self
+
+    def __exit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                 tb: TracebackType | None) -> None:
+        self.stop()
