@@ -25,8 +25,10 @@ class SimCluster:
     requests). Usable as a context manager.
     """
 
-    def __init__(self, name: str = "sim", host: str = "127.0.0.1", port: int = 0) -> None:
+    def __init__(self, name: str = "sim", host: str = "127.0.0.1", port: int = 0,
+                 bookmark_interval: float = 10.0) -> None:
         self.name = name
+        self.bookmark_interval = bookmark_interval
         self.host = host
         self.port = port
         self.core = ApiCore(name)
@@ -46,6 +48,7 @@ class SimCluster:
             return self.url
         self.core.store.closed = False
         self.server = serve(self.core, self.host, self.port)
+        self.server.bookmark_interval = self.bookmark_interval
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5},
                                         name=f"sim-{self.name}", daemon=True)
         self._thread.start()

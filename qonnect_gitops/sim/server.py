@@ -27,7 +27,6 @@ try:  # the C loader is ten times faster for apply bodies
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _YamlLoader = yaml.SafeLoader
 
-WATCH_BOOKMARK_INTERVAL = 10.0
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -42,6 +41,7 @@ class SimHTTPServer(ThreadingHTTPServer):
         self.openapi = openapi.OpenApiCache(core.registry)
         self.request_log: list[tuple[str, str, str]] | None = None  # (method, path, accept) when recording
         self.hooks: list[Any] = []  # callables(handler, method, path) -> bool (handled); part 2's faults
+        self.bookmark_interval = 10.0  # seconds between watch bookmarks (the API sends one about every minute)
         super().__init__(address, Handler)
 
 
@@ -92,6 +92,11 @@ class Handler(BaseHTTPRequestHandler):
     def _parse_body(self, raw: bytes, content_type: str) -> Any:
         if not raw:
             return None
+        if "protobuf" in content_type or "cbor" in content_type:
+            # Only JSON and YAML bodies are understood; a real server also takes these.
+            raise errors.ApiError(415, "UnsupportedMediaType",
+                                  f"the body of the request was in an unknown format - accepted media types "
+                                  f"include: application/json, application/yaml", {})
         try:
             return json.loads(raw)
         except ValueError:
@@ -298,7 +303,7 @@ class Handler(BaseHTTPRequestHandler):
         events = core.watch(rt, ns, _first(query, "labelSelector"), _first(query, "fieldSelector"),
                             _first(query, "resourceVersion"), _truthy(_first(query, "allowWatchBookmarks")),
                             _truthy(send_initial) if send_initial is not None else None, timeout,
-                            WATCH_BOOKMARK_INTERVAL)
+                            self.server.bookmark_interval)
         core.matcher(rt, _first(query, "labelSelector"), _first(query, "fieldSelector"))  # 400 before headers
         self.send_response(200)
         self.send_header("Content-Type", "application/json")

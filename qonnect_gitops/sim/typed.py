@@ -232,8 +232,11 @@ def _cmp(lhs: Any, rhs: Any, node: Any, path: fp.Path, c: Comparison) -> None:
 def remove_paths(obj: Any, paths: fp.FieldSet, node: Any) -> Any:
     """A copy of ``obj`` without the given member fields (and list items)."""
     out = copy.deepcopy(obj)
-    # Deepest first, so removing an item never invalidates the path to another.
-    for path in sorted(paths, key=len, reverse=True):
+    # Removing a field removes what is below it; removing children first could strip
+    # an item of its key fields and make it unfindable.
+    top = {p for p in paths if not any(p[:i] in paths for i in range(1, len(p)))}
+    # Deepest first, so removing an item never shifts the position of another.
+    for path in sorted(top, key=len, reverse=True):
         _remove(out, path, node)
     return out
 
