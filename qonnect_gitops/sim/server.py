@@ -167,6 +167,7 @@ class Handler(BaseHTTPRequestHandler):
         self._body_read = False
         core = self.server.core
         accept = self.headers.get("Accept", "")
+        path = path.rstrip("/") or "/"  # "/version/" and "/apis/" are served like the API does
         parts = [p for p in path.split("/") if p]
         if method == "GET":
             if path in ("/healthz", "/livez", "/readyz"):
