@@ -49,7 +49,7 @@ class SimCluster:
         self.core.store.closed = False
         self.server = serve(self.core, self.host, self.port)
         self.server.bookmark_interval = self.bookmark_interval
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.5},
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name=f"sim-{self.name}", daemon=True)
         self._thread.start()
         log.info("sim_cluster_started", cluster=self.name, url=self.url)

@@ -62,6 +62,11 @@ class Handler(BaseHTTPRequestHandler):
     server_version = "qonnect-sim"
     sys_version = ""
 
+    def setup(self) -> None:
+        """Disable Nagle: headers and body go out as separate writes, and a delayed ACK would add 40 ms."""
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
         """Route the stdlib access log to our structured debug log."""
         log.debug("http_request", line=format % args)

@@ -116,3 +116,16 @@ spec:
     assert kubectl.json("get", "widgets", "-l", "a=b")["items"][0]["spec"]["replicas"] == 3
     kubectl("delete", "crd", "widgets.example.com")
     assert kubectl("get", "widgets", check=False).returncode != 0
+
+
+def test_client_side_apply_patches_merge_by_schema(kubectl: Any) -> None:
+    # Client-side apply sends three-way strategic merge patches ($setElementOrder, deletions by merge key).
+    two = deploy("web").replace("      - name: app\n", "      - name: log\n        image: fluentbit:3\n      - name: app\n")
+    kubectl("apply", "-f", "-", stdin=two)
+    obj = kubectl.json("get", "deploy", "web")
+    assert [c["name"] for c in obj["spec"]["template"]["spec"]["containers"]] == ["log", "app"]
+    kubectl("apply", "-f", "-", stdin=deploy("web").replace("nginx:1.25", "nginx:1.27"))
+    containers = kubectl.json("get", "deploy", "web")["spec"]["template"]["spec"]["containers"]
+    assert [(c["name"], c["image"]) for c in containers] == [("app", "nginx:1.27")]
+    assert containers[0]["ports"] == [{"containerPort": 80, "protocol": "TCP"}]
+    assert kubectl.json("get", "deploy", "web")["metadata"]["generation"] == 2
