@@ -12,6 +12,7 @@ components (the fake kubelet and controllers of part 2) can call it directly.
 from __future__ import annotations
 
 import base64
+import builtins
 import copy
 import json
 import random
@@ -77,7 +78,7 @@ class Result:
 
     body: dict[str, Any]
     code: int = 200
-    warnings: list[str] = field(default_factory=list)
+    warnings: builtins.list[str] = field(default_factory=list)
 
 
 def _now() -> str:
@@ -194,7 +195,7 @@ class ApiCore:
         deadline = time.monotonic() + timeout
         with self.store.lock:
             current = self.store.resource_version
-            initial: list[dict[str, Any]] = []
+            initial: builtins.list[dict[str, Any]] = []
             if resource_version in (None, "", "0") or send_initial_events:
                 initial = [o for o in self.store.list(gr, ns_filter) if match(o)]
                 start = current
@@ -267,7 +268,7 @@ class ApiCore:
                                   f"namespace {ns} because it is being terminated",
                                   {"kind": rt.plural, **({"group": rt.group} if rt.group else {})})
 
-    def _decode_problems(self, rt: ResourceType, problems: typed.Problems, mode: str) -> list[str]:
+    def _decode_problems(self, rt: ResourceType, problems: typed.Problems, mode: str) -> builtins.list[str]:
         prefix = f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
         if problems.types:
             raise errors.bad_request(prefix + "; ".join(problems.types))
@@ -283,7 +284,7 @@ class ApiCore:
     def _validate(self, rt: ResourceType, obj: dict[str, Any]) -> None:
         meta = _meta(obj)
         name = meta.get("name") or ""
-        causes: list[dict[str, str]] = []
+        causes: builtins.list[dict[str, str]] = []
         if not name:
             causes.append({"reason": "FieldValueRequired", "message": "Required value: name or generateName is required",
                            "field": "metadata.name"})
@@ -353,7 +354,7 @@ class ApiCore:
 
     def _commit(self, rt: ResourceType, ns: str, live: dict[str, Any] | None, candidate: dict[str, Any],
                 opts: WriteOptions, subresource: str = "",
-                managers: list[ssa.Manager] | None = None, warnings: list[str] | None = None) -> Result:
+                managers: builtins.list[ssa.Manager] | None = None, warnings: builtins.list[str] | None = None) -> Result:
         """Finish a write: server fields, defaults, ownership, validation, generation, store."""
         warnings = list(warnings or [])
         meta = dict(_meta(candidate))
@@ -474,7 +475,7 @@ class ApiCore:
 
     # ------------------------------------------------------------------ create / update / patch
 
-    def _prepare_body(self, rt: ResourceType, body: Any, mode: str, default_keys: bool = True) -> tuple[dict[str, Any], list[str]]:
+    def _prepare_body(self, rt: ResourceType, body: Any, mode: str, default_keys: bool = True) -> tuple[dict[str, Any], builtins.list[str]]:
         if not isinstance(body, dict):
             raise errors.bad_request("the body of the request was in an unknown format")
         api_version, kind = body.get("apiVersion"), body.get("kind")
@@ -722,10 +723,10 @@ class ApiCore:
         stored = self.store.put(self._gr(rt), dict(live, metadata=meta), "MODIFIED")
         if rt.kind == "CustomResourceDefinition":
             self._crd_changed(stored)
-        stored = self._run_gc_finalizers(rt, stored)
-        if stored is None:
+        remaining = self._run_gc_finalizers(rt, stored)
+        if remaining is None:
             return Result(self._deleted_status(rt, live))
-        return Result(self._present(rt, stored), 200)
+        return Result(self._present(rt, remaining), 200)
 
     def _deleted_status(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         if not rt.builtin:
@@ -743,7 +744,7 @@ class ApiCore:
             out.setdefault((rt.group, rt.plural), rt)
         return out
 
-    def _dependents(self, owner: dict[str, Any]) -> list[tuple[ResourceType, dict[str, Any]]]:
+    def _dependents(self, owner: dict[str, Any]) -> builtins.list[tuple[ResourceType, dict[str, Any]]]:
         uid = _meta(owner).get("uid")
         out = []
         types = self._all_types()
@@ -805,8 +806,8 @@ class ApiCore:
             self._run_gc_finalizers(owner_rt, owner)
         return gone
 
-    def _owners_waiting(self, obj: dict[str, Any]) -> list[tuple[ResourceType, dict[str, Any]]]:
-        out = []
+    def _owners_waiting(self, obj: dict[str, Any]) -> builtins.list[tuple[ResourceType, dict[str, Any]]]:
+        out: builtins.list[tuple[ResourceType, dict[str, Any]]] = []
         uids = {r.get("uid") for r in _meta(obj).get("ownerReferences") or []}
         if not uids:
             return out

@@ -82,7 +82,7 @@ class SimCluster:
         """``kubeconfig()`` as YAML, for ``kubectl --kubeconfig``."""
         return yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False)
 
-    def __enter__(self) -> "SimCluster":
+    def __enter__(self) -> SimCluster:  # noqa: PYI034 - Self needs typing_extensions on 3.11 checkers
         self.start()
         return self
 

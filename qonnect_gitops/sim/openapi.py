@@ -149,7 +149,7 @@ def _operations(rt: ResourceType, ref_prefix: str, v3: bool) -> dict[str, dict[s
     prefix = f"/apis/{rt.group}/{rt.version}" if rt.group else f"/api/{rt.version}"
     base = f"{prefix}/namespaces/{{namespace}}/{rt.plural}" if rt.namespaced else f"{prefix}/{rt.plural}"
     obj_ref = {"$ref": ref_prefix + _def_name(rt)}
-    list_ref = {"$ref": ref_prefix + (_def_name(rt) + "List" if rt.builtin else _def_name(rt) + "List")}
+    list_ref = {"$ref": ref_prefix + _def_name(rt) + "List"}
     status_ref = {"$ref": ref_prefix + META + "Status"}
     write = [_param("dryRun", "When present, indicates that modifications should not be persisted.", v3=v3),
              _param("fieldManager", "fieldManager is a name associated with the actor or entity that is making these changes.", v3=v3),

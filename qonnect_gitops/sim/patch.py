@@ -158,20 +158,22 @@ def _smp_map(original: dict[str, Any], patch: dict[str, Any], info: TypeInfo) ->
     out = copy.deepcopy(original)
     retain = patch.get("$retainKeys")
     for k, v in patch.items():
-        if k.startswith(_SET_ORDER) or k.startswith(_DELETE_PRIMITIVE) or k in ("$patch", "$retainKeys"):
+        if k.startswith((_SET_ORDER, _DELETE_PRIMITIVE)) or k in ("$patch", "$retainKeys"):
             continue
         child = child_node(info, k) if info.kind in ("struct", "map") else None
         cinfo = describe(child)
         if v is None:
             out.pop(k, None)
         elif isinstance(v, dict) and cinfo.kind in ("struct", "map", "any") and not cinfo.atomic:
-            merged = _smp_map(out.get(k) if isinstance(out.get(k), dict) else {}, v, cinfo)
+            current = out.get(k)
+            merged = _smp_map(current if isinstance(current, dict) else {}, v, cinfo)
             if merged is None:
                 out.pop(k, None)
             else:
                 out[k] = merged
         elif isinstance(v, list) and cinfo.kind == "list":
-            out[k] = _smp_list(out.get(k) if isinstance(out.get(k), list) else [], v, cinfo)
+            current = out.get(k)
+            out[k] = _smp_list(current if isinstance(current, list) else [], v, cinfo)
         else:
             out[k] = copy.deepcopy(v)
     for k, v in patch.items():

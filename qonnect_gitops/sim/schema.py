@@ -176,7 +176,7 @@ def kind_root(group: str, version: str, kind: str) -> dict[str, Any] | None:
 
 def crd_root(openapi_v3_schema: dict[str, Any] | None) -> dict[str, Any]:
     """The root schema node of a custom resource version, with ObjectMeta filled in like the API."""
-    base = copy.deepcopy(openapi_v3_schema) if openapi_v3_schema else {
+    base: dict[str, Any] = copy.deepcopy(openapi_v3_schema) if openapi_v3_schema else {
         "type": "object", "x-kubernetes-preserve-unknown-fields": True}
     props = base.setdefault("properties", {})
     props["metadata"] = ref_node("io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta")

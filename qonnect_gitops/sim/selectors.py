@@ -42,33 +42,31 @@ def parse_label_selector(expr: str | None) -> Matcher:
         return lambda labels: True
     reqs: list[Matcher] = []
     for part in _split(expr):
-        m = _SET_RE.match(part)
-        if m and not m.group(1):
-            k, op = m.group(2), m.group(3)
-            values = {v.strip() for v in m.group(4).split(",") if v.strip()}
-            if op == "in":
-                reqs.append(lambda l, k=k, vs=values: k in l and l[k] in vs)
-            else:
-                reqs.append(lambda l, k=k, vs=values: k not in l or l[k] not in vs)
-            continue
-        m = _CMP_RE.match(part)
-        if m:
-            k, op, v = m.groups()
-            if op == "!=":
-                reqs.append(lambda l, k=k, v=v: l.get(k) != v)
-            else:
-                reqs.append(lambda l, k=k, v=v: k in l and l[k] == v)
-            continue
-        m = _EXISTS_RE.match(part)
-        if m:
-            neg, k = m.groups()
-            if neg:
-                reqs.append(lambda l, k=k: k not in l)
-            else:
-                reqs.append(lambda l, k=k: k in l)
-            continue
-        raise SelectorError(f"unable to parse requirement: {part.strip()!r}")
+        reqs.append(_label_requirement(part))
     return lambda labels: all(r(labels) for r in reqs)
+
+
+def _label_requirement(part: str) -> Matcher:
+    m = _SET_RE.match(part)
+    if m and not m.group(1):
+        key, op = m.group(2), m.group(3)
+        values = {v.strip() for v in m.group(4).split(",") if v.strip()}
+        if op == "in":
+            return lambda labels: key in labels and labels[key] in values
+        return lambda labels: key not in labels or labels[key] not in values
+    m = _CMP_RE.match(part)
+    if m:
+        key, op, wanted = m.groups()
+        if op == "!=":
+            return lambda labels: labels.get(key) != wanted
+        return lambda labels: key in labels and labels[key] == wanted
+    m = _EXISTS_RE.match(part)
+    if m:
+        negated, key = m.groups()
+        if negated:
+            return lambda labels: key not in labels
+        return lambda labels: key in labels
+    raise SelectorError(f"unable to parse requirement: {part.strip()!r}")
 
 
 def _get_path(obj: Mapping[str, Any], dotted: str) -> str:
@@ -94,11 +92,14 @@ def parse_field_selector(expr: str | None, supported: tuple[str, ...]) -> Callab
         path, op, val = m.groups()
         if path not in supported:
             raise SelectorError(f'field label not supported: {path}')
-        if op == "!=":
-            reqs.append(lambda o, p=path, v=val: _get_path(o, p) != v)
-        else:
-            reqs.append(lambda o, p=path, v=val: _get_path(o, p) == v)
+        reqs.append(_field_requirement(path, op, val))
     return lambda obj: all(r(obj) for r in reqs)
+
+
+def _field_requirement(path: str, op: str, wanted: str) -> Callable[[Mapping[str, Any]], bool]:
+    if op == "!=":
+        return lambda obj: _get_path(obj, path) != wanted
+    return lambda obj: _get_path(obj, path) == wanted
 
 
 def match_label_selector_object(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:

@@ -67,7 +67,7 @@ class Handler(BaseHTTPRequestHandler):
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         """Route the stdlib access log to our structured debug log."""
         log.debug("http_request", line=format % args)
 
@@ -100,8 +100,8 @@ class Handler(BaseHTTPRequestHandler):
         if "protobuf" in content_type or "cbor" in content_type:
             # Only JSON and YAML bodies are understood; a real server also takes these.
             raise errors.ApiError(415, "UnsupportedMediaType",
-                                  f"the body of the request was in an unknown format - accepted media types "
-                                  f"include: application/json, application/yaml", {})
+                                  "the body of the request was in an unknown format - accepted media types "
+                                  "include: application/json, application/yaml", {})
         try:
             return json.loads(raw)
         except ValueError:
@@ -113,27 +113,27 @@ class Handler(BaseHTTPRequestHandler):
                 raise errors.bad_request(f"error decoding YAML: {exc}") from None
         raise errors.bad_request("couldn't get version/kind; json parse error: invalid JSON body")
 
-    def do_GET(self) -> None:  # noqa: N802 - stdlib naming
+    def do_GET(self) -> None:
         """GET and watch."""
         self._dispatch("GET")
 
-    def do_HEAD(self) -> None:  # noqa: N802
+    def do_HEAD(self) -> None:
         """HEAD as GET without a body."""
         self._dispatch("GET")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         """Create."""
         self._dispatch("POST")
 
-    def do_PUT(self) -> None:  # noqa: N802
+    def do_PUT(self) -> None:
         """Replace."""
         self._dispatch("PUT")
 
-    def do_PATCH(self) -> None:  # noqa: N802
+    def do_PATCH(self) -> None:
         """Patch and server-side apply."""
         self._dispatch("PATCH")
 
-    def do_DELETE(self) -> None:  # noqa: N802
+    def do_DELETE(self) -> None:
         """Delete."""
         self._dispatch("DELETE")
 
@@ -153,7 +153,7 @@ class Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as exc:  # a bug in the sim must not look like a hung server
-            log.error("request_failed", exc_info=True, method=method, path=self.path)
+            log.error("request_failed", exc_info=True, method=method, path=self.path)  # noqa: G201
             self._drain()
             self._send_error(errors.ApiError(500, "InternalError", f"Internal error occurred: {exc}", {}))
 
@@ -259,19 +259,21 @@ class Handler(BaseHTTPRequestHandler):
             if _first(query, "propagationPolicy"):
                 opts["propagationPolicy"] = _first(query, "propagationPolicy")
             dry = bool(query.get("dryRun")) or "All" in (opts.get("dryRun") or [])
+            deleted: Result
             if name is None:
-                res = core.delete_collection(rt, ns if has_ns else None, _first(query, "labelSelector"),
+                deleted = core.delete_collection(rt, ns if has_ns else None, _first(query, "labelSelector"),
                                              _first(query, "fieldSelector"), opts)
             else:
-                res = core.delete(rt, ns, name, opts, dry_run=dry)
-            return self._send_json(res.code, res.body)
+                deleted = core.delete(rt, ns, name, opts, dry_run=dry)
+            return self._send_json(deleted.code, deleted.body)
         opts = self._options(query)
+        res: Result
         body = self._parse_body(raw, content_type if method != "PATCH" else (
             APPLY_PATCH if content_type.startswith("application/apply-patch") else content_type))
         if method == "POST":
             if name is not None:
                 raise errors.method_not_allowed()
-            res: Result = core.create(rt, ns, body, opts)
+            res = core.create(rt, ns, body, opts)
         elif method == "PUT":
             if name is None:
                 raise errors.method_not_allowed()
@@ -321,10 +323,12 @@ class Handler(BaseHTTPRequestHandler):
                 self._chunk(json.dumps(ev, separators=(",", ":")).encode() + b"\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
-        except (BrokenPipeError, ConnectionResetError, socket.timeout):
+        except (TimeoutError, BrokenPipeError, ConnectionResetError):
             pass
         finally:
-            events.close()
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
         self.close_connection = True
 
     def _chunk(self, data: bytes) -> None:

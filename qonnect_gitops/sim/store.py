@@ -7,6 +7,7 @@ serialize what they got after releasing the lock.
 
 from __future__ import annotations
 
+import builtins
 import threading
 from collections import deque
 from collections.abc import Iterator
@@ -60,7 +61,7 @@ class Store:
         with self.lock:
             return self._objects.get(gr, {}).get((namespace, name))
 
-    def list(self, gr: GroupResource, namespace: str | None = None) -> list[dict[str, Any]]:
+    def list(self, gr: GroupResource, namespace: str | None = None) -> builtins.list[dict[str, Any]]:
         """Objects of a group-resource, in one namespace or all, sorted by namespace and name."""
         with self.lock:
             table = self._objects.get(gr, {})
@@ -72,7 +73,7 @@ class Store:
         with self.lock:
             return sum(len(t) for t in self._objects.values())
 
-    def group_resources(self) -> list[GroupResource]:
+    def group_resources(self) -> builtins.list[GroupResource]:
         """Every group-resource that has (or had) objects."""
         with self.lock:
             return list(self._objects)
@@ -115,14 +116,14 @@ class Store:
         self._events.append(event)
         self.changed.notify_all()
 
-    def events_after(self, rv: int) -> list[Event]:
+    def events_after(self, rv: int) -> builtins.list[Event]:
         """Events newer than ``rv`` (caller holds the lock); raises Expired when compacted."""
         if rv < self._oldest_rv:
             raise Expired(f"too old resource version: {rv} ({self._oldest_rv + 1})")
         if not self._events or self._events[-1].rv <= rv:
             return []
         # Events are in rv order: scan from the end, which is where watchers usually are.
-        out: list[Event] = []
+        out: builtins.list[Event] = []
         for ev in reversed(self._events):
             if ev.rv <= rv:
                 break

