@@ -92,8 +92,10 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
 class ApiCore:
     """The verbs of the Kubernetes API over one ``Store`` and ``Registry``."""
 
-    def __init__(self, cluster_name: str, registry: Registry | None = None, store: Store | None = None) -> None:
+    def __init__(self, cluster_name: str, registry: Registry | None = None, store: Store | None = None,
+                 namespace_delay: float = 0.2) -> None:
         self.cluster_name = cluster_name
+        self.namespace_delay = namespace_delay  # seconds before a deleted namespace's contents go
         self.registry = registry or Registry()
         self.store = store or Store()
         self._ip_lock = threading.Lock()
@@ -745,17 +747,8 @@ class ApiCore:
         return out
 
     def _dependents(self, owner: dict[str, Any]) -> builtins.list[tuple[ResourceType, dict[str, Any]]]:
-        uid = _meta(owner).get("uid")
-        out = []
         types = self._all_types()
-        for gr in self.store.group_resources():
-            rt = types.get(gr)
-            if rt is None:
-                continue
-            for o in self.store.list(gr):
-                if any(r.get("uid") == uid for r in _meta(o).get("ownerReferences") or []):
-                    out.append((rt, o))
-        return out
+        return [(types[gr], o) for gr, o in self.store.dependents(_meta(owner).get("uid") or "") if gr in types]
 
     def _run_gc_finalizers(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any] | None:
         """Do the garbage collector's work for the foregroundDeletion and orphan finalizers, synchronously."""
@@ -807,22 +800,17 @@ class ApiCore:
         return gone
 
     def _owners_waiting(self, obj: dict[str, Any]) -> builtins.list[tuple[ResourceType, dict[str, Any]]]:
+        # Owners being deleted in the foreground wait for this dependent to go.
         out: builtins.list[tuple[ResourceType, dict[str, Any]]] = []
-        uids = {r.get("uid") for r in _meta(obj).get("ownerReferences") or []}
-        if not uids:
-            return out
         types = self._all_types()
-        for gr in self.store.group_resources():
-            rt = types.get(gr)
-            for o in self.store.list(gr):
-                if rt and _meta(o).get("uid") in uids and "foregroundDeletion" in (_meta(o).get("finalizers") or []):
-                    out.append((rt, o))
+        for ref in _meta(obj).get("ownerReferences") or []:
+            hit = self.store.by_uid(ref.get("uid") or "")
+            if hit and hit[0] in types and "foregroundDeletion" in (_meta(hit[1]).get("finalizers") or []):
+                out.append((types[hit[0]], hit[1]))
         return out
 
     def _uid_exists(self, uid: str | None) -> bool:
-        if not uid:
-            return False
-        return any(_meta(o).get("uid") == uid for gr in self.store.group_resources() for o in self.store.list(gr))
+        return bool(uid) and self.store.by_uid(uid or "") is not None
 
     def _drop_crd(self, crd: dict[str, Any]) -> None:
         spec = crd.get("spec") or {}
@@ -838,24 +826,35 @@ class ApiCore:
             meta["deletionTimestamp"] = _now()
             meta["deletionGracePeriodSeconds"] = 0
         ns_obj = dict(live, metadata=meta, status=dict(live.get("status") or {}, phase="Terminating"))
-        ns_obj = self.store.put(("", "namespaces"), ns_obj, "MODIFIED")
-        # The namespace controller's job: delete everything in it, then drop the finalizer.
-        types = self._all_types()
-        for gr, obj in list(self.store.namespaced_objects(name)):
-            drt = types.get(gr)
-            current = self.store.get(gr, name, _meta(obj)["name"])
-            if drt is not None and current is not None and not _meta(current).get("deletionTimestamp"):
-                self._delete(drt, current, "Background")
-        self._maybe_finish_namespace(name)
-        if self.store.get(("", "namespaces"), "", name) is None:
-            return Result(self._present(rt, ns_obj))
-        return Result(self._present(rt, self.store.get(("", "namespaces"), "", name) or ns_obj))
+        if ns_obj != live:
+            ns_obj = self.store.put(("", "namespaces"), ns_obj, "MODIFIED")
+        if self.namespace_delay > 0:
+            # The namespace controller works asynchronously: the namespace stays Terminating
+            # (refusing new content) for a moment while its contents are deleted.
+            timer = threading.Timer(self.namespace_delay, self._empty_namespace, args=(name,))
+            timer.daemon = True
+            timer.start()
+        else:
+            self._empty_namespace(name)
+        return Result(self._present(rt, ns_obj))
+
+    def _empty_namespace(self, name: str) -> None:
+        """The namespace controller's job: delete everything in it, then drop the namespace."""
+        with self.store.lock:
+            types = self._all_types()
+            for gr, obj in builtins.list(self.store.namespaced_objects(name)):
+                drt = types.get(gr)
+                current = self.store.get(gr, name, _meta(obj)["name"])
+                if drt is not None and current is not None and not _meta(current).get("deletionTimestamp"):
+                    self._delete(drt, current, "Background")
+            self._maybe_finish_namespace(name)
+        log.debug("namespace_emptied", cluster=self.cluster_name, namespace=name)
 
     def _maybe_finish_namespace(self, name: str) -> None:
         nso = self.store.get(("", "namespaces"), "", name)
         if nso is None or not _meta(nso).get("deletionTimestamp"):
             return
-        if any(True for _ in self.store.namespaced_objects(name)):
+        if self.store.namespace_count(name):
             return
         self.store.remove(("", "namespaces"), dict(nso, spec=dict(nso.get("spec") or {}, finalizers=[])))
 

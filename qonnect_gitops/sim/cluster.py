@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 from types import TracebackType
-from typing import Any
+from typing import Any, Self
 
 import yaml
 
@@ -22,16 +22,18 @@ class SimCluster:
     port (or ``port``) and returns the base URL; ``stop()`` ends watches and the
     server. ``core`` is the in-process API (for fake kubelets and controllers),
     ``server`` the HTTP server (``server.hooks`` lets fault injection intercept
-    requests). Usable as a context manager.
+    requests). ``bookmark_interval`` spaces watch bookmarks; ``namespace_delay`` is
+    how long a deleted namespace stays Terminating before its contents go (0: at once).
+    Usable as a context manager.
     """
 
     def __init__(self, name: str = "sim", host: str = "127.0.0.1", port: int = 0,
-                 bookmark_interval: float = 10.0) -> None:
+                 bookmark_interval: float = 10.0, namespace_delay: float = 0.2) -> None:
         self.name = name
         self.bookmark_interval = bookmark_interval
         self.host = host
         self.port = port
-        self.core = ApiCore(name)
+        self.core = ApiCore(name, namespace_delay=namespace_delay)
         self.server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
 
@@ -82,7 +84,7 @@ class SimCluster:
         """``kubeconfig()`` as YAML, for ``kubectl --kubeconfig``."""
         return yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False)
 
-    def __enter__(self) -> SimCluster:  # noqa: PYI034 - Self needs typing_extensions on 3.11 checkers
+    def __enter__(self) -> Self:
         self.start()
         return self
 

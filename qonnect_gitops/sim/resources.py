@@ -8,6 +8,11 @@ from typing import Any
 
 from qonnect_gitops.sim import schema
 
+# Built-in kinds whose strategies maintain metadata.generation (Services, Namespaces,
+# Nodes, ConfigMaps... have none).
+GENERATION_KINDS = frozenset({
+    "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job", "CronJob", "Pod", "HorizontalPodAutoscaler",
+    "PodDisruptionBudget", "NetworkPolicy", "CustomResourceDefinition"})
 ALL_VERBS = ("create", "delete", "deletecollection", "get", "list", "patch", "update", "watch")
 
 
@@ -61,11 +66,8 @@ class ResourceType:
 
     @property
     def tracks_generation(self) -> bool:
-        """Whether the API keeps metadata.generation for this kind (kinds with a spec, and CRDs)."""
-        if not self.builtin:
-            return True
-        root = self.schema_root()
-        return root is not None and "spec" in schema.describe(root).fields
+        """Whether the API keeps metadata.generation for this kind (its registry strategy sets it)."""
+        return not self.builtin or self.kind in GENERATION_KINDS
 
 
 def _b(group: str, version: str, kind: str, plural: str, namespaced: bool = True,

@@ -44,6 +44,10 @@ class Store:
         self._events: deque[Event] = deque(maxlen=history)
         self._oldest_rv = 0  # events after this rv are all in the log
         self.closed = False
+        # Indexes for the garbage collector and namespace deletion, so neither scans everything.
+        self._by_uid: dict[str, tuple[GroupResource, ObjKey]] = {}
+        self._dependents: dict[str, set[tuple[GroupResource, ObjKey]]] = {}
+        self._per_namespace: dict[str, int] = {}
 
     @property
     def resource_version(self) -> int:
@@ -96,6 +100,7 @@ class Store:
             key = (meta.get("namespace", ""), meta["name"])
             prev = table.get(key)
             table[key] = stored
+            self._index(gr, key, prev, stored)
             self._record(Event(rv, event_type, gr, stored, prev))
             return stored
 
@@ -103,12 +108,61 @@ class Store:
         """Delete an object; the DELETED event carries a fresh resourceVersion, as the API's does."""
         with self.lock:
             meta = obj["metadata"]
-            self._objects.get(gr, {}).pop((meta.get("namespace", ""), meta["name"]), None)
+            key = (meta.get("namespace", ""), meta["name"])
+            prev = self._objects.get(gr, {}).pop(key, None)
+            if prev is not None:
+                self._index(gr, key, prev, None)
             rv = self.next_rv()
             gone = dict(obj)
             gone["metadata"] = dict(meta, resourceVersion=str(rv))
             self._record(Event(rv, "DELETED", gr, gone))
             return gone
+
+    def _index(self, gr: GroupResource, key: ObjKey, old: dict[str, Any] | None, new: dict[str, Any] | None) -> None:
+        for obj, sign in ((old, -1), (new, 1)):
+            if obj is None:
+                continue
+            meta = obj["metadata"]
+            uid = meta.get("uid")
+            for ref in meta.get("ownerReferences") or []:
+                owned = self._dependents.setdefault(ref.get("uid", ""), set())
+                if sign > 0:
+                    owned.add((gr, key))
+                else:
+                    owned.discard((gr, key))
+                    if not owned:
+                        del self._dependents[ref.get("uid", "")]
+            if uid:
+                if sign > 0:
+                    self._by_uid[uid] = (gr, key)
+                elif self._by_uid.get(uid) == (gr, key):
+                    del self._by_uid[uid]
+            if key[0]:
+                self._per_namespace[key[0]] = self._per_namespace.get(key[0], 0) + sign
+
+    def by_uid(self, uid: str) -> tuple[GroupResource, dict[str, Any]] | None:
+        """The object with this uid, if it exists."""
+        with self.lock:
+            hit = self._by_uid.get(uid)
+            if hit is None:
+                return None
+            obj = self._objects.get(hit[0], {}).get(hit[1])
+            return (hit[0], obj) if obj is not None else None
+
+    def dependents(self, uid: str) -> builtins.list[tuple[GroupResource, dict[str, Any]]]:
+        """Objects with an ownerReference to ``uid``."""
+        with self.lock:
+            out = []
+            for gr, key in sorted(self._dependents.get(uid, ())):
+                obj = self._objects.get(gr, {}).get(key)
+                if obj is not None:
+                    out.append((gr, obj))
+            return out
+
+    def namespace_count(self, namespace: str) -> int:
+        """How many objects live in a namespace."""
+        with self.lock:
+            return self._per_namespace.get(namespace, 0)
 
     def _record(self, event: Event) -> None:
         if len(self._events) == self._events.maxlen:

@@ -269,13 +269,36 @@ def test_namespace_deletion_deletes_its_contents(api: client.ApiClient) -> None:
     core.create_namespaced_config_map("team", cm("a"))
     client.AppsV1Api(api).create_namespaced_deployment("team", deployment())
     core.delete_namespace("team")
-    assert core.list_config_map_for_all_namespaces(field_selector="metadata.namespace=team").items == []
+    terminating = core.read_namespace("team")
+    assert terminating.status.phase == "Terminating" and terminating.metadata.deletion_timestamp
     with pytest.raises(ApiException) as err:
-        core.read_namespace("team")
-    assert err.value.status == 404
+        core.create_namespaced_config_map("team", cm("late"))
+    assert (err.value.status, status_of(err)["reason"]) == (403, "Forbidden")
+    assert "because it is being terminated" in status_of(err)["message"]
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            core.read_namespace("team")
+        except ApiException as exc:
+            assert exc.status == 404
+            break
+        time.sleep(0.05)
+    else:
+        raise AssertionError("namespace never went away")
+    assert core.list_config_map_for_all_namespaces(field_selector="metadata.namespace=team").items == []
+    assert client.AppsV1Api(api).list_deployment_for_all_namespaces().items == []
     with pytest.raises(ApiException) as err:
         core.create_namespaced_config_map("team", cm("late"))
     assert status_of(err)["message"] == 'namespaces "team" not found'
+
+
+def test_generation_only_for_kinds_that_keep_it(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    svc = core.create_namespaced_service("default", {"metadata": {"name": "web"},
+                                                     "spec": {"selector": {"app": "web"}, "ports": [{"port": 80}]}})
+    assert svc.metadata.generation is None
+    assert svc.spec.ports[0].protocol == "TCP" and svc.spec.type == "ClusterIP" and svc.spec.cluster_ip
+    assert core.create_namespaced_config_map("default", cm("g")).metadata.generation is None
 
 
 def test_scale_subresource(api: client.ApiClient) -> None:
