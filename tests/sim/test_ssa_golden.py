@@ -214,3 +214,63 @@ spec:
     assert "f:replicas" in owners["kubectl"]["fieldsV1"]["f:spec"]
     csa = owners.get("kubectl-client-side-apply")
     assert csa is None or "f:replicas" not in csa["fieldsV1"].get("f:spec", {})
+
+
+def test_an_update_that_changes_a_field_takes_it_from_the_applier(api: client.ApiClient,
+                                                                  dyn: dynamic.DynamicClient) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"},
+          "data": {"a": "1", "b": "2"}}
+    apply(dyn, cm, "alice")
+    client.CoreV1Api(api).patch_namespaced_config_map("c", "default", {"data": {"a": "changed"}},
+                                                      field_manager="editor")
+    out = client.CoreV1Api(api).read_namespaced_config_map("c", "default").to_dict()
+    owners = {(e["manager"], e["operation"]): e["fields_v1"] for e in out["metadata"]["managed_fields"]}
+    assert owners == {("alice", "Apply"): {"f:data": {"f:b": {}}},
+                      ("editor", "Update"): {"f:data": {"f:a": {}}}}
+    with pytest.raises(ConflictError) as err:
+        apply(dyn, cm, "alice")
+    assert json.loads(err.value.body)["message"] == \
+        'Apply failed with 1 conflict: conflict with "editor" using v1: .data.a'
+
+
+def test_set_lists_are_encoded_by_value(dyn: dynamic.DynamicClient) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap",
+          "metadata": {"name": "c", "namespace": "default", "finalizers": ["example.com/a", "example.com/b"]}}
+    out = apply(dyn, cm, "alice")
+    assert by_manager(out) == {"alice/Apply": {"f:metadata": {"f:finalizers": {
+        'v:"example.com/a"': {}, 'v:"example.com/b"': {}}}}}
+
+
+def test_two_conflicting_managers_are_listed_sorted(dyn: dynamic.DynamicClient) -> None:
+    cm = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "c", "namespace": "default"}}
+    apply(dyn, {**cm, "data": {"x": "1"}}, "zed")
+    apply(dyn, {**cm, "data": {"y": "1"}}, "amy")
+    with pytest.raises(ConflictError) as err:
+        apply(dyn, {**cm, "data": {"x": "2", "y": "2"}}, "bob")
+    assert json.loads(err.value.body)["message"] == (
+        'Apply failed with 2 conflicts: conflicts with "amy":\n- .data.y\nconflicts with "zed":\n- .data.x')
+
+
+def test_kubectl_scale_owns_replicas_through_the_scale_subresource(kubectl: Any) -> None:
+    manifest = """
+apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers: [{name: app, image: "nginx:1.25"}]
+"""
+    kubectl("apply", "--server-side", "-f", "-", stdin=manifest)
+    kubectl("scale", "deploy", "web", "--replicas=5")
+    obj = kubectl.json("get", "deploy", "web", "--show-managed-fields")
+    scale = [e for e in obj["metadata"]["managedFields"] if e.get("subresource") == "scale"]
+    assert [(e["operation"], e["fieldsV1"]) for e in scale] == [("Update", {"f:spec": {"f:replicas": {}}})]
+    manager = scale[0]["manager"]
+    failed = kubectl("apply", "--server-side", "-f", "-", stdin=manifest, check=False)
+    assert failed.returncode != 0
+    assert (f'Apply failed with 1 conflict: conflict with "{manager}" with subresource "scale" using apps/v1: '
+            ".spec.replicas") in failed.stderr
