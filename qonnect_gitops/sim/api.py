@@ -340,10 +340,9 @@ class ApiCore:
     # ------------------------------------------------------------------ the write path
 
     def _zero(self, rt: ResourceType) -> dict[str, Any]:
-        # A create starts from the Go zero value, in which metadata/spec/status exist.
+        # A create starts from the Go zero value, in which by-value structs already exist.
         root = rt.schema_root()
-        fields = schema.describe(root).fields if root else {}
-        return {k: {} for k in ("metadata", "spec", "status") if k in fields}
+        return typed.zero_object(root) if root is not None and rt.builtin else {}
 
     def _ignored(self, rt: ResourceType, subresource: str) -> tuple[fp.Path, ...]:
         if subresource == "status":

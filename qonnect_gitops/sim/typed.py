@@ -187,7 +187,9 @@ def _cmp(lhs: Any, rhs: Any, node: Any, path: fp.Path, c: Comparison) -> None:
     l_map = _granular_map(info, lhs)
     r_map = _granular_map(info, rhs)
     # Two empty (or absent) maps compare as one leaf, keeping the empty/absent distinction.
-    if (l_map or lhs is MISSING) and (r_map or rhs is MISSING) and ((l_map and lhs) or (r_map and rhs)):
+    # A null is present (no "added" hook) but has no children.
+    if (l_map or lhs is MISSING or lhs is None) and (r_map or rhs is MISSING or rhs is None) \
+            and ((l_map and lhs) or (r_map and rhs)):
         lm = lhs if l_map else {}
         rm = rhs if r_map else {}
         for k in list(lm) + [k for k in rm if k not in lm]:
@@ -201,7 +203,8 @@ def _cmp(lhs: Any, rhs: Any, node: Any, path: fp.Path, c: Comparison) -> None:
         return
     l_list = _granular_list(info, lhs)
     r_list = _granular_list(info, rhs)
-    if (l_list or lhs is MISSING) and (r_list or rhs is MISSING) and ((l_list and lhs) or (r_list and rhs)):
+    if (l_list or lhs is MISSING or lhs is None) and (r_list or rhs is MISSING or rhs is None) \
+            and ((l_list and lhs) or (r_list and rhs)):
         l_pes, l_by = _index(info, lhs if l_list else [])
         r_pes, r_by = _index(info, rhs if r_list else [])
         for pe in l_pes + [p for p in r_pes if p not in l_by]:
@@ -224,6 +227,31 @@ def _cmp(lhs: Any, rhs: Any, node: Any, path: fp.Path, c: Comparison) -> None:
         c.removed.add(path)
     elif lhs != rhs or type(lhs) is not type(rhs):
         c.modified.add(path)
+
+
+# Struct fields the Go types hold by value (not by pointer), so their zero value is an
+# empty struct rather than absent. The schema cannot tell; these are the usual ones.
+_BY_VALUE = frozenset({"metadata", "spec", "status", "template", "strategy", "updateStrategy"})
+
+
+def zero_object(node: Any, depth: int = 0) -> dict[str, Any]:
+    """An approximation of the Go zero value of a kind as JSON: what a create starts from.
+
+    Required fields are present as null (slices, maps and pointers encode as null) and
+    by-value structs as their own zero value, so a create's ownership entry marks only
+    optional maps, lists and pointer structs it adds with ".", as the API does.
+    """
+    info = describe(node)
+    out: dict[str, Any] = {}
+    if info.kind != "struct" or depth > 6:
+        return out
+    for name, child in info.fields.items():
+        cinfo = describe(child)
+        if cinfo.kind == "struct" and name in _BY_VALUE:
+            out[name] = zero_object(child, depth + 1)
+        elif name in info.required:
+            out[name] = None
+    return out
 
 
 # --------------------------------------------------------------------------- removal / extraction

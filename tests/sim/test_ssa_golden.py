@@ -274,3 +274,28 @@ spec:
     assert failed.returncode != 0
     assert (f'Apply failed with 1 conflict: conflict with "{manager}" with subresource "scale" using apps/v1: '
             ".spec.replicas") in failed.stderr
+
+
+def test_create_records_an_update_entry_marking_added_maps_and_items(api: client.ApiClient) -> None:
+    # A create is an Update from the empty object: leaves are owned, and maps, lists and items
+    # that did not exist before (labels, ports, list items) are owned themselves (".").
+    body = deployment(2, [{"name": "app", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}])
+    body["metadata"]["labels"] = {"app": "web"}
+    out = client.AppsV1Api(api).create_namespaced_deployment("default", body, field_manager="ci").to_dict()
+    [entry] = out["metadata"]["managed_fields"]
+    assert (entry["manager"], entry["operation"], entry["api_version"]) == ("ci", "Update", "apps/v1")
+    assert entry["fields_v1"] == {
+        "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+        "f:spec": {
+            "f:replicas": {},
+            "f:selector": {},
+            "f:template": {
+                "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
+                "f:spec": {"f:containers": {'k:{"name":"app"}': {
+                    ".": {}, "f:image": {}, "f:name": {},
+                    "f:ports": {".": {}, 'k:{"containerPort":80,"protocol":"TCP"}': {
+                        ".": {}, "f:containerPort": {}, "f:protocol": {}}},
+                }}},
+            },
+        },
+    }
