@@ -394,11 +394,15 @@ class ApiCore:
                 candidate.pop("status", None)
         if live is None and rt.kind == "Namespace":
             candidate["status"] = {"phase": "Active"}
-        self._default(rt, candidate, live)
         root = rt.schema_root()
         if root is not None:
             # Key fields with defaults (ports' protocol) are filled in on every stored object.
+            # sanitize also rebuilds every map and list, so defaulting below cannot touch
+            # containers shared with the stored (live) object.
             candidate = typed.sanitize(candidate, root, typed.Problems(), default_keys=True)
+        else:
+            candidate = copy.deepcopy(candidate)
+        self._default(rt, candidate, live)
         if rt.builtin and root is not None:
             candidate = typed.drop_empty(candidate, root)
             if live is None and "status" in rt.subresources and "status" not in candidate:
