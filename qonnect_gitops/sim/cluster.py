@@ -39,17 +39,20 @@ class SimCluster:
 
     @property
     def url(self) -> str:
-        """The base URL (``http://127.0.0.1:PORT``); only valid once started."""
-        if self.server is None:
-            raise RuntimeError(f"sim cluster {self.name} is not started")
-        return f"http://{self.host}:{self.server.server_address[1]}"
+        """The base URL (``http://127.0.0.1:PORT``); known once started (and kept while stopped)."""
+        if self.server is None and not self.port:
+            raise RuntimeError(f"sim cluster {self.name} was never started")
+        return f"http://{self.host}:{self.port}"
 
     def start(self) -> str:
         """Start serving in a background thread; returns the base URL."""
         if self.server is not None:
             return self.url
         self.core.store.closed = False
+        # After a stop, come back on the same port so kubeconfigs handed out stay valid
+        # (a cluster that was "down" returns at the same address).
         self.server = serve(self.core, self.host, self.port)
+        self.port = self.server.server_address[1]
         self.server.bookmark_interval = self.bookmark_interval
         self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
                                         name=f"sim-{self.name}", daemon=True)
@@ -58,7 +61,7 @@ class SimCluster:
         return self.url
 
     def stop(self) -> None:
-        """Stop serving: open watches end, the port is released. The store is kept."""
+        """Stop serving: open watches end, the port is released. The store is kept; ``start()`` resumes on the same port."""
         if self.server is None:
             return
         self.core.store.close()

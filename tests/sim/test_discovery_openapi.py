@@ -113,3 +113,24 @@ def test_nine_clusters_in_one_process() -> None:
         for c in clusters:
             c.stop()
     assert time.monotonic() - started < 10
+
+
+def test_stopped_cluster_refuses_connections_and_comes_back_on_the_same_address() -> None:
+    import pytest
+    import urllib3
+
+    cluster = SimCluster(name="flaky")
+    url = cluster.start()
+    try:
+        core = client.CoreV1Api(config.new_client_from_config_dict(cluster.kubeconfig()))
+        core.create_namespaced_config_map("default", {"metadata": {"name": "kept"}})
+        cluster.stop()
+        fresh = client.CoreV1Api(config.new_client_from_config_dict(cluster.kubeconfig()))
+        fresh.api_client.configuration.retries = 0
+        with pytest.raises(urllib3.exceptions.MaxRetryError):
+            fresh.list_namespaced_config_map("default", _request_timeout=2)
+        assert cluster.start() == url
+        again = client.CoreV1Api(config.new_client_from_config_dict(cluster.kubeconfig()))
+        assert [i.metadata.name for i in again.list_namespaced_config_map("default").items] == ["kept"]
+    finally:
+        cluster.stop()
