@@ -237,6 +237,39 @@ def _document(types: list[ResourceType], v3: bool) -> dict[str, Any]:
     return {"swagger": "2.0", "info": info, "paths": paths, "definitions": defs}
 
 
+def _signature(rt: ResourceType) -> tuple[Any, ...]:
+    base: tuple[Any, ...] = (rt.group, rt.version, rt.kind, rt.plural, rt.namespaced, rt.subresources, rt.builtin)
+    if rt.builtin:
+        return base
+    # Custom kinds differ by schema; hash it once per type object.
+    digest = getattr(rt, "_schema_digest", None)
+    if digest is None:
+        digest = schema.document_hash(rt.schema_root() or {})
+        rt._schema_digest = digest  # type: ignore[attr-defined]
+    return (*base, digest)
+
+
+# Documents are shared by every cluster in the process that serves the same types:
+# nine simulated clusters build and hold each document once.
+_shared_lock = threading.Lock()
+_shared: dict[tuple[Any, ...], tuple[str, bytes]] = {}
+_SHARED_MAX = 512
+
+
+def _shared_document(types: list[ResourceType], v3: bool) -> tuple[str, bytes]:
+    key = (v3, *sorted(_signature(rt) for rt in types))
+    with _shared_lock:
+        hit = _shared.get(key)
+    if hit is None:
+        doc = _document(types, v3=v3)
+        hit = (schema.document_hash(doc), json.dumps(doc).encode())
+        with _shared_lock:
+            if len(_shared) >= _SHARED_MAX:
+                _shared.clear()
+            _shared[key] = hit
+    return hit
+
+
 class OpenApiCache:
     """Serialized OpenAPI documents of one cluster, rebuilt when its CRDs change."""
 
@@ -264,8 +297,7 @@ class OpenApiCache:
                 types = [rt for rt in self._registry.all() if self._gv_path(rt.group, rt.version) == gv_path]
                 if not types:
                     return None
-                doc = _document(types, v3=True)
-                hit = (schema.document_hash(doc), json.dumps(doc).encode())
+                hit = _shared_document(types, v3=True)
                 self._v3[gv_path] = hit
             return hit
 
@@ -285,5 +317,5 @@ class OpenApiCache:
         with self._lock:
             self._refresh()
             if self._v2 is None:
-                self._v2 = json.dumps(_document(self._registry.all(), v3=False)).encode()
+                self._v2 = _shared_document(self._registry.all(), v3=False)[1]
             return self._v2
