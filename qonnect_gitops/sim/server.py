@@ -90,6 +90,11 @@ class Handler(BaseHTTPRequestHandler):
     def _send_error(self, err: errors.ApiError) -> None:
         self._send_json(err.code, err.status())
 
+    def send_api_error(self, err: errors.ApiError) -> None:
+        """Answer with a ``Status`` error (for hooks that inject faults); drains the request body."""
+        self._drain()
+        self._send_error(err)
+
     def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""

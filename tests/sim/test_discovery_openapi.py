@@ -134,3 +134,26 @@ def test_stopped_cluster_refuses_connections_and_comes_back_on_the_same_address(
         assert [i.metadata.name for i in again.list_namespaced_config_map("default").items] == ["kept"]
     finally:
         cluster.stop()
+
+
+def test_request_hooks_can_inject_errors(sim: SimCluster, api: client.ApiClient) -> None:
+    import pytest
+    from kubernetes.client.rest import ApiException
+
+    from qonnect_gitops.sim.errors import ApiError
+
+    def unavailable(handler: Any, method: str, path: str) -> bool:
+        if path.endswith("/configmaps"):
+            handler.send_api_error(ApiError(503, "ServiceUnavailable", "injected", {}))
+            return True
+        return False
+
+    core = client.CoreV1Api(api)
+    assert sim.server is not None
+    sim.server.hooks.append(unavailable)
+    with pytest.raises(ApiException) as err:
+        core.list_namespaced_config_map("default")
+    assert err.value.status == 503 and json.loads(err.value.body)["reason"] == "ServiceUnavailable"
+    assert core.read_namespace("default").metadata.name == "default"  # other paths unaffected
+    sim.server.hooks.remove(unavailable)
+    assert core.list_namespaced_config_map("default").items == []
