@@ -537,7 +537,8 @@ class ApiCore:
                     raise errors.not_found(rt.group, rt.plural, name)
                 # PUT creates when the object is absent, for kinds that allow it; most do not.
                 raise errors.not_found(rt.group, rt.plural, name)
-            if not meta.get("resourceVersion"):
+            # Built-in kinds allow unconditional updates; custom resources and CRDs do not.
+            if not meta.get("resourceVersion") and (not rt.builtin or rt.kind == "CustomResourceDefinition"):
                 raise errors.ApiError(422, "Invalid", f'{rt.kind} "{name}" is invalid: metadata.resourceVersion: '
                                       "Invalid value: 0x0: must be specified for an update",
                                       {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.kind,
@@ -596,6 +597,8 @@ class ApiCore:
             raise errors.bad_request("metadata.managedFields must be nil")
         if meta.get("name") and meta["name"] != name:
             raise errors.bad_request(f"the name of the object ({meta['name']}) does not match the name on the URL ({name})")
+        if rt.namespaced and meta.get("namespace") and meta["namespace"] != ns:
+            raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
         if subresource == "scale":
             return self._write_scale(rt, ns, name, lambda scale: typed.merge(scale, config, None), opts, update=False)
         root = rt.schema_root()

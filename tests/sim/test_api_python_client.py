@@ -340,3 +340,34 @@ def test_custom_resources_are_served_after_their_crd(dyn: dynamic.DynamicClient)
                               content_type="application/merge-patch+json")
     assert st.status.ok is True and st.metadata.generation == 2
     assert [w.metadata.name for w in widgets.get(namespace="default").items] == ["w"]
+
+
+def test_update_without_resource_version(api: client.ApiClient, dyn: dynamic.DynamicClient) -> None:
+    core = client.CoreV1Api(api)
+    core.create_namespaced_config_map("default", cm("u"))
+    # Built-in kinds take an unconditional update when no resourceVersion is sent.
+    out = core.replace_namespaced_config_map("u", "default", cm("u", data={"k": "new"}))
+    assert out.data == {"k": "new"}
+    crd = dyn.resources.get(api_version="apiextensions.k8s.io/v1", kind="CustomResourceDefinition")
+    crd.create(body={"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                     "metadata": {"name": "gadgets.example.com"},
+                     "spec": {"group": "example.com", "scope": "Namespaced",
+                              "names": {"plural": "gadgets", "singular": "gadget", "kind": "Gadget"},
+                              "versions": [{"name": "v1", "served": True, "storage": True, "schema": {
+                                  "openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}})
+    gadgets = dynamic.DynamicClient(api).resources.get(api_version="example.com/v1", kind="Gadget")
+    body = {"apiVersion": "example.com/v1", "kind": "Gadget", "metadata": {"name": "g", "namespace": "default"},
+            "spec": {"anything": {"goes": [1, 2]}}}
+    gadgets.create(body=body, namespace="default")
+    from kubernetes.dynamic.exceptions import UnprocessibleEntityError
+    with pytest.raises(UnprocessibleEntityError) as err:
+        gadgets.replace(body=body, namespace="default")  # custom resources need a resourceVersion
+    assert json.loads(err.value.body)["details"]["causes"][0]["field"] == "metadata.resourceVersion"
+    assert gadgets.get(name="g", namespace="default").spec.anything.goes == [1, 2]
+
+
+def test_apply_namespace_must_match_the_url(dyn: dynamic.DynamicClient) -> None:
+    from kubernetes.dynamic.exceptions import BadRequestError
+    with pytest.raises(BadRequestError):
+        dyn.request("patch", "/api/v1/namespaces/default/configmaps/x", content_type="application/apply-patch+yaml",
+                    body=cm("x", ns="kube-system"), query_params=[("fieldManager", "m")])
