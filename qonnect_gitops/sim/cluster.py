@@ -67,6 +67,7 @@ class SimCluster:
         self.core.store.close()
         self.server.shutdown()
         self.server.server_close()
+        self.server.drop_connections()
         if self._thread is not None:
             self._thread.join(timeout=5)
         log.info("sim_cluster_stopped", cluster=self.name)

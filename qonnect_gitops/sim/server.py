@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import socket
+import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -42,7 +43,19 @@ class SimHTTPServer(ThreadingHTTPServer):
         self.request_log: list[tuple[str, str, str]] | None = None  # (method, path, accept) when recording
         self.hooks: list[Any] = []  # callables(handler, method, path) -> bool (handled); part 2's faults
         self.bookmark_interval = 10.0  # seconds between watch bookmarks (the API sends one about every minute)
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
         super().__init__(address, Handler)
+
+    def drop_connections(self) -> None:
+        """Cut every open client connection, as a server going away does (kept-alive ones too)."""
+        with self.connections_lock:
+            conns = list(self.connections)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
 
 
 def _first(q: dict[str, list[str]], key: str) -> str | None:
@@ -66,6 +79,16 @@ class Handler(BaseHTTPRequestHandler):
         """Disable Nagle: headers and body go out as separate writes, and a delayed ACK would add 40 ms."""
         super().setup()
         self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        """Forget the connection when it ends."""
+        try:
+            super().finish()
+        finally:
+            with self.server.connections_lock:
+                self.server.connections.discard(self.connection)
 
     def log_message(self, format: str, *args: Any) -> None:
         """Route the stdlib access log to our structured debug log."""

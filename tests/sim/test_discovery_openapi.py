@@ -125,8 +125,10 @@ def test_stopped_cluster_refuses_connections_and_comes_back_on_the_same_address(
         core = client.CoreV1Api(config.new_client_from_config_dict(cluster.kubeconfig()))
         core.create_namespaced_config_map("default", {"metadata": {"name": "kept"}})
         cluster.stop()
+        # The client's kept-alive connection is cut too: nothing answers while it is down.
+        with pytest.raises(urllib3.exceptions.MaxRetryError):
+            core.list_namespaced_config_map("default")
         fresh = client.CoreV1Api(config.new_client_from_config_dict(cluster.kubeconfig()))
-        fresh.api_client.configuration.retries = 0
         with pytest.raises(urllib3.exceptions.MaxRetryError):
             fresh.list_namespaced_config_map("default", _request_timeout=2)
         assert cluster.start() == url
