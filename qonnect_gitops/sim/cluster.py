@@ -11,6 +11,7 @@ import yaml
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.sim.api import ApiCore
 from qonnect_gitops.sim.server import SimHTTPServer, serve
+from qonnect_gitops.sim.store import Store
 
 log = get_logger(__name__)
 
@@ -23,17 +24,18 @@ class SimCluster:
     server. ``core`` is the in-process API (for fake kubelets and controllers),
     ``server`` the HTTP server (``server.hooks`` lets fault injection intercept
     requests). ``bookmark_interval`` spaces watch bookmarks; ``namespace_delay`` is
-    how long a deleted namespace stays Terminating before its contents go (0: at once).
+    how long a deleted namespace stays Terminating before its contents go (0: at once);
+    ``history`` is how many events watches can resume from (older: 410 Expired).
     Usable as a context manager.
     """
 
     def __init__(self, name: str = "sim", host: str = "127.0.0.1", port: int = 0,
-                 bookmark_interval: float = 10.0, namespace_delay: float = 0.2) -> None:
+                 bookmark_interval: float = 10.0, namespace_delay: float = 0.2, history: int = 20000) -> None:
         self.name = name
         self.bookmark_interval = bookmark_interval
         self.host = host
         self.port = port
-        self.core = ApiCore(name, namespace_delay=namespace_delay)
+        self.core = ApiCore(name, store=Store(history=history), namespace_delay=namespace_delay)
         self.server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
 

@@ -8,7 +8,7 @@ import time
 from typing import Any
 
 import pytest
-from kubernetes import client, dynamic, watch
+from kubernetes import client, config, dynamic, watch
 from kubernetes.client.rest import ApiException
 
 
@@ -371,3 +371,18 @@ def test_apply_namespace_must_match_the_url(dyn: dynamic.DynamicClient) -> None:
     with pytest.raises(BadRequestError):
         dyn.request("patch", "/api/v1/namespaces/default/configmaps/x", content_type="application/apply-patch+yaml",
                     body=cm("x", ns="kube-system"), query_params=[("fieldManager", "m")])
+
+
+def test_watch_from_a_compacted_resource_version_is_410_expired() -> None:
+    from qonnect_gitops.sim import SimCluster
+
+    with SimCluster(name="short", history=5) as cluster:
+        core = client.CoreV1Api(config.new_client_from_config_dict(cluster.kubeconfig()))
+        first = core.create_namespaced_config_map("default", cm("c0")).metadata.resource_version
+        for i in range(1, 10):
+            core.create_namespaced_config_map("default", cm(f"c{i}"))
+        with pytest.raises(ApiException) as err:
+            for _ in watch.Watch().stream(core.list_namespaced_config_map, "default", resource_version=first,
+                                          timeout_seconds=1):
+                pass
+        assert err.value.status == 410
