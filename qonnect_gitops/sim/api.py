@@ -268,7 +268,7 @@ class ApiCore:
             raise errors.ApiError(403, "Forbidden",
                                   f"{rt.plural} \"{name}\" is forbidden: unable to create new content in "
                                   f"namespace {ns} because it is being terminated",
-                                  {"kind": rt.plural, **({"group": rt.group} if rt.group else {})})
+                                  {"name": name, **({"group": rt.group} if rt.group else {}), "kind": rt.plural})
 
     def _decode_problems(self, rt: ResourceType, problems: typed.Problems, mode: str) -> builtins.list[str]:
         prefix = f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '

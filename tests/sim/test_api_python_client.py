@@ -386,3 +386,11 @@ def test_watch_from_a_compacted_resource_version_is_410_expired() -> None:
                                           timeout_seconds=1):
                 pass
         assert err.value.status == 410
+
+
+def test_delete_collection_by_label(api: client.ApiClient) -> None:
+    core = client.CoreV1Api(api)
+    for name, tier in (("a", "edge"), ("b", "edge"), ("c", "cloud")):
+        core.create_namespaced_config_map("default", cm(name, {"tier": tier}))
+    core.delete_collection_namespaced_config_map("default", label_selector="tier=edge")
+    assert [i.metadata.name for i in core.list_namespaced_config_map("default").items] == ["c"]
