@@ -347,7 +347,11 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         try:
+            table = "as=Table" in self.headers.get("Accept", "")
             for ev in events:
+                if table and ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    # kubectl get --watch asks for rows, one Table per event.
+                    ev = {"type": ev["type"], "object": self._maybe_table(rt, ev["object"], "as=Table", False)}
                 self._chunk(json.dumps(ev, separators=(",", ":")).encode() + b"\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()

@@ -54,6 +54,11 @@ class Kubectl:
             raise AssertionError(f"kubectl {' '.join(args)} failed ({proc.returncode}): {proc.stderr}")
         return proc
 
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        """Start kubectl in the background (for --watch)."""
+        return subprocess.Popen([KUBECTL, "--kubeconfig", str(self.kubeconfig), "--cache-dir", str(self.cache), *args],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
     def json(self, *args: str) -> Any:
         """Run and parse ``-o json`` output."""
         return json.loads(self(*args, "-o", "json").stdout)

@@ -129,3 +129,13 @@ def test_client_side_apply_patches_merge_by_schema(kubectl: Any) -> None:
     assert [(c["name"], c["image"]) for c in containers] == [("app", "nginx:1.27")]
     assert containers[0]["ports"] == [{"containerPort": 80, "protocol": "TCP"}]
     assert kubectl.json("get", "deploy", "web")["metadata"]["generation"] == 2
+
+
+def test_get_watch_prints_new_objects(kubectl: Any) -> None:
+    import time
+
+    watcher = kubectl.popen("get", "cm", "-w", "--request-timeout=3s")
+    time.sleep(1.0)  # let it list and start watching
+    kubectl("apply", "--server-side", "-f", "-", stdin="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late}\n")
+    out, _ = watcher.communicate(timeout=15)
+    assert out.splitlines()[-1].split()[0] == "late"
