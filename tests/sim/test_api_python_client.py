@@ -394,3 +394,19 @@ def test_delete_collection_by_label(api: client.ApiClient) -> None:
         core.create_namespaced_config_map("default", cm(name, {"tier": tier}))
     core.delete_collection_namespaced_config_map("default", label_selector="tier=edge")
     assert [i.metadata.name for i in core.list_namespaced_config_map("default").items] == ["c"]
+
+
+def test_method_not_allowed_and_unknown_resource(dyn: dynamic.DynamicClient) -> None:
+    from kubernetes.dynamic.exceptions import DynamicApiError
+    with pytest.raises(DynamicApiError) as err:
+        dyn.request("post", "/api/v1/namespaces/default/configmaps/x", body=cm("x"))
+    assert json.loads(err.value.body) == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "the server does not allow this method on the requested resource",
+        "reason": "MethodNotAllowed", "details": {}, "code": 405}
+    with pytest.raises(DynamicApiError) as err:
+        dyn.request("get", "/apis/example.com/v1/namespaces/default/nothings")
+    assert json.loads(err.value.body) == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": "the server could not find the requested resource", "reason": "NotFound", "details": {},
+        "code": 404}
