@@ -321,8 +321,15 @@ class ApiCore:
             spec.setdefault("replicas", 1)
         if rt.kind == "Namespace":
             obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
-        if rt.kind == "Secret":
+        if rt.kind == "Secret" and rt.group == "":
             obj.setdefault("type", "Opaque")
+            # stringData is write-only: the API folds it into data, base64-encoded.
+            string_data = obj.pop("stringData", None)
+            if isinstance(string_data, dict) and string_data:
+                data = dict(obj.get("data") or {})
+                for k, v in string_data.items():
+                    data[k] = base64.b64encode(str(v).encode()).decode()
+                obj["data"] = data
         if rt.kind == "Service" and isinstance(spec, dict):
             spec.setdefault("type", "ClusterIP")
             spec.setdefault("sessionAffinity", "None")

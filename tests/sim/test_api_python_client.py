@@ -410,3 +410,12 @@ def test_method_not_allowed_and_unknown_resource(dyn: dynamic.DynamicClient) -> 
         "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
         "message": "the server could not find the requested resource", "reason": "NotFound", "details": {},
         "code": 404}
+
+
+def test_secret_string_data_is_folded_into_data(dyn: dynamic.DynamicClient) -> None:
+    secrets = dyn.resources.get(api_version="v1", kind="Secret")
+    out = dyn.server_side_apply(secrets, field_manager="agent", body={
+        "apiVersion": "v1", "kind": "Secret", "metadata": {"name": "s", "namespace": "default"},
+        "stringData": {"password": "hunter2"}}).to_dict()
+    assert out["data"] == {"password": "aHVudGVyMg=="} and "stringData" not in out
+    assert out["type"] == "Opaque"
