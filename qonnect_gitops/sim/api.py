@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.sim import errors, schema, selectors, ssa, typed
+from qonnect_gitops.sim import defaults, errors, schema, selectors, ssa, typed
 from qonnect_gitops.sim import fieldpath as fp
 from qonnect_gitops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from qonnect_gitops.sim.resources import Registry, ResourceType
@@ -315,10 +315,10 @@ class ApiCore:
     # ------------------------------------------------------------------ defaulting
 
     def _default(self, rt: ResourceType, obj: dict[str, Any], live: dict[str, Any] | None) -> None:
-        """The few defaults part of the system depends on (the API defaults many more)."""
+        """Server-side defaults of built-in kinds (``defaults``) plus allocated values (Service IPs)."""
         spec = obj.get("spec")
-        if rt.kind in ("Deployment", "ReplicaSet", "StatefulSet") and isinstance(spec, dict):
-            spec.setdefault("replicas", 1)
+        if rt.builtin:
+            defaults.apply_defaults(rt.kind, obj)
         if rt.kind == "Namespace":
             obj.setdefault("spec", {}).setdefault("finalizers", ["kubernetes"])
         if rt.kind == "Secret" and rt.group == "":

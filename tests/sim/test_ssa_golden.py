@@ -278,7 +278,8 @@ spec:
 
 def test_create_records_an_update_entry_marking_added_maps_and_items(api: client.ApiClient) -> None:
     # A create is an Update from the empty object: leaves are owned, and maps, lists and items
-    # that did not exist before (labels, ports, list items) are owned themselves (".").
+    # that did not exist before (labels, ports, list items, pointer structs) are owned themselves
+    # ("."). Server-side defaults are set before ownership is computed, so the creator owns them.
     body = deployment(2, [{"name": "app", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}])
     body["metadata"]["labels"] = {"app": "web"}
     out = client.AppsV1Api(api).create_namespaced_deployment("default", body, field_manager="ci").to_dict()
@@ -287,15 +288,38 @@ def test_create_records_an_update_entry_marking_added_maps_and_items(api: client
     assert entry["fields_v1"] == {
         "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
         "f:spec": {
+            "f:progressDeadlineSeconds": {},
             "f:replicas": {},
+            "f:revisionHistoryLimit": {},
             "f:selector": {},
+            "f:strategy": {"f:rollingUpdate": {".": {}, "f:maxSurge": {}, "f:maxUnavailable": {}}, "f:type": {}},
             "f:template": {
                 "f:metadata": {"f:labels": {".": {}, "f:app": {}}},
-                "f:spec": {"f:containers": {'k:{"name":"app"}': {
-                    ".": {}, "f:image": {}, "f:name": {},
-                    "f:ports": {".": {}, 'k:{"containerPort":80,"protocol":"TCP"}': {
-                        ".": {}, "f:containerPort": {}, "f:protocol": {}}},
-                }}},
+                "f:spec": {
+                    "f:containers": {'k:{"name":"app"}': {
+                        ".": {}, "f:image": {}, "f:imagePullPolicy": {}, "f:name": {},
+                        "f:ports": {".": {}, 'k:{"containerPort":80,"protocol":"TCP"}': {
+                            ".": {}, "f:containerPort": {}, "f:protocol": {}}},
+                        "f:resources": {}, "f:terminationMessagePath": {}, "f:terminationMessagePolicy": {},
+                    }},
+                    "f:dnsPolicy": {}, "f:restartPolicy": {}, "f:schedulerName": {}, "f:securityContext": {},
+                    "f:terminationGracePeriodSeconds": {},
+                },
             },
         },
     }
+    spec = out["spec"]
+    assert (spec["strategy"]["rolling_update"]["max_surge"], spec["revision_history_limit"],
+            spec["template"]["spec"]["containers"][0]["image_pull_policy"]) == ("25%", 10, "IfNotPresent")
+
+
+def test_reapplying_the_same_config_writes_nothing(dyn: dynamic.DynamicClient) -> None:
+    body = deployment(2, [{"name": "app", "image": "nginx:1.25", "ports": [{"containerPort": 80}]}])
+    first = apply(dyn, body, "agent")
+    second = apply(dyn, body, "agent")
+    assert second["metadata"]["resourceVersion"] == first["metadata"]["resourceVersion"]
+    assert second["metadata"]["managedFields"] == first["metadata"]["managedFields"]
+    body["spec"]["replicas"] = 3
+    third = apply(dyn, body, "agent")
+    assert int(third["metadata"]["resourceVersion"]) > int(first["metadata"]["resourceVersion"])
+    assert third["metadata"]["generation"] == 2
