@@ -116,12 +116,6 @@ def path_to_string(path: Path) -> str:
     return "".join(element_to_string(e) for e in path)
 
 
-def has_descendant(fields: FieldSet, path: Path) -> bool:
-    """Whether any member of ``fields`` lies strictly below ``path``."""
-    n = len(path)
-    return any(len(p) > n and p[:n] == path for p in fields)
-
-
 def prefixes(fields: Iterable[Path]) -> set[Path]:
     """Every strict ancestor of every path in ``fields`` (used to keep parents of owned fields)."""
     out: set[Path] = set()

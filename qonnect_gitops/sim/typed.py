@@ -254,7 +254,7 @@ def zero_object(node: Any, depth: int = 0) -> dict[str, Any]:
     return out
 
 
-# --------------------------------------------------------------------------- removal / extraction
+# --------------------------------------------------------------------------- removal
 
 
 def remove_paths(obj: Any, paths: fp.FieldSet, node: Any) -> Any:
@@ -293,68 +293,6 @@ def _remove(obj: Any, path: fp.Path, node: Any) -> None:
                 return
             node = info.elem
             cur, info = cur[idx], describe(node)
-
-
-def extract(obj: Any, fields: fp.FieldSet, node: Any) -> Any:
-    """The part of ``obj`` made of the given fields (what a manager's config looked like)."""
-    out: dict[str, Any] = {}
-    for path in fields:
-        value = _get(obj, path, node)
-        if value is not MISSING:
-            _put(out, path, value, node, obj)
-    return out
-
-
-def _get(obj: Any, path: fp.Path, node: Any) -> Any:
-    cur, info = obj, describe(node)
-    for pe in path:
-        if pe.startswith("f:"):
-            if not isinstance(cur, dict) or pe[2:] not in cur:
-                return MISSING
-            node = child_node(info, pe[2:])
-            cur = cur[pe[2:]]
-        else:
-            if not isinstance(cur, list):
-                return MISSING
-            cur = next((it for i, it in enumerate(cur) if (item_element(info, it) or fp.index(i)) == pe), MISSING)
-            if cur is MISSING:
-                return MISSING
-            node = info.elem
-        info = describe(node)
-    return cur
-
-
-def _put(out: dict[str, Any], path: fp.Path, value: Any, node: Any, source: Any) -> None:
-    cur: Any = out
-    src: Any = source
-    info = describe(node)
-    for depth, pe in enumerate(path):
-        last = depth == len(path) - 1
-        if pe.startswith("f:"):
-            name = pe[2:]
-            src = src.get(name) if isinstance(src, dict) else None
-            if last:
-                cur[name] = copy.deepcopy(value)
-                return
-            node = child_node(info, name)
-            info = describe(node)
-            cur = cur.setdefault(name, [] if isinstance(src, list) else {})
-        else:
-            item = next((it for i, it in enumerate(src or []) if (item_element(info, it) or fp.index(i)) == pe), None)
-            existing = next((it for i, it in enumerate(cur) if (item_element(info, it) or fp.index(i)) == pe), None)
-            if existing is None:
-                existing = {k: item[k] for k in info.keys if isinstance(item, dict) and k in item} \
-                    if info.list_type == "map" else copy.deepcopy(item)
-                cur.append(existing)
-            if last:
-                if info.list_type == "map" and isinstance(existing, dict):
-                    existing.clear()
-                    existing.update(copy.deepcopy(value))
-                return
-            src = item
-            node = info.elem
-            info = describe(node)
-            cur = existing
 
 
 # --------------------------------------------------------------------------- checks
