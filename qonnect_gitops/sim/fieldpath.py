@@ -58,14 +58,13 @@ def encode(fields: Iterable[Path]) -> dict[str, Any]:
         for element in path:
             node = node.setdefault(element, {})
     # A member with owned children carries ".": {}; a member without children is just {}.
+    # (A node that is not a member exists only because it has members below it.)
     for path in members:
         node = root
         for element in path:
             node = node[element]
         if node and "." not in node:
             node["."] = {}
-    # Ancestors that are members only because a descendant exists would also need ".",
-    # handled above; nodes that are not members and have no children cannot exist.
     return _sorted(root)
 
 
