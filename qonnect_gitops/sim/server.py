@@ -6,6 +6,7 @@ connections); every request gets a thread, watches stream chunked JSON lines.
 
 from __future__ import annotations
 
+import calendar
 import json
 import socket
 import threading
@@ -322,14 +323,14 @@ class Handler(BaseHTTPRequestHandler):
         for o in items:
             meta = o.get("metadata", {})
             partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
-            rows.append({"cells": [meta.get("name"), meta.get("creationTimestamp")], "object": partial})
+            rows.append({"cells": [meta.get("name"), human_age(meta.get("creationTimestamp"))], "object": partial})
         return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
                 "metadata": {"resourceVersion": body.get("metadata", {}).get("resourceVersion", "")},
                 "columnDefinitions": [
                     {"name": "Name", "type": "string", "format": "name", "description": "Name of the object",
                      "priority": 0},
-                    {"name": "Created At", "type": "date", "format": "", "description": "When the object was created",
-                     "priority": 0}],
+                    {"name": "Age", "type": "string", "format": "",
+                     "description": "Time since the object was created", "priority": 0}],
                 "rows": rows}
 
     def _watch(self, rt: ResourceType, ns: str | None, query: dict[str, list[str]]) -> None:
@@ -366,6 +367,38 @@ class Handler(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
+
+
+def human_age(timestamp: str | None) -> str:
+    """An age the way the API's table printers write it (``45s``, ``3m20s``, ``5h``, ``2d4h``)."""
+    if not timestamp:
+        return "<unknown>"
+    try:
+        created = calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return "<unknown>"
+    secs = int(time.time() - created)
+    if secs < 0:
+        return "0s"
+    if secs < 120:
+        return f"{secs}s"
+    mins = secs // 60
+    if mins < 10:
+        return f"{mins}m{secs % 60}s" if secs % 60 else f"{mins}m"
+    if mins < 180:
+        return f"{mins}m"
+    hours = mins // 60
+    if hours < 8:
+        return f"{hours}h{mins % 60}m" if mins % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        return f"{hours // (24 * 365)}y{(hours // 24) % 365}d"
+    return f"{hours // (24 * 365)}y"
 
 
 def serve(core: ApiCore, host: str = "127.0.0.1", port: int = 0) -> SimHTTPServer:

@@ -138,4 +138,7 @@ def test_get_watch_prints_new_objects(kubectl: Any) -> None:
     time.sleep(1.0)  # let it list and start watching
     kubectl("apply", "--server-side", "-f", "-", stdin="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late}\n")
     out, _ = watcher.communicate(timeout=15)
-    assert out.splitlines()[-1].split()[0] == "late"
+    lines = out.splitlines()
+    assert lines[0].split() == ["NAME", "AGE"]
+    name, age = lines[-1].split()
+    assert name == "late" and age.endswith("s")
