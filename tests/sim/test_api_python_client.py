@@ -419,3 +419,26 @@ def test_secret_string_data_is_folded_into_data(dyn: dynamic.DynamicClient) -> N
         "stringData": {"password": "hunter2"}}).to_dict()
     assert out["data"] == {"password": "aHVudGVyMg=="} and "stringData" not in out
     assert out["type"] == "Opaque"
+
+
+def test_strategic_merge_directives(dyn: dynamic.DynamicClient) -> None:
+    deployments = dyn.resources.get(api_version="apps/v1", kind="Deployment")
+    body = deployment()
+    body["metadata"]["finalizers"] = ["example.com/a", "example.com/b"]
+    body["spec"]["template"]["spec"]["containers"].append({"name": "log", "image": "fluentbit:3"})
+    deployments.create(body=body, namespace="default")
+
+    def smp(patch: dict[str, Any]) -> Any:
+        return deployments.patch(name="web", namespace="default", body=patch,
+                                 content_type="application/strategic-merge-patch+json")
+
+    out = smp({"metadata": {"$deleteFromPrimitiveList/finalizers": ["example.com/a"]}})
+    assert out.metadata.finalizers == ["example.com/b"]
+    out = smp({"spec": {"template": {"spec": {"$setElementOrder/containers": [{"name": "log"}, {"name": "app"}]}}}})
+    assert [c.name for c in out.spec.template.spec.containers] == ["log", "app"]
+    out = smp({"spec": {"strategy": {"$retainKeys": ["type"], "type": "Recreate"}}})
+    assert out.spec.strategy.to_dict() == {"type": "Recreate"}
+    out = smp({"spec": {"template": {"spec": {"containers": [{"$patch": "replace"}, {"name": "only", "image": "x"}]}}}})
+    assert [c.name for c in out.spec.template.spec.containers] == ["only"]
+    out = smp({"metadata": {"finalizers": None}})
+    assert out.metadata.finalizers is None
