@@ -30,7 +30,7 @@ class SimCluster:
     """
 
     def __init__(self, name: str = "sim", host: str = "127.0.0.1", port: int = 0,
-                 bookmark_interval: float = 10.0, namespace_delay: float = 0.2, history: int = 20000) -> None:
+                 bookmark_interval: float = 10.0, namespace_delay: float = 0.2, history: int = 1000) -> None:
         self.name = name
         self.bookmark_interval = bookmark_interval
         self.host = host

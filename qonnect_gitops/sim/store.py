@@ -36,7 +36,7 @@ class Expired(Exception):
 class Store:
     """Objects by group-resource and (namespace, name), with a global resourceVersion."""
 
-    def __init__(self, history: int = 20000) -> None:
+    def __init__(self, history: int = 1000) -> None:
         self.lock = threading.RLock()
         self.changed = threading.Condition(self.lock)
         self._rv = 0
