@@ -89,6 +89,18 @@ def _meta(obj: dict[str, Any]) -> dict[str, Any]:
     return obj.get("metadata") or {}
 
 
+def go_selector(selector: Any) -> str:
+    """A LabelSelector printed the way Go's %#v prints it in the API's validation messages."""
+    if not isinstance(selector, dict):
+        return "(*v1.LabelSelector)(nil)"
+    labels = selector.get("matchLabels") or {}
+    ml = "map[string]string{" + ", ".join(f'"{k}":"{v}"' for k, v in sorted(labels.items())) + "}" \
+        if labels else "map[string]string(nil)"
+    exprs = selector.get("matchExpressions")
+    me = "[]v1.LabelSelectorRequirement(nil)" if not exprs else "[]v1.LabelSelectorRequirement{...}"
+    return f"v1.LabelSelector{{MatchLabels:{ml}, MatchExpressions:{me}}}"
+
+
 class ApiCore:
     """The verbs of the Kubernetes API over one ``Store`` and ``Registry``."""
 
@@ -312,6 +324,34 @@ class ApiCore:
         if causes:
             raise errors.invalid(rt.group, rt.kind, name, causes)
 
+    def _validate_update(self, rt: ResourceType, old: dict[str, Any], new: dict[str, Any]) -> None:
+        """Update rules of the real API that clients must cope with (immutable fields)."""
+        name = _meta(new).get("name", "")
+        causes: builtins.list[dict[str, str]] = []
+        old_spec, new_spec = old.get("spec") or {}, new.get("spec") or {}
+        workload = rt.group in ("apps", "batch") and rt.kind in (
+            "Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
+        if workload and old_spec.get("selector") != new_spec.get("selector"):
+            causes.append({"reason": "FieldValueInvalid", "field": "spec.selector",
+                           "message": f"Invalid value: {go_selector(new_spec.get('selector'))}: field is immutable"})
+        if rt.kind == "Job" and rt.group == "batch" and old_spec.get("template") != new_spec.get("template"):
+            causes.append({"reason": "FieldValueInvalid", "field": "spec.template",
+                           "message": "Invalid value: core.PodTemplateSpec{...}: field is immutable"})
+        if rt.kind in ("ConfigMap", "Secret") and rt.group == "" and old.get("immutable"):
+            for key in ("data", "binaryData"):
+                if old.get(key) != new.get(key):
+                    causes.append({"reason": "FieldValueForbidden", "field": key,
+                                   "message": "Forbidden: field is immutable when `immutable` is set"})
+            if new.get("immutable") is not True:
+                causes.append({"reason": "FieldValueForbidden", "field": "immutable",
+                               "message": "Forbidden: field is immutable when `immutable` is set"})
+        if rt.kind == "Service" and rt.group == "" and old_spec.get("clusterIP") and \
+                new_spec.get("clusterIP") != old_spec.get("clusterIP") and new_spec.get("type") != "ExternalName":
+            causes.append({"reason": "FieldValueInvalid", "field": "spec.clusterIPs[0]",
+                           "message": f'Invalid value: []string{{"{new_spec.get("clusterIP")}"}}: may not change once set'})
+        if causes:
+            raise errors.invalid(rt.group, rt.kind, name, causes)
+
     # ------------------------------------------------------------------ defaulting
 
     def _default(self, rt: ResourceType, obj: dict[str, Any], live: dict[str, Any] | None) -> None:
@@ -431,6 +471,8 @@ class ApiCore:
         elif rt.tracks_generation:
             meta["generation"] = int(_meta(live).get("generation", 0)) + (1 if self._spec_changed(rt, live, candidate) else 0)
         self._validate(rt, candidate)
+        if live is not None:
+            self._validate_update(rt, live, candidate)
         if live is not None and self._same(live, candidate):
             return Result(self._present(rt, live), 200, warnings)
         if opts.dry_run:

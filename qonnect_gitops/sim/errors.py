@@ -63,7 +63,8 @@ def invalid(group: str, kind: str, name: str, causes: list[dict[str, str]]) -> A
     text = ", ".join(f"{c['field']}: {c['message']}" for c in causes)
     if len(causes) > 1:
         text = "[" + text + "]"
-    return ApiError(422, "Invalid", f'{kind} "{name}" is invalid: {text}',
+    qualified = f"{kind}.{group}" if group else kind  # the API names the kind with its group
+    return ApiError(422, "Invalid", f'{qualified} "{name}" is invalid: {text}',
                     _details(name, group, kind, causes=causes))
 
 

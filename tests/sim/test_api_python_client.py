@@ -442,3 +442,27 @@ def test_strategic_merge_directives(dyn: dynamic.DynamicClient) -> None:
     assert [c.name for c in out.spec.template.spec.containers] == ["only"]
     out = smp({"metadata": {"finalizers": None}})
     assert out.metadata.finalizers is None
+
+
+def test_immutable_fields_are_422(api: client.ApiClient) -> None:
+    apps = client.AppsV1Api(api)
+    apps.create_namespaced_deployment("default", deployment())
+    with pytest.raises(ApiException) as err:
+        apps.patch_namespaced_deployment("web", "default", {"spec": {"selector": {"matchLabels": {"app": "web2"}},
+                                                                     "template": {"metadata": {"labels": {"app": "web2"}}}}})
+    msg = ('Invalid value: v1.LabelSelector{MatchLabels:map[string]string{"app":"web2"}, '
+           "MatchExpressions:[]v1.LabelSelectorRequirement(nil)}: field is immutable")
+    assert err.value.status == 422
+    assert status_of(err) == {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": f'Deployment.apps "web" is invalid: spec.selector: {msg}', "reason": "Invalid",
+        "details": {"name": "web", "group": "apps", "kind": "Deployment",
+                    "causes": [{"reason": "FieldValueInvalid", "message": msg, "field": "spec.selector"}]},
+        "code": 422}
+    core = client.CoreV1Api(api)
+    frozen = cm("frozen")
+    frozen["immutable"] = True
+    core.create_namespaced_config_map("default", frozen)
+    with pytest.raises(ApiException) as err:
+        core.patch_namespaced_config_map("frozen", "default", {"data": {"k": "changed"}})
+    assert err.value.status == 422 and status_of(err)["details"]["causes"][0]["field"] == "data"
