@@ -20,6 +20,13 @@ COMMANDS: tuple[str, ...] = (
     "validate",
     "schema",
     "plan",
+    "reconcile",
+    "proposals",
+    "approve",
+    "lead",
+    "status",
+    "members",
+    "token",
 )
 
 
@@ -48,3 +55,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return int(handler(args))
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `qonnect schema | head`: the reader left; not an error worth a traceback.
+        sys.stderr.close()
+        return 0

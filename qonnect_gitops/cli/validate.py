@@ -6,6 +6,10 @@ import argparse
 import sys
 from typing import Any
 
+import tempfile
+
+from qonnect_gitops.gitstore import GitStoreError, RemoteError, resolve_commit
+from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
 from qonnect_gitops.model import GoalsError, Goals, load_goals, read_directory
 
 
@@ -17,6 +21,10 @@ def register(sub: Any) -> None:
         "summary when valid; exit 1 listing every problem as file:line:column: field: message.",
     )
     parser.add_argument("dir", nargs="?", default=".", help="the goals tree (default: .)")
+    parser.add_argument("--repo", metavar="URL",
+                        help="validate a goals repository at a revision instead of a directory")
+    parser.add_argument("--rev", default=None,
+                        help="with --repo: the revision to validate (default: main)")
     parser.set_defaults(handler=run)
 
 
@@ -30,10 +38,24 @@ def summary(goals: Goals) -> str:
     )
 
 
+def _read(args: argparse.Namespace) -> tuple[str, dict[str, bytes]]:
+    """The goals files and how to name where they came from."""
+    if args.repo is None:
+        return args.dir, read_directory(args.dir)
+    with tempfile.TemporaryDirectory(prefix="qonnect-validate-") as cache:
+        mirror = Mirror(cache, args.repo, credentials_from_env())
+        mirror.fetch()
+        rev = args.rev or mirror.main_commit()
+        if rev is None:
+            raise RemoteError(f"{args.repo} has no main branch")
+        commit = resolve_commit(mirror.repo, rev)
+        return f"{args.repo}@{str(commit.id)[:12]}", mirror.read_goals(str(commit.id))
+
+
 def run(args: argparse.Namespace) -> int:
     try:
-        files = read_directory(args.dir)
-    except FileNotFoundError as exc:
+        where, files = _read(args)
+    except (FileNotFoundError, GitStoreError) as exc:
         print(f"qonnect validate: {exc}", file=sys.stderr)
         return 1
     try:
@@ -42,7 +64,7 @@ def run(args: argparse.Namespace) -> int:
         for problem in exc.problems:
             print(problem, file=sys.stderr)
         count = len(exc.problems)
-        print(f"{args.dir}: invalid: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
+        print(f"{where}: invalid: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
         return 1
-    print(f"{args.dir}: valid: {summary(goals)}")
+    print(f"{where}: valid: {summary(goals)}")
     return 0

@@ -127,6 +127,14 @@ class Toleration(UserModel):
     value: str = ""
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"] | None = None
 
+    @model_validator(mode="after")
+    def _as_kubernetes_validates(self) -> Toleration:
+        if self.key is None and self.operator != "Exists":
+            raise ValueError("a toleration without a key must use operator Exists")
+        if self.operator == "Exists" and self.value:
+            raise ValueError("operator Exists takes no value")
+        return self
+
     def tolerates(self, key: str, value: str, effect: str) -> bool:
         if self.effect is not None and self.effect != effect:
             return False
@@ -171,7 +179,9 @@ class QoS(UserModel):
 
     latency: tuple[LatencyGoal, ...] = ()
     tiers: tuple[Tier, ...] = Field(
-        (), description="Preferred tiers, best first; tiers not listed are not used."
+        (),
+        description="Preferred tiers, best first; when given, tiers not listed are not used. "
+        "Empty means any tier, with no preference.",
     )
     objective: Objective = Field(default_factory=lambda: Objective(latency=1.0))
     availability: Availability = Field(default_factory=Availability)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from qonnect_gitops import API_VERSION
@@ -26,7 +26,13 @@ def _dns_label(value: str) -> str:
     return value
 
 
-Name = Annotated[str, AfterValidator(_dns_label)]
+Name = Annotated[
+    str,
+    AfterValidator(_dns_label),
+    WithJsonSchema(
+        {"type": "string", "maxLength": 63, "pattern": _DNS_LABEL.pattern}, mode="validation"
+    ),
+]
 """A cluster, region, app or component name: an RFC 1123 label, as Kubernetes names are."""
 
 Tier = Literal["cloud", "fog", "edge"]

@@ -57,6 +57,16 @@ class Branches(UserModel):
             raise ValueError(
                 f"plan branch '{self.plan}' must not start with a cluster or proposal prefix"
             )
+        # Git cannot hold both `a` and `a/x` as branches.
+        for prefix in (self.cluster_prefix, self.proposal_prefix):
+            if prefix.startswith(self.plan + "/") or prefix.rstrip("/") == self.plan:
+                raise ValueError(
+                    f"prefix '{prefix}' would nest branches under the plan branch '{self.plan}'"
+                )
+        for a, b in ((self.cluster_prefix, self.proposal_prefix),
+                     (self.proposal_prefix, self.cluster_prefix)):
+            if a.startswith(b):
+                raise ValueError(f"prefix '{a}' lies inside prefix '{b}'; branches would collide")
         return self
 
 

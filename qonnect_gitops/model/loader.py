@@ -25,6 +25,7 @@ from qonnect_gitops.model.goals import (
 )
 from qonnect_gitops.model.network import Network, latency_table
 from qonnect_gitops.model.quantity import to_bytes, to_millicores
+from qonnect_gitops.model.secrets import has_plain_secret_data, is_sops_encrypted
 from qonnect_gitops.model.yamlpos import YamlDocument, parse_yaml, validate_document
 
 FLEET_FILE = "qonnect.yaml"
@@ -81,14 +82,24 @@ class _Loader:
         apps_docs = self._load_app_documents()
         regions = set(fleet.spec.regions) if fleet else set()
         latencies: dict[tuple[str, str], float] = {}
-        if network is not None:
-            self._check_network(network, clusters, regions)
+        if fleet is not None:
+            self._check_region_names(fleet)
+        if network is not None and fleet is not None:
+            # References to a cluster whose own file is broken are not errors of their own:
+            # one mistake should produce one problem, not one per mention.
+            self._check_network(network, self._declared_clusters(), regions)
             latencies = latency_table(network.spec.latencies)
         apps: dict[str, App] = {}
         if fleet is not None:
-            measured_regions = {dst for (src, dst) in latencies if src in clusters}
+            network_broken = NETWORK_FILE in self.files and network is None
+            # With network.yaml broken nothing can be said about which regions are measured.
+            measured_regions = (
+                set(regions) if network_broken
+                else {dst for (src, dst) in latencies if src in clusters}
+            )
+            declared = self._declared_clusters()
             for name, (path, doc) in sorted(apps_docs.items()):
-                app = self._resolve_app(path, doc, fleet, clusters, regions, measured_regions)
+                app = self._resolve_app(path, doc, fleet, declared, regions, measured_regions)
                 if app is not None:
                     apps[name] = app
             self._check_calls(apps_docs, apps)
@@ -112,6 +123,15 @@ class _Loader:
             )
             return None
         return self._document(FLEET_FILE, Fleet)
+
+    def _declared_clusters(self) -> set[str]:
+        """Names of every cluster file, valid or not."""
+        return {
+            p[len(CLUSTERS_DIR):].rsplit(".", 1)[0]
+            for p in self.files
+            if p.startswith(CLUSTERS_DIR) and "/" not in p[len(CLUSTERS_DIR):]
+            and p.endswith((".yaml", ".yml"))
+        }
 
     def _load_clusters(self) -> dict[str, Cluster]:
         clusters: dict[str, Cluster] = {}
@@ -166,7 +186,14 @@ class _Loader:
 
     # -- cross-file checks -----------------------------------------------------------------
 
-    def _check_network(self, network: Network, clusters: dict[str, Cluster], regions: set[str]) -> None:
+    def _check_region_names(self, fleet: Fleet) -> None:
+        # network.yaml's `to` names a cluster or a region: the two must never be confused.
+        for i, region in enumerate(fleet.spec.regions):
+            if region in self._declared_clusters():
+                self._report(FLEET_FILE, ("spec", "regions", i),
+                             f"region '{region}' has the name of a cluster; expected distinct names")
+
+    def _check_network(self, network: Network, clusters: set[str], regions: set[str]) -> None:
         seen: set[tuple[str, str]] = set()
         for i, link in enumerate(network.spec.latencies):
             loc: tuple[int | str, ...] = ("spec", "latencies", i)
@@ -186,7 +213,7 @@ class _Loader:
 
     def _check_qos_references(
         self, path: str, loc: tuple[int | str, ...], qos: QoS,
-        clusters: Mapping[str, Cluster], regions: set[str], measured: set[str],
+        clusters: set[str], regions: set[str], measured: set[str],
     ) -> None:
         for i, goal in enumerate(qos.latency):
             where = loc + ("latency", i, "region")
@@ -201,8 +228,23 @@ class _Loader:
                 self._report(path, loc + ("placement", "clusters", i),
                              f"unknown cluster '{name}'; expected one of: {_names(clusters)}")
 
+    def _component_names_as_written(self) -> set[str]:
+        """``app/component`` for every component named in a parseable app.yaml, valid or not."""
+        names = set()
+        for path, doc in self.docs.items():
+            if not (path.startswith(APPS_DIR) and path.endswith("/" + APP_FILE)):
+                continue
+            app = path[len(APPS_DIR):].split("/", 1)[0]
+            spec = doc.data.get("spec") if isinstance(doc.data, dict) else None
+            components = spec.get("components") if isinstance(spec, dict) else None
+            for item in components if isinstance(components, list) else []:
+                if isinstance(item, dict) and isinstance(item.get("name"), str):
+                    names.add(f"{app}/{item['name']}")
+        return names
+
     def _check_calls(self, docs: dict[str, tuple[str, QoSApp]], apps: dict[str, App]) -> None:
-        known = {c.key for app in apps.values() for c in app.components}
+        # Components of apps with problems of their own still exist as far as callers go.
+        known = self._component_names_as_written()
         for name, (path, doc) in docs.items():
             if name not in apps:
                 continue  # already reported
@@ -238,7 +280,7 @@ class _Loader:
     # -- apps and components ---------------------------------------------------------------
 
     def _resolve_app(
-        self, path: str, doc: QoSApp, fleet: Fleet, clusters: Mapping[str, Cluster],
+        self, path: str, doc: QoSApp, fleet: Fleet, clusters: set[str],
         regions: set[str], measured: set[str],
     ) -> App | None:
         before = len(self.problems)
@@ -282,7 +324,7 @@ class _Loader:
         if not docs:
             self._report(app_path, loc, f"manifest file '{relative}' holds no objects")
             return None
-        encrypted = any(isinstance(d.data, dict) and isinstance(d.data.get("sops"), dict) for d in docs)
+        encrypted = any(isinstance(d.data, dict) and is_sops_encrypted(d.data) for d in docs)
         objects = []
         for d in docs:
             if not isinstance(d.data, dict):
@@ -324,6 +366,11 @@ class _Loader:
                     self.problems.append(d.problem(("metadata", "namespace"),
                                          f"'{ns}' differs from the app namespace; expected "
                                          f"'{doc.spec.namespace}' or no namespace"))
+                if has_plain_secret_data(obj) and not doc.spec.allow_plain_secrets:
+                    self.problems.append(d.problem(("kind",),
+                                         f"Secret '{obj['metadata']['name']}' holds plain data that "
+                                         "would be written unencrypted to cluster branches; encrypt "
+                                         "the file with SOPS, or set spec.allowPlainSecrets: true"))
                 if obj.get("kind") in WORKLOAD_KINDS and not manifest.encrypted:
                     workloads.append((d, obj))
         if len(self.problems) > before:
@@ -403,7 +450,8 @@ class _Loader:
                    wdoc: YamlDocument) -> tuple[int, int] | None:
         if spec.resources is not None:
             return spec.resources.cpu, spec.resources.memory
-        # The scheduler's view of a pod: containers run together, init containers one at a time.
+        # The scheduler's view of a pod: containers run together, init containers one at a
+        # time, except sidecars (init containers with restartPolicy Always), which keep running.
         totals = {"cpu": 0, "memory": 0}
         found = {"cpu": False, "memory": False}
         init_peak = {"cpu": 0, "memory": 0}
@@ -422,7 +470,8 @@ class _Loader:
                             pod_loc + (group, i, "resources", "requests", res), str(exc)))
                         ok = False
                         continue
-                    if group == "containers":
+                    sidecar = group == "initContainers" and container.get("restartPolicy") == "Always"
+                    if group == "containers" or sidecar:
                         totals[res] += value
                         found[res] = True
                     else:

@@ -90,7 +90,8 @@ def format_bytes(size: int) -> str:
 
 _QUANTITY_SCHEMA = {
     "anyOf": [
-        {"type": "string", "pattern": QUANTITY_PATTERN},
+        # The loader refuses negative quantities; so does the schema.
+        {"type": "string", "pattern": QUANTITY_PATTERN.replace("[+-]?", "[+]?")},
         {"type": "number", "minimum": 0},
     ],
     "description": "A Kubernetes quantity, e.g. '500m', '2', '256Mi'.",

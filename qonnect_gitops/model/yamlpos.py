@@ -166,9 +166,19 @@ def problems_from_validation(
 ) -> list[Problem]:
     """Each pydantic error as a located problem with a message that says what is expected."""
     problems = []
-    for error in exc.errors():
+    errors = exc.errors()
+    for error in errors:
         loc = tuple(error["loc"])
         kind = error["type"]
+        if kind == "too_short" and any(
+            len(other["loc"]) > len(loc) and tuple(other["loc"][: len(loc)]) == loc
+            for other in errors
+        ):
+            continue  # an item failed, so the list came out short: the item's error says it
+        if kind == "too_short":
+            problems.append(doc.problem(loc, f"expected at least {error['ctx']['min_length']} "
+                                        f"item(s), got {error['ctx']['actual_length']}"))
+            continue
         if kind == "extra_forbidden":
             allowed = _field_names_at(model, loc[:-1])
             message = f"unknown field '{loc[-1]}'"

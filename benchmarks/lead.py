@@ -1,0 +1,223 @@
+"""Benchmark the lead group: re-election after SIGKILL, and committed reports per second.
+
+    PYTHONPATH=. python benchmarks/lead.py [--trials 10] [--seconds 10] [--clusters 120] [--json]
+
+Re-election: a fresh group of three real ``qonnect lead`` processes; each trial
+SIGKILLs the leader and times until a survivor answers ``/v1/status`` as leader
+with a quorum; the killed lead is restarted and must rejoin before the next trial.
+
+Ingest: a second group with one token per cluster; client processes (not the
+leads) post reports over keep-alive connections to all three leads for the
+given time. Only 2xx responses count, and the lead answers 2xx only after the
+Raft commit of the batch carrying that report.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import signal
+import statistics
+import sys
+import tempfile
+import threading
+import time
+from http.client import HTTPConnection
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.lead.harness import LeadGroup, report
+
+
+def reelection(trials: int, workdir: Path) -> dict[str, Any]:
+    """Median and worst seconds from SIGKILL of the leader to a new leader."""
+    group = LeadGroup(workdir / "election")
+    group.start_all()
+    times: list[float] = []
+    try:
+        group.wait_leader(timeout=20)
+        for _ in range(trials):
+            leader = group.wait_leader(timeout=20)
+            survivors = [m for m in group.leads if m is not leader]
+            killed = time.monotonic()
+            group.kill(leader, signal.SIGKILL)
+            elected = None
+            while elected is None:
+                for lead in survivors:
+                    st = group.status(lead, timeout=0.5)
+                    if st and st["self"]["state"] == "leader" and st["self"]["hasQuorum"]:
+                        elected = time.monotonic() - killed
+                        break
+                if time.monotonic() - killed > 30:
+                    raise RuntimeError("no new leader within 30 s\n" + group.log_tails())
+                time.sleep(0.01)
+            times.append(elected)
+            group.start(leader)
+            # The restarted lead must be back as a follower before the next trial.
+            group.wait_until(
+                lambda leader=leader: (st := group.status(leader)) and st["leader"]
+                and st["self"]["state"] == "follower", timeout=20, what="rejoin")
+    finally:
+        group.stop()
+    return {
+        "trials": len(times),
+        "median": round(statistics.median(times), 3),
+        "worst": round(max(times), 3),
+        "best": round(min(times), 3),
+        "all": [round(t, 3) for t in times],
+    }
+
+
+def _client(worker: int, targets: list[str], jobs: list[tuple[str, str]], seconds: float,
+            threads: int, out: Any) -> None:
+    """One client process: ``threads`` keep-alive connections posting reports until the end."""
+    counts = {"ok": 0, "other": 0, "errors": 0}
+    latencies: list[float] = []
+    lock = threading.Lock()
+    templates = {}
+    for cluster, _ in jobs:
+        body = report(cluster)
+        body["agentTime"] = "@@TIME@@"
+        templates[cluster] = json.dumps(body)
+    deadline = time.monotonic() + seconds
+
+    def run(index: int) -> None:
+        mine = jobs[index::threads]
+        host, port = targets[(worker + index) % len(targets)].split(":")
+        conn = HTTPConnection(host, int(port), timeout=10)
+        ok = other = errors = 0
+        lats: list[float] = []
+        i = 0
+        while time.monotonic() < deadline and mine:
+            cluster, token = mine[i % len(mine)]
+            i += 1
+            now = time.time()
+            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
+            body = templates[cluster].replace("@@TIME@@", stamp).encode()
+            start = time.monotonic()
+            try:
+                conn.request("POST", f"/v1/clusters/{cluster}/report", body=body,
+                             headers={"Authorization": f"Bearer {token}",
+                                      "Content-Type": "application/json"})
+                resp = conn.getresponse()
+                resp.read()
+            except OSError:
+                errors += 1
+                conn.close()
+                conn = HTTPConnection(host, int(port), timeout=10)
+                continue
+            if 200 <= resp.status < 300:
+                ok += 1
+                lats.append(time.monotonic() - start)
+            else:
+                other += 1
+        conn.close()
+        with lock:
+            counts["ok"] += ok
+            counts["other"] += other
+            counts["errors"] += errors
+            latencies.extend(lats)
+
+    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
+    for t in workers:
+        t.start()
+    for t in workers:
+        t.join()
+    out.put({**counts, "latencies": latencies})
+
+
+def ingest(seconds: float, clusters: int, processes: int, threads: int,
+           workdir: Path) -> dict[str, Any]:
+    """Committed reports per second from separate client processes."""
+    names = [f"edge-{i}" for i in range(1, clusters + 1)]
+    group = LeadGroup(workdir / "ingest", clusters=names,
+                      extra_args=["--report-rate", "100000", "--report-burst", "100000",
+                                  "--log-level", "warning"])
+    group.start_all()
+    try:
+        leader = group.wait_leader(timeout=20)
+        group.wait_until(lambda: (group.status(leader) or {}).get("goals", {}).get("lastGood"),
+                         what="goals loaded", timeout=20)
+        jobs = [(name, group.tokens[name]) for name in names]
+        targets = [lead.http for lead in group.leads]
+        ctx = multiprocessing.get_context("spawn")
+        queue = ctx.Queue()
+        procs = [ctx.Process(target=_client,
+                             args=(w, targets, jobs[w::processes], seconds, threads, queue))
+                 for w in range(processes)]
+        started = time.monotonic()
+        for p in procs:
+            p.start()
+        results = [queue.get(timeout=seconds + 120) for _ in procs]
+        for p in procs:
+            p.join(timeout=10)
+        elapsed = time.monotonic() - started
+        # Check the group really holds what it acknowledged.
+        st = group.status(leader, timeout=5) or {}
+        stored = sum(c["reports"] for c in st.get("clusters", []))
+    finally:
+        group.stop()
+    ok = sum(r["ok"] for r in results)
+    lats = sorted(x for r in results for x in r["latencies"])
+    return {
+        "clusters": clusters,
+        "client_processes": processes,
+        "connections": processes * threads,
+        "seconds": round(seconds, 1),
+        "accepted_2xx": ok,
+        "refused": sum(r["other"] for r in results),
+        "errors": sum(r["errors"] for r in results),
+        "reports_per_s": round(ok / seconds, 1),
+        "wall_s_incl_client_start": round(elapsed, 1),
+        "latency_ms": {
+            "p50": round(1000 * lats[len(lats) // 2], 1) if lats else None,
+            "p99": round(1000 * lats[int(len(lats) * 0.99)], 1) if lats else None,
+        },
+        "reports_stored_by_leader": stored,
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--seconds", type=float, default=10.0)
+    parser.add_argument("--clusters", type=int, default=120)
+    parser.add_argument("--processes", type=int, default=2, help="client processes")
+    parser.add_argument("--threads", type=int, default=64, help="connections per client process")
+    parser.add_argument("--skip-election", action="store_true")
+    parser.add_argument("--skip-ingest", action="store_true")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args()
+    result: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory(prefix="qonnect-bench-") as tmp:
+        if not args.skip_election:
+            result["reelection_s"] = reelection(args.trials, Path(tmp))
+        if not args.skip_ingest:
+            ing = ingest(args.seconds, args.clusters, args.processes, args.threads, Path(tmp))
+            result["reports_per_s"] = ing["reports_per_s"]
+            result["ingest"] = ing
+    if args.json:
+        print(json.dumps(result))
+        return 0
+    if "reelection_s" in result:
+        r = result["reelection_s"]
+        print(f"re-election after SIGKILL of the leader ({r['trials']} trials)")
+        print(f"  median {r['median']:.3f} s   worst {r['worst']:.3f} s   best {r['best']:.3f} s"
+              f"   (goal: median <= 2 s, worst <= 3 s)")
+    if "ingest" in result:
+        i = result["ingest"]
+        print(f"report ingest ({i['clusters']} cluster tokens, {i['connections']} connections "
+              f"in {i['client_processes']} client processes, {i['seconds']} s)")
+        print(f"  {i['reports_per_s']:.0f} committed reports/s   (goal: >= 1000/s)")
+        print(f"  2xx {i['accepted_2xx']}   refused {i['refused']}   errors {i['errors']}   "
+              f"latency p50 {i['latency_ms']['p50']} ms  p99 {i['latency_ms']['p99']} ms")
+        print(f"  reports stored in the leader's KB: {i['reports_stored_by_leader']}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

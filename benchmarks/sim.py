@@ -1,0 +1,129 @@
+"""Benchmark the simulated cluster through the official Python client.
+
+The sim runs in a separate process (as in ``qonnect demo``, where agents and
+sims do not share a GIL with the benchmark driver); one client issues requests
+sequentially over a kept-alive connection. Reports requests per second for
+get, list (100 ConfigMaps) and server-side apply (a Deployment whose replicas
+change on every apply, so each one is a real write), and the sim process's
+resident memory per 1,000 applied Deployments.
+
+    python benchmarks/sim.py            # readable table
+    python benchmarks/sim.py --json     # one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing as mp
+import os
+import sys
+import time
+from typing import Any
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def _serve(conn: Any) -> None:
+    from qonnect_gitops.sim import SimCluster
+
+    cluster = SimCluster(name="bench")
+    cluster.start()
+    conn.send((cluster.kubeconfig(), os.getpid()))
+    conn.recv()  # block until the driver is done
+    cluster.stop()
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    raise RuntimeError("no VmRSS")
+
+
+def _rate(fn: Any, seconds: float) -> tuple[float, int]:
+    n, start = 0, time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        fn(n)
+        n += 1
+    return n / (time.perf_counter() - start), n
+
+
+def deployment(name: str, replicas: int) -> dict[str, Any]:
+    """A typical small Deployment, as the agent would apply it."""
+    return {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": name, "namespace": "default",
+                                                                         "labels": {"app": name}},
+            "spec": {"replicas": replicas, "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": {"containers": [
+                         {"name": "app", "image": "nginx:1.25", "ports": [{"containerPort": 80}],
+                          "resources": {"requests": {"cpu": "100m", "memory": "64Mi"}}}]}}}}
+
+
+def run(seconds: float, objects: int) -> dict[str, Any]:
+    """Run every measurement and return the figures."""
+    from kubernetes import client, config, dynamic
+
+    parent, child = mp.Pipe()
+    proc = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
+    proc.start()
+    kubeconfig, pid = parent.recv()
+    try:
+        api = config.new_client_from_config_dict(kubeconfig)
+        core = client.CoreV1Api(api)
+        dyn = dynamic.DynamicClient(api)
+        deployments = dyn.resources.get(api_version="apps/v1", kind="Deployment")
+        for i in range(100):
+            core.create_namespaced_config_map("default", {"metadata": {"name": f"cm-{i}", "labels": {"i": str(i)}},
+                                                          "data": {"key": "value" * 10}})
+        get_rps, get_n = _rate(lambda n: core.read_namespaced_config_map(f"cm-{n % 100}", "default"), seconds)
+        list_rps, list_n = _rate(lambda n: core.list_namespaced_config_map("default"), seconds)
+        apply_rps, apply_n = _rate(lambda n: dyn.server_side_apply(
+            deployments, body=deployment("bench", 1 + n % 5), field_manager="bench"), seconds)
+        rss_before = _rss_kib(pid)
+        started = time.perf_counter()
+        for i in range(objects):
+            dyn.server_side_apply(deployments, body=deployment(f"mem-{i}", 2), field_manager="bench")
+        create_rps = objects / (time.perf_counter() - started)
+        rss_after = _rss_kib(pid)
+    finally:
+        parent.send("stop")
+        proc.join(timeout=10)
+    return {
+        "sim": "separate process, official kubernetes Python client, one connection, sequential requests",
+        "seconds_per_measurement": seconds,
+        "get_rps": round(get_rps, 1), "get_requests": get_n,
+        "list_100_rps": round(list_rps, 1), "list_requests": list_n,
+        "ssa_update_rps": round(apply_rps, 1), "ssa_update_requests": apply_n,
+        "ssa_create_rps": round(create_rps, 1),
+        "objects_created": objects,
+        "memory_per_1000_deployments_mib": round((rss_after - rss_before) / 1024 / objects * 1000, 2),
+        "sim_rss_mib": round(rss_after / 1024, 1),
+    }
+
+
+def main() -> None:
+    """Parse arguments, run, print."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    parser.add_argument("--seconds", type=float, default=3.0, help="duration of each rate measurement")
+    parser.add_argument("--objects", type=int, default=2000, help="Deployments created for the memory figure")
+    args = parser.parse_args()
+    figures = run(args.seconds, args.objects)
+    if args.json:
+        print(json.dumps(figures))
+        return
+    print(f"sim: {figures['sim']}")
+    rows = [("get ConfigMap", f"{figures['get_rps']} req/s"),
+            ("list 100 ConfigMaps", f"{figures['list_100_rps']} req/s"),
+            ("server-side apply (update)", f"{figures['ssa_update_rps']} req/s"),
+            ("server-side apply (create)", f"{figures['ssa_create_rps']} req/s"),
+            ("memory per 1,000 Deployments", f"{figures['memory_per_1000_deployments_mib']} MiB"),
+            ("sim RSS at the end", f"{figures['sim_rss_mib']} MiB")]
+    width = max(len(r[0]) for r in rows)
+    for name, value in rows:
+        print(f"  {name.ljust(width)}  {value}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""``qonnect lead``: run one member of the lead group."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from pathlib import Path
+from typing import Any
+
+from qonnect_gitops.lead.raft import RaftTiming
+from qonnect_gitops.lead.service import LeadConfig
+from qonnect_gitops.logs import configure
+
+_ADDR = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+
+
+def _addr(value: str) -> str:
+    if not _ADDR.match(value):
+        raise argparse.ArgumentTypeError(f"'{value}' is not host:port")
+    return value
+
+
+def _addrs(value: str) -> tuple[str, ...]:
+    return tuple(_addr(v.strip()) for v in value.split(",") if v.strip())
+
+
+def register(sub: Any) -> None:
+    parser = sub.add_parser(
+        "lead",
+        help="run a lead agent (one member of the Raft group)",
+        description="Run one lead: a Raft member holding the replicated Knowledge Base, "
+        "serving the HTTP API. Start three or five with the same --peers.",
+    )
+    parser.add_argument("--id", required=True, help="this lead's name, e.g. lead-1")
+    parser.add_argument("--raft", required=True, type=_addr, help="Raft address host:port")
+    parser.add_argument("--peers", type=_addrs, default=(),
+                        help="comma-separated Raft addresses of the other leads")
+    parser.add_argument("--http", required=True, type=_addr, help="HTTP API address host:port")
+    parser.add_argument("--repo", help="goals repository URL (its main branch is read)")
+    parser.add_argument("--data-dir", required=True, type=Path, help="Raft journal and dump")
+    parser.add_argument("--tokens-file", type=Path, help="hashed bearer tokens (reloaded)")
+    parser.add_argument("--poll-seconds", type=float, default=10.0,
+                        help="how often the leader fetches goals (default 10)")
+    parser.add_argument("--report-rate", type=float, default=2.0,
+                        help="reports per second allowed per cluster and lead (default 2)")
+    parser.add_argument("--report-burst", type=float, default=10.0,
+                        help="burst of reports allowed per cluster (default 10)")
+    parser.add_argument("--max-body", type=int, default=256 * 1024,
+                        help="largest request body in bytes (default 262144)")
+    parser.add_argument("--election-min", type=float, default=RaftTiming.election_min)
+    parser.add_argument("--election-max", type=float, default=RaftTiming.election_max)
+    parser.add_argument("--heartbeat", type=float, default=RaftTiming.heartbeat,
+                        help="Raft append-entries period in seconds")
+    parser.add_argument("--leader-fallback", type=float, default=None,
+                        help="seconds an isolated leader keeps leading (default: "
+                        "0.9 x --election-min)")
+    parser.add_argument("--compaction-entries", type=int,
+                        default=RaftTiming.compaction_entries,
+                        help="compact the Raft log into a full dump after this many entries")
+    parser.add_argument("--log-level", default="info")
+    parser.set_defaults(handler=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    configure(args.log_level)
+    if not args.election_min < args.election_max:
+        print("qonnect lead: --election-min must be below --election-max", file=sys.stderr)
+        return 2
+    fallback = args.leader_fallback or round(args.election_min * 0.9, 3)
+    if fallback >= args.election_min:
+        print("qonnect lead: --leader-fallback must be below --election-min, or an isolated "
+              "leader could overlap its successor", file=sys.stderr)
+        return 2
+    timing = RaftTiming(election_min=args.election_min, election_max=args.election_max,
+                        heartbeat=args.heartbeat, leader_fallback=fallback,
+                        compaction_entries=args.compaction_entries)
+    config = LeadConfig(
+        node_id=args.id,
+        raft=args.raft,
+        peers=args.peers,
+        http=args.http,
+        data_dir=args.data_dir,
+        repo=args.repo,
+        tokens_file=args.tokens_file,
+        poll_seconds=args.poll_seconds,
+        report_rate=args.report_rate,
+        report_burst=args.report_burst,
+        max_body_bytes=args.max_body,
+        timing=timing,
+    )
+    from qonnect_gitops.lead.process import run_lead
+
+    return run_lead(config)

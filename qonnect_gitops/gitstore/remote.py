@@ -1,0 +1,402 @@
+"""Remotes: the lead's bare mirror (fetch what it needs, push a cycle with compare-and-swap)
+and the agent's narrow fetch of its own branch.
+
+Refs in a mirror:
+
+* ``refs/remotes/origin/<ref without refs/>`` is what we last saw on the remote
+  (e.g. ``refs/remotes/origin/heads/qonnect/plan``), written only by fetch and by a
+  push the remote accepted;
+* ``refs/heads/...`` and ``refs/qonnect/closed/...`` are the local branches the
+  ``GitStore`` writes. ``publish()`` pushes every one that differs from what we last
+  saw, and the remote takes it only if its ref still holds the commit we last saw.
+"""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from qonnect_gitops.gitstore.errors import FanOutStale, RemoteError, StaleRef
+from qonnect_gitops.gitstore.store import (
+    CLOSED_NAMESPACE,
+    DEFAULT_CLUSTER_PREFIX,
+    DEFAULT_PLAN_BRANCH,
+    DEFAULT_PROPOSAL_PREFIX,
+    GitStore,
+    Identity,
+    RefChange,
+    _ref_target,
+    cas_update_refs,
+)
+from qonnect_gitops.gitstore.tree import read_tree_files
+from qonnect_gitops.logs import get_logger
+
+log = get_logger(__name__)
+
+#: pygit2 credential objects (``UserPass``, ``Keypair``, ``KeypairFromAgent``...) or a
+#: callable ``(url, username_from_url, allowed_types) -> credential``.
+Credentials = Any
+
+SEEN_PREFIX = "refs/remotes/origin/"
+_ZERO = pygit2.Oid(hex="0" * 40)
+# libgit2 refuses client side when the remote ref is not an ancestor of what we push.
+_LOST_RACE = re.compile(r"non-fastforwardable|not present locally|fast-forward", re.IGNORECASE)
+
+
+def _seen_name(ref: str) -> str:
+    return SEEN_PREFIX + ref[len("refs/"):]
+
+
+def _local_name(seen: str) -> str:
+    return "refs/" + seen[len(SEEN_PREFIX):]
+
+
+@dataclass(frozen=True)
+class FetchResult:
+    """What a fetch moved over the wire."""
+
+    commit: str | None
+    received_bytes: int
+    received_objects: int
+    seconds: float
+
+
+@dataclass(frozen=True)
+class PublishResult:
+    """The refs a ``publish()`` pushed, in the order they were pushed."""
+
+    pushed: tuple[RefChange, ...]
+    pushes: int
+    seconds: float
+    gc_seconds: float | None
+
+
+class _PushCallbacks(pygit2.RemoteCallbacks):
+    """Checks each ref against what we last saw before sending, and records rejections."""
+
+    def __init__(self, credentials: Credentials, expected: dict[str, pygit2.Oid | None]) -> None:
+        super().__init__(credentials=credentials)
+        self.expected = expected
+        self.rejected: dict[str, str] = {}
+        self.accepted: set[str] = set()
+
+    def push_negotiation(self, updates: list[Any]) -> None:
+        # The remote's advertised value is what receive-pack will compare under its lock,
+        # so refusing here when it is not what we last saw makes the push a true CAS,
+        # deletions included (a plain push only checks fast-forward).
+        moved: dict[str, str] = {}
+        for update in updates:
+            want = self.expected.get(update.dst_refname)
+            have = None if update.src == _ZERO else update.src
+            if have != want:
+                moved[update.dst_refname] = (
+                    f"remote holds {str(have)[:12] if have else 'nothing'}, "
+                    f"we last saw {str(want)[:12] if want else 'nothing'}"
+                )
+        if moved:
+            raise StaleRef(moved)
+
+    def push_update_reference(self, refname: str, message: str | None) -> None:
+        if message is None:
+            self.accepted.add(refname)
+        else:
+            self.rejected[refname] = f"rejected by remote: {message}"
+
+
+class Mirror:
+    """A lead's local bare mirror of the goals repository at ``url``.
+
+    It fetches only ``main``, the plan branch, the cluster branches, proposals and
+    closed-proposal records. ``store`` writes decisions locally; ``publish()`` pushes
+    them. A lost race anywhere raises ``StaleRef``: call ``fetch()`` and re-plan.
+    """
+
+    def __init__(
+        self,
+        path: str | Path,
+        url: str,
+        credentials: Credentials = None,
+        *,
+        main_branch: str = "main",
+        plan_branch: str = DEFAULT_PLAN_BRANCH,
+        cluster_prefix: str = DEFAULT_CLUSTER_PREFIX,
+        proposal_prefix: str = DEFAULT_PROPOSAL_PREFIX,
+        identity: Identity | None = None,
+        gc: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self.url = url
+        self.credentials = credentials
+        self.main_ref = f"refs/heads/{main_branch}"
+        self.gc = gc
+        if (self.path / "HEAD").exists():
+            repo = pygit2.Repository(str(self.path))
+        else:
+            repo = pygit2.init_repository(str(self.path), bare=True)
+        self.repo = repo
+        self.store = GitStore(
+            repo,
+            plan_branch=plan_branch,
+            cluster_prefix=cluster_prefix,
+            proposal_prefix=proposal_prefix,
+            identity=identity,
+        )
+        cluster_glob = f"refs/heads/{cluster_prefix}*"
+        proposal_glob = f"refs/heads/{proposal_prefix}*"
+        self._local_patterns = [self.store.plan_ref, cluster_glob, proposal_glob, f"{CLOSED_NAMESPACE}*"]
+        self._refspecs = [f"+{r}:{_seen_name(r)}" for r in [self.main_ref, *self._local_patterns]]
+        self._configure_origin()
+
+    def _configure_origin(self) -> None:
+        # The configured fetch refspecs matter beyond fetch: libgit2 uses them after a
+        # push to update what we last saw, and they keep the mirror from tracking refs
+        # it has no use for.
+        remotes = self.repo.remotes
+        if "origin" in remotes.names():
+            origin = remotes["origin"]
+            if origin.url == self.url and list(origin.fetch_refspecs) == self._refspecs:
+                return
+            remotes.delete("origin")
+        remotes.create("origin", self.url, self._refspecs[0])
+        for spec in self._refspecs[1:]:
+            remotes.add_fetch("origin", spec)
+
+    # ---------------------------------------------------------------- fetch
+
+    def fetch(self) -> FetchResult:
+        """Fetch what the lead needs and make the local branches equal to the remote's.
+
+        Local writes that were never pushed are dropped: the next cycle recomputes them.
+        """
+        start = time.perf_counter()
+        remote = self.repo.remotes["origin"]
+        try:
+            stats = remote.fetch(
+                callbacks=pygit2.RemoteCallbacks(credentials=self.credentials),
+                prune=pygit2.enums.FetchPrune.PRUNE,
+            )
+        except pygit2.GitError as exc:
+            raise RemoteError(f"fetch from {self.url} failed: {exc}") from exc
+        self._sync_local()
+        result = FetchResult(
+            commit=self.main_commit(),
+            received_bytes=stats.received_bytes,
+            received_objects=stats.received_objects,
+            seconds=time.perf_counter() - start,
+        )
+        log.info("mirror_fetched", url=self.url, bytes=result.received_bytes, objects=result.received_objects,
+                 seconds=round(result.seconds, 3))
+        return result
+
+    def _managed(self, ref: str) -> bool:
+        for pattern in self._local_patterns:
+            if pattern.endswith("*") and ref.startswith(pattern[:-1]) or ref == pattern:
+                return True
+        return False
+
+    def _seen(self) -> dict[str, pygit2.Oid]:
+        out: dict[str, pygit2.Oid] = {}
+        for name in self.repo.references:
+            if name.startswith(SEEN_PREFIX):
+                local = _local_name(name)
+                if self._managed(local):
+                    target = _ref_target(self.repo, name)
+                    if target is not None:
+                        out[local] = target
+        return out
+
+    def _local(self) -> dict[str, pygit2.Oid]:
+        out: dict[str, pygit2.Oid] = {}
+        for name in self.repo.references:
+            if self._managed(name):
+                target = _ref_target(self.repo, name)
+                if target is not None:
+                    out[name] = target
+        return out
+
+    def _sync_local(self) -> None:
+        seen, local = self._seen(), self._local()
+        updates = {
+            ref: (local.get(ref), seen.get(ref))
+            for ref in set(seen) | set(local)
+            if seen.get(ref) != local.get(ref)
+        }
+        cas_update_refs(self.repo, updates, "qonnect: sync with remote")
+
+    def main_commit(self) -> str | None:
+        """The goals commit on the remote's main branch as of the last fetch."""
+        target = _ref_target(self.repo, _seen_name(self.main_ref))
+        return None if target is None else str(target)
+
+    def read_goals(self, rev: str | None = None, prefix: str = "") -> dict[str, bytes]:
+        """The goals files at ``rev`` (default: the fetched main commit)."""
+        commit = rev or self.main_commit()
+        if commit is None:
+            raise RemoteError(f"{self.url} has no {self.main_ref} (fetch first?)")
+        return read_tree_files(self.repo, commit, prefix)
+
+    # ---------------------------------------------------------------- push
+
+    def pending(self) -> list[RefChange]:
+        """Local refs that differ from what we last saw on the remote (what ``publish`` pushes)."""
+        seen, local = self._seen(), self._local()
+        out = []
+        for ref in sorted(set(seen) | set(local)):
+            old, new = seen.get(ref), local.get(ref)
+            if old != new:
+                out.append(RefChange(ref, None if old is None else str(old), None if new is None else str(new)))
+        return out
+
+    def publish(self) -> PublishResult:
+        """Push every pending ref, each only if the remote still holds what we last saw.
+
+        The plan branch and new proposals go first (that is the decision; if it loses,
+        nothing else was pushed). All other refs (cluster branches, closed proposals)
+        follow in one push. If that second push is interrupted, the remote plan branch
+        is ahead of its cluster branches and the next cycle's ``fan_out`` completes them.
+        Raises ``StaleRef`` naming the refs that lost when the decision itself lost, and
+        ``FanOutStale`` (a ``StaleRef``) when the decision was published but later refs
+        lost; accepted refs stay accepted either way.
+        """
+        start = time.perf_counter()
+        pending = self.pending()
+        first = [c for c in pending if c.ref == self.store.plan_ref or (
+            c.new is not None and c.ref.startswith(f"refs/heads/{self.store.proposal_prefix}"))]
+        rest = [c for c in pending if c not in first]
+        pushed: list[RefChange] = []
+        pushes = 0
+        if first:
+            self.push(first)
+            pushes += 1
+            pushed += first
+        if rest:
+            try:
+                self.push(rest)
+            except StaleRef as exc:
+                accepted = [c for c in rest if c.ref not in exc.refs]
+                plan = next((c.new for c in first if c.ref == self.store.plan_ref), None)
+                log.warning("fan_out_push_stale", refs=len(exc.refs), accepted=len(accepted), plan=plan)
+                raise FanOutStale(exc.refs, plan) from exc
+            pushes += 1
+            pushed += rest
+        gc_seconds = self.gc_auto() if self.gc and pushed else None
+        result = PublishResult(tuple(pushed), pushes, time.perf_counter() - start, gc_seconds)
+        if pushed:
+            log.info("mirror_published", refs=len(pushed), pushes=pushes, seconds=round(result.seconds, 3))
+        return result
+
+    def push(self, changes: Sequence[RefChange]) -> None:
+        """One push of ``changes`` with compare-and-swap on each ref (never a forced refspec)."""
+        if not changes:
+            return
+        expected = {c.ref: None if c.old is None else pygit2.Oid(hex=c.old) for c in changes}
+        specs = [f"{c.ref}:{c.ref}" if c.new is not None else f":{c.ref}" for c in changes]
+        callbacks = _PushCallbacks(self.credentials, expected)
+        remote = self.repo.remotes["origin"]
+        try:
+            remote.push(specs, callbacks=callbacks)
+        except StaleRef:
+            raise
+        except pygit2.GitError as exc:
+            if _LOST_RACE.search(str(exc)):
+                raise StaleRef({c.ref: f"remote moved ({exc})" for c in changes}) from exc
+            raise RemoteError(f"push to {self.url} failed: {exc}") from exc
+        accepted = {c.ref: c for c in changes if c.ref in callbacks.accepted and c.ref not in callbacks.rejected}
+        # Record what the remote now holds, so the next publish compares against it.
+        # (libgit2 usually did already, through the fetch refspecs; skip those writes.)
+        for change in accepted.values():
+            seen = _seen_name(change.ref)
+            current = _ref_target(self.repo, seen)
+            if change.new is None:
+                if current is not None:
+                    self.repo.references.delete(seen)
+            elif current is None or str(current) != change.new:
+                self.repo.references.create(seen, pygit2.Oid(hex=change.new), force=True)
+        missing = {c.ref: "remote did not report the update" for c in changes
+                   if c.ref not in callbacks.accepted and c.ref not in callbacks.rejected}
+        if callbacks.rejected or missing:
+            raise StaleRef({**missing, **callbacks.rejected})
+
+    # ---------------------------------------------------------------- upkeep
+
+    def gc_auto(self) -> float:
+        """Run ``git gc --auto`` in the foreground (packs loose objects past gc.auto); returns seconds."""
+        start = time.perf_counter()
+        proc = subprocess.run(
+            ["git", "-C", str(self.path), "-c", "gc.autoDetach=false", "gc", "--auto", "--quiet"],
+            capture_output=True,
+            text=True,
+            check=False,  # a failed gc is logged, never fatal to the cycle
+        )
+        elapsed = time.perf_counter() - start
+        if proc.returncode != 0:
+            log.warning("mirror_gc_failed", path=str(self.path), stderr=proc.stderr.strip())
+        else:
+            log.debug("mirror_gc", path=str(self.path), seconds=round(elapsed, 3))
+        return elapsed
+
+
+def narrow_fetch(
+    cache_path: str | Path,
+    url: str,
+    branch: str,
+    credentials: Credentials = None,
+) -> FetchResult:
+    """Fetch only ``refs/heads/<branch>`` from ``url`` into a bare cache (created if needed).
+
+    The local branch of the same name follows the remote even if it was rewritten: an
+    agent only reads. Returns the commit and the bytes received.
+    """
+    start = time.perf_counter()
+    path = Path(cache_path)
+    repo = pygit2.Repository(str(path)) if (path / "HEAD").exists() else pygit2.init_repository(str(path), bare=True)
+    ref = f"refs/heads/{branch}"
+    if not pygit2.reference_is_valid_name(ref):
+        raise ValueError(f"invalid branch name {branch!r}")
+    remote = repo.remotes.create_anonymous(url)
+    try:
+        stats = remote.fetch([f"+{ref}:{ref}"], callbacks=pygit2.RemoteCallbacks(credentials=credentials))
+    except pygit2.GitError as exc:
+        raise RemoteError(f"fetch of {branch} from {url} failed: {exc}") from exc
+    target = _ref_target(repo, ref)
+    if target is None:
+        raise RemoteError(f"{url} has no branch {branch}")
+    return FetchResult(str(target), stats.received_bytes, stats.received_objects, time.perf_counter() - start)
+
+
+def fetch_branch(
+    cache_path: str | Path,
+    url: str,
+    branch: str,
+    credentials: Credentials = None,
+) -> str:
+    """``narrow_fetch`` returning just the commit id of the fetched branch."""
+    result = narrow_fetch(cache_path, url, branch, credentials)
+    assert result.commit is not None
+    return result.commit
+
+
+
+
+
+def credentials_from_env(env: dict[str, str] | None = None) -> Credentials:
+    """Credentials from ``QONNECT_GIT_USERNAME``/``QONNECT_GIT_TOKEN`` (smart HTTP) or
+    ``QONNECT_GIT_SSH_KEY`` (+ optional ``QONNECT_GIT_SSH_USER``, default ``git``); None if unset."""
+    import os
+
+    env = dict(os.environ) if env is None else env
+    token = env.get("QONNECT_GIT_TOKEN")
+    if token:
+        return pygit2.UserPass(env.get("QONNECT_GIT_USERNAME", "qonnect"), token)
+    key = env.get("QONNECT_GIT_SSH_KEY")
+    if key:
+        pub = key + ".pub" if Path(key + ".pub").exists() else None
+        return pygit2.Keypair(env.get("QONNECT_GIT_SSH_USER", "git"), pub, key, env.get("QONNECT_GIT_SSH_PASSPHRASE", ""))
+    return None

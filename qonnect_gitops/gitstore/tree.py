@@ -1,0 +1,194 @@
+"""Reading and writing trees straight in the object database (no work tree, no index)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import pygit2
+
+from qonnect_gitops.gitstore.errors import InvalidPath, RevisionNotFound
+from qonnect_gitops.gitstore.objects import (
+    BLOB,
+    MODE_BLOB,
+    MODE_TREE,
+    TREE,
+    ObjectBatch,
+    object_id,
+    serialize_tree,
+)
+
+RepoLike = pygit2.Repository | str | Path
+
+#: The id of the empty tree; identical in every SHA-1 repository.
+EMPTY_TREE_HEX = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+
+_BLOB_MODES = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE)
+
+
+def open_repo(repo: RepoLike) -> pygit2.Repository:
+    """Accept an open repository or a path to one."""
+    if isinstance(repo, pygit2.Repository):
+        return repo
+    return pygit2.Repository(str(repo))
+
+
+def resolve_commit(repo: RepoLike, rev: str) -> pygit2.Commit:
+    """Resolve a branch name, full ref name or (abbreviated) commit id to a commit."""
+    r = open_repo(repo)
+    candidates = [rev, f"refs/heads/{rev}", f"refs/remotes/origin/heads/{rev}"]
+    for name in candidates:
+        try:
+            obj = r.revparse_single(name)
+            return obj.peel(pygit2.Commit)
+        except (KeyError, ValueError, pygit2.GitError, pygit2.InvalidSpecError):
+            continue
+    raise RevisionNotFound(f"{rev!r} is not a commit in {r.path}")
+
+
+def split_path(path: str) -> list[str]:
+    """Split a repo-relative POSIX path, refusing anything that could escape or alias."""
+    if not path or path.startswith("/") or "\\" in path or "\0" in path:
+        raise InvalidPath(f"not a relative POSIX path: {path!r}")
+    parts = path.split("/")
+    for part in parts:
+        if part in ("", ".", "..") or (len(part) == 4 and part.lower() == ".git"):
+            raise InvalidPath(f"bad component {part!r} in path {path!r}")
+    return parts
+
+
+def build_tree(
+    repo: pygit2.Repository,
+    files: Mapping[str, bytes],
+    *,
+    base: pygit2.Oid | None = None,
+    batch: ObjectBatch | None = None,
+    trees: dict[str, pygit2.Oid] | None = None,
+) -> pygit2.Oid:
+    """Write blobs and trees for ``files`` (path -> bytes) and return the root tree id.
+
+    The tree id depends only on the set of (path, bytes) pairs: entries are put in
+    git's canonical order, so dict order never matters. An empty mapping gives the
+    empty tree. ``base`` (usually the current plan tree) lets unchanged blobs and
+    subtrees be recognised by hash alone, so a cycle that changes one file costs one
+    blob and the trees above it. With ``batch`` the objects are queued there and the
+    caller flushes; otherwise they are written before returning. ``trees``, when
+    given, receives the id of every directory by path (``""`` is the root).
+    """
+    root: dict[str, object] = {}
+    for path, data in files.items():
+        parts = split_path(path)
+        node = root
+        for part in parts[:-1]:
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise InvalidPath(f"{path!r} needs {part!r} to be a directory, but it is a file")
+            node = child
+        if parts[-1] in node:
+            raise InvalidPath(f"{path!r} is both a file and a directory")
+        node[parts[-1]] = bytes(data)
+    own = batch is None
+    batch = ObjectBatch(repo) if batch is None else batch
+    base_tree = repo[base] if base is not None else None
+    tree_id = _write_node(repo, batch, root, base_tree if isinstance(base_tree, pygit2.Tree) else None,
+                          "", trees if trees is not None else {})
+    if own:
+        batch.flush()
+    return tree_id
+
+
+def _write_node(
+    repo: pygit2.Repository,
+    batch: ObjectBatch,
+    node: Mapping[str, object],
+    base: pygit2.Tree | None,
+    path: str,
+    trees: dict[str, pygit2.Oid],
+) -> pygit2.Oid:
+    known = {e.name: e for e in base} if base is not None else {}
+    entries: list[tuple[str, int, bytes]] = []
+    for name, child in node.items():
+        old = known.get(name)
+        if isinstance(child, dict):
+            old_tree = repo[old.id] if old is not None and old.filemode == pygit2.enums.FileMode.TREE else None
+            sub_path = f"{path}/{name}" if path else name
+            sub = _write_node(repo, batch, child, old_tree, sub_path, trees)  # type: ignore[arg-type]
+            entries.append((name, MODE_TREE, sub.raw))
+        else:
+            assert isinstance(child, bytes)
+            raw = object_id(BLOB, child)
+            if old is None or old.id.raw != raw or old.filemode != pygit2.enums.FileMode.BLOB:
+                batch.add(BLOB, child)
+            entries.append((name, MODE_BLOB, raw))
+    data = serialize_tree(entries)
+    raw = object_id(TREE, data)
+    if base is not None and base.id.raw == raw:
+        trees[path] = base.id  # unchanged subtree: nothing to write, nothing to check
+    else:
+        trees[path] = batch.add(TREE, data)
+    return trees[path]
+
+
+def subtree_id(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
+    """The id of the tree at ``path`` under ``tree``, or None when absent or not a tree."""
+    if not path:
+        return tree.id
+    try:
+        entry = tree[path]
+    except KeyError:
+        return None
+    if entry.filemode != pygit2.enums.FileMode.TREE:
+        return None
+    return entry.id
+
+
+def read_tree_files(repo: RepoLike, rev: str, prefix: str = "") -> dict[str, bytes]:
+    """Every regular file under ``prefix`` at commit ``rev``, as repo-relative path -> bytes.
+
+    Reads the object database only (works on bare mirrors). Symlinks and submodule
+    entries are skipped: goals are plain files. A missing ``prefix`` gives ``{}``.
+    """
+    r = open_repo(repo)
+    commit = resolve_commit(r, rev)
+    prefix = prefix.strip("/")
+    if prefix:
+        split_path(prefix)
+    start = subtree_id(r, commit.tree, prefix)
+    if start is None:
+        return {}
+    out: dict[str, bytes] = {}
+    _collect(r, _tree(r, start), prefix, out)
+    return out
+
+
+def read_file(repo: RepoLike, rev: str, path: str) -> bytes | None:
+    """One file at commit ``rev``, or None when the commit has no such regular file."""
+    r = open_repo(repo)
+    commit = resolve_commit(r, rev)
+    try:
+        entry = commit.tree[path.strip("/")]
+    except KeyError:
+        return None
+    if entry.filemode not in _BLOB_MODES:
+        return None
+    blob = r[entry.id]
+    return blob.data if isinstance(blob, pygit2.Blob) else None
+
+
+def _collect(repo: pygit2.Repository, tree: pygit2.Tree, base: str, out: dict[str, bytes]) -> None:
+    for entry in tree:
+        name = entry.name or ""
+        path = f"{base}/{name}" if base else name
+        if entry.filemode == pygit2.enums.FileMode.TREE:
+            _collect(repo, _tree(repo, entry.id), path, out)
+        elif entry.filemode in _BLOB_MODES:
+            blob = repo[entry.id]
+            assert isinstance(blob, pygit2.Blob)
+            out[path] = blob.data
+
+
+def _tree(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Tree:
+    obj = repo[oid]
+    if not isinstance(obj, pygit2.Tree):
+        raise TypeError(f"{oid} is not a tree")
+    return obj

@@ -1,0 +1,368 @@
+"""The lead's Raft node: pysyncobj around the Knowledge Base.
+
+``ReplicatedKB`` is the state machine: each ``@replicated`` method is one log
+entry type and only forwards to a ``KnowledgeBase.apply_*`` transition, under
+a lock so HTTP threads read a consistent state while the tick thread applies.
+``RaftNode`` owns the ``SyncObj`` (timing, files, membership) and turns
+pysyncobj's callbacks into blocking ``propose`` calls with a timeout.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+
+from qonnect_gitops.kb import KnowledgeBase, ReportEntry
+from qonnect_gitops.logs import get_logger
+
+log = get_logger(__name__)
+
+_FAIL_NAMES = {
+    value: name for name, value in vars(FAIL_REASON).items() if not name.startswith("_")
+}
+
+
+class ProposalError(Exception):
+    """A replicated write was not committed (no leader, leader changed, timeout...)."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class ReplicatedKB(SyncObjConsumer):
+    """The Raft state machine holding a ``KnowledgeBase``."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lock = threading.RLock()
+        self.kb = KnowledgeBase()
+
+    # The full dump stores plain dicts, not pickled objects of our classes, so a
+    # dump stays loadable across code changes that keep the state format.
+    def _serialize(self) -> dict[str, Any]:
+        with self.lock:
+            return self.kb.to_dict()
+
+    def _deserialize(self, data: dict[str, Any]) -> None:
+        with self.lock:
+            self.kb = KnowledgeBase.from_dict(data)
+
+    @replicated
+    def reports(self, entries: list[ReportEntry], now: float) -> dict[str, int]:
+        with self.lock:
+            return self.kb.apply_reports(entries, now)
+
+    @replicated
+    def goals(self, commit: str, inventory: dict[str, Any], heartbeat: dict[str, float],
+              now: float) -> bool:
+        with self.lock:
+            return self.kb.apply_goals(commit, inventory, heartbeat, now)
+
+    @replicated
+    def goals_failure(self, commit: str, errors: list[str], now: float) -> bool:
+        with self.lock:
+            return self.kb.apply_goals_failure(commit, errors, now)
+
+    @replicated
+    def plan(self, placements: dict[str, dict[str, int]], reasons: dict[str, str], reason: str,
+             goals_commit: str | None, term: int, now: float) -> int:
+        with self.lock:
+            return self.kb.apply_plan(placements, reasons, reason, goals_commit, term, now)
+
+    @replicated
+    def leader(self, node_id: str, term: int, now: float) -> bool:
+        with self.lock:
+            return self.kb.apply_leader(node_id, term, now)
+
+    @replicated
+    def member(self, node_id: str, raft: str, http: str, now: float) -> bool:
+        with self.lock:
+            return self.kb.apply_member(node_id, raft, http, now)
+
+    @replicated
+    def member_removed(self, raft: str, now: float) -> bool:
+        with self.lock:
+            return self.kb.apply_member_removed(raft, now)
+
+
+@dataclass(frozen=True)
+class RaftTiming:
+    """Raft timing. The pysyncobj defaults (0.4-1.4 s elections, a 30 s leader
+    fallback, 5 s reconnects) are too slow for seconds-level failover."""
+
+    election_min: float = 0.4
+    election_max: float = 1.0
+    heartbeat: float = 0.05
+    # An isolated leader steps down after this long without a majority of replies.
+    # Below election_min, so it gives up before the majority can elect a successor.
+    leader_fallback: float = 0.35
+    reconnect: float = 0.5
+    compaction_entries: int = 5000
+    compaction_seconds: float = 60.0
+
+
+class RaftNode:
+    """One member of the lead group."""
+
+    def __init__(
+        self,
+        raft_addr: str,
+        peers: list[str],
+        data_dir: str | os.PathLike[str],
+        timing: RaftTiming = RaftTiming(),
+    ) -> None:
+        self.raft_addr = raft_addr
+        self.timing = timing
+        data = Path(data_dir)
+        data.mkdir(parents=True, exist_ok=True)
+        self.state = ReplicatedKB()
+        conf = SyncObjConf(
+            dynamicMembershipChange=True,
+            # Both files: the journal holds every entry and the commit index, the dump
+            # lets the journal be compacted. A dump alone loses the tail on kill -9.
+            journalFile=str(data / "raft.journal"),
+            fullDumpFile=str(data / "raft.dump"),
+            raftMinTimeout=timing.election_min,
+            raftMaxTimeout=timing.election_max,
+            appendEntriesPeriod=timing.heartbeat,
+            leaderFallbackTimeout=timing.leader_fallback,
+            connectionRetryTime=timing.reconnect,
+            connectionTimeout=max(1.0, timing.election_max * 2),
+            # We batch reports ourselves; sending each of our batches at once (instead
+            # of waiting for the next heartbeat period) cuts commit latency.
+            appendEntriesUseBatch=False,
+            # Dumps are written in-process: forking a threaded process is unsafe.
+            useFork=False,
+            logCompactionMinEntries=timing.compaction_entries,
+            logCompactionMinTime=timing.compaction_seconds,
+            commandsWaitLeader=True,
+        )
+        others = [p for p in peers if p and p != raft_addr]
+        self.sync = SyncObj(raft_addr, others, conf=conf, consumers=[self.state])
+
+    # ----------------------------------------------------------- leadership
+
+    def is_leader(self) -> bool:
+        """Leadership is a belief: we hold it only while Raft says so AND a majority
+        is connected. pysyncobj keeps an isolated leader in state leader until the
+        fallback timeout; the quorum check closes most of that window."""
+        return bool(self.sync._isLeader() and self.sync.hasQuorum)
+
+    def term(self) -> int:
+        """The current Raft term of this node."""
+        return int(self.sync.raftCurrentTerm)
+
+    def leader_addr(self) -> str | None:
+        """The leader as this node knows it, or None.
+
+        ``getStatus()['leader']`` may still name a dead node; we only name a leader
+        we are connected to (or ourselves when we hold a quorum)."""
+        if self.is_leader():
+            return self.raft_addr
+        node = self.sync._getLeader()
+        if node is None or node.address == self.raft_addr:
+            return None
+        return node.address if self.sync.isNodeConnected(node) else None
+
+    def raft_state(self) -> str:
+        """``leader``, ``candidate`` or ``follower`` as Raft says (not the belief above)."""
+        return {0: "follower", 1: "candidate", 2: "leader"}.get(
+            int(self.sync.getStatus()["state"]), "unknown"
+        )
+
+    def members(self) -> list[dict[str, Any]]:
+        """Every member's Raft address, whether we are connected to it, and who is us."""
+        result = [{"raft": self.raft_addr, "connected": True, "self": True}]
+        for node in sorted(self.sync.otherNodes, key=lambda n: n.address):
+            result.append(
+                {"raft": node.address, "connected": bool(self.sync.isNodeConnected(node)),
+                 "self": False}
+            )
+        return result
+
+    def raft_status(self) -> dict[str, Any]:
+        """The numbers an operator needs from Raft."""
+        st = self.sync.getStatus()
+        return {
+            "state": self.raft_state(),
+            "term": int(st["raft_term"]),
+            "commitIndex": int(st["commit_idx"]),
+            "lastApplied": int(st["last_applied"]),
+            "logLength": int(st["log_len"]),
+            "hasQuorum": bool(st["has_quorum"]),
+            "ready": bool(self.sync.isReady()),
+        }
+
+    # ---------------------------------------------------------------- writes
+
+    def propose(self, method: Callable[..., Any], *args: Any, timeout: float = 5.0) -> Any:
+        """Run a replicated call and wait until this node applied it; returns its result.
+
+        Raises ProposalError when it was not committed within ``timeout``. Note that a
+        timed-out proposal may still commit later: callers must be idempotent.
+        """
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def on_result(result: Any, err: int) -> None:
+            box["result"], box["err"] = result, err
+            done.set()
+
+        method(*args, callback=on_result)
+        if not done.wait(timeout):
+            raise ProposalError("timeout")
+        if box["err"] != FAIL_REASON.SUCCESS:
+            raise ProposalError(fail_name(box["err"]))
+        return box["result"]
+
+    def change_membership(self, action: str, raft_addr: str, timeout: float = 10.0) -> None:
+        """Add or remove one lead. One change at a time; wait for it before the next."""
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def on_result(result: Any, err: int) -> None:
+            box["err"] = err
+            done.set()
+
+        if action == "add":
+            self.sync.addNodeToCluster(raft_addr, callback=on_result)
+        elif action == "remove":
+            self.sync.removeNodeFromCluster(raft_addr, callback=on_result)
+        else:
+            raise ValueError(f"unknown membership action {action!r}")
+        if not done.wait(timeout):
+            raise ProposalError("timeout")
+        if box["err"] != FAIL_REASON.SUCCESS:
+            raise ProposalError(fail_name(box["err"]))
+
+    def destroy(self) -> None:
+        """Stop the Raft node (closes sockets; the files stay)."""
+        self.sync.destroy()
+
+
+def fail_name(code: int) -> str:
+    """pysyncobj's FAIL_REASON number as a readable name."""
+    return _FAIL_NAMES.get(code, f"code-{code}").lower().replace("_", "-")
+
+
+class ReportBatcher:
+    """Folds reports arriving within a few milliseconds into one replicated call.
+
+    One Raft entry per report would cap ingest at a few hundred per second; one
+    entry per batch lets each HTTP request wait for its batch's commit (so a 2xx
+    still means committed) while the log carries far fewer entries.
+    """
+
+    def __init__(
+        self,
+        node: RaftNode,
+        window: float = 0.005,
+        max_batch: int = 500,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.node = node
+        self.window = window
+        self.max_batch = max_batch
+        self.clock = clock
+        self._cond = threading.Condition()
+        self._pending: list[tuple[ReportEntry, _Waiter]] = []
+        self._stopped = False
+        self._count_lock = threading.Lock()
+        self.in_flight_batches = 0
+        self.batches_sent = 0
+        self.reports_committed = 0
+        self._thread = threading.Thread(target=self._run, name="report-batcher", daemon=True)
+        self._thread.start()
+
+    def submit(self, entry: ReportEntry) -> _Waiter:
+        """Queue one report; wait on the returned waiter for its commit."""
+        waiter = _Waiter()
+        with self._cond:
+            self._pending.append((entry, waiter))
+            self._cond.notify()
+        return waiter
+
+    def pending(self) -> int:
+        """Reports queued here and not yet proposed."""
+        with self._cond:
+            return len(self._pending)
+
+    def stop(self) -> None:
+        """Stop the flusher; queued reports fail with ``shutdown``."""
+        with self._cond:
+            self._stopped = True
+            self._cond.notify()
+        self._thread.join(timeout=2)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._pending and not self._stopped:
+                    self._cond.wait()
+                if self._stopped:
+                    for _, waiter in self._pending:
+                        waiter.finish(None, "shutdown")
+                    self._pending.clear()
+                    return
+            # Let the batch fill for one window; the lock is free meanwhile.
+            time.sleep(self.window)
+            with self._cond:
+                batch = self._pending[: self.max_batch]
+                del self._pending[: self.max_batch]
+            if batch:
+                self._send(batch)
+
+    def _send(self, batch: list[tuple[ReportEntry, _Waiter]]) -> None:
+        entries = [entry for entry, _ in batch]
+        waiters = [waiter for _, waiter in batch]
+        with self._count_lock:
+            self.in_flight_batches += 1
+            self.batches_sent += 1
+
+        def on_commit(result: Any, err: int) -> None:
+            with self._count_lock:
+                self.in_flight_batches -= 1
+                if err == FAIL_REASON.SUCCESS:
+                    self.reports_committed += len(waiters)
+            if err == FAIL_REASON.SUCCESS:
+                for (cluster, _, _), waiter in zip(entries, waiters):
+                    waiter.finish(result.get(cluster, 0), None)
+            else:
+                for waiter in waiters:
+                    waiter.finish(None, fail_name(err))
+
+        try:
+            self.node.state.reports(entries, self.clock(), callback=on_commit)
+        except Exception as exc:  # the queue refused it: fail the requests, keep running
+            with self._count_lock:
+                self.in_flight_batches -= 1
+            log.error("report_batch_failed", error=exc)
+            for waiter in waiters:
+                waiter.finish(None, "queue-error")
+
+
+class _Waiter:
+    """One HTTP request waiting for its batch to commit."""
+
+    __slots__ = ("_event", "error", "generation")
+
+    def __init__(self) -> None:
+        self._event = threading.Event()
+        self.generation: int | None = None
+        self.error: str | None = None
+
+    def finish(self, generation: int | None, error: str | None) -> None:
+        self.generation, self.error = generation, error
+        self._event.set()
+
+    def wait(self, timeout: float) -> bool:
+        """True when the batch finished (committed or failed) within ``timeout``."""
+        return self._event.wait(timeout)

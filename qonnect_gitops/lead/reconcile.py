@@ -1,0 +1,227 @@
+"""One reconcile cycle: goals at ``main`` -> plan -> rendered trees -> plan and cluster branches.
+
+This is the building block of the leader's loop and of ``qonnect reconcile --once``
+(CI pipelines, small fleets without a lead group). Every ref update is a
+compare-and-swap; an invalid goals commit writes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import yaml
+from pydantic import ValidationError
+
+from qonnect_gitops.gitstore import (
+    DecisionMeta,
+    Proposal,
+    RefChange,
+    WriteResult,
+    read_file,
+    read_tree_files,
+)
+from qonnect_gitops.gitstore.remote import Credentials, Mirror, PublishResult
+from qonnect_gitops.logs import get_logger
+from qonnect_gitops.gitstore.store import (
+    DEFAULT_CLUSTER_PREFIX,
+    DEFAULT_PLAN_BRANCH,
+    DEFAULT_PROPOSAL_PREFIX,
+)
+from qonnect_gitops.model import CurrentPlacement, Goals, GoalsError, Observed, Plan, load_goals
+from qonnect_gitops.model.plan import DecisionReason
+from qonnect_gitops.placement import plan as make_plan
+from qonnect_gitops.render import RenderedPlan, render
+from qonnect_gitops.render.render import PLACEMENT_FILE
+
+log = get_logger(__name__)
+
+ObservationSource = Callable[[Goals], Observed]
+
+
+@dataclass(frozen=True)
+class CycleResult:
+    """What one cycle decided and wrote."""
+
+    goals_commit: str
+    plan: Plan
+    generation: int  # the generation written, or the one in force when nothing changed
+    written: WriteResult | None = None
+    proposal: Proposal | None = None
+    published: PublishResult | None = None
+
+    @property
+    def changed(self) -> bool:
+        """Whether any ref moved in this cycle."""
+        return bool(self.published and self.published.pushed) or bool(
+            self.written and self.written.wrote_anything
+        )
+
+    @property
+    def refs(self) -> tuple[RefChange, ...]:
+        return self.published.pushed if self.published else ()
+
+
+def open_mirror(path: str | Path, url: str, credentials: Credentials, goals: Goals | None = None) -> Mirror:
+    """A mirror whose branch names follow the fleet settings (defaults before goals are known)."""
+    if goals is None:
+        return Mirror(path, url, credentials)
+    branches = goals.fleet.spec.branches
+    return Mirror(path, url, credentials, plan_branch=branches.plan,
+                  cluster_prefix=branches.cluster_prefix, proposal_prefix=branches.proposal_prefix)
+
+
+def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials) -> Mirror:
+    """A fetched mirror whose branch names are the ones the goals at main configure.
+
+    The names live in the goals, so the first fetch uses the defaults; when the fleet
+    names other branches the mirror is reopened with them.
+    """
+    mirror = open_mirror(path, url, credentials)
+    mirror.fetch()
+    commit = mirror.main_commit()
+    if commit is None:
+        return mirror
+    try:
+        goals = load_goals(mirror.read_goals(commit))
+    except GoalsError:
+        return mirror  # reconcile_once reports the problems
+    branches = goals.fleet.spec.branches
+    if (branches.plan, branches.cluster_prefix, branches.proposal_prefix) == (
+        DEFAULT_PLAN_BRANCH, DEFAULT_CLUSTER_PREFIX, DEFAULT_PROPOSAL_PREFIX
+    ):
+        return mirror
+    return open_mirror(path, url, credentials, goals)
+
+
+def current_placement(mirror: Mirror) -> tuple[str | None, int, CurrentPlacement]:
+    """The plan commit in force, its generation and its placement (empty before the first)."""
+    head = mirror.store.plan_head()
+    if head is None:
+        return None, 0, CurrentPlacement()
+    meta = mirror.store.decision_of(head)
+    raw = read_file(mirror.repo, head, PLACEMENT_FILE)
+    if raw is None:
+        raise RuntimeError(f"the plan commit {head[:12]} has no {PLACEMENT_FILE}; refusing to "
+                           "plan as if nothing ran")
+    try:
+        previous = Plan.model_validate(yaml.safe_load(raw))
+    except (yaml.YAMLError, ValidationError) as exc:
+        # A plan we cannot read must not be mistaken for "nothing runs": refuse to plan.
+        raise RuntimeError(f"{PLACEMENT_FILE} at {head[:12]} is unreadable: {exc}") from exc
+    return head, meta.generation, CurrentPlacement(
+        placements=previous.placements(), last_moved=previous.last_moved
+    )
+
+
+def prune_limits(mirror: Mirror, head: str | None, rendered: RenderedPlan) -> dict[str, int]:
+    """Per cluster, how many objects the new tree knowingly removes from the one in force."""
+    if head is None:
+        return {}
+    old = read_tree_files(mirror.repo, head, "clusters/")
+    limits = {}
+    for cluster in rendered.clusters:
+        prefix = f"clusters/{cluster}/"
+        removed = {p for p in old if p.startswith(prefix)} - set(rendered.files)
+        if removed:
+            limits[cluster] = len(removed)
+    return limits
+
+
+def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: RenderedPlan) -> bool:
+    """Whether ``commit`` already holds this decision: the same cluster trees, the same
+    placement and the same unplaced replicas. Reasons and timestamps may differ: a
+    cycle that changes nothing but wording must write nothing."""
+    if commit is None:
+        return False
+    new_files = {p: b for p, b in rendered.files.items() if p.startswith("clusters/")}
+    if read_tree_files(mirror.repo, commit, "clusters/") != new_files:
+        return False
+    raw = read_file(mirror.repo, commit, PLACEMENT_FILE)
+    if raw is None:
+        return False
+    try:
+        previous = Plan.model_validate(yaml.safe_load(raw))
+    except (yaml.YAMLError, ValidationError):
+        return False
+    unplaced = sorted((u.component, u.replicas) for u in plan.unplaced)
+    return previous.placements() == plan.placements() and unplaced == sorted(
+        (u.component, u.replicas) for u in previous.unplaced
+    )
+
+
+def needs_review(goals: Goals, reason: DecisionReason) -> bool:
+    """Review mode sends decisions to proposals, except failover when the fleet allows it."""
+    review = goals.fleet.spec.review
+    if review.mode != "pull-request":
+        return False
+    return not (reason == "failover" and review.failover == "auto")
+
+
+def decision_summary(plan: Plan) -> str:
+    """The one-line subject of a decision commit."""
+    replicas = sum(sum(c.values()) for c in plan.placements().values())
+    clusters = {c for placed in plan.placements().values() for c in placed}
+    text = (f"{plan.reason}: {len(plan.components)} components, {replicas} replicas "
+            f"on {len(clusters)} clusters")
+    if plan.moves:
+        text += f", {len(plan.moves)} moves"
+    if plan.unplaced:
+        text += f", {sum(u.replicas for u in plan.unplaced)} replicas unplaced"
+    return text
+
+
+def reconcile_once(
+    mirror: Mirror,
+    observe: ObservationSource,
+    *,
+    now: datetime,
+    term: int = 0,
+    describe: Callable[[Plan], str] = lambda p: "",
+) -> CycleResult:
+    """Fetch, validate, plan, render, write and publish once.
+
+    Raises GoalsError (nothing written) when the goals at ``main`` are invalid, and
+    StaleRef when another writer won a race: fetch again and call once more.
+    """
+    mirror.fetch()
+    goals_commit = mirror.main_commit()
+    if goals_commit is None:
+        raise RuntimeError(f"{mirror.url} has no main branch")
+    goals = load_goals(mirror.read_goals(goals_commit))
+    head, generation, current = current_placement(mirror)
+    decision = make_plan(goals, observe(goals), current)
+    rendered = render(goals, decision)
+    meta = DecisionMeta(source=goals_commit, term=term, generation=generation + 1,
+                        reason=decision.reason)
+    common = dict(summary=decision_summary(decision), meta=meta, clusters=rendered.clusters,
+                  timestamp=int(now.timestamp()), prune_limits=prune_limits(mirror, head, rendered),
+                  expected_plan=head)
+    result = CycleResult(goals_commit, decision, generation)
+    review = needs_review(goals, decision.reason)
+    open_proposals = [p for p in mirror.store.list_proposals() if p.base == head] if review else []
+    baseline = open_proposals[-1].commit if open_proposals else head
+    if same_decision(mirror, baseline, decision, rendered):
+        log.info("reconcile_unchanged", goals=goals_commit[:12], generation=generation)
+        if not review and head is not None:
+            mirror.store.catch_up()  # finish a fan-out an earlier cycle may have left
+        published = mirror.publish() if mirror.pending() else None
+        return CycleResult(goals_commit, decision, generation, published=published)
+    if review:
+        digest = hashlib.sha256(b"".join(p.encode() + b"\0" + b for p, b in rendered.files.items()))
+        proposal = mirror.store.propose(f"g{generation + 1}-{digest.hexdigest()[:10]}", rendered.files,
+                                        description=describe(decision), **common)
+        result = CycleResult(goals_commit, decision, generation, proposal=proposal)
+    else:
+        written = mirror.store.write_decision(rendered.files, body=describe(decision), **common)
+        if written.plan_commit is not None:
+            generation += 1
+        result = CycleResult(goals_commit, decision, generation, written=written)
+    published = mirror.publish() if mirror.pending() else None
+    log.info("reconcile_cycle", goals=goals_commit[:12], reason=decision.reason,
+             generation=generation, pushed=len(published.pushed) if published else 0)
+    return CycleResult(result.goals_commit, decision, generation, result.written,
+                       result.proposal, published)

@@ -1,0 +1,308 @@
+"""One lead process: the Raft node plus the background work around it.
+
+* a leadership watcher records each new term in the log (who leads since when:
+  the KB measures heartbeat ages from it) and registers this lead's addresses;
+* a goals poller, on the leader only, fetches ``main`` and records the new
+  inventory, or the errors of an invalid commit (the last good one stays);
+* the report batcher, token store and rate limiter serve the HTTP API.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from qonnect_gitops.kb import heartbeat_from_goals, inventory_from_goals, iso
+from qonnect_gitops.lead.goals_source import GoalsFetchError, fetch_goals
+from qonnect_gitops.lead.metrics import Metrics
+from qonnect_gitops.lead.raft import ProposalError, RaftNode, RaftTiming, ReportBatcher
+from qonnect_gitops.lead.ratelimit import RateLimiter
+from qonnect_gitops.lead.tokens import TokenStore
+from qonnect_gitops.logs import get_logger
+from qonnect_gitops.model import GoalsError, load_goals
+
+log = get_logger(__name__)
+
+
+@dataclass(frozen=True)
+class LeadConfig:
+    """Everything ``qonnect lead`` takes on its command line."""
+
+    node_id: str
+    raft: str
+    peers: tuple[str, ...]
+    http: str
+    data_dir: Path
+    repo: str | None = None
+    tokens_file: Path | None = None
+    poll_seconds: float = 10.0
+    report_rate: float = 2.0
+    report_burst: float = 10.0
+    max_body_bytes: int = 256 * 1024
+    commit_timeout: float = 5.0
+    batch_window: float = 0.005
+    timing: RaftTiming = field(default_factory=RaftTiming)
+
+
+class LeadService:
+    """A running lead (without its HTTP server; see ``lead.http``)."""
+
+    def __init__(self, config: LeadConfig) -> None:
+        self.config = config
+        self.node = RaftNode(config.raft, list(config.peers), config.data_dir, config.timing)
+        self.tokens = TokenStore(config.tokens_file)
+        self.limiter = RateLimiter(config.report_rate, config.report_burst)
+        self.batcher = ReportBatcher(self.node, window=config.batch_window)
+        self.metrics = Metrics()
+        self._describe_metrics()
+        self._stop = threading.Event()
+        self._recorded_term = 0
+        self.last_fetch_error: str | None = None
+        self.last_fetch_at: float | None = None
+        self._threads = [
+            threading.Thread(target=self._watch_leadership, name="leadership", daemon=True),
+            threading.Thread(target=self._poll_goals, name="goals-poller", daemon=True),
+        ]
+        for thread in self._threads:
+            thread.start()
+        log.info("lead_started", id=config.node_id, raft=config.raft, http=config.http,
+                 peers=",".join(config.peers), data_dir=config.data_dir)
+
+    # -------------------------------------------------------------- reading
+
+    def read(self, fn: Any) -> Any:
+        """Run ``fn(kb)`` under the state lock: a consistent read of the local replica."""
+        with self.node.state.lock:
+            return fn(self.node.state.kb)
+
+    def leader_info(self) -> dict[str, Any] | None:
+        """The leader this lead believes in, with its id and HTTP address when known."""
+        addr = self.node.leader_addr()
+        if addr is None:
+            return None
+        members = self.read(lambda kb: dict(kb.members))
+        for node_id, entry in members.items():
+            if entry["raft"] == addr:
+                return {"id": node_id, "raft": addr, "http": entry["http"]}
+        return {"id": None, "raft": addr, "http": None}
+
+    def status(self) -> dict[str, Any]:
+        """Everything ``GET /v1/status`` returns."""
+        now = time.time()
+        raft = self.node.raft_status()
+
+        def from_kb(kb: Any) -> dict[str, Any]:
+            by_raft = {v["raft"]: (k, v["http"]) for k, v in kb.members.items()}
+            members = []
+            for member in self.node.members():
+                node_id, http = by_raft.get(member["raft"], (None, None))
+                members.append({**member, "id": node_id, "http": http})
+            return {
+                "members": members,
+                "generation": kb.generation,
+                "clusters": kb.cluster_rows(now),
+                "placements": kb.placements,
+                "lastMoved": {
+                    comp: {**moved, "at": iso(moved["at"])} for comp, moved in kb.last_moved.items()
+                },
+                "goals": {
+                    "lastGood": _with_iso(kb.last_good),
+                    "lastFailed": _with_iso(kb.last_failed),
+                    "heartbeat": kb.heartbeat,
+                },
+                "leaderRecord": _with_iso(kb.leader, "since"),
+                "decisions": [_with_iso(d) for d in kb.decisions[-20:]],
+                "staleReports": kb.stale_reports,
+            }
+
+        body = self.read(from_kb)
+        return {
+            "self": {"id": self.config.node_id, "raft": self.config.raft,
+                     "http": self.config.http, **raft},
+            "leader": self.leader_info(),
+            "term": raft["term"],
+            **body,
+            "pending": {
+                "reportsQueued": self.batcher.pending(),
+                "reportBatchesInFlight": self.batcher.in_flight_batches,
+            },
+            "goalsSource": {
+                "repo": self.config.repo,
+                "lastFetchAt": iso(self.last_fetch_at),
+                "lastFetchError": self.last_fetch_error,
+            },
+            "tokens": {"count": len(self.tokens), "fileError": self.tokens.last_error},
+            "time": iso(now),
+        }
+
+    def plan_view(self) -> dict[str, Any]:
+        """Everything ``GET /v1/plan`` returns."""
+
+        def from_kb(kb: Any) -> dict[str, Any]:
+            return {
+                "generation": kb.generation,
+                "goalsCommit": kb.goals_commit_of_plan,
+                "placements": kb.placements,
+                "lastMoved": {
+                    comp: {**moved, "at": iso(moved["at"])} for comp, moved in kb.last_moved.items()
+                },
+                "clusterGenerations": kb.cluster_generations,
+            }
+
+        return self.read(from_kb)
+
+    def observed(self) -> dict[str, Any]:
+        """The planner's inputs as of now: ``Observed`` and ``CurrentPlacement`` as JSON."""
+        now = utc_now()
+        observed, current = self.read(lambda kb: (kb.snapshot(now), kb.current_placement()))
+        return {
+            "observed": observed.model_dump(mode="json", by_alias=True, exclude_none=True),
+            "current": current.model_dump(mode="json", by_alias=True),
+        }
+
+    # ------------------------------------------------------ background work
+
+    def _watch_leadership(self) -> None:
+        """Record each term this lead wins, and this lead's addresses, in the log."""
+        while not self._stop.wait(0.05):
+            try:
+                self._leadership_step()
+            except ProposalError as exc:
+                log.debug("leadership_record_retry", reason=exc.reason)
+            except Exception as exc:  # keep watching: a crash here would silence the lead
+                log.error("leadership_watch_failed", error=exc, exc_info=True)
+
+    def _leadership_step(self) -> None:
+        node = self.node
+        term = node.term()
+        if node.is_leader() and term > self._recorded_term:
+            node.propose(node.state.leader, self.config.node_id, term, time.time(), timeout=2.0)
+            self._recorded_term = term
+            log.info("leader_elected", id=self.config.node_id, term=term)
+        cfg = self.config
+        mine = self.read(lambda kb: kb.members.get(cfg.node_id))
+        if mine != {"raft": cfg.raft, "http": cfg.http} and node.leader_addr() is not None:
+            node.propose(node.state.member, cfg.node_id, cfg.raft, cfg.http, time.time(),
+                         timeout=2.0)
+
+    def _poll_goals(self) -> None:
+        """On the leader: fetch ``main`` and record the inventory or the errors."""
+        if not self.config.repo:
+            return
+        while not self._stop.wait(self.config.poll_seconds if self.last_fetch_at else 0.2):
+            if not self.node.is_leader():
+                continue
+            try:
+                self.poll_goals_once()
+            except ProposalError as exc:
+                log.warning("goals_record_failed", reason=exc.reason)
+            except Exception as exc:
+                log.error("goals_poll_failed", error=exc, exc_info=True)
+
+    def poll_goals_once(self) -> str | None:
+        """One fetch-and-record round; returns the commit seen, or None if fetching failed."""
+        assert self.config.repo
+        self.metrics.inc("qonnect_goals_fetches_total")
+        try:
+            commit, files = fetch_goals(self.config.repo, self.config.data_dir)
+        except GoalsFetchError as exc:
+            self.last_fetch_error = str(exc)
+            self.metrics.inc("qonnect_goals_fetch_errors_total")
+            log.warning("goals_fetch_failed", error=exc)
+            return None
+        self.last_fetch_at, self.last_fetch_error = time.time(), None
+        good, failed = self.read(
+            lambda kb: (
+                kb.last_good["commit"] if kb.last_good else None,
+                kb.last_failed["commit"] if kb.last_failed else None,
+            )
+        )
+        if commit in (good, failed):
+            return commit
+        node = self.node
+        try:
+            goals = load_goals(files)
+        except GoalsError as exc:
+            errors = [str(problem) for problem in exc.problems]
+            node.propose(node.state.goals_failure, commit, errors, time.time())
+            log.warning("goals_rejected", commit=commit, problems=len(errors))
+            return commit
+        node.propose(node.state.goals, commit, inventory_from_goals(goals),
+                     heartbeat_from_goals(goals), time.time())
+        log.info("goals_accepted", commit=commit, clusters=len(goals.clusters))
+        return commit
+
+    # --------------------------------------------------------------- metrics
+
+    def _describe_metrics(self) -> None:
+        m = self.metrics
+        m.describe("qonnect_reports_total", "counter", "Report requests by HTTP status code.")
+        m.describe("qonnect_goals_fetches_total", "counter", "Fetches of the goals repository.")
+        m.describe("qonnect_goals_fetch_errors_total", "counter", "Failed goals fetches.")
+        m.describe("qonnect_raft_is_leader", "gauge", "1 while this lead leads with a quorum.")
+        m.describe("qonnect_raft_term", "gauge", "Current Raft term.")
+        m.describe("qonnect_raft_commit_index", "gauge", "Raft commit index.")
+        m.describe("qonnect_raft_last_applied", "gauge", "Last log index applied to the KB.")
+        m.describe("qonnect_raft_log_entries", "gauge", "Entries in the Raft log (journal).")
+        m.describe("qonnect_raft_members", "gauge", "Members by connection state.")
+        m.describe("qonnect_report_batches_total", "gauge", "Report batches proposed.")
+        m.describe("qonnect_reports_committed_total", "gauge", "Reports committed via batches.")
+        m.describe("qonnect_reports_queued", "gauge", "Reports waiting to be proposed.")
+        m.describe("qonnect_plan_generation", "gauge", "Generation of the placement in force.")
+        m.describe("qonnect_clusters", "gauge", "Declared clusters by health.")
+        m.describe("qonnect_heartbeat_age_seconds", "gauge", "Seconds since a cluster reported.")
+
+        def gauges() -> list[tuple[str, dict[str, str], float]]:
+            raft = self.node.raft_status()
+            out: list[tuple[str, dict[str, str], float]] = [
+                ("qonnect_raft_is_leader", {}, 1.0 if self.node.is_leader() else 0.0),
+                ("qonnect_raft_term", {}, raft["term"]),
+                ("qonnect_raft_commit_index", {}, raft["commitIndex"]),
+                ("qonnect_raft_last_applied", {}, raft["lastApplied"]),
+                ("qonnect_raft_log_entries", {}, raft["logLength"]),
+                ("qonnect_report_batches_total", {}, self.batcher.batches_sent),
+                ("qonnect_reports_committed_total", {}, self.batcher.reports_committed),
+                ("qonnect_reports_queued", {}, self.batcher.pending()),
+            ]
+            members = self.node.members()
+            connected = sum(1 for mb in members if mb["connected"])
+            out.append(("qonnect_raft_members", {"state": "connected"}, connected))
+            out.append(("qonnect_raft_members", {"state": "disconnected"}, len(members) - connected))
+            now = time.time()
+            rows, generation = self.read(lambda kb: (kb.cluster_rows(now), kb.generation))
+            out.append(("qonnect_plan_generation", {}, generation))
+            healthy = sum(1 for r in rows if r["declared"] and r["healthy"])
+            declared = sum(1 for r in rows if r["declared"])
+            out.append(("qonnect_clusters", {"health": "healthy"}, healthy))
+            out.append(("qonnect_clusters", {"health": "failed"}, declared - healthy))
+            for row in rows:
+                if row["heartbeatAgeSeconds"] is not None and row["reported"]:
+                    out.append(("qonnect_heartbeat_age_seconds", {"cluster": row["name"]},
+                                row["heartbeatAgeSeconds"]))
+            return out
+
+        m.gauges(gauges)
+
+    # ------------------------------------------------------------- shutdown
+
+    def close(self) -> None:
+        """Stop background work and the Raft node."""
+        self._stop.set()
+        self.batcher.stop()
+        self.node.destroy()
+        log.info("lead_stopped", id=self.config.node_id)
+
+
+def _with_iso(entry: dict[str, Any] | None, key: str = "at") -> dict[str, Any] | None:
+    if entry is None:
+        return None
+    return {**entry, key: iso(entry[key])}
+
+
+def utc_now() -> datetime:
+    """The current time as an aware datetime (what ``KnowledgeBase.snapshot`` takes)."""
+    return datetime.now(tz=UTC)

@@ -1,0 +1,115 @@
+"""Bearer tokens for agents and operators, stored only as SHA-256 hashes.
+
+The tokens file has one token per line: ``sha256:<64 hex> <subject>``, where
+the subject is a cluster name (that cluster's agent may report for it and
+for nothing else) or ``*admin`` (operators: membership changes, plan writes).
+Blank lines and ``#`` comments are ignored. The leads re-read the file when
+its modification time or size changes, so adding a token needs no restart.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import secrets
+import threading
+import time
+from pathlib import Path
+
+ADMIN = "*admin"
+TOKEN_PREFIX = "qnt_"
+RECHECK_SECONDS = 1.0
+
+
+def hash_token(token: str) -> str:
+    """The hex SHA-256 of a token, as stored in the tokens file."""
+    return hashlib.sha256(token.encode("utf-8")).hexdigest()
+
+
+def parse_tokens(text: str) -> dict[str, str]:
+    """``{sha256 hex: subject}`` from the tokens file contents; bad lines raise ValueError."""
+    result: dict[str, str] = {}
+    for number, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        parts = line.split()
+        if len(parts) != 2 or not parts[0].startswith("sha256:") or len(parts[0]) != 71:
+            raise ValueError(f"line {number}: expected 'sha256:<64 hex digits> <subject>'")
+        digest = parts[0][7:].lower()
+        if any(c not in "0123456789abcdef" for c in digest):
+            raise ValueError(f"line {number}: the hash is not hexadecimal")
+        result[digest] = parts[1]
+    return result
+
+
+def create_token(tokens_file: str | os.PathLike[str], subject: str) -> str:
+    """Create a random token for ``subject``, append its hash to the file, return it.
+
+    The file is created with mode 0600 and locked while appending, so two
+    concurrent ``qonnect token create`` runs do not interleave lines.
+    """
+    token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+    path = Path(tokens_file)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    with os.fdopen(fd, "a", encoding="utf-8") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        handle.write(f"sha256:{hash_token(token)} {subject}\n")
+        handle.flush()
+        os.fsync(handle.fileno())
+    return token
+
+
+class TokenStore:
+    """The tokens the lead accepts, reloaded from the file when it changes.
+
+    A file that fails to parse keeps the previous tokens in force (an operator's
+    typo must not lock every agent out) and the error is kept for ``last_error``.
+    """
+
+    def __init__(self, path: str | os.PathLike[str] | None) -> None:
+        self.path = Path(path) if path else None
+        self._lock = threading.Lock()
+        self._tokens: dict[str, str] = {}
+        self._stamp: tuple[int, int] | None = None
+        self._checked = 0.0
+        self.last_error: str | None = None
+        self.reloads = 0
+        self._reload(force=True)
+
+    def _reload(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not force and now - self._checked < RECHECK_SECONDS:
+            return
+        self._checked = now
+        if self.path is None:
+            return
+        try:
+            st = self.path.stat()
+        except FileNotFoundError:
+            self._tokens, self._stamp = {}, None
+            return
+        stamp = (st.st_mtime_ns, st.st_size)
+        if stamp == self._stamp:
+            return
+        try:
+            tokens = parse_tokens(self.path.read_text(encoding="utf-8"))
+        except (OSError, ValueError) as exc:
+            self.last_error = f"{self.path}: {exc}"
+            self._stamp = stamp
+            return
+        self._tokens, self._stamp, self.last_error = tokens, stamp, None
+        self.reloads += 1
+
+    def subject(self, token: str) -> str | None:
+        """Who ``token`` belongs to (cluster name or ``*admin``), or None if unknown."""
+        with self._lock:
+            self._reload()
+            return self._tokens.get(hash_token(token))
+
+    def __len__(self) -> int:
+        with self._lock:
+            self._reload()
+            return len(self._tokens)

@@ -1,0 +1,268 @@
+"""Turn a plan into per-cluster file trees, byte for byte deterministic.
+
+Layout of the plan tree (the cluster branches carry the ``clusters/<name>`` subtrees)::
+
+    placement.yaml
+    clusters/<cluster>/_cluster/namespace-<ns>.yaml
+    clusters/<cluster>/<ns>/<component>/<kind>-<name>.yaml     one object per file
+    clusters/<cluster>/<ns>/<component>/sops-<file>            SOPS files, untouched
+
+Every object gets the ownership labels and a digest annotation of its own rendered
+content, so a change elsewhere in the goals repository touches no cluster branch.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+import math
+import posixpath
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from qonnect_gitops.model.goals import Component, Goals
+from qonnect_gitops.model.loader import CLUSTER_SCOPED_KINDS
+from qonnect_gitops.model.plan import Plan
+from qonnect_gitops.model.secrets import has_plain_secret_data
+
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "qonnect"
+LABEL_APP = "qonnect.io/app"
+LABEL_COMPONENT = "qonnect.io/component"
+ANNOTATION_DIGEST = "qonnect.io/digest"
+CILIUM_GLOBAL = "service.cilium.io/global"
+CILIUM_SHARED = "service.cilium.io/shared"
+SERVICE_EXPORT_API = "multicluster.x-k8s.io/v1alpha1"
+PLACEMENT_FILE = "placement.yaml"
+
+
+class RenderError(Exception):
+    """The plan cannot be rendered as asked (e.g. plain secret data without the opt-in)."""
+
+
+@dataclass(frozen=True)
+class RenderedPlan:
+    """The plan tree as ``{path: bytes}`` and the clusters it covers."""
+
+    files: Mapping[str, bytes]
+    clusters: tuple[str, ...]  # every cluster of the fleet, hosting something or not
+    objects: Mapping[str, int] = field(default_factory=dict)  # files per cluster
+
+    def cluster_files(self, cluster: str) -> dict[str, bytes]:
+        """The files of one cluster branch, relative to its root."""
+        prefix = f"clusters/{cluster}/"
+        return {p[len(prefix):]: b for p, b in self.files.items() if p.startswith(prefix)}
+
+
+def render(goals: Goals, plan: Plan) -> RenderedPlan:
+    """Render every cluster's manifests for ``plan``. Pure and deterministic."""
+    files: dict[str, bytes] = {PLACEMENT_FILE: _dump(plan.model_dump(mode="json", by_alias=True))}
+    hosts = {key: plan.clusters_of(key) for key in sorted(plan.components)}
+    callers_on = _caller_clusters(goals, hosts)
+    for component in goals.components():
+        for cluster, replicas in hosts.get(component.key, {}).items():
+            for path, body in _component_files(goals, component, hosts[component.key], replicas):
+                files[f"clusters/{cluster}/{path}"] = body
+        for cluster, path, body in _service_files(goals, component, hosts, callers_on):
+            files[f"clusters/{cluster}/{path}"] = body
+    objects: dict[str, int] = {}
+    for cluster in goals.clusters:
+        prefix = f"clusters/{cluster}/"
+        namespaces = sorted({p.split("/")[2] for p in files
+                             if p.startswith(prefix) and p.split("/")[2] != "_cluster"})
+        for ns in namespaces:
+            files[f"{prefix}_cluster/namespace-{ns}.yaml"] = _dump(_owned(
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, None, None))
+        objects[cluster] = sum(1 for p in files if p.startswith(prefix))
+    return RenderedPlan(dict(sorted(files.items())), tuple(goals.clusters), objects)
+
+
+def _caller_clusters(goals: Goals, hosts: Mapping[str, Mapping[str, int]]) -> dict[str, set[str]]:
+    """For each component, the clusters where some component calling it runs."""
+    result: dict[str, set[str]] = {}
+    for component in goals.components():
+        for callee in component.calls:
+            result.setdefault(callee, set()).update(hosts.get(component.key, {}))
+    return result
+
+
+def _component_files(
+    goals: Goals, component: Component, placed: Mapping[str, int], replicas: int
+) -> list[tuple[str, bytes]]:
+    """Everything a component runs on one cluster, except its Services (see _service_files)."""
+    out: list[tuple[str, bytes]] = []
+    hpa = _autoscaler_of(component)
+    total = sum(placed.values())
+    for manifest in component.manifests:
+        if manifest.encrypted:
+            name = posixpath.basename(manifest.path)
+            out.append((f"{component.namespace}/{component.name}/sops-{name}", manifest.raw))
+            continue
+        for source in manifest.objects:
+            if source.get("kind") == "Service":
+                continue
+            if has_plain_secret_data(source) and not goals.apps[component.app].document.spec.allow_plain_secrets:
+                raise RenderError(
+                    f"{manifest.path}: Secret '{source['metadata']['name']}' holds plain data; "
+                    "refusing to write it to cluster branches"
+                )
+            obj = copy.deepcopy(dict(source))
+            if _same_object(source, component.workload):
+                _set_replicas(obj, component, replicas, autoscaled=hpa is not None)
+            elif hpa is not None and _same_object(source, hpa):
+                _split_autoscaler(obj, replicas, total)
+            out.append(_object_file(obj, component))
+    return out
+
+
+def _service_files(
+    goals: Goals, component: Component, hosts: Mapping[str, Mapping[str, int]],
+    callers_on: Mapping[str, set[str]],
+) -> list[tuple[str, str, bytes]]:
+    """A component's Services, as ``(cluster, path, bytes)``.
+
+    A Service goes wherever its backends run (the components its selector matches, as
+    with reviews v1/v2/v3 behind one Service) and, made global by the mesh, wherever
+    something that calls those backends runs.
+    """
+    out = []
+    mesh = goals.fleet.spec.mesh
+    for manifest in component.manifests:
+        if manifest.encrypted:
+            continue
+        for source in manifest.objects:
+            if source.get("kind") != "Service":
+                continue
+            backends = {component.key} | _selected_components(goals, component, source)
+            hosting = {c for key in backends for c in hosts.get(key, {})}
+            consumers = {c for key in backends for c in callers_on.get(key, set())}
+            for cluster in sorted(hosting | consumers):
+                obj = copy.deepcopy(dict(source))
+                hosted = cluster in hosting
+                _mark_for_mesh(obj, mesh, hosted=hosted)
+                path, body = _object_file(obj, component)
+                out.append((cluster, path, body))
+                if mesh == "mcs" and hosted:
+                    path, body = _object_file(_service_export(obj), component)
+                    out.append((cluster, path, body))
+    return out
+
+
+def _selected_components(goals: Goals, owner: Component, service: Mapping[str, Any]) -> set[str]:
+    """Components of the same app whose pods the Service's selector matches."""
+    selector = (service.get("spec") or {}).get("selector") or {}
+    if not selector:
+        return set()
+    selected = set()
+    for other in goals.apps[owner.app].components:
+        labels = _pod_labels(other)
+        if all(labels.get(k) == v for k, v in selector.items()):
+            selected.add(other.key)
+    return selected
+
+
+def _pod_labels(component: Component) -> Mapping[str, Any]:
+    spec = component.workload.get("spec") or {}
+    if component.kind == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+    return ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+
+
+def _same_object(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
+    return a.get("kind") == b.get("kind") and a["metadata"]["name"] == b["metadata"]["name"]
+
+
+def _object_file(obj: dict[str, Any], component: Component) -> tuple[str, bytes]:
+    kind = obj["kind"]
+    name = obj["metadata"]["name"]
+    if kind in CLUSTER_SCOPED_KINDS:
+        obj["metadata"].pop("namespace", None)
+        folder = "_cluster"
+    else:
+        obj["metadata"]["namespace"] = component.namespace
+        folder = f"{component.namespace}/{component.name}"
+    body = _owned(obj, component.app, component.name)
+    return f"{folder}/{kind.lower()}-{name}.yaml", _dump(body)
+
+
+def _owned(obj: dict[str, Any], app: str | None, component: str | None) -> dict[str, Any]:
+    """Add the ownership labels and the digest annotation (of everything else)."""
+    meta = obj["metadata"]
+    labels = dict(meta.get("labels") or {})
+    labels[LABEL_MANAGED_BY] = MANAGED_BY
+    if app is not None:
+        labels[LABEL_APP] = app
+    if component is not None:
+        labels[LABEL_COMPONENT] = component
+    meta["labels"] = labels
+    annotations = dict(meta.get("annotations") or {})
+    annotations.pop(ANNOTATION_DIGEST, None)
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+    canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
+    annotations[ANNOTATION_DIGEST] = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    meta["annotations"] = annotations
+    return obj
+
+
+def _set_replicas(obj: dict[str, Any], component: Component, replicas: int, autoscaled: bool) -> None:
+    if component.kind not in ("Deployment", "StatefulSet"):
+        return
+    spec = obj.setdefault("spec", {})
+    if autoscaled:
+        # The autoscaler owns the count; a replicas field here would fight it on every sync.
+        spec.pop("replicas", None)
+    else:
+        spec["replicas"] = replicas
+
+
+def _autoscaler_of(component: Component) -> Mapping[str, Any] | None:
+    workload_name = component.workload["metadata"]["name"]
+    for manifest in component.manifests:
+        for obj in manifest.objects:
+            target = (obj.get("spec") or {}).get("scaleTargetRef") or {}
+            if (obj.get("kind") == "HorizontalPodAutoscaler"
+                    and target.get("kind") == component.kind and target.get("name") == workload_name):
+                return obj
+    return None
+
+
+def _split_autoscaler(obj: dict[str, Any], replicas: int, total: int) -> None:
+    """Each cluster's autoscaler bounds, in proportion to the replicas placed there."""
+    spec = obj.setdefault("spec", {})
+    share = replicas / total if total else 1.0
+    low = max(1, round(int(spec.get("minReplicas", 1)) * share))
+    high = max(low, math.ceil(int(spec["maxReplicas"]) * share))
+    spec["minReplicas"] = low
+    spec["maxReplicas"] = high
+
+
+def _mark_for_mesh(obj: dict[str, Any], mesh: str, hosted: bool) -> None:
+    if mesh != "cilium":
+        return
+    meta = obj["metadata"]
+    annotations = dict(meta.get("annotations") or {})
+    annotations[CILIUM_GLOBAL] = "true"
+    # Clusters without the component only consume the global service.
+    annotations[CILIUM_SHARED] = "true" if hosted else "false"
+    meta["annotations"] = annotations
+
+
+def _service_export(service: Mapping[str, Any]) -> dict[str, Any]:
+    return {
+        "apiVersion": SERVICE_EXPORT_API,
+        "kind": "ServiceExport",
+        "metadata": {"name": service["metadata"]["name"]},
+    }
+
+
+def _dump(data: Any) -> bytes:
+    return yaml.safe_dump(
+        data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096
+    ).encode()

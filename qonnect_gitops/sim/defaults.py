@@ -1,0 +1,111 @@
+"""Defaulting of built-in kinds: the values the API server fills in on every write.
+
+Only fields left unset are filled, as the API's defaulting functions do, so a
+client that sets a field keeps its value. The set covers the workload kinds
+the agent applies (pod templates, Deployment, StatefulSet, DaemonSet, Job,
+CronJob, Service, Secret, Namespace); admission-time additions (service
+account tokens, tolerations, priority) are out of scope.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_TEMPLATE_KINDS = ("Deployment", "ReplicaSet", "StatefulSet", "DaemonSet", "Job")
+
+
+def _container(c: dict[str, Any]) -> None:
+    c.setdefault("terminationMessagePath", "/dev/termination-log")
+    c.setdefault("terminationMessagePolicy", "File")
+    image = str(c.get("image") or "")
+    last = image.rsplit("/", 1)[-1]
+    # Images without a tag, or tagged latest, are pulled every time; others only when absent.
+    untagged = ":" not in last and "@" not in last
+    c.setdefault("imagePullPolicy", "Always" if untagged or last.endswith(":latest") else "IfNotPresent")
+    c.setdefault("resources", {})
+
+
+def pod_spec(spec: dict[str, Any]) -> None:
+    """Defaults of a PodSpec (in a Pod or a pod template)."""
+    spec.setdefault("restartPolicy", "Always")
+    spec.setdefault("terminationGracePeriodSeconds", 30)
+    spec.setdefault("dnsPolicy", "ClusterFirst")
+    spec.setdefault("securityContext", {})
+    spec.setdefault("schedulerName", "default-scheduler")
+    for key in ("initContainers", "containers"):
+        for c in spec.get(key) or []:
+            if isinstance(c, dict):
+                _container(c)
+
+
+def _template_spec(obj: dict[str, Any]) -> None:
+    template = (obj.get("spec") or {}).get("template")
+    if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+        pod_spec(template["spec"])
+
+
+def apply_defaults(kind: str, obj: dict[str, Any]) -> None:
+    """Fill in the defaults of a built-in ``kind`` in place."""
+    spec = obj.get("spec")
+    if kind in _TEMPLATE_KINDS:
+        _template_spec(obj)
+    if kind == "CronJob" and isinstance(spec, dict):
+        job = (spec.get("jobTemplate") or {}).get("spec")
+        if isinstance(job, dict):
+            _job(job)
+            template = job.get("template")
+            if isinstance(template, dict) and isinstance(template.get("spec"), dict):
+                pod_spec(template["spec"])
+        spec.setdefault("concurrencyPolicy", "Allow")
+        spec.setdefault("suspend", False)
+        spec.setdefault("successfulJobsHistoryLimit", 3)
+        spec.setdefault("failedJobsHistoryLimit", 1)
+    if kind == "Pod" and isinstance(spec, dict):
+        pod_spec(spec)
+        spec.setdefault("enableServiceLinks", True)
+        spec.setdefault("priority", 0)
+        spec.setdefault("preemptionPolicy", "PreemptLowerPriority")
+    if not isinstance(spec, dict):
+        return
+    if kind == "Deployment":
+        spec.setdefault("replicas", 1)
+        strategy = spec.setdefault("strategy", {})
+        strategy.setdefault("type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            rolling = strategy.setdefault("rollingUpdate", {})
+            rolling.setdefault("maxUnavailable", "25%")
+            rolling.setdefault("maxSurge", "25%")
+        spec.setdefault("revisionHistoryLimit", 10)
+        spec.setdefault("progressDeadlineSeconds", 600)
+    elif kind == "ReplicaSet":
+        spec.setdefault("replicas", 1)
+    elif kind == "StatefulSet":
+        spec.setdefault("replicas", 1)
+        spec.setdefault("podManagementPolicy", "OrderedReady")
+        strategy = spec.setdefault("updateStrategy", {})
+        strategy.setdefault("type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            strategy.setdefault("rollingUpdate", {}).setdefault("partition", 0)
+        spec.setdefault("revisionHistoryLimit", 10)
+        retention = spec.setdefault("persistentVolumeClaimRetentionPolicy", {})
+        retention.setdefault("whenDeleted", "Retain")
+        retention.setdefault("whenScaled", "Retain")
+    elif kind == "DaemonSet":
+        strategy = spec.setdefault("updateStrategy", {})
+        strategy.setdefault("type", "RollingUpdate")
+        if strategy["type"] == "RollingUpdate":
+            rolling = strategy.setdefault("rollingUpdate", {})
+            rolling.setdefault("maxUnavailable", 1)
+            rolling.setdefault("maxSurge", 0)
+        spec.setdefault("revisionHistoryLimit", 10)
+    elif kind == "Job":
+        _job(spec)
+
+
+def _job(spec: dict[str, Any]) -> None:
+    spec.setdefault("parallelism", 1)
+    spec.setdefault("completions", 1)
+    spec.setdefault("backoffLimit", 6)
+    spec.setdefault("completionMode", "NonIndexed")
+    spec.setdefault("suspend", False)
+    spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")

@@ -1,0 +1,410 @@
+"""The HTTP face of a simulated cluster: Kubernetes API paths, content types and Status errors.
+
+Plain HTTP/1.1 on loopback with keep-alive (the official clients pool
+connections); every request gets a thread, watches stream chunked JSON lines.
+"""
+
+from __future__ import annotations
+
+import calendar
+import json
+import socket
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import yaml
+
+from qonnect_gitops.logs import get_logger
+from qonnect_gitops.sim import errors, openapi
+from qonnect_gitops.sim.api import APPLY_PATCH, ApiCore, Result, WriteOptions
+from qonnect_gitops.sim.resources import ResourceType
+
+log = get_logger(__name__)
+
+try:  # the C loader is ten times faster for apply bodies
+    _YamlLoader: Any = yaml.CSafeLoader
+except AttributeError:  # pragma: no cover - depends on how PyYAML was built
+    _YamlLoader = yaml.SafeLoader
+
+
+
+class SimHTTPServer(ThreadingHTTPServer):
+    """A threading HTTP server bound to one ``ApiCore``."""
+
+    daemon_threads = True
+    allow_reuse_address = True
+    request_queue_size = 128
+
+    def __init__(self, address: tuple[str, int], core: ApiCore) -> None:
+        self.core = core
+        self.openapi = openapi.OpenApiCache(core.registry)
+        self.request_log: list[tuple[str, str, str]] | None = None  # (method, path, accept) when recording
+        self.hooks: list[Any] = []  # callables(handler, method, path) -> bool (handled); part 2's faults
+        self.bookmark_interval = 10.0  # seconds between watch bookmarks (the API sends one about every minute)
+        self.connections: set[socket.socket] = set()
+        self.connections_lock = threading.Lock()
+        super().__init__(address, Handler)
+
+    def drop_connections(self) -> None:
+        """Cut every open client connection, as a server going away does (kept-alive ones too)."""
+        with self.connections_lock:
+            conns = list(self.connections)
+        for conn in conns:
+            try:
+                conn.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _first(q: dict[str, list[str]], key: str) -> str | None:
+    v = q.get(key)
+    return v[0] if v else None
+
+
+def _truthy(v: str | None) -> bool:
+    return v is not None and v.lower() in ("1", "true", "yes")
+
+
+class Handler(BaseHTTPRequestHandler):
+    """One connection; dispatches requests to the API core."""
+
+    protocol_version = "HTTP/1.1"
+    server: SimHTTPServer
+    server_version = "qonnect-sim"
+    sys_version = ""
+
+    def setup(self) -> None:
+        """Disable Nagle: headers and body go out as separate writes, and a delayed ACK would add 40 ms."""
+        super().setup()
+        self.connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        with self.server.connections_lock:
+            self.server.connections.add(self.connection)
+
+    def finish(self) -> None:
+        """Forget the connection when it ends."""
+        try:
+            super().finish()
+        finally:
+            with self.server.connections_lock:
+                self.server.connections.discard(self.connection)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        """Route the stdlib access log to our structured debug log."""
+        log.debug("http_request", line=format % args)
+
+    # ------------------------------------------------------------------ plumbing
+
+    def _send_json(self, code: int, body: Any, content_type: str = "application/json",
+                   warnings: list[str] | None = None, raw: bytes | None = None) -> None:
+        data = raw if raw is not None else json.dumps(body, separators=(",", ":")).encode()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        self.send_header("Cache-Control", "no-cache, private")
+        for w in warnings or []:
+            # The API's warning header: code 299, agent "-", quoted text.
+            self.send_header("Warning", '299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
+    def _send_error(self, err: errors.ApiError) -> None:
+        self._send_json(err.code, err.status())
+
+    def send_api_error(self, err: errors.ApiError) -> None:
+        """Answer with a ``Status`` error (for hooks that inject faults); drains the request body."""
+        self._drain()
+        self._send_error(err)
+
+    def _body(self) -> bytes:
+        length = int(self.headers.get("Content-Length") or 0)
+        return self.rfile.read(length) if length else b""
+
+    def _parse_body(self, raw: bytes, content_type: str) -> Any:
+        if not raw:
+            return None
+        if "protobuf" in content_type or "cbor" in content_type:
+            # Only JSON and YAML bodies are understood; a real server also takes these.
+            raise errors.ApiError(415, "UnsupportedMediaType",
+                                  "the body of the request was in an unknown format - accepted media types "
+                                  "include: application/json, application/yaml", {})
+        try:
+            return json.loads(raw)
+        except ValueError:
+            pass
+        if "yaml" in content_type:
+            try:
+                return yaml.load(raw, Loader=_YamlLoader)
+            except yaml.YAMLError as exc:
+                raise errors.bad_request(f"error decoding YAML: {exc}") from None
+        raise errors.bad_request("couldn't get version/kind; json parse error: invalid JSON body")
+
+    def do_GET(self) -> None:
+        """GET and watch."""
+        self._dispatch("GET")
+
+    def do_HEAD(self) -> None:
+        """HEAD as GET without a body."""
+        self._dispatch("GET")
+
+    def do_POST(self) -> None:
+        """Create."""
+        self._dispatch("POST")
+
+    def do_PUT(self) -> None:
+        """Replace."""
+        self._dispatch("PUT")
+
+    def do_PATCH(self) -> None:
+        """Patch and server-side apply."""
+        self._dispatch("PATCH")
+
+    def do_DELETE(self) -> None:
+        """Delete."""
+        self._dispatch("DELETE")
+
+    def _dispatch(self, method: str) -> None:
+        url = urlsplit(self.path)
+        query = parse_qs(url.query, keep_blank_values=True)
+        if self.server.request_log is not None:
+            self.server.request_log.append((method, self.path, self.headers.get("Accept", "")))
+        try:
+            for hook in self.server.hooks:
+                if hook(self, method, url.path):
+                    return
+            self._route(method, url.path, query)
+        except errors.ApiError as err:
+            self._drain()
+            self._send_error(err)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        except Exception as exc:  # a bug in the sim must not look like a hung server
+            log.error("request_failed", exc_info=True, method=method, path=self.path)  # noqa: G201
+            self._drain()
+            self._send_error(errors.ApiError(500, "InternalError", f"Internal error occurred: {exc}", {}))
+
+    def _drain(self) -> None:
+        # Unread request bodies would corrupt the next request on a kept-alive connection.
+        if not getattr(self, "_body_read", False) and self.headers.get("Content-Length"):
+            try:
+                self._body()
+            except OSError:
+                pass
+            self._body_read = True
+
+    # ------------------------------------------------------------------ routing
+
+    def _route(self, method: str, path: str, query: dict[str, list[str]]) -> None:
+        self._body_read = False
+        core = self.server.core
+        accept = self.headers.get("Accept", "")
+        path = path.rstrip("/") or "/"  # "/version/" and "/apis/" are served like the API does
+        parts = [p for p in path.split("/") if p]
+        if method == "GET":
+            if path in ("/healthz", "/livez", "/readyz"):
+                return self._send_json(200, None, "text/plain; charset=utf-8", raw=b"ok")
+            if path == "/version":
+                return self._send_json(200, openapi.version_info())
+            if path in ("/api", "/apis"):
+                if "as=APIGroupDiscoveryList" in accept:
+                    return self._send_json(200, openapi.aggregated(core.registry, core=path == "/api"),
+                                           openapi.AGGREGATED_CONTENT_TYPE)
+                body = openapi.api_versions() if path == "/api" else openapi.api_group_list(core.registry)
+                return self._send_json(200, body)
+            if path == "/openapi/v2":
+                return self._send_json(200, None, raw=self.server.openapi.v2())
+            if path == "/openapi/v3":
+                return self._send_json(200, self.server.openapi.v3_root())
+            if path.startswith("/openapi/v3/"):
+                hit = self.server.openapi.v3(path[len("/openapi/v3/"):])
+                if hit is None:
+                    raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+                return self._send_json(200, None, raw=hit[1])
+        if parts[:1] == ["api"] and len(parts) >= 2:
+            group, version, rest = "", parts[1], parts[2:]
+        elif parts[:1] == ["apis"] and len(parts) >= 3:
+            group, version, rest = parts[1], parts[2], parts[3:]
+        else:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        if not rest:
+            if method != "GET":
+                raise errors.method_not_allowed()
+            listing = openapi.resource_list(core.registry, group, version)
+            if listing is None:
+                raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+            return self._send_json(200, listing)
+        ns: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and core.registry.find(group, version, rest[2]):
+            ns, rest = rest[1], rest[2:]
+        rt = core.registry.find(group, version, rest[0])
+        if rt is None:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else ""
+        if len(rest) > 3 or (sub and sub not in rt.subresources):
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        if rt.namespaced and name is not None and ns is None:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        if not rt.namespaced and ns is not None:
+            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+        self._resource(method, rt, ns or "", ns is not None, name, sub, query, accept)
+
+    def _options(self, query: dict[str, list[str]]) -> WriteOptions:
+        validation = _first(query, "fieldValidation") or "Warn"
+        if validation not in ("Strict", "Warn", "Ignore"):
+            raise errors.bad_request(f"fieldValidation parameter unsupported: {validation}")
+        dry = query.get("dryRun") or []
+        if any(d != "All" for d in dry):
+            raise errors.bad_request(f"Unsupported dryRun value: {dry}")
+        return WriteOptions(field_manager=_first(query, "fieldManager"), field_validation=validation,
+                            dry_run=bool(dry), force=_truthy(_first(query, "force")),
+                            user_agent=self.headers.get("User-Agent", ""))
+
+    def _resource(self, method: str, rt: ResourceType, ns: str, has_ns: bool, name: str | None, sub: str,
+                  query: dict[str, list[str]], accept: str) -> None:
+        core = self.server.core
+        if method == "GET":
+            if name is None:
+                if _truthy(_first(query, "watch")):
+                    return self._watch(rt, ns if has_ns else None, query)
+                limit = _first(query, "limit")
+                body = core.list(rt, ns if has_ns else None, _first(query, "labelSelector"),
+                                 _first(query, "fieldSelector"), int(limit) if limit else None,
+                                 _first(query, "continue"))
+                return self._send_json(200, self._maybe_table(rt, body, accept, is_list=True))
+            if sub == "scale":
+                return self._send_json(200, core.get_scale(rt, ns, name))
+            return self._send_json(200, self._maybe_table(rt, core.get(rt, ns, name), accept, is_list=False))
+        raw = self._body()
+        self._body_read = True
+        content_type = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
+        if method == "DELETE":
+            opts = self._parse_body(raw, content_type) or {}
+            if not isinstance(opts, dict):
+                raise errors.bad_request("the body of a delete must be DeleteOptions")
+            if _first(query, "propagationPolicy"):
+                opts["propagationPolicy"] = _first(query, "propagationPolicy")
+            dry = bool(query.get("dryRun")) or "All" in (opts.get("dryRun") or [])
+            deleted: Result
+            if name is None:
+                deleted = core.delete_collection(rt, ns if has_ns else None, _first(query, "labelSelector"),
+                                             _first(query, "fieldSelector"), opts)
+            else:
+                deleted = core.delete(rt, ns, name, opts, dry_run=dry)
+            return self._send_json(deleted.code, deleted.body)
+        opts = self._options(query)
+        res: Result
+        body = self._parse_body(raw, content_type if method != "PATCH" else (
+            APPLY_PATCH if content_type.startswith("application/apply-patch") else content_type))
+        if method == "POST":
+            if name is not None:
+                raise errors.method_not_allowed()
+            res = core.create(rt, ns, body, opts)
+        elif method == "PUT":
+            if name is None:
+                raise errors.method_not_allowed()
+            res = core.replace(rt, ns, name, body, opts, sub)
+        elif method == "PATCH":
+            if name is None:
+                raise errors.method_not_allowed()
+            res = core.patch(rt, ns, name, content_type, body, opts, sub)
+        else:
+            raise errors.method_not_allowed()
+        self._send_json(res.code, res.body, warnings=res.warnings)
+
+    def _maybe_table(self, rt: ResourceType, body: dict[str, Any], accept: str, is_list: bool) -> dict[str, Any]:
+        if "as=Table" not in accept:
+            return body
+        items = body["items"] if is_list else [body]
+        rows = []
+        for o in items:
+            meta = o.get("metadata", {})
+            partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
+            rows.append({"cells": [meta.get("name"), human_age(meta.get("creationTimestamp"))], "object": partial})
+        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
+                "metadata": {"resourceVersion": body.get("metadata", {}).get("resourceVersion", "")},
+                "columnDefinitions": [
+                    {"name": "Name", "type": "string", "format": "name", "description": "Name of the object",
+                     "priority": 0},
+                    {"name": "Age", "type": "string", "format": "",
+                     "description": "Time since the object was created", "priority": 0}],
+                "rows": rows}
+
+    def _watch(self, rt: ResourceType, ns: str | None, query: dict[str, list[str]]) -> None:
+        core = self.server.core
+        timeout = float(_first(query, "timeoutSeconds") or 1800)
+        send_initial = _first(query, "sendInitialEvents")
+        events = core.watch(rt, ns, _first(query, "labelSelector"), _first(query, "fieldSelector"),
+                            _first(query, "resourceVersion"), _truthy(_first(query, "allowWatchBookmarks")),
+                            _truthy(send_initial) if send_initial is not None else None, timeout,
+                            self.server.bookmark_interval)
+        core.matcher(rt, _first(query, "labelSelector"), _first(query, "fieldSelector"))  # 400 before headers
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Transfer-Encoding", "chunked")
+        self.send_header("Cache-Control", "no-cache, private")
+        self.end_headers()
+        try:
+            table = "as=Table" in self.headers.get("Accept", "")
+            for ev in events:
+                if table and ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
+                    # kubectl get --watch asks for rows, one Table per event.
+                    ev = {"type": ev["type"], "object": self._maybe_table(rt, ev["object"], "as=Table", False)}
+                self._chunk(json.dumps(ev, separators=(",", ":")).encode() + b"\n")
+            self.wfile.write(b"0\r\n\r\n")
+            self.wfile.flush()
+        except (TimeoutError, BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            close = getattr(events, "close", None)
+            if close is not None:
+                close()
+        self.close_connection = True
+
+    def _chunk(self, data: bytes) -> None:
+        self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
+        self.wfile.flush()
+
+
+def human_age(timestamp: str | None) -> str:
+    """An age the way the API's table printers write it (``45s``, ``3m20s``, ``5h``, ``2d4h``)."""
+    if not timestamp:
+        return "<unknown>"
+    try:
+        created = calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))
+    except ValueError:
+        return "<unknown>"
+    secs = int(time.time() - created)
+    if secs < 0:
+        return "0s"
+    if secs < 120:
+        return f"{secs}s"
+    mins = secs // 60
+    if mins < 10:
+        return f"{mins}m{secs % 60}s" if secs % 60 else f"{mins}m"
+    if mins < 180:
+        return f"{mins}m"
+    hours = mins // 60
+    if hours < 8:
+        return f"{hours}h{mins % 60}m" if mins % 60 else f"{hours}h"
+    if hours < 48:
+        return f"{hours}h"
+    if hours < 24 * 8:
+        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
+    if hours < 24 * 365 * 2:
+        return f"{hours // 24}d"
+    if hours < 24 * 365 * 8:
+        return f"{hours // (24 * 365)}y{(hours // 24) % 365}d"
+    return f"{hours // (24 * 365)}y"
+
+
+def serve(core: ApiCore, host: str = "127.0.0.1", port: int = 0) -> SimHTTPServer:
+    """Bind a server for ``core`` (port 0: the OS picks); the caller runs ``serve_forever``."""
+    started = time.monotonic()
+    server = SimHTTPServer((host, port), core)
+    log.debug("sim_http_bound", cluster=core.cluster_name, port=server.server_address[1],
+              ms=round((time.monotonic() - started) * 1000, 1))
+    return server

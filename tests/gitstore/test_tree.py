@@ -1,0 +1,126 @@
+"""Trees straight from the object database: determinism, path hygiene, reading what git wrote."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pygit2
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from qonnect_gitops.gitstore import (
+    EMPTY_TREE_HEX,
+    InvalidPath,
+    RevisionNotFound,
+    build_tree,
+    read_tree_files,
+)
+from qonnect_gitops.gitstore.objects import ObjectBatch
+
+from .helpers import git, seed_goals
+
+_name = st.text(alphabet="abcdefghij-_.0123456789", min_size=1, max_size=6).filter(lambda s: s not in (".", ".."))
+_paths = st.lists(_name, min_size=1, max_size=4).map("/".join)
+
+
+def _prefix_free(files: dict[str, bytes]) -> dict[str, bytes]:
+    # A path cannot be a file and a directory at once; drop the offenders.
+    keys = sorted(files)
+    return {k: files[k] for k in keys if not any(o.startswith(k + "/") for o in keys)}
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(_paths, st.binary(max_size=40), max_size=12), st.randoms())
+def test_tree_id_ignores_dict_order(tmp_path_factory: pytest.TempPathFactory, files: dict[str, bytes],
+                                    rnd: random.Random) -> None:
+    files = _prefix_free(files)
+    repo = pygit2.init_repository(str(tmp_path_factory.mktemp("r")), bare=True)
+    items = list(files.items())
+    rnd.shuffle(items)
+    assert build_tree(repo, files) == build_tree(repo, dict(items))
+    # ... and the tree holds exactly those files.
+    sig = pygit2.Signature("t", "t@t", 1, 0)
+    commit = repo.create_commit("refs/heads/x", sig, sig, "x", build_tree(repo, dict(items)), [])
+    assert read_tree_files(repo, str(commit)) == files
+
+
+def _reference_tree(repo: pygit2.Repository, files: dict[str, bytes]) -> pygit2.Oid:
+    # libgit2's own TreeBuilder, as the independent reference for ids and entry order.
+    dirs: dict[str, dict[str, bytes]] = {}
+    blobs = {k: v for k, v in files.items() if "/" not in k}
+    for path, data in files.items():
+        if "/" in path:
+            head, rest = path.split("/", 1)
+            dirs.setdefault(head, {})[rest] = data
+    builder = repo.TreeBuilder()
+    for name, data in blobs.items():
+        builder.insert(name, repo.create_blob(data), pygit2.enums.FileMode.BLOB)
+    for name, sub in dirs.items():
+        builder.insert(name, _reference_tree(repo, sub), pygit2.enums.FileMode.TREE)
+    return builder.write()
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(_paths, st.binary(max_size=40), max_size=12))
+def test_tree_ids_match_libgit2(tmp_path_factory: pytest.TempPathFactory, files: dict[str, bytes]) -> None:
+    files = _prefix_free(files)
+    files.update({"a-b": b"1", "a.b": b"2", "a0": b"3", "a/x": b"4"})  # '/'-sorting edge cases
+    files = _prefix_free(files)
+    repo = pygit2.init_repository(str(tmp_path_factory.mktemp("r")), bare=True)
+    assert build_tree(repo, files) == _reference_tree(repo, files)
+
+
+def test_incremental_build_reuses_unchanged_subtrees(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path), bare=True)
+    files = {f"clusters/c{i}/m{j}.yaml": f"{i}/{j}".encode() for i in range(50) for j in range(3)}
+    base = build_tree(repo, files)
+    files["clusters/c7/m1.yaml"] = b"changed"
+    batch = ObjectBatch(repo)
+    new = build_tree(repo, files, base=base, batch=batch)
+    assert len(batch) == 4  # the new blob and the three trees above it: c7, clusters, root
+    batch.flush()
+    assert new == build_tree(repo, files)  # same id as a build from scratch
+    assert read_tree_files(repo, _commit(repo, new), "clusters/c7")["clusters/c7/m1.yaml"] == b"changed"
+
+
+def _commit(repo: pygit2.Repository, tree: pygit2.Oid) -> str:
+    sig = pygit2.Signature("t", "t@t", 1, 0)
+    return str(repo.create_commit(None, sig, sig, "t", tree, []))
+
+
+def test_empty_mapping_is_the_empty_tree(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path), bare=True)
+    assert str(build_tree(repo, {})) == EMPTY_TREE_HEX
+
+
+@pytest.mark.parametrize("bad", ["/abs", "a//b", "a/../b", "./a", "a/", "", ".git/config", "a\\b"])
+def test_bad_paths_are_refused(tmp_path: Path, bad: str) -> None:
+    repo = pygit2.init_repository(str(tmp_path), bare=True)
+    with pytest.raises(InvalidPath):
+        build_tree(repo, {bad: b"x"})
+
+
+def test_file_and_directory_clash_is_refused(tmp_path: Path) -> None:
+    repo = pygit2.init_repository(str(tmp_path), bare=True)
+    with pytest.raises(InvalidPath):
+        build_tree(repo, {"a": b"1", "a/b": b"2"})
+
+
+def test_read_goals_that_plain_git_committed(tmp_path: Path) -> None:
+    bare = tmp_path / "goals.git"
+    git("init", "-q", "--bare", "-b", "main", bare)
+    first = seed_goals(bare, {"qonnect.yaml": "a: 1\n", "apps/shop/app.yaml": "x\n", "apps/shop/manifests/d.yaml": "d\n"})
+    second = seed_goals(bare, {"apps/shop/app.yaml": "y\n"})
+    assert read_tree_files(bare, first) == {
+        "qonnect.yaml": b"a: 1\n",
+        "apps/shop/app.yaml": b"x\n",
+        "apps/shop/manifests/d.yaml": b"d\n",
+    }
+    # By branch name, by abbreviated id, and under a prefix (paths stay repo-relative).
+    assert read_tree_files(bare, "main")["apps/shop/app.yaml"] == b"y\n"
+    assert read_tree_files(str(bare), second[:10], prefix="apps/shop/manifests") == {"apps/shop/manifests/d.yaml": b"d\n"}
+    assert read_tree_files(bare, "main", prefix="nope") == {}
+    with pytest.raises(RevisionNotFound):
+        read_tree_files(bare, "no-such-branch")

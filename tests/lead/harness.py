@@ -1,0 +1,282 @@
+"""Real lead processes on loopback, for tests and ``benchmarks/lead.py``.
+
+``LeadGroup`` starts ``python -m qonnect_gitops lead`` subprocesses on free
+ports, each with its own data dir and log file, and always kills what it
+started (``stop()``), so a failing test leaves no orphans behind.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+from qonnect_gitops.lead.tokens import ADMIN, create_token
+
+ROOT = Path(__file__).resolve().parents[2]
+
+FLEET = """apiVersion: qonnect.io/v1alpha1
+kind: Fleet
+metadata: {{name: test-fleet}}
+spec:
+  heartbeat: {{intervalSeconds: {interval}, graceSeconds: {grace}}}
+  regions: [eu-central]
+"""
+
+CLUSTER = """apiVersion: qonnect.io/v1alpha1
+kind: Cluster
+metadata: {{name: {name}}}
+spec:
+  tier: edge
+  region: eu-central
+  nodes: [{{count: 2, cpu: "4", memory: 8Gi}}]
+  cost: {{cpuHour: 0.05}}
+  energy: {{wattsPerCpu: 5, carbonIntensity: 100}}
+"""
+
+
+def goals_files(clusters: list[str], grace: float = 30.0, interval: float = 1.0) -> dict[str, bytes]:
+    """A minimal valid goals tree: the fleet file and one file per cluster."""
+    files = {"qonnect.yaml": FLEET.format(interval=interval, grace=grace).encode()}
+    for name in clusters:
+        files[f"clusters/{name}.yaml"] = CLUSTER.format(name=name).encode()
+    return files
+
+
+def _tree(repo: pygit2.Repository, files: dict[str, bytes]) -> pygit2.Oid:
+    builder = repo.TreeBuilder()
+    subdirs: dict[str, dict[str, bytes]] = {}
+    for path, data in files.items():
+        head, _, rest = path.partition("/")
+        if rest:
+            subdirs.setdefault(head, {})[rest] = data
+        else:
+            builder.insert(head, repo.create_blob(data), pygit2.GIT_FILEMODE_BLOB)
+    for name, sub in subdirs.items():
+        builder.insert(name, _tree(repo, sub), pygit2.GIT_FILEMODE_TREE)
+    return builder.write()
+
+
+def commit_goals(repo_path: Path, files: dict[str, bytes], message: str = "goals") -> str:
+    """Commit ``files`` as the whole tree of ``main`` in the bare repo (created if absent)."""
+    if (repo_path / "HEAD").exists():
+        repo = pygit2.Repository(str(repo_path))
+    else:
+        repo = pygit2.init_repository(str(repo_path), bare=True, initial_head="main")
+    sig = pygit2.Signature("test", "test@example.org")
+    ref = repo.references.get("refs/heads/main")
+    parents = [ref.target] if ref is not None else []
+    oid = repo.create_commit("refs/heads/main", sig, sig, message, _tree(repo, files), parents)
+    return str(oid)
+
+
+def free_ports(count: int) -> list[int]:
+    """Ports the OS considers free right now (held open together so they differ)."""
+    socks = []
+    try:
+        for _ in range(count):
+            s = socket.socket()
+            s.bind(("127.0.0.1", 0))
+            socks.append(s)
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+def http(method: str, url: str, body: Any = None, token: str | None = None,
+         timeout: float = 5.0, raw: bytes | None = None,
+         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
+    """One HTTP request; returns (status, headers, parsed JSON or text)."""
+    data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
+    hdrs = {"Content-Type": "application/json", **(headers or {})}
+    if token:
+        hdrs["Authorization"] = f"Bearer {token}"
+    req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            status, rhdrs, payload = resp.status, dict(resp.headers), resp.read()
+    except urllib.error.HTTPError as exc:
+        status, rhdrs, payload = exc.code, dict(exc.headers), exc.read()
+    ctype = rhdrs.get("Content-Type", "")
+    return status, rhdrs, json.loads(payload) if "json" in ctype and payload else payload.decode()
+
+
+def report(cluster: str, agent_time: float | None = None, nodes: int = 2,
+           ready: bool = True) -> dict[str, Any]:
+    """A valid agent report for ``cluster``."""
+    when = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(agent_time or time.time()))
+    frac = f"{(agent_time or time.time()) % 1:.6f}"[1:]
+    return {
+        "cluster": cluster,
+        "agentTime": when + frac + "Z",
+        "applied": {"commit": "a" * 40, "generation": 0},
+        "sync": {"state": "Ready", "reason": "ApplySucceeded", "message": "all applied"},
+        "nodes": [
+            {"name": f"{cluster}-n{i}", "ready": ready, "allocatableCpu": "4",
+             "allocatableMemory": "8Gi", "freeCpu": "2500m", "freeMemory": "6Gi"}
+            for i in range(nodes)
+        ],
+        "components": [{"component": "shop/web", "healthy": True, "readyReplicas": 2,
+                        "desiredReplicas": 2}],
+        "latencies": [{"to": "eu-central", "ms": 12.5}],
+        "traffic": [{"component": "shop/web", "region": "eu-central", "rps": 40.0}],
+    }
+
+
+@dataclass
+class Lead:
+    """One lead process and its addresses."""
+
+    node_id: str
+    raft: str
+    http: str
+    data_dir: Path
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://{self.http}"
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+
+@dataclass
+class LeadGroup:
+    """A group of lead processes sharing one goals repo and one tokens file."""
+
+    root: Path
+    size: int = 3
+    clusters: list[str] = field(default_factory=lambda: ["edge-1", "edge-2", "edge-3"])
+    grace: float = 30.0
+    extra_args: list[str] = field(default_factory=list)
+    leads: list[Lead] = field(default_factory=list)
+    tokens: dict[str, str] = field(default_factory=dict)
+    admin_token: str = ""
+
+    def __post_init__(self) -> None:
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.repo_path = self.root / "goals.git"
+        self.goals_commit = commit_goals(self.repo_path, goals_files(self.clusters, self.grace))
+        self.tokens_file = self.root / "tokens"
+        for name in self.clusters:
+            self.tokens[name] = create_token(self.tokens_file, name)
+        self.admin_token = create_token(self.tokens_file, ADMIN)
+        for i in range(self.size):
+            self.leads.append(self.new_lead(f"lead-{i + 1}"))
+
+    def new_lead(self, node_id: str) -> Lead:
+        """Addresses and dirs for a lead (not started)."""
+        raft_port, http_port = free_ports(2)
+        return Lead(node_id, f"127.0.0.1:{raft_port}", f"127.0.0.1:{http_port}",
+                    self.root / node_id, self.root / f"{node_id}.log")
+
+    def command(self, lead: Lead, peers: list[str]) -> list[str]:
+        return [
+            sys.executable, "-m", "qonnect_gitops", "lead",
+            "--id", lead.node_id, "--raft", lead.raft, "--http", lead.http,
+            "--peers", ",".join(p for p in peers if p != lead.raft),
+            "--repo", str(self.repo_path), "--data-dir", str(lead.data_dir),
+            "--tokens-file", str(self.tokens_file), "--poll-seconds", "0.5",
+            *self.extra_args,
+        ]
+
+    def start(self, lead: Lead, peers: list[str] | None = None) -> None:
+        """Start (or restart) one lead process, appending to its log."""
+        peers = peers if peers is not None else [member.raft for member in self.leads]
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        with open(lead.log_path, "ab") as log:
+            lead.proc = subprocess.Popen(self.command(lead, peers), stdout=log, stderr=log,
+                                         env=env, cwd=str(ROOT))
+
+    def start_all(self) -> None:
+        for lead in self.leads:
+            self.start(lead)
+
+    def kill(self, lead: Lead, sig: int = signal.SIGKILL) -> None:
+        """Send ``sig`` and wait for the process to exit."""
+        if lead.alive():
+            assert lead.proc is not None
+            lead.proc.send_signal(sig)
+            lead.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        """Kill every process we started (SIGTERM, then SIGKILL)."""
+        for lead in self.leads:
+            if lead.alive():
+                assert lead.proc is not None
+                lead.proc.terminate()
+        deadline = time.monotonic() + 5
+        for lead in self.leads:
+            if lead.proc is not None:
+                try:
+                    lead.proc.wait(timeout=max(0.1, deadline - time.monotonic()))
+                except subprocess.TimeoutExpired:
+                    lead.proc.kill()
+                    lead.proc.wait(timeout=5)
+
+    def status(self, lead: Lead, timeout: float = 2.0) -> dict[str, Any] | None:
+        """``/v1/status`` of one lead, or None if it does not answer."""
+        try:
+            code, _, body = http("GET", lead.url + "/v1/status", timeout=timeout)
+        except (OSError, urllib.error.URLError):
+            return None
+        return body if code == 200 else None
+
+    def wait_leader(self, timeout: float = 15.0, among: list[Lead] | None = None,
+                    agreed: bool = True) -> Lead:
+        """Wait until a live lead believes it leads and (if ``agreed``) every live lead
+        in ``among`` names it; returns it."""
+        among = [m for m in (among or self.leads) if m.alive()]
+        deadline = time.monotonic() + timeout
+        last: list[Any] = []
+        while time.monotonic() < deadline:
+            statuses = [self.status(m, timeout=1.0) for m in among]
+            last = statuses
+            leaders = [m for m, st in zip(among, statuses)
+                       if st and st["self"]["state"] == "leader" and st["leader"]
+                       and st["leader"]["raft"] == m.raft]
+            if len(leaders) == 1:
+                leader = leaders[0]
+                named = [st and st["leader"] and st["leader"]["raft"] == leader.raft
+                         for st in statuses]
+                if not agreed or all(named):
+                    return leader
+            time.sleep(0.05)
+        raise AssertionError(f"no agreed leader within {timeout}s: "
+                             f"{[(s or {}).get('leader') for s in last]}\n{self.log_tails()}")
+
+    def wait_until(self, predicate: Any, timeout: float = 15.0, what: str = "condition") -> Any:
+        """Poll ``predicate()`` until it returns something truthy."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            value = predicate()
+            if value:
+                return value
+            time.sleep(0.05)
+        raise AssertionError(f"timed out waiting for {what}\n{self.log_tails()}")
+
+    def log_tails(self, lines: int = 15) -> str:
+        """The last lines of every lead's log, for failure messages."""
+        out = []
+        for lead in self.leads:
+            try:
+                text = lead.log_path.read_text(errors="replace").splitlines()[-lines:]
+            except FileNotFoundError:
+                text = ["(no log)"]
+            out.append(f"--- {lead.node_id} ({'alive' if lead.alive() else 'dead'})\n"
+                       + "\n".join(text))
+        return "\n".join(out)

@@ -1,0 +1,113 @@
+"""Tokens, rate limits and the report model, without processes."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from qonnect_gitops.lead.ratelimit import RateLimiter
+from qonnect_gitops.lead.tokens import (
+    ADMIN,
+    TokenStore,
+    create_token,
+    hash_token,
+    parse_tokens,
+)
+from qonnect_gitops.model.report import MAX_NODES, AgentReport
+from tests.lead.harness import report
+
+
+def test_tokens_file_round_trip_and_reload(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    one = create_token(path, "edge-1")
+    store = TokenStore(path)
+    assert store.subject(one) == "edge-1"
+    assert store.subject(one + "x") is None
+    two = create_token(path, ADMIN)
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # ensure a new mtime
+    store._checked = 0.0  # skip the once-a-second re-check delay
+    assert store.subject(two) == ADMIN
+    assert one not in path.read_text() and two not in path.read_text()
+
+
+def test_broken_tokens_file_keeps_previous_tokens(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    token = create_token(path, "edge-1")
+    store = TokenStore(path)
+    path.write_text(path.read_text() + "garbage line here\n")
+    store._checked = 0.0
+    assert store.subject(token) == "edge-1"
+    assert store.last_error is not None and "line 2" in store.last_error
+
+
+def test_parse_tokens_rejects_plain_tokens() -> None:
+    with pytest.raises(ValueError, match="line 1"):
+        parse_tokens("qnt_plaintext edge-1\n")
+    digest = hash_token("t")
+    assert parse_tokens(f"# comment\n\nsha256:{digest} edge-1\n") == {digest: "edge-1"}
+
+
+def test_rate_limiter_bucket() -> None:
+    now = [0.0]
+    limiter = RateLimiter(rate=2.0, burst=3, clock=lambda: now[0])
+    assert [limiter.acquire("a") for _ in range(3)] == [0.0, 0.0, 0.0]
+    wait = limiter.acquire("a")
+    assert wait == pytest.approx(0.5)
+    assert limiter.acquire("b") == 0.0  # keys are independent
+    now[0] = 0.5
+    assert limiter.acquire("a") == 0.0
+    assert RateLimiter.retry_after_header(0.2) == "1"
+    assert RateLimiter.retry_after_header(2.1) == "3"
+
+
+def test_report_model_bounds_and_vocabulary() -> None:
+    ok = AgentReport.model_validate(report("edge-1"))
+    assert ok.nodes[0].free_cpu == 2500 and ok.sync.state == "Ready"
+    bad_state = report("edge-1")
+    bad_state["sync"]["state"] = "Fine"
+    with pytest.raises(ValidationError):
+        AgentReport.model_validate(bad_state)
+    too_many = report("edge-1", nodes=MAX_NODES + 1)
+    with pytest.raises(ValidationError, match="at most 500"):
+        AgentReport.model_validate(too_many)
+    dup = report("edge-1")
+    dup["nodes"][1]["name"] = dup["nodes"][0]["name"]
+    with pytest.raises(ValidationError, match="duplicate"):
+        AgentReport.model_validate(dup)
+    refused = report("edge-1")
+    refused["refusals"] = [{"reason": "PruneLimitExceeded", "message": "would delete 80%"}]
+    assert AgentReport.model_validate(refused).refusals[0].reason == "PruneLimitExceeded"
+    refused["refusals"] = [{"reason": "JustBecause"}]
+    with pytest.raises(ValidationError):
+        AgentReport.model_validate(refused)
+    naive = report("edge-1")
+    naive["agentTime"] = "2026-01-01T00:00:00"
+    with pytest.raises(ValidationError):
+        AgentReport.model_validate(naive)
+
+
+def test_lead_cli_refuses_unsafe_timing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qonnect_gitops.cli import main
+
+    base = ["lead", "--id", "x", "--raft", "127.0.0.1:1", "--http", "127.0.0.1:2",
+            "--data-dir", str(tmp_path)]
+    assert main([*base, "--election-min", "1.0", "--election-max", "0.5"]) == 2
+    assert main([*base, "--election-min", "0.4", "--leader-fallback", "0.5"]) == 2
+    assert "below --election-min" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())  # refused before any Raft file was created
+
+
+def test_token_cli_needs_cluster_or_admin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from qonnect_gitops.cli import main
+
+    path = tmp_path / "tokens"
+    assert main(["token", "create", "--tokens-file", str(path)]) == 2
+    assert main(["token", "create", "Edge_1", "--tokens-file", str(path)]) == 2
+    assert not path.exists()
+    assert main(["token", "create", "--admin", "--tokens-file", str(path)]) == 0
+    token = capsys.readouterr().out.strip()
+    assert TokenStore(path).subject(token) == ADMIN
