@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Any, Literal
 
 from qonnect_gitops.model.app import QoS, QoSApp
@@ -63,7 +64,7 @@ class Component:
     qos: QoS  # effective: component qos overlaid on the app defaults
     stability: StabilityRules
 
-    @property
+    @cached_property
     def key(self) -> str:
         """``<app>/<component>``: how plans, reports and traffic name a component."""
         return f"{self.app}/{self.name}"

@@ -401,6 +401,13 @@ class _Loader:
         if replicas is None or resources is None:
             return None
         qos = spec.qos.overlaid_on(doc.spec.defaults.qos)
+        if kind == "Deployment":
+            most = qos.scaling.max_replicas if qos.scaling else replicas
+            if qos.availability.min_clusters > most:
+                self._report(app_path, loc, f"component '{spec.name}' must run on at least "
+                             f"{qos.availability.min_clusters} clusters but has at most {most} "
+                             "replicas; raise replicas (or scaling.maxReplicas) or lower minClusters")
+                return None
         defaults = fleet.spec.stability
         migration = qos.migration
         stability = StabilityRules(

@@ -19,7 +19,7 @@ import math
 import weakref
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timezone
 from typing import TypeVar
 
 import numpy as np
@@ -551,8 +551,11 @@ class _Cycle:
                     gm = self.goal_mask(self.context(work, cur))
                 if all(gm[i] for i in cur):
                     work.target = dict(cur)
+                    # An absolute time, not "Ns more": the reason is written to Git, and
+                    # wording that changes every cycle would make every cycle a decision.
+                    until = datetime.fromtimestamp(now_ts + left, timezone.utc)
                     work.kept_note = (
-                        f"kept: in cooldown for {left:.0f}s more" if cooling
+                        f"kept: in cooldown until {until:%Y-%m-%dT%H:%M:%SZ}" if cooling
                         else "kept: not movable by rescheduling"
                     )
                     kept.append(key)
