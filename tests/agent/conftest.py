@@ -96,19 +96,23 @@ class Branch:
         assert head is not None
         return head
 
-    def late_write(self, objects: list[dict[str, Any]], generation: int, term: int = 1) -> str:
-        """A deposed leader's late write: a cluster commit with an older generation."""
-        repo = self.store.repo
-        builder_files = {path_of(o): yaml.safe_dump(o, sort_keys=False).encode() for o in objects}
+    def raw_commit(self, objects: list[dict[str, Any]], generation: int | None, term: int = 1,
+                   extra: list[tuple[str, str]] | None = None) -> str:
+        """A cluster commit written directly (no GitStore checks): e.g. a deposed leader's
+        late write with an older generation, or an empty tree without ``Qonnect-Allow-Empty``."""
         from qonnect_gitops.gitstore.tree import build_tree
-        tree = build_tree(repo, builder_files)
+
+        repo = self.store.repo
+        tree = build_tree(repo, {path_of(o): yaml.safe_dump(o, sort_keys=False).encode() for o in objects})
         ref = f"refs/heads/cluster/{CLUSTER}"
         parent = repo.references[ref].target
         sig = pygit2.Signature("old leader", "old@example.org", next(self.clock), 0)
-        msg = tr.format_message("late write", "from a deposed leader", [
-            (tr.SOURCE, "0" * 40), (tr.TERM, str(term)), (tr.GENERATION, str(generation)),
-            (tr.REASON, "goals-changed")])
-        oid = repo.create_commit(None, sig, sig, msg, tree, [parent])
+        trailers = [(tr.SOURCE, "0" * 40), (tr.TERM, str(term))]
+        if generation is not None:
+            trailers.append((tr.GENERATION, str(generation)))
+        trailers += [(tr.REASON, "goals-changed"), *(extra or [])]
+        oid = repo.create_commit(None, sig, sig, tr.format_message("raw write", "written by a test", trailers),
+                                 tree, [parent])
         repo.references[ref].set_target(oid)
         return str(oid)
 
