@@ -18,7 +18,7 @@ from kubernetes import client, config
 from qonnect_gitops.agent.agent import Agent
 from qonnect_gitops.agent.config import AgentConfig
 from qonnect_gitops.gitstore import trailers as tr
-from qonnect_gitops.gitstore.daemon import GitDaemon
+from qonnect_gitops.gitstore.daemon import GitDaemon, free_port
 from qonnect_gitops.gitstore.store import GitStore
 from qonnect_gitops.gitstore.trailers import DecisionMeta
 from qonnect_gitops.sim import SimCluster
@@ -144,7 +144,7 @@ def branch(tmp_path: Path) -> Iterator[Branch]:
     srv.mkdir()
     bare = srv / "goals.git"
     store = GitStore.init_bare(bare)
-    with GitDaemon(srv) as daemon:
+    with GitDaemon(srv, port=free_port()) as daemon:  # a fixed port: a stopped daemon comes back at the same URL
         yield Branch(store, daemon, bare)
 
 
@@ -165,3 +165,63 @@ def make_agent(sim: SimCluster, branch: Branch, tmp_path: Path) -> Iterator[Any]
     yield make
     for agent in made:
         agent.stop()
+
+
+@dataclass
+class Recorder:
+    """A loopback stand-in for a lead: records report bodies, answers with ``response``."""
+
+    server: Any
+    reports: list[dict[str, Any]] = field(default_factory=list)
+    auth: list[str] = field(default_factory=list)
+    response: dict[str, Any] = field(default_factory=lambda: {"accepted": True, "generation": 0})
+    status: int = 200
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+@pytest.fixture
+def recorder() -> Iterator[Recorder]:
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    rec: Recorder
+
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            rec.auth.append(self.headers.get("Authorization", ""))
+            if rec.status == 200:
+                rec.reports.append({"path": self.path, **body})
+            data = json.dumps(rec.response if rec.status == 200 else {"message": "nope"}).encode()
+            self.send_response(rec.status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    rec = Recorder(server)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+    yield rec
+    server.shutdown()
+    server.server_close()
+
+
+def wait_for(predicate: Any, timeout: float = 10.0, what: str = "condition") -> Any:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.05)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}")
