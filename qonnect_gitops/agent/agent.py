@@ -359,9 +359,13 @@ class Agent:
     def run(self) -> None:
         """Sync until ``stopping`` is set."""
         cfg = self.cfg
-        http = None
-        if cfg.metrics_addr or cfg.webhook_addr:
-            http = serve(cfg.metrics_addr or cfg.webhook_addr or "", self.metrics, cfg.webhook_secret, self.wake.set)
+        servers = []
+        if cfg.metrics_addr:
+            # one address may serve both; a separate webhook address gets its own server
+            same = cfg.webhook_addr in (None, cfg.metrics_addr)
+            servers.append(serve(cfg.metrics_addr, self.metrics, cfg.webhook_secret if same else None, self.wake.set))
+        if cfg.webhook_addr and cfg.webhook_addr != cfg.metrics_addr:
+            servers.append(serve(cfg.webhook_addr, None, cfg.webhook_secret, self.wake.set))
         if self.reporter:
             self.reporter.start()
         next_drift = time.monotonic() + cfg.drift_interval
@@ -399,9 +403,9 @@ class Agent:
         finally:
             if self.reporter:
                 self.reporter.stop()
-            if http is not None:
-                http.shutdown()
-                http.server_close()
+            for server in servers:
+                server.shutdown()
+                server.server_close()
 
     def stop(self) -> None:
         self.stopping.set()
