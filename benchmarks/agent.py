@@ -167,6 +167,7 @@ def main() -> int:
     results: dict[str, Any] = {"unit": "seconds", "measures": "applied (not healthy: no kubelet in the sim yet)",
                                "sizes": {}}
     agent = None
+    agent_log = open(tmp / "agent.log", "wb")  # noqa: SIM115 - closed in finally, after the agent exits
     try:
         publish(_objects(1, "boot"), notify=False)  # the branch must exist before the agent starts
         env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -175,7 +176,7 @@ def main() -> int:
                                   "--cache-dir", str(tmp / "cache"), "--interval", str(args.interval), "--drift-interval", "3600",
                                   "--webhook-addr", f"127.0.0.1:{port}", "--metrics-addr", f"127.0.0.1:{port}",
                                   "--webhook-secret-file", str(tmp / "secret"), "--log-level", "warning"],
-                                 env=env, stderr=open(tmp / "agent.log", "wb"))
+                                 env=env, stderr=agent_log)
         deadline = time.time() + 30
         while time.time() < deadline:
             try:
@@ -216,6 +217,7 @@ def main() -> int:
                 agent.wait(10)
             except subprocess.TimeoutExpired:
                 agent.kill()
+        agent_log.close()
         daemon.stop()
         parent.send("done")
         sim.join(10)

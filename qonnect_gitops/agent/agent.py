@@ -13,16 +13,34 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from qonnect_gitops.agent import capacity, prometheus
 from qonnect_gitops.agent.config import AgentConfig
-from qonnect_gitops.agent.health import CHECKS, DEGRADED, HEALTHY, Health, health_of, rollup
-from qonnect_gitops.agent.inventory import Inventory, InventoryStore, ObjKey, describe, key_of
+from qonnect_gitops.agent.health import (
+    CHECKS,
+    DEGRADED,
+    HEALTHY,
+    Health,
+    health_of,
+    rollup,
+)
+from qonnect_gitops.agent.inventory import (
+    Inventory,
+    InventoryStore,
+    ObjKey,
+    describe,
+    key_of,
+)
 from qonnect_gitops.agent.kube import Kube, KubeError, api_client_from
 from qonnect_gitops.agent.metrics import Metrics, serve
-from qonnect_gitops.agent.prune import PruneResult, check_guards, prune, removal_candidates
+from qonnect_gitops.agent.prune import (
+    PruneResult,
+    check_guards,
+    prune,
+    removal_candidates,
+)
 from qonnect_gitops.agent.report import Reporter
 from qonnect_gitops.agent.source import Revision, SourceError, fetch, read_revision
 from qonnect_gitops.agent.sync import CHANGED, ObjectResult, Syncer
@@ -132,7 +150,8 @@ class Agent:
         result.applied = _applied(inv)
         if head is None:
             result.source_stale = True
-            result.refusals.append(Refusal(reason="BranchUnreadable", message=self.source_error[:1024] if self.source_error else ""))
+            result.refusals.append(Refusal(reason="BranchUnreadable", commit=None,
+                                           message=(self.source_error or "")[:1024]))
             self._observe(result, inv, self.revision)
             return self._stalled(result, "SourceUnavailable",
                                  f"cannot fetch {cfg.branch}: {self.source_error}; keeping "
@@ -273,6 +292,7 @@ class Agent:
     def _observe(self, result: SyncResult, inv: Inventory, rev: Revision | None) -> None:
         """Health of what should run: the revision's objects, or the inventory's when none."""
         try:
+            targets: list[tuple[ObjKey, dict[str, Any] | None]]
             if rev is not None:
                 targets = [(key_of(o), o) for o in rev.objects]
             else:
@@ -313,7 +333,7 @@ class Agent:
         if self.reporter is not None:
             try:
                 self.reporter.submit(self.build_report(result))
-            except Exception as exc:  # never let a report problem stop syncing
+            except Exception as exc:  # noqa: BLE001 - never let a report problem stop syncing
                 log.error("report_build_failed", error=str(exc))
 
     # ------------------------------------------------------------ report
@@ -341,7 +361,7 @@ class Agent:
             status = SyncStatus(state=status.state, reason="SourceUnavailable",
                                 message=f"source stale for {age}s: {status.message}"[:1024])
         return AgentReport(
-            cluster=self.cfg.cluster, agent_time=datetime.now(timezone.utc), applied=result.applied,
+            cluster=self.cfg.cluster, agent_time=datetime.now(UTC), applied=result.applied,
             attempted=result.commit, sync=status, refusals=tuple(result.refusals[:32]),
             components=tuple(comps[:1000]), nodes=tuple(nodes), latencies=tuple(latencies),
             traffic=tuple(traffic))

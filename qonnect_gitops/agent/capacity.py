@@ -46,11 +46,11 @@ def node_capacity(nodes: list[dict[str, Any]], pods: list[dict[str, Any]]) -> li
         ucpu, umem = used.get(meta["name"], (0, 0))
         ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or [])
         arch = (meta.get("labels") or {}).get("kubernetes.io/arch", "amd64")
-        out.append(NodeCapacity(
-            name=meta["name"], arch=arch if arch in ("amd64", "arm64") else "amd64", ready=ready,
-            # MilliCPU reads a bare number as cores: pass millicores as a quantity.
-            allocatable_cpu=f"{cpu}m", allocatable_memory=mem,
-            free_cpu=f"{max(0, cpu - ucpu)}m", free_memory=max(0, mem - umem)))
+        # MilliCPU reads a bare number as cores: millicores go in as a quantity string.
+        out.append(NodeCapacity.model_validate({
+            "name": meta["name"], "arch": arch if arch in ("amd64", "arm64") else "amd64", "ready": ready,
+            "allocatable_cpu": f"{cpu}m", "allocatable_memory": mem,
+            "free_cpu": f"{max(0, cpu - ucpu)}m", "free_memory": max(0, mem - umem)}))
     return out
 
 

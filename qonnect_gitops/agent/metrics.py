@@ -12,13 +12,13 @@ import hmac
 import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, ClassVar
 
 
 class Metrics:
     """Counters and gauges with labels, rendered in the Prometheus text format."""
 
-    HELP = {
+    HELP: ClassVar[dict[str, tuple[str, str]]] = {
         "qonnect_agent_last_sync_timestamp_seconds": ("gauge", "Unix time of the last completed sync."),
         "qonnect_agent_last_applied_info": ("gauge", "The commit and generation applied (value 1)."),
         "qonnect_agent_objects_applied_total": ("counter", "Objects created or changed by apply."),
@@ -95,7 +95,7 @@ class AgentHTTPServer(ThreadingHTTPServer):
 class _Handler(BaseHTTPRequestHandler):
     server: AgentHTTPServer
 
-    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - stdlib signature
+    def log_message(self, format: str, *args: Any) -> None:
         pass
 
     def _send(self, code: int, text: str, ctype: str = "text/plain; charset=utf-8") -> None:
@@ -106,7 +106,7 @@ class _Handler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         if self.path == "/metrics" and self.server.metrics is not None:
             self._send(200, self.server.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
         elif self.path == "/healthz":
@@ -114,7 +114,7 @@ class _Handler(BaseHTTPRequestHandler):
         else:
             self._send(404, "not found\n")
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         length = int(self.headers.get("Content-Length") or 0)
         if length > 1 << 20:
             self._send(413, "body too large\n")

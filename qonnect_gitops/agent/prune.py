@@ -43,13 +43,13 @@ def check_guards(desired: set[ObjKey], inventory: Inventory, *, allow_empty: boo
                             f"refusing to prune the {len(inventory.objects)} objects applied")
     removed = removal_candidates(desired, inventory)
     total = len(inventory.objects)
-    if total and len(removed) > fraction * total and not allow_empty:
-        if prune_limit is None or prune_limit < len(removed):
-            covered = "no Qonnect-Prune-Limit trailer" if prune_limit is None else \
-                f"Qonnect-Prune-Limit: {prune_limit} does not cover it"
-            return GuardRefusal("PruneLimitExceeded",
-                                f"this commit removes {len(removed)} of {total} objects (more than "
-                                f"{fraction:.0%}) and has {covered}")
+    if total and len(removed) > fraction * total and not allow_empty \
+            and (prune_limit is None or prune_limit < len(removed)):
+        covered = "no Qonnect-Prune-Limit trailer" if prune_limit is None else \
+            f"Qonnect-Prune-Limit: {prune_limit} does not cover it"
+        return GuardRefusal("PruneLimitExceeded",
+                            f"this commit removes {len(removed)} of {total} objects (more than "
+                            f"{fraction:.0%}) and has {covered}")
     return None
 
 

@@ -194,7 +194,7 @@ def recorder() -> Iterator[Recorder]:
         def log_message(self, *args: Any) -> None:
             pass
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             rec.auth.append(self.headers.get("Authorization", ""))
             if rec.status == 200:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
@@ -15,7 +15,14 @@ from qonnect_gitops.agent.report import Reporter
 from qonnect_gitops.gitstore.daemon import free_port
 from qonnect_gitops.model.report import AgentReport
 from qonnect_gitops.model.status import SyncStatus
-from tests.agent.conftest import Branch, Recorder, configmap, deployment, namespace, wait_for
+from tests.agent.conftest import (
+    Branch,
+    Recorder,
+    configmap,
+    deployment,
+    namespace,
+    wait_for,
+)
 
 
 def kubelet_reports_ready(apps: client.AppsV1Api, name: str, ns: str = "shop") -> None:
@@ -90,10 +97,10 @@ def test_latency_and_traffic_from_prometheus(make_agent, branch: Branch):
     queries: list[str] = []
 
     class Prom(BaseHTTPRequestHandler):
-        def log_message(self, *a):  # noqa: ANN002
+        def log_message(self, *a):
             pass
 
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             q = parse_qs(urlsplit(self.path).query)["query"][0]
             queries.append(q)
             if q.startswith("lat_ms"):
@@ -124,7 +131,7 @@ def test_latency_and_traffic_from_prometheus(make_agent, branch: Branch):
 
 
 def _report(n: int) -> AgentReport:
-    return AgentReport(cluster="edge-1", agent_time=datetime.fromtimestamp(1_800_000_000 + n, timezone.utc),
+    return AgentReport(cluster="edge-1", agent_time=datetime.fromtimestamp(1_800_000_000 + n, UTC),
                        sync=SyncStatus(state="Ready", reason="Test", message=str(n)))
 
 

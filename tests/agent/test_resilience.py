@@ -9,7 +9,14 @@ import time
 from kubernetes import client
 
 from qonnect_gitops.sim.errors import ApiError
-from tests.agent.conftest import Branch, Recorder, configmap, deployment, namespace, wait_for
+from tests.agent.conftest import (
+    Branch,
+    Recorder,
+    configmap,
+    deployment,
+    namespace,
+    wait_for,
+)
 
 
 def _run(agent) -> threading.Thread:

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 
-import pytest
 from kubernetes import client
 
 from tests.agent.conftest import Branch, configmap, deployment, namespace
