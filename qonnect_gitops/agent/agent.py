@@ -201,7 +201,7 @@ class Agent:
         failed = [r for r in result.objects if r.action == "failed"]
         drifted = [r for r in result.objects if r.action in ("drifted", "missing")]
         self.metrics.inc("qonnect_agent_objects_applied_total", len(applied_now))
-        if same_head and apply and applied_now:
+        if same_head and apply and applied_now and head == self.last_good_commit:
             self.metrics.inc("qonnect_agent_drift_corrections_total", len(applied_now))
             log.info("drift_corrected", objects=",".join(r.name for r in applied_now))
         self.metrics.set("qonnect_agent_drift_detected", len(drifted) if not apply else 0)
