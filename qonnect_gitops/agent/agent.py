@@ -290,26 +290,44 @@ class Agent:
         return result
 
     def _observe(self, result: SyncResult, inv: Inventory, rev: Revision | None) -> None:
-        """Health of what should run: the revision's objects, or the inventory's when none."""
+        """Health of what should run: the revision's objects, or the inventory's when none.
+
+        Objects of kinds with a health function are read fresh; where several share a kind
+        and namespace they are read with one list instead of one GET each."""
         try:
             targets: list[tuple[ObjKey, dict[str, Any] | None]]
             if rev is not None:
                 targets = [(key_of(o), o) for o in rev.objects]
             else:
                 targets = [(k, None) for k in sorted(inv.objects)]
-            by_key = {r.key: r.live for r in result.objects if r.live is not None}
+            known = {r.key: r.live for r in result.objects if r.live is not None}
+            fresh = {key for key, _ in targets if key not in known or (key[0], key[2]) in CHECKS}
+            groups: dict[tuple[str, str, str, str], list[ObjKey]] = {}
+            for key in fresh:
+                groups.setdefault((key[0], key[1], key[2], key[3]), []).append(key)
+            live_of: dict[ObjKey, dict[str, Any] | None] = {k: v for k, v in known.items() if k not in fresh}
+            for (group, version, kind, ns), keys in groups.items():
+                try:
+                    res = self.kube.resource(f"{group}/{version}" if group else version, kind)
+                except KubeError as exc:
+                    if not exc.not_found:
+                        raise
+                    continue  # kind not served: its objects count as missing
+                if len(keys) > 3:
+                    items = {i["metadata"]["name"]: i for i in self.kube.list(res, ns or None)}
+                    for key in keys:
+                        live_of[key] = items.get(key[4])
+                else:
+                    for key in keys:
+                        live_of[key] = self.kube.get(res, ns or None, key[4])
             out = []
             for key, obj in targets:
-                live = by_key.get(key)
-                group, version, kind, ns, name = key
-                if live is None or (group, kind) in CHECKS:
-                    res = self.kube.resource(f"{group}/{version}" if group else version, kind)
-                    live = self.kube.get(res, ns or None, name)
-                if live is None and obj is not None:
-                    live_stub = {**obj, "metadata": {**obj.get("metadata", {})}}
-                    out.append((live_stub, health_of(None)))
-                    continue
-                if live is not None:
+                live = live_of.get(key)
+                if live is None:
+                    stub = obj or {"apiVersion": f"{key[0]}/{key[1]}" if key[0] else key[1], "kind": key[2],
+                                   "metadata": {"name": key[4], **({"namespace": key[3]} if key[3] else {})}}
+                    out.append((stub, health_of(None)))
+                else:
                     out.append((live, health_of(live)))
             result.health = out
         except KubeError as exc:

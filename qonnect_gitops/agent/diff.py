@@ -2,7 +2,7 @@
 
 Both sides come from the same API server, so defaulting is already applied; only
 metadata that changes on every write is dropped (resourceVersion, managedFields,
-generation, timestamps), as Argo CD's diff normalisers do.
+generation, timestamps), and status, as Argo CD's diff normalisers do.
 """
 
 from __future__ import annotations
@@ -13,10 +13,12 @@ _NOISE = ("resourceVersion", "managedFields", "generation", "creationTimestamp",
 
 
 def normalise(obj: dict[str, Any] | None) -> dict[str, Any] | None:
-    """A copy without write-time noise (status is kept: a dry-run apply never changes it)."""
+    """A copy without write-time noise and without ``status``: an apply of the main
+    resource never changes status, and controllers update it between our GET and our
+    dry-run, which would otherwise look like drift."""
     if obj is None:
         return None
-    out = dict(obj)
+    out = {k: v for k, v in obj.items() if k != "status"}
     meta = dict(out.get("metadata") or {})
     for key in _NOISE:
         meta.pop(key, None)
