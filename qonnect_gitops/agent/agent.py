@@ -412,10 +412,16 @@ class Agent:
         full = True  # the first pass after a start compares everything
         try:
             while not self.stopping.is_set():
-                result = self.sync(full=full)
-                full = False
+                try:
+                    result = self.sync(full=full)
+                    full = False
+                    unhealthy_source = result.source_stale or result.reason == "ApiUnavailable"
+                except Exception as exc:  # noqa: BLE001 - a bug in one pass must not stop the agent
+                    log.error("sync_crashed", exc_info=True, error=str(exc))
+                    self.metrics.inc("qonnect_agent_errors_total", kind="internal")
+                    unhealthy_source = True
                 last_report = time.monotonic()
-                failures = failures + 1 if result.source_stale or result.reason == "ApiUnavailable" else 0
+                failures = failures + 1 if unhealthy_source else 0
                 interval = cfg.interval
                 if failures:
                     interval = min(cfg.interval * 2 ** min(failures - 1, 5), max(cfg.interval, 300.0))

@@ -163,3 +163,35 @@ def test_sim_down_then_up(make_agent, branch: Branch, sim, core):
     up = agent.sync()
     assert up.state == "Ready"
     assert {c.metadata.name for c in client.CoreV1Api(core.api_client).list_namespaced_config_map("shop").items} == {"b"}
+
+
+def test_loop_survives_a_crashing_pass(make_agent, branch: Branch, core):
+    branch.publish([namespace("shop"), configmap("a")])
+    agent = make_agent(interval=0.1)
+    real = agent._sync
+    calls = {"n": 0}
+
+    def flaky(full):
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise RuntimeError("boom")
+        return real(full)
+
+    agent._sync = flaky
+    thread = _run(agent)
+    wait_for(lambda: agent.last and agent.last.state == "Ready", what="a pass after the crash")
+    assert agent.metrics.get("qonnect_agent_errors_total", kind="internal") == 1
+    agent.stop()
+    thread.join(5)
+
+
+def test_stage_order():
+    from qonnect_gitops.agent.sync import stage_of
+
+    kinds = [("apps/v1", "Deployment"), ("admissionregistration.k8s.io/v1", "ValidatingWebhookConfiguration"),
+             ("v1", "Namespace"), ("apiextensions.k8s.io/v1", "CustomResourceDefinition"),
+             ("rbac.authorization.k8s.io/v1", "ClusterRole"), ("v1", "ConfigMap"),
+             ("admissionregistration.k8s.io/v1", "MutatingWebhookConfiguration")]
+    staged = sorted(kinds, key=lambda k: stage_of({"apiVersion": k[0], "kind": k[1]}))
+    assert [stage_of({"apiVersion": a, "kind": k}) for a, k in staged] == [0, 0, 0, 1, 1, 2, 2]
+    assert {k for _, k in staged[:3]} == {"Namespace", "CustomResourceDefinition", "ClusterRole"}
