@@ -10,6 +10,7 @@ a real cluster or the simulation.
 from __future__ import annotations
 
 import random
+import re
 import threading
 import time
 from dataclasses import dataclass, field
@@ -51,6 +52,7 @@ from qonnect_gitops.model.status import Refusal, SyncStatus
 log = get_logger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_UNHEALTHY = 0, 1, 2
+_COMPONENT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
 
 @dataclass
@@ -357,9 +359,13 @@ class Agent:
     # ------------------------------------------------------------ report
 
     def build_report(self, result: SyncResult) -> AgentReport:
-        comps = [ComponentHealth(component=c.component, healthy=c.status == HEALTHY, ready_replicas=c.ready,
-                                 desired_replicas=c.desired, completed=c.completed, message=c.message)
-                 for c in rollup(result.health)]
+        comps = []
+        for c in rollup(result.health):
+            if not _COMPONENT.match(c.component):  # a label the lead's model refuses must not sink the report
+                log.warning("component_not_reported", component=c.component, why="labels are not RFC 1123 names")
+                continue
+            comps.append(ComponentHealth(component=c.component, healthy=c.status == HEALTHY, ready_replicas=c.ready,
+                                         desired_replicas=c.desired, completed=c.completed, message=c.message))
         nodes: list[Any] = []
         try:
             nodes = capacity.read_capacity(self.kube)

@@ -125,7 +125,7 @@ def render_result(result: Any) -> str:
     rows = []
     for r in result.objects:
         h = health.get(r.key, ("-", ""))
-        note = r.message if r.action != "unchanged" else h[1]
+        note = r.message if r.action not in ("unchanged", "created") else h[1]
         if r.took_over:
             note = f"took fields from {', '.join(r.took_over)}; {note}"
         rows.append((r.name, r.action, h[0], note[:100]))

@@ -167,3 +167,12 @@ def test_lead_announcing_newer_generation_triggers_sync(make_agent, branch: Bran
              timeout=5, what="sync on the lead's word")
     agent.stop()
     thread.join(5)
+
+
+def test_component_labels_the_lead_would_refuse_do_not_sink_the_report(make_agent, branch: Branch):
+    bad = configmap("x", component="Web.Frontend")
+    branch.publish([namespace("shop"), configmap("a"), bad])
+    agent = make_agent()
+    report = agent.build_report(agent.sync())
+    assert [c.component for c in report.components] == ["shop/web"]
+    AgentReport.model_validate(json.loads(report.model_dump_json(by_alias=True)))
