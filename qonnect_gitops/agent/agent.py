@@ -422,8 +422,8 @@ class Agent:
                     result = self.sync(full=full)
                     full = False
                     unhealthy_source = result.source_stale or result.reason == "ApiUnavailable"
-                except Exception as exc:  # noqa: BLE001 - a bug in one pass must not stop the agent
-                    log.error("sync_crashed", exc_info=True, error=str(exc))
+                except Exception as exc:
+                    log.error("sync_crashed", exc_info=True, error=str(exc))  # noqa: G201 - EventLogger API
                     self.metrics.inc("qonnect_agent_errors_total", kind="internal")
                     unhealthy_source = True
                 last_report = time.monotonic()
