@@ -49,11 +49,13 @@ def deployment(obj: dict[str, Any]) -> Health:
     spec, status = obj.get("spec") or {}, obj.get("status") or {}
     if spec.get("paused"):
         return (PROGRESSING, "deployment is paused")
+    # A deadline condition is only trusted once the controller saw the current spec: an old
+    # rollout's timeout must not fail the new one (kubectl rollout status does the same).
+    if (pending := _observed(obj)) is not None:
+        return pending
     progressing = _condition(obj, "Progressing")
     if progressing and progressing.get("reason") == "ProgressDeadlineExceeded":
         return (DEGRADED, f"deployment exceeded its progress deadline: {progressing.get('message', '')}".strip())
-    if (pending := _observed(obj)) is not None:
-        return pending
     want = spec.get("replicas", 1)
     updated, total = status.get("updatedReplicas", 0), status.get("replicas", 0)
     available = status.get("availableReplicas", 0)

@@ -21,6 +21,7 @@ CASES = [
     ("deployment-old-generation", "Progressing", "observe generation 4"),
     ("deployment-rolling", "Progressing", "1 of 3 replicas updated"),
     ("deployment-deadline", "Degraded", "progress deadline"),
+    ("deployment-deadline-old-generation", "Progressing", "observe generation 6"),
     ("deployment-unavailable", "Progressing", "1 of 2 updated replicas available"),
     ("deployment-no-status", "Progressing", "waiting for the controller"),
     ("statefulset-healthy", "Healthy", "3 of 3 replicas ready"),
