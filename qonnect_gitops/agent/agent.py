@@ -113,6 +113,7 @@ class Agent:
         if cfg.leads:
             self.reporter = Reporter(cfg.leads, cfg.cluster, cfg.token, on_response=self._on_lead_response)
         self._lock = threading.Lock()  # one sync at a time
+        self._announced: int | None = None  # newest generation a lead announced
 
     # ------------------------------------------------------------ one pass
 
@@ -394,9 +395,15 @@ class Agent:
         newest = doc.get("generation")
         last = self.last
         running = last.applied.generation if last and last.applied else None
-        if isinstance(newest, int) and (running is None or newest > running):
-            log.info("newer_generation_announced", generation=newest, running=running)
-            self.wake.set()
+        if not isinstance(newest, int) or (running is not None and newest <= running):
+            return
+        # Wake once per announced generation: if that commit is refused or not fetchable yet,
+        # every later response says the same, and waking on each would spin sync → report → sync.
+        if self._announced is not None and newest <= self._announced:
+            return
+        self._announced = newest
+        log.info("newer_generation_announced", generation=newest, running=running)
+        self.wake.set()
 
     # ------------------------------------------------------------ loop
 

@@ -176,3 +176,17 @@ def test_component_labels_the_lead_would_refuse_do_not_sink_the_report(make_agen
     report = agent.build_report(agent.sync())
     assert [c.component for c in report.components] == ["shop/web"]
     AgentReport.model_validate(json.loads(report.model_dump_json(by_alias=True)))
+
+
+def test_an_announced_generation_that_cannot_be_applied_does_not_spin(make_agent, branch: Branch, recorder: Recorder):
+    branch.publish([namespace("shop"), configmap("a")])
+    recorder.response = {"accepted": True, "generation": 99}  # the lead knows of a commit we will never see
+    agent = make_agent(leads=(recorder.url,), interval=60.0, drift_interval=60.0, report_interval=0.1)
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    time.sleep(1.5)
+    agent.stop()
+    thread.join(5)
+    syncs = sum(v for (name, _), v in agent.metrics._values.items() if name == "qonnect_agent_syncs_total")
+    assert 1 <= syncs <= 3, syncs  # the first pass, one on the announcement; heartbeats do not re-trigger
+    assert len(recorder.reports) >= 5  # heartbeats kept flowing
