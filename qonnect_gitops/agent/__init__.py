@@ -6,6 +6,7 @@ One concern per module, in the spirit of Argo CD's gitops-engine:
 * ``kube``      the Kubernetes REST calls (discovery, apply, get, delete) with retry/backoff
 * ``diff``      normalising objects for comparison (dry-run result vs live)
 * ``sync``      staged server-side apply with dry-run first
+* ``drift``     heal or report objects that differ from the applied head
 * ``inventory`` the ``qonnect-inventory`` ConfigMap
 * ``prune``     prune guards and deletion of what left the branch
 * ``health``    one small function per kind, rolled up per component

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from qonnect_gitops.agent import capacity, prometheus
+from qonnect_gitops.agent import capacity, drift, prometheus
 from qonnect_gitops.agent.config import AgentConfig
 from qonnect_gitops.agent.health import (
     CHECKS,
@@ -196,18 +196,18 @@ class Agent:
             self._observe(result, inv, None)
             return self._stalled(result, refusal.reason, refusal.message, keep_health=True)
         # 6. dry-run and apply (report-only drift mode: compare only when the head is already applied)
-        same_head = head == inv.commit
-        apply = not (cfg.drift == "report" and same_head)
+        apply = drift.should_apply(cfg.drift, head, inv.commit)
         result.drift_report_only = not apply
         result.objects = self.syncer.sync(desired, apply=apply)
         applied_now = [r for r in result.objects if r.action in CHANGED]
         failed = [r for r in result.objects if r.action == "failed"]
-        drifted = [r for r in result.objects if r.action in ("drifted", "missing")]
+        found = drift.drifted(result.objects)
         self.metrics.inc("qonnect_agent_objects_applied_total", len(applied_now))
-        if same_head and apply and applied_now and head == self.last_good_commit:
-            self.metrics.inc("qonnect_agent_drift_corrections_total", len(applied_now))
-            log.info("drift_corrected", objects=",".join(r.name for r in applied_now))
-        self.metrics.set("qonnect_agent_drift_detected", len(drifted) if not apply else 0)
+        healed = drift.corrections(result.objects, head, inv.commit, self.last_good_commit)
+        if healed:
+            self.metrics.inc("qonnect_agent_drift_corrections_total", len(healed))
+            log.info("drift_corrected", objects=",".join(r.name for r in healed))
+        self.metrics.set("qonnect_agent_drift_detected", len(found))
         for r in result.objects:
             if r.took_over:
                 log.info("conflicts_taken_over", object=r.name, managers=",".join(r.took_over))
@@ -229,11 +229,10 @@ class Agent:
                                  keep_health=True)
         if not apply:
             self._observe(result, inv, rev)
-            if drifted:
+            if found:
                 result.state, result.reason = "Reconciling", "DriftDetected"
-                result.message = f"{len(drifted)} objects differ from the branch (report-only): " + \
-                    "; ".join(f"{r.name} ({r.message})" for r in drifted[:5])
-                log.warning("drift_detected", objects=",".join(r.name for r in drifted))
+                result.message = drift.describe(found)
+                log.warning("drift_detected", objects=",".join(r.name for r in found))
                 return result
             return self._settle(result)
         # 7. inventory first (pending prunes stay listed), then prune, then the final inventory

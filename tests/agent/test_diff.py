@@ -42,3 +42,19 @@ def test_managers_losing_fields() -> None:
     gone = _cm(managedFields=[{"manager": "qonnect-agent", "operation": "Apply", "fieldsV1": {}}])
     assert diff.managers_losing_fields(before, gone) == ["helm", "kubectl"]
     assert diff.managers_losing_fields(None, after) == []
+
+
+def test_drift_decisions() -> None:
+    from qonnect_gitops.agent import drift
+    from qonnect_gitops.agent.sync import ObjectResult
+
+    assert drift.should_apply("heal", "c2", "c2") and drift.should_apply("report", "c2", "c1")
+    assert not drift.should_apply("report", "c2", "c2")
+    key = ("apps", "v1", "Deployment", "shop", "web")
+    results = [ObjectResult(key, "configured", "spec.replicas"), ObjectResult(key, "unchanged")]
+    assert drift.corrections(results, "c2", "c2", "c2") == results[:1]
+    assert drift.corrections(results, "c3", "c2", "c2") == []  # a new head is a change, not drift
+    assert drift.corrections(results, "c2", "c2", None) == []  # a retry after a failed pass is not drift
+    found = [ObjectResult(key, "drifted", "spec.replicas")] * 7
+    assert drift.drifted(found + results) == found
+    assert drift.describe(found).endswith("Deployment.apps/shop/web (spec.replicas); and 2 more")
