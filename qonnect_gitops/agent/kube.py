@@ -45,8 +45,15 @@ class KubeError(Exception):
         return self.status == 422 and "immutable" in self.message.lower()
 
     @property
+    def schema_error(self) -> bool:
+        """A manifest field the schema does not declare. Server-side apply answers this
+        with 500, not 400 (kubernetes/kubernetes#122480, #139253); it is the manifest's
+        fault and retrying cannot fix it."""
+        return self.status == 500 and "failed to create typed patch object" in self.message
+
+    @property
     def transient(self) -> bool:
-        return self.status in _RETRY_STATUS or self.status == 0
+        return (self.status in _RETRY_STATUS or self.status == 0) and not self.schema_error
 
 
 @dataclass(frozen=True)

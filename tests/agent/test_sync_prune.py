@@ -141,3 +141,40 @@ def test_immutable_field_is_reported_per_object_and_recreate_is_opt_in(make_agen
     assert any(r.reason == "InvalidManifest" and "web" in r.message for r in result.refusals)
     assert apps.read_namespaced_deployment("web", "shop").metadata.uid == uid
     assert apps.read_namespaced_deployment("api", "shop").spec.selector.match_labels["tier"] == "x"
+
+
+def test_partial_failure_records_what_was_created_so_it_can_be_pruned_later(make_agent, branch: Branch, core):
+    branch.publish([namespace("shop"), configmap("a")])
+    agent = make_agent()
+    agent.sync()
+    unknown = {"apiVersion": "example.org/v1", "kind": "Widget",
+               "metadata": {"name": "w", "namespace": "shop", "labels": {"app.kubernetes.io/managed-by": "qonnect"}}}
+    typo = configmap("typo")
+    typo["dataa"] = {"x": "y"}  # strict field validation refuses unknown fields
+    branch.publish([namespace("shop"), configmap("a"), configmap("new1"), unknown, typo])
+    result = agent.sync()
+    actions = {r.key[4]: (r.action, r.reason) for r in result.objects}
+    assert actions["new1"] == ("created", "")
+    assert actions["w"] == ("failed", "InvalidManifest")
+    assert actions["typo"] == ("failed", "InvalidManifest")
+    assert result.reason == "ApplyFailed" and result.applied.generation == 1
+    assert sorted(r.message.split(":")[0] for r in result.refusals) == ["ConfigMap/shop/typo", "Widget.example.org/shop/w"]
+    inv = _inventory(core)
+    assert inv["generation"] == 1 and ["", "v1", "ConfigMap", "shop", "new1"] in inv["objects"]
+    branch.publish([namespace("shop"), configmap("a")])
+    fixed = agent.sync()
+    assert fixed.state == "Ready" and [k[4] for k in fixed.pruned.deleted] == ["new1"]
+    assert _names(core) == {"a"}
+
+
+def test_schema_errors_are_not_retried(make_agent, branch: Branch, sim):
+    """SSA reports an undeclared field as 500 'failed to create typed patch object'; that is a
+    manifest error, so it fails at once instead of being retried like an outage."""
+    typo = configmap("typo")
+    typo["dataa"] = {"x": "y"}
+    branch.publish([namespace("shop"), typo])
+    agent = make_agent(api_backoff=0.5, api_backoff_max=0.5, api_retries=6)
+    result = agent.sync()
+    assert {r.key[4]: r.reason for r in result.objects if r.action == "failed"} == {"typo": "InvalidManifest"}
+    assert agent.kube.retried == 0
+    assert "field not declared in schema" in result.message
