@@ -44,7 +44,7 @@ from qonnect_gitops.agent.prune import (
 )
 from qonnect_gitops.agent.report import Reporter
 from qonnect_gitops.agent.source import Revision, SourceError, fetch, read_revision
-from qonnect_gitops.agent.sync import CHANGED, ObjectResult, Syncer
+from qonnect_gitops.agent.sync import CHANGED, ObjectResult, Syncer, normalise_namespaces
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.report import AgentReport, AppliedCommit, ComponentHealth
 from qonnect_gitops.model.status import Refusal, SyncStatus
@@ -155,7 +155,7 @@ class Agent:
             result.source_stale = True
             result.refusals.append(Refusal(reason="BranchUnreadable", commit=None,
                                            message=(self.source_error or "")[:1024]))
-            self._observe(result, inv, self.revision)
+            self._observe(result, inv, self._running(inv))
             return self._stalled(result, "SourceUnavailable",
                                  f"cannot fetch {cfg.branch}: {self.source_error}; keeping "
                                  f"{(inv.commit or 'nothing')[:12]} running", keep_health=True)
@@ -164,7 +164,7 @@ class Agent:
             rev = read_revision(self.cache, head)
         except SourceError as exc:
             result.refusals.append(Refusal(reason="BranchUnreadable", message=str(exc)[:1024], commit=head))
-            self._observe(result, inv, self.revision)
+            self._observe(result, inv, self._running(inv))
             return self._stalled(result, "BranchUnreadable", str(exc), keep_health=True)
         result.generation, result.term = rev.generation, rev.term
         # 3. trust: the generation never goes backwards from what was applied
@@ -179,7 +179,10 @@ class Agent:
             self._observe(result, inv, None)
             return self._stalled(result, "StaleGeneration", msg, keep_health=True)
         self.revision = rev
-        desired = [o for o in rev.objects]
+        try:
+            desired = normalise_namespaces(self.kube, list(rev.objects))
+        except KubeError as exc:
+            return self._stalled(result, "ApiUnavailable", f"discovery failed: {exc}")
         desired_keys = {key_of(o) for o in desired}
         # 4. unchanged head: nothing to apply (drift runs on its own interval)
         if not full and head == inv.commit and head == self.last_good_commit:
@@ -263,6 +266,12 @@ class Agent:
                                  keep_health=True)
         return self._settle(result)
 
+    def _running(self, inv: Inventory) -> Revision | None:
+        """The revision that runs (the inventory's commit), if it was read in this process;
+        otherwise None and health is read from the inventory's object list."""
+        rev = self.revision
+        return rev if rev is not None and rev.commit == inv.commit else None
+
     def _stalled(self, result: SyncResult, reason: str, message: str, keep_health: bool = False) -> SyncResult:
         result.state, result.reason, result.message = "Stalled", reason, message
         if not keep_health:
@@ -299,7 +308,7 @@ class Agent:
         try:
             targets: list[tuple[ObjKey, dict[str, Any] | None]]
             if rev is not None:
-                targets = [(key_of(o), o) for o in rev.objects]
+                targets = [(key_of(o), o) for o in normalise_namespaces(self.kube, list(rev.objects))]
             else:
                 targets = [(k, None) for k in sorted(inv.objects)]
             known = {r.key: r.live for r in result.objects if r.live is not None}

@@ -57,6 +57,28 @@ def stage_of(obj: dict[str, Any]) -> int:
     return 0 if kind in FIRST else 2 if kind in LAST else 1
 
 
+def normalise_namespaces(kube: Kube, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies with the namespace the API will use: ``default`` for a namespaced kind without
+    one, none for a cluster-scoped kind (as kubectl does). Keys in the inventory then match
+    what exists. Kinds not served yet (a CRD in the same commit) are left as written."""
+    out = []
+    for obj in objects:
+        try:
+            res = kube.resource(obj["apiVersion"], obj["kind"])
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+            out.append(obj)
+            continue
+        meta = obj.get("metadata") or {}
+        if res.namespaced and not meta.get("namespace"):
+            obj = {**obj, "metadata": {**meta, "namespace": "default"}}
+        elif not res.namespaced and "namespace" in meta:
+            obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "namespace"}}
+        out.append(obj)
+    return out
+
+
 class Syncer:
     def __init__(self, kube: Kube, *, workers: int = 8, ready_timeout: float = 30.0) -> None:
         self.kube = kube

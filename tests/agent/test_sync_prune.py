@@ -178,3 +178,17 @@ def test_schema_errors_are_not_retried(make_agent, branch: Branch, sim):
     assert {r.key[4]: r.reason for r in result.objects if r.action == "failed"} == {"typo": "InvalidManifest"}
     assert agent.kube.retried == 0
     assert "field not declared in schema" in result.message
+
+
+def test_manifest_without_namespace_lands_in_default_and_is_pruned_from_there(make_agent, branch: Branch, core):
+    bare = configmap("plain")
+    del bare["metadata"]["namespace"]
+    branch.publish([namespace("shop"), configmap("a"), bare])
+    agent = make_agent()
+    assert agent.sync().state == "Ready"
+    assert core.read_namespaced_config_map("plain", "default").metadata.labels["qonnect.io/app"] == "shop"
+    assert ["", "v1", "ConfigMap", "default", "plain"] in _inventory(core)["objects"]
+    assert {r.action for r in agent.sync(full=True).objects} == {"unchanged"}
+    branch.publish([namespace("shop"), configmap("a")])
+    result = agent.sync()
+    assert [k[3:] for k in result.pruned.deleted] == [("default", "plain")]
