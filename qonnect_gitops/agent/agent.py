@@ -44,7 +44,12 @@ from qonnect_gitops.agent.prune import (
 )
 from qonnect_gitops.agent.report import Reporter
 from qonnect_gitops.agent.source import Revision, SourceError, fetch, read_revision
-from qonnect_gitops.agent.sync import CHANGED, ObjectResult, Syncer, normalise_namespaces
+from qonnect_gitops.agent.sync import (
+    CHANGED,
+    ObjectResult,
+    Syncer,
+    normalise_namespaces,
+)
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.report import AgentReport, AppliedCommit, ComponentHealth
 from qonnect_gitops.model.status import Refusal, SyncStatus
