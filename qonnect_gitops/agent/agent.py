@@ -18,7 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from qonnect_gitops.agent import capacity, drift, prometheus
-from qonnect_gitops.agent.config import AgentConfig
+from qonnect_gitops.agent.config import INVENTORY_NAME, AgentConfig
 from qonnect_gitops.agent.health import (
     CHECKS,
     DEGRADED,
@@ -105,7 +105,8 @@ class Agent:
                                  backoff=cfg.api_backoff, backoff_max=cfg.api_backoff_max)
         self.cache = cfg.cache_dir / f"{cfg.cluster}.git"
         self.store = InventoryStore(self.kube, cfg.namespace)
-        self.syncer = Syncer(self.kube, workers=cfg.workers, ready_timeout=cfg.ready_timeout)
+        self.syncer = Syncer(self.kube, workers=cfg.workers, ready_timeout=cfg.ready_timeout,
+                             reserved=frozenset({("", "v1", "ConfigMap", cfg.namespace, INVENTORY_NAME)}))
         self.metrics = Metrics()
         self.wake = threading.Event()
         self.stopping = threading.Event()

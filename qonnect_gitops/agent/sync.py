@@ -80,8 +80,10 @@ def normalise_namespaces(kube: Kube, objects: list[dict[str, Any]]) -> list[dict
 
 
 class Syncer:
-    def __init__(self, kube: Kube, *, workers: int = 8, ready_timeout: float = 30.0) -> None:
+    def __init__(self, kube: Kube, *, workers: int = 8, ready_timeout: float = 30.0,
+                 reserved: frozenset[ObjKey] = frozenset()) -> None:
         self.kube = kube
+        self.reserved = reserved  # objects the agent itself owns (its inventory): never applied from Git
         self.workers = max(1, workers)
         self.ready_timeout = ready_timeout
 
@@ -115,6 +117,9 @@ class Syncer:
         elif not res.namespaced:
             meta.pop("namespace", None)
         key = key_of(obj)
+        if key in self.reserved:
+            return ObjectResult(key, "failed", "reserved for the agent's own inventory; rename the object",
+                                "InvalidManifest")
         try:
             live = self.kube.get(res, meta.get("namespace"), meta["name"])
             if _annotation(obj, RECONCILE_ANNOTATION) == "disabled" or \

@@ -192,3 +192,15 @@ def test_manifest_without_namespace_lands_in_default_and_is_pruned_from_there(ma
     branch.publish([namespace("shop"), configmap("a")])
     result = agent.sync()
     assert [k[3:] for k in result.pruned.deleted] == [("default", "plain")]
+
+
+def test_a_branch_cannot_overwrite_the_inventory(make_agent, branch: Branch, core):
+    branch.publish([namespace("shop"), configmap("a")])
+    agent = make_agent()
+    agent.sync()
+    fake = configmap("qonnect-inventory", ns="qonnect-system", data={"inventory": '{"generation": 0, "objects": []}'})
+    branch.publish([namespace("shop"), configmap("a"), fake])
+    result = agent.sync()
+    assert {r.key[4]: r.action for r in result.objects}["qonnect-inventory"] == "failed"
+    assert result.reason == "ApplyFailed"
+    assert _inventory(core)["generation"] == 1 and len(_inventory(core)["objects"]) == 2
