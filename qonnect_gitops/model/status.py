@@ -23,6 +23,7 @@ RefusalReason = Literal[
     "BranchUnreadable",  # the branch could not be fetched or parsed
     "OwnershipConflict",  # an object exists without our ownership label
     "InvalidManifest",  # the API server rejected an object
+    "ProtectedKind",  # a Namespace, PVC or CRD left the branch; deleting it needs qonnect.io/prune: enabled
 ]
 """Why an agent refused to apply what its branch says (invariant: never prune on error)."""
 

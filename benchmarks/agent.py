@@ -1,0 +1,239 @@
+"""Benchmark the resource agent end to end: Git commit → objects applied in the cluster.
+
+A simulated cluster runs in its own process, a ``git daemon`` serves the goals
+repository, and ``qonnect agent`` runs as a third process exactly as deployed
+(poll interval 10 s; a signed push webhook triggers the sync, as a forge would).
+For 10 and 500 objects (ConfigMaps, Deployments, Services in one namespace) it
+measures the time from the cluster-branch commit landing to every object being
+present with the commit's content, read through the official client; then the
+time to apply a commit that changes one object among them (the agent dry-runs
+all of them). "Applied", not "healthy": the sim has no kubelet yet (sim part 2),
+so Deployments never become Ready. Finally the agent's RSS and CPU while idle.
+
+    python benchmarks/agent.py            # readable table
+    python benchmarks/agent.py --json     # one JSON object
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import hmac
+import json
+import multiprocessing as mp
+import os
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+SECRET = b"bench-secret"
+
+
+def _serve(conn: Any) -> None:
+    from qonnect_gitops.sim import SimCluster
+
+    cluster = SimCluster(name="edge-1")
+    cluster.start()
+    conn.send(cluster.kubeconfig_yaml())
+    conn.recv()
+    cluster.stop()
+
+
+def _objects(n: int, tag: str) -> list[dict[str, Any]]:
+    labels = {"app.kubernetes.io/managed-by": "qonnect", "qonnect.io/app": "bench"}
+    out: list[dict[str, Any]] = [{"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench", "labels": labels}}]
+    i = 0
+    while len(out) < n:
+        comp = f"c{i // 3}"
+        lab = {**labels, "qonnect.io/component": comp, "bench/tag": tag}
+        kind = i % 3
+        if kind == 0:
+            out.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": comp, "namespace": "bench",
+                        "labels": lab}, "data": {"tag": tag}})
+        elif kind == 1:
+            out.append({"apiVersion": "apps/v1", "kind": "Deployment",
+                        "metadata": {"name": comp, "namespace": "bench", "labels": lab},
+                        "spec": {"replicas": 1, "selector": {"matchLabels": {"c": comp}},
+                                 "template": {"metadata": {"labels": {"c": comp}}, "spec": {"containers": [
+                                     {"name": "app", "image": "nginx:1.27",
+                                      "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}}}]}}}})
+        else:
+            out.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": comp, "namespace": "bench",
+                        "labels": lab}, "spec": {"selector": {"c": comp}, "ports": [{"port": 80}]}})
+        i += 1
+    return out
+
+
+def _rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status", encoding="ascii") as fh:
+        for line in fh:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
+def _cpu_seconds(pid: int) -> float:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--sizes", default="10,500")
+    parser.add_argument("--idle-seconds", type=float, default=30.0)
+    parser.add_argument("--interval", type=float, default=10.0, help="the agent's poll interval")
+    args = parser.parse_args()
+
+    import yaml
+    from kubernetes import client, config
+
+    from qonnect_gitops.gitstore.daemon import GitDaemon, free_port
+    from qonnect_gitops.gitstore.store import GitStore
+    from qonnect_gitops.gitstore.trailers import DecisionMeta
+
+    tmp = Path(tempfile.mkdtemp(prefix="qonnect-bench-agent-"))
+    parent, child = mp.Pipe()
+    sim = mp.Process(target=_serve, args=(child,), daemon=True)
+    sim.start()
+    kubeconfig = tmp / "kubeconfig"
+    kubeconfig.write_text(parent.recv())
+    api = config.new_client_from_config(config_file=str(kubeconfig))
+    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
+    (tmp / "srv").mkdir()
+    store = GitStore.init_bare(tmp / "srv" / "goals.git")
+    daemon = GitDaemon(tmp / "srv").start()
+    port = free_port()
+    (tmp / "secret").write_text(SECRET.decode())
+    generation = 0
+
+    def publish(objs: list[dict[str, Any]], notify: bool = True) -> float:
+        nonlocal generation
+        generation += 1
+        files = {"placement.yaml": f"g: {generation}\n".encode()}
+        for o in objs:
+            m = o["metadata"]
+            path = f"_cluster/namespace-{m['name']}.yaml" if o["kind"] == "Namespace" else \
+                f"bench/{m['labels']['qonnect.io/component']}/{o['kind'].lower()}-{m['name']}.yaml"
+            files[f"clusters/edge-1/{path}"] = yaml.safe_dump(o).encode()
+        store.write_decision(files, summary=f"bench {generation}", body="", clusters=["edge-1"],
+                             timestamp=1_800_000_000 + generation, prune_limits={"edge-1": 100_000},
+                             meta=DecisionMeta(source="0" * 40, term=1, generation=generation, reason="scaling"))
+        landed = time.perf_counter()
+        if not notify:
+            return landed
+        body = b'{"ref":"refs/heads/cluster/edge-1"}'
+        sig = "sha256=" + hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+        urllib.request.urlopen(urllib.request.Request(f"http://127.0.0.1:{port}/webhook", data=body, method="POST",
+                                                      headers={"X-Hub-Signature-256": sig}), timeout=5)
+        return landed
+
+    def applied(objs: list[dict[str, Any]], tag: str) -> bool:
+        want = sum(o["kind"] != "Namespace" for o in objs)
+        sel = f"bench/tag={tag}"
+        got = len(core.list_namespaced_config_map("bench", label_selector=sel).items) + \
+            len(apps.list_namespaced_deployment("bench", label_selector=sel).items) + \
+            len(core.list_namespaced_service("bench", label_selector=sel).items)
+        return got == want
+
+    def synced(commit: str, since: float, timeout: float = 300) -> float:
+        """Until the agent's metrics say this commit is applied (inventory written, prune done)."""
+        needle = f'commit="{commit}"'
+        while time.perf_counter() - since < timeout:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            if needle in text:
+                return time.perf_counter() - since
+            time.sleep(0.02)
+        raise TimeoutError(f"commit {commit} not recorded as applied within {timeout}s")
+
+    def wait(objs: list[dict[str, Any]], tag: str, since: float, timeout: float = 300) -> float:
+        while time.perf_counter() - since < timeout:
+            try:
+                if applied(objs, tag):
+                    return time.perf_counter() - since
+            except client.ApiException:
+                pass
+            time.sleep(0.02)
+        raise TimeoutError(f"objects with tag {tag} not applied within {timeout}s")
+
+    results: dict[str, Any] = {"unit": "seconds", "measures": "applied (not healthy: no kubelet in the sim yet)",
+                               "sizes": {}}
+    agent = None
+    agent_log = open(tmp / "agent.log", "wb")  # noqa: SIM115 - closed in finally, after the agent exits
+    try:
+        publish(_objects(1, "boot"), notify=False)  # the branch must exist before the agent starts
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        agent = subprocess.Popen([sys.executable, "-m", "qonnect_gitops", "agent", "--cluster", "edge-1",
+                                  "--repo", daemon.url("goals.git"), "--kubeconfig", str(kubeconfig),
+                                  "--cache-dir", str(tmp / "cache"), "--interval", str(args.interval), "--drift-interval", "3600",
+                                  "--webhook-addr", f"127.0.0.1:{port}", "--metrics-addr", f"127.0.0.1:{port}",
+                                  "--webhook-secret-file", str(tmp / "secret"), "--log-level", "warning"],
+                                 env=env, stderr=agent_log)
+        deadline = time.time() + 30
+        while time.time() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=1)
+                break
+            except OSError:
+                time.sleep(0.1)
+        time.sleep(1.0)
+        for n in (int(s) for s in args.sizes.split(",")):
+            objs = _objects(n, f"n{n}")
+            since = publish(objs)
+            t_full = wait(objs, f"n{n}", since)
+            t_full_sync = synced(store.cluster_head("edge-1"), since)
+            changed = [dict(o) for o in objs]
+            # one object changes: its tag moves; measure until it shows
+            one = next(i for i, o in enumerate(changed) if o["kind"] == "ConfigMap")
+            changed[one] = {**changed[one], "metadata": {**changed[one]["metadata"],
+                            "labels": {**changed[one]["metadata"]["labels"], "bench/tag": f"n{n}-one"}}}
+            since = publish(changed)
+            t_one = synced(store.cluster_head("edge-1"), since)
+            assert len(core.list_namespaced_config_map("bench", label_selector=f"bench/tag=n{n}-one").items) == 1
+            results["sizes"][str(n)] = {"commit_to_objects_applied": round(t_full, 3),
+                                        "commit_to_sync_complete": round(t_full_sync, 3),
+                                        "one_change_to_sync_complete": round(t_one, 3)}
+            time.sleep(1.0)
+        time.sleep(2.0)
+        cpu0, t0 = _cpu_seconds(agent.pid), time.perf_counter()
+        time.sleep(args.idle_seconds)
+        cpu1, t1 = _cpu_seconds(agent.pid), time.perf_counter()
+        results["idle"] = {"rss_mib": round(_rss_kib(agent.pid) / 1024, 1),
+                           "cpu_percent": round(100 * (cpu1 - cpu0) / (t1 - t0), 2),
+                           "seconds": round(t1 - t0, 1), "poll_interval": args.interval,
+                           "objects_managed": int(args.sizes.split(",")[-1])}
+    finally:
+        if agent is not None:
+            agent.terminate()
+            try:
+                agent.wait(10)
+            except subprocess.TimeoutExpired:
+                agent.kill()
+        agent_log.close()
+        daemon.stop()
+        parent.send("done")
+        sim.join(10)
+    if args.json:
+        print(json.dumps(results, indent=2))
+    else:
+        print(f"agent benchmark ({results['measures']})")
+        for n, r in results["sizes"].items():
+            print(f"  {n:>4} objects: commit -> all objects applied {r['commit_to_objects_applied']:.3f}s, "
+                  f"-> sync complete {r['commit_to_sync_complete']:.3f}s; one change among them -> sync complete "
+                  f"{r['one_change_to_sync_complete']:.3f}s")
+        idle = results["idle"]
+        print(f"  idle ({idle['objects_managed']} objects, poll every {idle['poll_interval']}s): "
+              f"RSS {idle['rss_mib']} MiB, CPU {idle['cpu_percent']}% over {idle['seconds']}s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

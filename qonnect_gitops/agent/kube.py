@@ -1,0 +1,246 @@
+"""The Kubernetes calls the agent makes, through the official client's ``ApiClient``.
+
+Discovery maps (group, version, kind) to a resource path and scope; every request
+retries transport errors, 5xx and 429 (honouring ``Retry-After``) with capped
+exponential backoff and jitter. Errors that retrying cannot fix (4xx) surface at
+once as ``KubeError`` with the API's ``Status`` reason and message.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote, urlencode
+
+import urllib3
+from kubernetes import client, config
+
+from qonnect_gitops.agent.config import FIELD_MANAGER
+from qonnect_gitops.logs import get_logger
+
+log = get_logger(__name__)
+
+_RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+
+
+class KubeError(Exception):
+    """A request the API refused or that kept failing after retries."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def immutable(self) -> bool:
+        return self.status == 422 and "immutable" in self.message.lower()
+
+    @property
+    def schema_error(self) -> bool:
+        """A manifest field the schema does not declare. Server-side apply answers this
+        with 500, not 400 (kubernetes/kubernetes#122480, #139253); it is the manifest's
+        fault and retrying cannot fix it."""
+        return self.status == 500 and "failed to create typed patch object" in self.message
+
+    @property
+    def transient(self) -> bool:
+        return (self.status in _RETRY_STATUS or self.status == 0) and not self.schema_error
+
+
+@dataclass(frozen=True)
+class Resource:
+    """Where one kind is served."""
+
+    group: str
+    version: str
+    kind: str
+    plural: str
+    namespaced: bool
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{self.version}" if self.group else self.version
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = f"/apis/{self.group}/{self.version}" if self.group else f"/api/{self.version}"
+        if self.namespaced and namespace:
+            base += f"/namespaces/{quote(namespace, safe='')}"
+        base += f"/{self.plural}"
+        if name:
+            base += f"/{quote(name, safe='')}"
+        return base
+
+
+def split_api_version(api_version: str) -> tuple[str, str]:
+    """``apps/v1`` -> (``apps``, ``v1``); ``v1`` -> (``""``, ``v1``)."""
+    if "/" in api_version:
+        group, version = api_version.split("/", 1)
+        return group, version
+    return "", api_version
+
+
+def api_client_from(kubeconfig: dict[str, Any] | str | None) -> client.ApiClient:
+    """An ``ApiClient`` from a kubeconfig dict, a kubeconfig file, or in-cluster credentials."""
+    if isinstance(kubeconfig, dict):
+        return config.new_client_from_config_dict(kubeconfig)
+    if isinstance(kubeconfig, str):
+        return config.new_client_from_config(config_file=kubeconfig)
+    cfg = client.Configuration()
+    config.load_incluster_config(client_configuration=cfg)
+    return client.ApiClient(cfg)
+
+
+class Kube:
+    """Discovery-backed REST access with retries; safe to share between threads."""
+
+    def __init__(self, api: client.ApiClient, *, retries: int = 6, backoff: float = 0.2,
+                 backoff_max: float = 5.0, timeout: tuple[float, float] = (5.0, 30.0)) -> None:
+        self.api = api
+        self.retries = retries
+        self.backoff = backoff
+        self.backoff_max = backoff_max
+        self.timeout = timeout
+        self._lock = threading.Lock()
+        self._discovery: dict[tuple[str, str], dict[str, Resource]] = {}
+        self.requests = 0
+        self.retried = 0
+
+    # ------------------------------------------------------------- transport
+
+    def request(self, method: str, path: str, query: dict[str, str] | None = None, body: Any = None,
+                content_type: str = "application/json") -> Any:
+        """One API call, retried on transient failures; returns the decoded JSON body."""
+        url_path = path + ("?" + urlencode(query) if query else "")
+        headers = {"Accept": "application/json"}
+        if body is not None:
+            headers["Content-Type"] = content_type
+        attempt = 0
+        while True:
+            attempt += 1
+            wait: float | None = None
+            try:
+                method_, url, hdrs, _, _ = self.api.param_serialize(
+                    method, url_path, header_params=dict(headers), auth_settings=["BearerToken"])
+                raw = json.dumps(body) if body is not None else None
+                resp = self.api.rest_client.pool_manager.request(
+                    method_, url, body=raw, headers=hdrs, timeout=urllib3.Timeout(
+                        connect=self.timeout[0], read=self.timeout[1]), retries=False, preload_content=True)
+                self.requests += 1
+                status = resp.status
+                data = resp.data
+                if 200 <= status < 300:
+                    return json.loads(data) if data else None
+                err = _error_from(status, data)
+                if status == 429 or status == 503:
+                    retry_after = resp.headers.get("Retry-After")
+                    if retry_after:
+                        try:
+                            wait = min(float(retry_after), 60.0)
+                        except ValueError:
+                            wait = None
+            except urllib3.exceptions.HTTPError as exc:
+                err = KubeError(0, "ConnectionError", str(exc))
+            if not err.transient or attempt > self.retries:
+                raise err
+            if wait is None:
+                wait = min(self.backoff_max, self.backoff * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+            self.retried += 1
+            log.debug("kube_retry", method=method, path=path, status=err.status, wait=round(wait, 3),
+                      attempt=attempt)
+            time.sleep(wait)
+
+    # ------------------------------------------------------------- discovery
+
+    def resource(self, api_version: str, kind: str) -> Resource:
+        """Where ``kind`` of ``api_version`` is served; re-reads discovery once on a miss."""
+        group, version = split_api_version(api_version)
+        for fresh in (False, True):
+            kinds = self._kinds(group, version, fresh)
+            if kind in kinds:
+                return kinds[kind]
+        raise KubeError(404, "NotFound", f"the server does not serve {kind} in {api_version}")
+
+    def forget_discovery(self) -> None:
+        with self._lock:
+            self._discovery.clear()
+
+    def _kinds(self, group: str, version: str, fresh: bool) -> dict[str, Resource]:
+        key = (group, version)
+        with self._lock:
+            if not fresh and key in self._discovery:
+                return self._discovery[key]
+        path = f"/apis/{group}/{version}" if group else f"/api/{version}"
+        try:
+            doc = self.request("GET", path)
+        except KubeError as exc:
+            if exc.not_found:
+                doc = {"resources": []}
+            else:
+                raise
+        kinds = {}
+        for res in doc.get("resources", []):
+            if "/" in res.get("name", ""):
+                continue  # subresources
+            kinds[res["kind"]] = Resource(group, version, res["kind"], res["name"], bool(res.get("namespaced")))
+        with self._lock:
+            self._discovery[key] = kinds
+        return kinds
+
+    # ------------------------------------------------------------- verbs
+
+    def get(self, res: Resource, namespace: str | None, name: str) -> dict[str, Any] | None:
+        """The live object, or None if it does not exist."""
+        try:
+            return self.request("GET", res.path(namespace, name))  # type: ignore[no-any-return]
+        except KubeError as exc:
+            if exc.not_found:
+                return None
+            raise
+
+    def list(self, res: Resource, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]:
+        query = {"labelSelector": label_selector} if label_selector else None
+        doc = self.request("GET", res.path(namespace), query)
+        return list(doc.get("items") or [])
+
+    def apply(self, res: Resource, obj: dict[str, Any], *, dry_run: bool = False, force: bool = True,
+              manager: str = FIELD_MANAGER) -> dict[str, Any]:
+        """Server-side apply ``obj`` (``force`` takes conflicting fields over)."""
+        meta = obj.get("metadata", {})
+        query = {"fieldManager": manager, "force": "true" if force else "false", "fieldValidation": "Strict"}
+        if dry_run:
+            query["dryRun"] = "All"
+        return self.request("PATCH", res.path(meta.get("namespace"), meta["name"]), query, obj,  # type: ignore[no-any-return]
+                            content_type="application/apply-patch+yaml")
+
+    def delete(self, res: Resource, namespace: str | None, name: str, uid: str | None = None,
+               propagation: str = "Background") -> bool:
+        """Delete (guarded by ``uid`` when given); False if it was already gone."""
+        body: dict[str, Any] = {"kind": "DeleteOptions", "apiVersion": "v1", "propagationPolicy": propagation}
+        if uid:
+            body["preconditions"] = {"uid": uid}
+        try:
+            self.request("DELETE", res.path(namespace, name), None, body)
+            return True
+        except KubeError as exc:
+            if exc.not_found:
+                return False
+            raise
+
+
+def _error_from(status: int, data: bytes) -> KubeError:
+    reason, message = "", ""
+    try:
+        doc = json.loads(data)
+        reason, message = doc.get("reason", ""), doc.get("message", "")
+    except (ValueError, AttributeError):
+        message = data[:300].decode("utf-8", "replace") if data else ""
+    return KubeError(status, reason or f"HTTP{status}", message)

@@ -1,0 +1,195 @@
+"""Staged server-side apply, dry-run first, only what differs.
+
+Stages (like Argo CD's sync waves by kind): CRDs, Namespaces and ClusterRoles first,
+then we wait until the CRDs are Established and the Namespaces Active; then
+everything else; admission webhooks last, so a webhook never gates the objects of
+its own commit. Inside a stage objects are applied in parallel.
+
+Per object: ``dryRun=All`` apply; if the result equals the live object (ignoring
+write-time metadata) nothing is written; otherwise the object is applied for real
+under field manager ``qonnect-agent`` with ``force=true``, and every other manager
+whose fields shrank is recorded as a conflict taken over.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Any
+
+from qonnect_gitops.agent import diff
+from qonnect_gitops.agent.config import RECONCILE_ANNOTATION, RECREATE_ANNOTATION
+from qonnect_gitops.agent.health import HEALTHY, health_of
+from qonnect_gitops.agent.inventory import ObjKey, describe, key_of
+from qonnect_gitops.agent.kube import Kube, KubeError
+from qonnect_gitops.logs import get_logger
+
+log = get_logger(__name__)
+
+FIRST = frozenset({("apiextensions.k8s.io", "CustomResourceDefinition"), ("", "Namespace"),
+                   ("rbac.authorization.k8s.io", "ClusterRole")})
+LAST = frozenset({("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
+                  ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration")})
+
+# Actions: created, configured, unchanged, skipped, recreated, drifted (report-only), failed
+CHANGED = frozenset({"created", "configured", "recreated"})
+
+
+@dataclass
+class ObjectResult:
+    key: ObjKey
+    action: str
+    message: str = ""
+    reason: str = ""  # for failures: ImmutableField, InvalidManifest, ApiError, NotReady
+    took_over: list[str] = field(default_factory=list)
+    live: dict[str, Any] | None = None
+
+    @property
+    def name(self) -> str:
+        return describe(self.key)
+
+
+def stage_of(obj: dict[str, Any]) -> int:
+    api = obj.get("apiVersion", "")
+    kind = (api.split("/")[0] if "/" in api else "", obj.get("kind", ""))
+    return 0 if kind in FIRST else 2 if kind in LAST else 1
+
+
+def normalise_namespaces(kube: Kube, objects: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Copies with the namespace the API will use: ``default`` for a namespaced kind without
+    one, none for a cluster-scoped kind (as kubectl does). Keys in the inventory then match
+    what exists. Kinds not served yet (a CRD in the same commit) are left as written."""
+    out = []
+    for obj in objects:
+        try:
+            res = kube.resource(obj["apiVersion"], obj["kind"])
+        except KubeError as exc:
+            if not exc.not_found:
+                raise
+            out.append(obj)
+            continue
+        meta = obj.get("metadata") or {}
+        if res.namespaced and not meta.get("namespace"):
+            obj = {**obj, "metadata": {**meta, "namespace": "default"}}
+        elif not res.namespaced and "namespace" in meta:
+            obj = {**obj, "metadata": {k: v for k, v in meta.items() if k != "namespace"}}
+        out.append(obj)
+    return out
+
+
+class Syncer:
+    def __init__(self, kube: Kube, *, workers: int = 8, ready_timeout: float = 30.0,
+                 reserved: frozenset[ObjKey] = frozenset()) -> None:
+        self.kube = kube
+        self.reserved = reserved  # objects the agent itself owns (its inventory): never applied from Git
+        self.workers = max(1, workers)
+        self.ready_timeout = ready_timeout
+
+    def sync(self, objects: list[dict[str, Any]], *, apply: bool = True) -> list[ObjectResult]:
+        """Apply (or, with ``apply=False``, only compare) every object, stage by stage."""
+        results: list[ObjectResult] = []
+        stages: dict[int, list[dict[str, Any]]] = {}
+        for obj in objects:
+            stages.setdefault(stage_of(obj), []).append(obj)
+        with ThreadPoolExecutor(self.workers, thread_name_prefix="apply") as pool:
+            for stage in sorted(stages):
+                batch = list(pool.map(lambda o: self._one(o, apply), stages[stage]))
+                if stage == 0 and apply:
+                    self._wait_ready(batch)
+                    if any(r.key[2] == "CustomResourceDefinition" for r in batch):
+                        self.kube.forget_discovery()
+                results += batch
+        return results
+
+    def _one(self, obj: dict[str, Any], apply: bool) -> ObjectResult:
+        obj = copy.deepcopy(obj)
+        key = key_of(obj)
+        try:
+            res = self.kube.resource(obj["apiVersion"], obj["kind"])
+        except KubeError as exc:
+            reason = "InvalidManifest" if exc.not_found else "ApiError"
+            return ObjectResult(key, "failed", exc.message or str(exc), reason)
+        meta = obj.setdefault("metadata", {})
+        if res.namespaced and not meta.get("namespace"):
+            meta["namespace"] = "default"
+        elif not res.namespaced:
+            meta.pop("namespace", None)
+        key = key_of(obj)
+        if key in self.reserved:
+            return ObjectResult(key, "failed", "reserved for the agent's own inventory; rename the object",
+                                "InvalidManifest")
+        try:
+            live = self.kube.get(res, meta.get("namespace"), meta["name"])
+            if _annotation(obj, RECONCILE_ANNOTATION) == "disabled" or \
+                    (live is not None and _annotation(live, RECONCILE_ANNOTATION) == "disabled"):
+                return ObjectResult(key, "skipped", "annotated qonnect.io/reconcile: disabled", live=live)
+            try:
+                dry = self.kube.apply(res, obj, dry_run=True)
+            except KubeError as exc:
+                if exc.immutable and live is not None:
+                    return self._immutable(res, obj, key, live, exc, apply)
+                raise
+            if not diff.differs(dry, live):
+                return ObjectResult(key, "unchanged", live=live)
+            paths = ", ".join(diff.changed_paths(dry, live))
+            took = diff.managers_losing_fields(live, dry)
+            if not apply:
+                return ObjectResult(key, "drifted" if live is not None else "missing", paths, took_over=took, live=live)
+            after = self.kube.apply(res, obj)
+            action = "created" if live is None else "configured"
+            if took:
+                log.warning("conflict_taken_over", object=describe(key), managers=",".join(took))
+            log.info("applied", object=describe(key), action=action, changed=paths)
+            return ObjectResult(key, action, paths, took_over=took, live=after)
+        except KubeError as exc:
+            reason = "ApiError" if exc.transient else "InvalidManifest"
+            log.warning("apply_failed", object=describe(key), status=exc.status, error=exc.message)
+            return ObjectResult(key, "failed", f"{exc.status} {exc.reason}: {exc.message}"[:1000], reason)
+
+    def _immutable(self, res: Any, obj: dict[str, Any], key: ObjKey, live: dict[str, Any], exc: KubeError,
+                   apply: bool) -> ObjectResult:
+        if _annotation(obj, RECREATE_ANNOTATION) != "enabled":
+            return ObjectResult(key, "failed", f"immutable field changed: {exc.message} "
+                                "(annotate qonnect.io/recreate: enabled to allow delete and re-create)"[:1000],
+                                "ImmutableField", live=live)
+        if not apply:
+            return ObjectResult(key, "drifted", "immutable field changed; would re-create", live=live)
+        meta = live["metadata"]
+        self.kube.delete(res, meta.get("namespace"), meta["name"], uid=meta.get("uid"), propagation="Foreground")
+        deadline = time.monotonic() + self.ready_timeout
+        while self.kube.get(res, meta.get("namespace"), meta["name"]) is not None:
+            if time.monotonic() > deadline:
+                return ObjectResult(key, "failed", "deleted for re-create but still present", "ApiError")
+            time.sleep(0.1)
+        after = self.kube.apply(res, obj)
+        log.info("recreated", object=describe(key))
+        return ObjectResult(key, "recreated", "immutable field changed", live=after)
+
+    def _wait_ready(self, batch: list[ObjectResult]) -> None:
+        """CRDs Established and Namespaces Active before the next stage."""
+        deadline = time.monotonic() + self.ready_timeout
+        for result in batch:
+            if result.action == "failed" or result.key[2] not in ("CustomResourceDefinition", "Namespace"):
+                continue
+            group, version, kind, ns, name = result.key
+            res = self.kube.resource(f"{group}/{version}" if group else version, kind)
+            while True:
+                try:
+                    live = self.kube.get(res, ns or None, name)
+                except KubeError as exc:
+                    live = None
+                    result.message = str(exc)
+                if live is not None and health_of(live)[0] == HEALTHY:
+                    result.live = live
+                    break
+                if time.monotonic() > deadline:
+                    result.action, result.reason = "failed", "NotReady"
+                    result.message = f"{kind} {name} not ready within {self.ready_timeout:.0f}s"
+                    break
+                time.sleep(0.1)
+
+
+def _annotation(obj: dict[str, Any], name: str) -> str:
+    return str(((obj.get("metadata") or {}).get("annotations") or {}).get(name, ""))

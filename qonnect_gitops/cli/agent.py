@@ -1,0 +1,145 @@
+"""``qonnect agent``: run the resource agent of one cluster.
+
+Every option can also come from the environment (``--cluster`` ↔ ``QONNECT_CLUSTER``,
+``--lead`` ↔ ``QONNECT_LEAD``...), so the Deployment in ``deploy/`` needs no args.
+``--once`` syncs once, prints a table of objects and actions, and exits 0 (synced
+and healthy), 1 (failed or refused) or 2 (synced but not healthy).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from qonnect_gitops.cli.table import format_table
+from qonnect_gitops.logs import configure
+
+# option dest -> (env var, help)
+_ENV = {
+    "cluster": "QONNECT_CLUSTER", "repo": "QONNECT_REPO", "branch": "QONNECT_BRANCH",
+    "kubeconfig": "QONNECT_KUBECONFIG", "lead": "QONNECT_LEAD", "token_file": "QONNECT_TOKEN_FILE",
+    "prometheus": "QONNECT_PROMETHEUS", "namespace": "QONNECT_NAMESPACE", "cache_dir": "QONNECT_CACHE_DIR",
+    "interval": "QONNECT_INTERVAL", "drift_interval": "QONNECT_DRIFT_INTERVAL", "drift": "QONNECT_DRIFT",
+    "report_interval": "QONNECT_REPORT_INTERVAL", "prune_fraction": "QONNECT_PRUNE_FRACTION",
+    "wait_timeout": "QONNECT_WAIT_TIMEOUT", "metrics_addr": "QONNECT_METRICS_ADDR",
+    "webhook_addr": "QONNECT_WEBHOOK_ADDR", "webhook_secret_file": "QONNECT_WEBHOOK_SECRET_FILE",
+    "latency_metric": "QONNECT_LATENCY_METRIC", "traffic_metric": "QONNECT_TRAFFIC_METRIC",
+    "log_level": "QONNECT_LOG_LEVEL", "once": "QONNECT_ONCE",
+}
+
+
+def register(sub: Any) -> None:
+    p = sub.add_parser("agent", help="run the resource agent of one cluster",
+                       description="Fetch cluster/<NAME>, server-side apply it, prune what left it, "
+                       "report health to the leads. Options also read QONNECT_* environment variables.")
+    e = os.environ.get
+    p.add_argument("--cluster", default=e(_ENV["cluster"]), help="cluster name [QONNECT_CLUSTER]")
+    p.add_argument("--repo", default=e(_ENV["repo"]), help="Git URL of the goals repository [QONNECT_REPO]")
+    p.add_argument("--branch", default=e(_ENV["branch"], ""), help="branch to follow (default cluster/NAME) [QONNECT_BRANCH]")
+    p.add_argument("--kubeconfig", default=e(_ENV["kubeconfig"]) or e("KUBECONFIG"),
+                   help="kubeconfig file; in-cluster credentials when absent [QONNECT_KUBECONFIG, KUBECONFIG]")
+    p.add_argument("--lead", default=e(_ENV["lead"], ""), help="lead URLs, comma-separated [QONNECT_LEAD]")
+    p.add_argument("--token-file", default=e(_ENV["token_file"]), type=Path, help="bearer token for reports [QONNECT_TOKEN_FILE]")
+    p.add_argument("--prometheus", default=e(_ENV["prometheus"]), help="Prometheus base URL [QONNECT_PROMETHEUS]")
+    p.add_argument("--latency-metric", default=e(_ENV["latency_metric"], "qonnect_network_latency_ms"))
+    p.add_argument("--traffic-metric", default=e(_ENV["traffic_metric"], "qonnect_component_requests_per_second"))
+    p.add_argument("--namespace", default=e(_ENV["namespace"], "qonnect-system"), help="where the inventory lives [QONNECT_NAMESPACE]")
+    p.add_argument("--cache-dir", default=e(_ENV["cache_dir"]), type=Path, help="local bare Git cache [QONNECT_CACHE_DIR]")
+    p.add_argument("--interval", type=float, default=float(e(_ENV["interval"], "30")), help="poll seconds (default 30)")
+    p.add_argument("--drift-interval", type=float, default=float(e(_ENV["drift_interval"], "300")),
+                   help="seconds between full dry-run comparisons (default 300)")
+    p.add_argument("--drift", choices=("heal", "report"), default=e(_ENV["drift"], "heal"),
+                   help="heal: re-apply drifted objects; report: only report them [QONNECT_DRIFT]")
+    p.add_argument("--report-interval", type=float, default=float(e(_ENV["report_interval"], "15")),
+                   help="heartbeat seconds (default 15)")
+    p.add_argument("--prune-fraction", type=float, default=float(e(_ENV["prune_fraction"], "0.5")),
+                   help="largest share of the inventory one sync may delete without Qonnect-Prune-Limit (default 0.5)")
+    p.add_argument("--wait-timeout", type=float, default=float(e(_ENV["wait_timeout"], "60")),
+                   help="--once: seconds to wait for health (default 60; 0: do not wait)")
+    p.add_argument("--metrics-addr", default=e(_ENV["metrics_addr"]), help="host:port for /metrics [QONNECT_METRICS_ADDR]")
+    p.add_argument("--webhook-addr", default=e(_ENV["webhook_addr"]), help="host:port for POST /webhook (needs a secret)")
+    p.add_argument("--webhook-secret-file", default=e(_ENV["webhook_secret_file"]), type=Path)
+    p.add_argument("--log-level", default=e(_ENV["log_level"], "info"))
+    p.add_argument("--once", action="store_true", default=e(_ENV["once"], "") in ("1", "true"),
+                   help="sync once, print the result, exit 0 healthy / 1 failed / 2 not healthy")
+    p.set_defaults(handler=run)
+
+
+def build_config(args: argparse.Namespace) -> Any:
+    from qonnect_gitops.agent.config import AgentConfig
+    from qonnect_gitops.gitstore.remote import credentials_from_env
+
+    missing = [f"--{n} ({_ENV[n]})" for n in ("cluster", "repo") if not getattr(args, n)]
+    if missing:
+        raise SystemExit(f"qonnect agent: missing {', '.join(missing)}")
+    token = args.token_file.read_text().strip() if args.token_file else None
+    leads = tuple(u.strip() for u in (args.lead or "").split(",") if u.strip())
+    if args.webhook_addr and not args.webhook_secret_file:
+        raise SystemExit("qonnect agent: --webhook-addr needs --webhook-secret-file")
+    cache = args.cache_dir or Path(tempfile.gettempdir()) / "qonnect-agent"
+    return AgentConfig(
+        cluster=args.cluster, repo=args.repo, branch=args.branch, kubeconfig=args.kubeconfig,
+        namespace=args.namespace, cache_dir=cache, leads=leads, token=token, prometheus=args.prometheus,
+        latency_metric=args.latency_metric, traffic_metric=args.traffic_metric, interval=args.interval,
+        drift_interval=args.drift_interval, drift=args.drift, report_interval=args.report_interval,
+        prune_fraction=args.prune_fraction, wait_timeout=args.wait_timeout, metrics_addr=args.metrics_addr,
+        webhook_addr=args.webhook_addr,
+        webhook_secret=args.webhook_secret_file.read_bytes().strip() if args.webhook_secret_file else None,
+        git_credentials=credentials_from_env())
+
+
+def run(args: argparse.Namespace) -> int:
+    from qonnect_gitops.agent.agent import Agent
+
+    configure(args.log_level)
+    cfg = build_config(args)
+    agent = Agent(cfg)
+    if args.once:
+        result = agent.sync(full=True, wait=cfg.wait_timeout)
+        print(render_result(result))
+        if agent.reporter is not None:
+            agent.reporter.start()
+            agent.reporter.flush(10.0)
+            if agent.reporter.sent == 0:
+                print(f"report not delivered: {agent.reporter.last_error}", file=sys.stderr)
+            agent.reporter.stop()
+        return result.exit_code
+    signal.signal(signal.SIGTERM, lambda *_: agent.stop())
+    try:
+        agent.run()
+    except KeyboardInterrupt:
+        agent.stop()
+    return 0
+
+
+def render_result(result: Any) -> str:
+    """The readable outcome of one sync: objects and actions, prunes, refusals, status."""
+    from qonnect_gitops.agent.inventory import describe, key_of
+
+    health = {key_of(o): h for o, h in result.health}
+    rows = []
+    for r in result.objects:
+        h = health.get(r.key, ("-", ""))
+        note = r.message if r.action not in ("unchanged", "created") else h[1]
+        if r.took_over:
+            note = f"took fields from {', '.join(r.took_over)}; {note}"
+        rows.append((r.name, r.action, h[0], note[:100]))
+    if not result.objects:
+        rows = [(describe(key_of(o)), "-", h[0], h[1][:100]) for o, h in result.health]
+    for k in result.pruned.deleted:
+        rows.append((describe(k), "pruned", "-", ""))
+    for k, why in result.pruned.kept:
+        rows.append((describe(k), "kept", "-", why))
+    lines = [format_table(("OBJECT", "ACTION", "HEALTH", "MESSAGE"), rows)] if rows else []
+    for ref in result.refusals:
+        lines.append(f"REFUSED {ref.reason}: {ref.message}")
+    applied = f"{result.applied.commit[:12]} (generation {result.applied.generation})" if result.applied else "nothing"
+    lines.append(f"commit {(result.commit or '?')[:12]} generation {result.generation} term {result.term}; "
+                 f"running {applied}")
+    lines.append(f"{result.state} {result.reason}: {result.message}")
+    return "\n".join(lines)

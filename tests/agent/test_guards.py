@@ -1,0 +1,101 @@
+"""Prune guards: each refuses with a stable reason, and refusing means nothing is deleted."""
+
+from __future__ import annotations
+
+from kubernetes import client
+
+from qonnect_gitops.agent.inventory import Inventory
+from qonnect_gitops.agent.prune import check_guards
+from qonnect_gitops.gitstore.trailers import DecisionMeta
+from tests.agent.conftest import Branch, configmap, namespace
+
+
+def _cms(core: client.CoreV1Api) -> set[str]:
+    return {c.metadata.name for c in core.list_namespaced_config_map("shop").items}
+
+
+def test_empty_branch_without_allow_empty_is_refused(make_agent, branch: Branch, core):
+    branch.publish([namespace("shop"), configmap("a"), configmap("b")])
+    agent = make_agent()
+    agent.sync()
+    empty = branch.raw_commit([], generation=branch.generation + 1)
+    result = agent.sync()
+    assert result.commit == empty
+    assert [r.reason for r in result.refusals] == ["EmptyDesiredSet"]
+    assert result.state == "Stalled" and result.reason == "EmptyDesiredSet" and result.exit_code == 1
+    assert _cms(core) == {"a", "b"}
+    report = agent.build_report(result)
+    assert report.refusals[0].reason == "EmptyDesiredSet" and report.applied.generation == 1
+
+
+def test_empty_branch_with_allow_empty_prunes_everything(make_agent, branch: Branch, core):
+    branch.publish([namespace("shop"), configmap("a"), configmap("b")])
+    agent = make_agent()
+    agent.sync()
+    # The leader drains the cluster: GitStore writes an empty tree with Qonnect-Allow-Empty: true.
+    branch.store.write_decision({"placement.yaml": b"empty\n"}, summary="drain", body="", clusters=["edge-1"],
+                                timestamp=1_800_000_000,
+                                meta=DecisionMeta(source="0" * 40, term=1, generation=2, reason="rescheduling"))
+    result = agent.sync()
+    assert result.commit == branch.store.cluster_head("edge-1")
+    assert sorted(k[4] for k in result.pruned.deleted) == ["a", "b"]
+    assert _cms(core) == set()
+    # The namespace is protected: it stays, and the refusal says why.
+    assert core.read_namespace("shop").metadata.name == "shop"
+    assert [r.reason for r in result.refusals] == ["ProtectedKind"]
+
+
+def test_prune_limit_refuses_then_a_covering_trailer_allows(make_agent, branch: Branch, core):
+    branch.publish([namespace("shop")] + [configmap(n) for n in "abcde"])
+    agent = make_agent()
+    agent.sync()
+    branch.publish([namespace("shop"), configmap("a"), configmap("b")])  # removes 3 of 6 = 50%: allowed
+    assert agent.sync().state == "Ready"
+    assert _cms(core) == {"a", "b"}
+    branch.publish([namespace("shop")])  # removes 2 of 3 objects: more than half
+    result = agent.sync()
+    assert [r.reason for r in result.refusals] == ["PruneLimitExceeded"]
+    assert "removes 2 of 3" in result.refusals[0].message
+    assert _cms(core) == {"a", "b"}
+    assert result.applied.generation == 2
+    # (GitStore writes a cluster commit only when its tree changes, so each step adds an object.)
+    branch.publish([namespace("shop"), configmap("y")], prune_limit=1)  # a limit that does not cover it
+    result = agent.sync()
+    assert [r.reason for r in result.refusals] == ["PruneLimitExceeded"]
+    assert "Qonnect-Prune-Limit: 1 does not cover it" in result.refusals[0].message
+    branch.publish([namespace("shop"), configmap("z")], prune_limit=2)
+    result = agent.sync()
+    assert result.refusals == [] and result.state == "Ready"
+    assert _cms(core) == {"z"}
+
+
+def test_protected_kinds_need_prune_enabled(make_agent, branch: Branch, core):
+    branch.publish([namespace("shop"), namespace("extra"), configmap("a"), configmap("b")])
+    agent = make_agent()
+    agent.sync()
+    branch.publish([namespace("shop"), configmap("a"), configmap("b")])
+    result = agent.sync()
+    assert [r.reason for r in result.refusals] == ["ProtectedKind"]
+    assert "Namespace/extra" in result.refusals[0].message
+    assert core.read_namespace("extra").status.phase == "Active"
+    # Still listed, so annotating it lets a later sync delete it.
+    core.patch_namespace("extra", {"metadata": {"annotations": {"qonnect.io/prune": "enabled"}}})
+    result = agent.sync(full=True)
+    assert [k[4] for k in result.pruned.deleted] == ["extra"]
+    assert "extra" not in {n.metadata.name for n in core.list_namespace().items
+                           if n.status.phase != "Terminating"}
+
+
+def test_guard_function_edges():
+    inv = Inventory(objects={("", "v1", "ConfigMap", "s", n) for n in "abcd"})
+    keep = {("", "v1", "ConfigMap", "s", n) for n in "ab"}
+    assert check_guards(keep, inv, allow_empty=False, prune_limit=None, fraction=0.5) is None  # exactly half
+    keep1 = {("", "v1", "ConfigMap", "s", "a")}
+    assert check_guards(keep1, inv, allow_empty=False, prune_limit=None, fraction=0.5).reason == "PruneLimitExceeded"
+    assert check_guards(keep1, inv, allow_empty=False, prune_limit=3, fraction=0.5) is None
+    assert check_guards(keep1, inv, allow_empty=False, prune_limit=None, fraction=0.8) is None
+    assert check_guards(set(), inv, allow_empty=False, prune_limit=9, fraction=1.0).reason == "EmptyDesiredSet"
+    assert check_guards(set(), Inventory(), allow_empty=False, prune_limit=None, fraction=0.5).reason == "EmptyDesiredSet"
+    # The same object under another API version is not a removal.
+    moved = {("", "v2", "ConfigMap", "s", n) for n in "abcd"}
+    assert check_guards(moved, inv, allow_empty=False, prune_limit=None, fraction=0.1) is None

@@ -1,0 +1,56 @@
+"""Generation trust: a branch that goes backwards is refused, also after an agent restart."""
+
+from __future__ import annotations
+
+from tests.agent.conftest import Branch, configmap, namespace
+
+
+def test_generation_regression_is_refused_and_survives_restart(make_agent, branch: Branch, core):
+    branch.publish([namespace("shop"), configmap("a")])
+    branch.publish([namespace("shop"), configmap("a"), configmap("b")])
+    agent = make_agent()
+    assert agent.sync().applied.generation == 2
+    late = branch.raw_commit([namespace("shop"), configmap("old")], generation=1, term=1)
+    result = agent.sync()
+    assert result.commit == late
+    assert [r.reason for r in result.refusals] == ["StaleGeneration"]
+    assert result.refusals[0].commit == late
+    assert result.reason == "StaleGeneration" and result.exit_code == 1
+    assert result.applied.generation == 2
+    names = {c.metadata.name for c in core.list_namespaced_config_map("shop").items}
+    assert names == {"a", "b"}
+    report = agent.build_report(result)
+    assert report.refusals[0].reason == "StaleGeneration" and report.attempted == late
+
+    # A new agent process (fresh memory, fresh Git cache) still refuses: the inventory remembers.
+    restarted = make_agent(cache_dir=agent.cfg.cache_dir.parent / "other-cache")
+    again = restarted.sync()
+    assert [r.reason for r in again.refusals] == ["StaleGeneration"]
+    assert {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"a", "b"}
+
+    # The rightful leader's next decision is applied.
+    branch.generation = 2
+    branch.publish([namespace("shop"), configmap("a"), configmap("c")])
+    ok = restarted.sync()
+    assert ok.refusals == [] and ok.applied.generation == 3
+    assert {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"a", "c"}
+
+
+def test_same_generation_is_accepted_and_term_recorded(make_agent, branch: Branch, core):
+    branch.publish([namespace("shop"), configmap("a")], term=4)
+    agent = make_agent()
+    result = agent.sync()
+    assert result.term == 4
+    import json
+    inv = json.loads(core.read_namespaced_config_map("qonnect-inventory", "qonnect-system").data["inventory"])
+    assert inv["term"] == 4
+    branch.raw_commit([namespace("shop"), configmap("a"), configmap("z")], generation=1, term=5)
+    assert agent.sync().refusals == []
+
+
+def test_commit_without_generation_after_one_was_applied_is_refused(make_agent, branch: Branch):
+    branch.publish([namespace("shop"), configmap("a")])
+    agent = make_agent()
+    agent.sync()
+    branch.raw_commit([namespace("shop")], generation=None)
+    assert [r.reason for r in agent.sync().refusals] == ["StaleGeneration"]
