@@ -15,8 +15,9 @@ from qonnect_gitops.gitstore import GitStoreError, StaleRef
 from qonnect_gitops.gitstore.remote import credentials_from_env
 from qonnect_gitops.lead.reconcile import CycleResult, open_mirror_for_goals, reconcile_once
 from qonnect_gitops.model import GoalsError, Goals, Observed
-from qonnect_gitops.cli.plan import load_observed, plan_markdown, plan_table
-from qonnect_gitops.model.observed import empty_observation
+from qonnect_gitops.cli.plan import plan_table
+from qonnect_gitops.model.observed import empty_observation, load_observed
+from qonnect_gitops.render.describe import plan_markdown
 
 ATTEMPTS = 3  # a lost compare-and-swap race is retried from a fresh fetch
 

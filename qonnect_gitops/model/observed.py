@@ -11,7 +11,10 @@ from datetime import datetime
 from pydantic import AwareDatetime, Field
 
 from qonnect_gitops.model.base import Arch, Name, UserModel
+from qonnect_gitops.model.errors import GoalsError, Problem
+from qonnect_gitops.model.goals import Goals
 from qonnect_gitops.model.quantity import Bytes, MilliCPU
+from qonnect_gitops.model.yamlpos import parse_yaml, validate_document
 
 
 class Capacity(UserModel):
@@ -77,3 +80,32 @@ class Observed(UserModel):
 def empty_observation(now: datetime) -> Observed:
     """A snapshot in which nothing has been observed: every cluster as declared."""
     return Observed(now=now)
+
+
+def load_observed(path: str, raw: bytes, goals: Goals) -> Observed:
+    """Parse and check an observed snapshot; GoalsError names file, line and field."""
+    doc = parse_yaml(path, raw)[0]
+    if not isinstance(doc.data, dict):
+        raise GoalsError([doc.problem((), "expected a mapping with now, clusters, latencies, traffic")])
+    observed = validate_document(Observed, doc)
+    regions = {c.spec.region for c in goals.clusters.values()} | set(goals.fleet.spec.regions)
+    components = {c.key for c in goals.components()}
+    problems: list[Problem] = []
+    for name in observed.clusters:
+        if name not in goals.clusters:
+            problems.append(doc.problem(("clusters", name), f"unknown cluster '{name}'", key=True))
+    for i, lat in enumerate(observed.latencies):
+        for field, end in (("from", lat.from_), ("to", lat.to)):
+            if end not in goals.clusters and end not in regions:
+                problems.append(doc.problem(("latencies", i, field), f"unknown cluster or region '{end}'"))
+    for i, t in enumerate(observed.traffic):
+        if t.component not in components:
+            problems.append(doc.problem(("traffic", i, "component"), f"unknown component '{t.component}'"))
+        if t.region not in regions:
+            problems.append(doc.problem(("traffic", i, "region"), f"unknown region '{t.region}'"))
+    for i, key in enumerate(observed.completed_jobs):
+        if key not in components:
+            problems.append(doc.problem(("completedJobs", i), f"unknown component '{key}'"))
+    if problems:
+        raise GoalsError(problems)
+    return observed

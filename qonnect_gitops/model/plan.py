@@ -11,6 +11,10 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt
 
+from qonnect_gitops.model.errors import GoalsError
+from qonnect_gitops.model.goals import Goals
+from qonnect_gitops.model.yamlpos import parse_yaml, validate_document
+
 DecisionReason = Literal["goals-changed", "failover", "rescheduling", "scaling"]
 MoveReason = Literal["new", "failover", "rescheduling", "scaling", "goals-changed", "removed"]
 
@@ -105,3 +109,22 @@ class CurrentPlacement(PlanModel):
 
     placements: dict[str, dict[str, NonNegativeInt]] = Field(default_factory=dict)
     last_moved: dict[str, AwareDatetime] = Field(default_factory=dict, alias="lastMoved")
+
+
+def load_current(path: str, raw: bytes, goals: Goals) -> CurrentPlacement:
+    """Parse an earlier plan's ``placements`` (and ``lastMoved``); JSON is read as YAML so
+    errors get positions. Other keys of a plan's JSON output are ignored."""
+    doc = parse_yaml(path, raw)[0]
+    if not isinstance(doc.data, dict):
+        raise GoalsError([doc.problem((), "expected a mapping with placements and lastMoved")])
+    data = {k: v for k, v in doc.data.items() if k in ("placements", "lastMoved")}
+    current = validate_document(CurrentPlacement, type(doc)(doc.path, data, doc.node, doc.start_line))
+    problems = [
+        doc.problem(("placements", key, name), f"unknown cluster '{name}'", key=True)
+        for key, where in current.placements.items()
+        for name in where
+        if name not in goals.clusters
+    ]
+    if problems:
+        raise GoalsError(problems)
+    return current

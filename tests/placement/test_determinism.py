@@ -5,7 +5,7 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-from qonnect_gitops.cli.plan import plan_json
+from qonnect_gitops.render.describe import plan_json
 from qonnect_gitops.model.goals import App, Goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.placement import plan

@@ -1,0 +1,44 @@
+"""A plan described for people and programs: the JSON of ``qonnect plan --format json``
+and the markdown table that decision commits and pull requests of proposals carry."""
+
+from __future__ import annotations
+
+import json
+
+from qonnect_gitops.model.plan import Plan
+
+
+def plan_json(p: Plan) -> str:
+    """The plan as sorted, indented JSON: byte-identical for the same plan."""
+    data = {
+        "reason": p.reason,
+        "placements": p.placements(),
+        "unplaced": [u.model_dump(mode="json") for u in p.unplaced],
+        "moves": [m.model_dump(mode="json", by_alias=True) for m in p.moves],
+        "components": {k: v.model_dump(mode="json") for k, v in p.components.items()},
+        "lastMoved": {k: v.isoformat().replace("+00:00", "Z") for k, v in p.last_moved.items()},
+    }
+    return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False)
+
+
+def _md(text: object) -> str:
+    return "-" if text is None else str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def plan_markdown(p: Plan) -> str:
+    """The table a pull request of proposed placements shows."""
+    lines = [f"### Proposed placement ({p.reason})", "", "| Component | Cluster | Replicas | Why |", "|---|---|---:|---|"]
+    for key, cp in p.components.items():
+        for a in cp.assignments:
+            lines.append(f"| `{key}` | {a.cluster} | {a.replicas} | {_md(a.reason)} |")
+        for d in cp.draining:
+            lines.append(f"| `{key}` | {d.cluster} | -{d.replicas} draining | {_md(d.reason)} |")
+    if p.moves:
+        lines += ["", "#### Moves", "", "| Component | From | To | Replicas | Reason | Detail |", "|---|---|---|---:|---|---|"]
+        for m in p.moves:
+            lines.append(f"| `{m.component}` | {_md(m.source)} | {_md(m.target)} | {m.replicas} | {m.reason} | {_md(m.detail)} |")
+    if p.unplaced:
+        lines += ["", "#### Unplaced", "", "| Component | Replicas | Per replica | Near | Why |", "|---|---:|---|---|---|"]
+        for u in p.unplaced:
+            lines.append(f"| `{u.component}` | {u.replicas} | {u.cpu} CPU, {u.memory}, {'/'.join(u.architectures)} | {_md(u.near)} | {_md(u.reason)} |")
+    return "\n".join(lines)
