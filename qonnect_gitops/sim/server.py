@@ -119,6 +119,18 @@ class Handler(BaseHTTPRequestHandler):
         self._drain()
         self._send_error(err)
 
+    def send_raw(self, code: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        """Answer with a ready body and extra headers (fault hooks: ``Retry-After``); drains the request body."""
+        self._drain()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
     def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
@@ -169,6 +181,7 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
+        self._body_read = False  # per request: a hook answering early must still drain this request's body
         if self.server.request_log is not None:
             self.server.request_log.append((method, self.path, self.headers.get("Accept", "")))
         try:
