@@ -140,8 +140,7 @@ class SimCluster:
                 continue
             port = self.prometheus_port if kind == "prometheus" else self.admin_port
             server = JsonHTTPServer((self.host, port), route)
-            # Half a second between shutdown checks: these ports idle almost always.
-            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.5},
+            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
                                       name=f"sim-{kind}-{self.name}", daemon=True)
             thread.start()
             self._side[kind] = (server, thread)
@@ -153,11 +152,17 @@ class SimCluster:
     def stop(self) -> None:
         """Stop everything: open watches end, ports are released. The store is kept; ``start()`` resumes on the same ports."""
         with self._lock:
+            # Shut the side servers down while the API server stops: each shutdown waits up to
+            # one poll interval, and waiting for them in turn would add up.
+            stoppers = [threading.Thread(target=server.shutdown, daemon=True) for server, _ in self._side.values()]
+            for t in stoppers:
+                t.start()
             self._stop_api()
             if self.controllers is not None:
                 self.controllers.stop()
+            for t in stoppers:
+                t.join(timeout=5)
             for server, thread in self._side.values():
-                server.shutdown()
                 server.server_close()
                 thread.join(timeout=5)
             self._side.clear()
