@@ -30,9 +30,15 @@ def make_sim(*shapes: NodeShape, name: str = "t", delay: float = 0.05, **kwargs:
                       **kwargs)
 
 
-def clients(sim: SimCluster) -> tuple[client.CoreV1Api, client.AppsV1Api, client.BatchV1Api, client.ApiClient]:
-    """Official typed clients configured from the sim's kubeconfig."""
-    api = config.new_client_from_config_dict(sim.kubeconfig())
+def clients(sim: SimCluster, retries: bool = True) -> tuple[client.CoreV1Api, client.AppsV1Api, client.BatchV1Api,
+                                                            client.ApiClient]:
+    """Official typed clients configured from the sim's kubeconfig (``retries=False``: no urllib3 retries)."""
+    conf = client.Configuration()
+    config.load_kube_config_from_dict(sim.kubeconfig(), client_configuration=conf)
+    if not retries:
+        # urllib3 otherwise retries refused connections and honours Retry-After by sleeping.
+        conf.retries = False
+    api = client.ApiClient(conf)
     return client.CoreV1Api(api), client.AppsV1Api(api), client.BatchV1Api(api), api
 
 
