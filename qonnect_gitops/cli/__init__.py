@@ -27,6 +27,7 @@ COMMANDS: tuple[str, ...] = (
     "status",
     "members",
     "token",
+    "sim",
 )
 
 
