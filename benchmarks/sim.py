@@ -207,8 +207,9 @@ def main() -> None:
                  ("server-side apply (create)", f"{figures['ssa_create_rps']} req/s"),
                  ("memory per 1,000 Deployments", f"{figures['memory_per_1000_deployments_mib']} MiB"),
                  ("sim RSS at the end", f"{figures['sim_rss_mib']} MiB")]
-    rows += [(f"idle fleet: {figures['idle_fleet_clusters']} clusters, Bookinfo on "
-              f"{len(figures['idle_fleet_bookinfo_clusters'])} ({figures['idle_fleet_ready_pods']} ready pods)", ""),
+    fleet = (f"idle fleet: {figures['idle_fleet_clusters']} clusters, Bookinfo on "
+             f"{len(figures['idle_fleet_bookinfo_clusters'])} ({figures['idle_fleet_ready_pods']} ready pods)")
+    rows += [(fleet, ""),
              ("  resident memory (one process)", f"{figures['idle_fleet_rss_mib']} MiB"),
              (f"  CPU over {figures['idle_fleet_seconds']} s", f"{figures['idle_fleet_cpu_percent']} % of one core")]
     width = max(len(r[0]) for r in rows)

@@ -227,7 +227,7 @@ class Controllers:
                 try:
                     self.reconcile()
                 except Exception:  # a controller bug must not kill the cluster's control plane
-                    log.error("sim_controllers_failed", exc_info=True, cluster=self.core.cluster_name)
+                    log.error("sim_controllers_failed", exc_info=True, cluster=self.core.cluster_name)  # noqa: G201
                 seen = self.store.resource_version
 
     def reconcile(self) -> None:
@@ -802,8 +802,8 @@ class Controllers:
         for ep in self.store.list(("", "endpoints")):
             if (_meta(ep).get("labels") or {}).get("endpoints.kubernetes.io/managed-by") != MANAGED_BY_ENDPOINTS:
                 continue
-            svc = services.get((_meta(ep)["namespace"], _meta(ep)["name"]))
-            if svc is None or not (svc.get("spec") or {}).get("selector"):
+            owner = services.get((_meta(ep)["namespace"], _meta(ep)["name"]))
+            if owner is None or not (owner.get("spec") or {}).get("selector"):
                 self._delete(self.rt_endpoints, ep)
 
     @staticmethod

@@ -27,8 +27,8 @@ _REASONS = {
     500: ("InternalError", "Internal error occurred: injected by the simulated cluster"),
     502: ("InternalError", "Internal error occurred: bad gateway (injected by the simulated cluster)"),
     503: ("ServiceUnavailable", "The server is currently unable to handle the request"),
-    504: ("Timeout", "The server was unable to return a response in the time allotted, but may still be processing "
-                     "the request"),
+    504: ("Timeout", ("The server was unable to return a response in the time allotted, but may still be "
+                      "processing the request")),
 }
 
 

@@ -53,8 +53,7 @@ def parse_selector(query: str) -> Matcher:
     pos = 0
     m = _NAME.match(text)
     if m and m.group(1):
-        name = m.group(1)
-        matchers.append(lambda labels, n=name: labels.get("__name__") == n)
+        matchers.append(_matcher("__name__", "=", m.group(1)))
         pos = m.end()
     if pos < len(text):
         if text[pos] != "{":
@@ -192,7 +191,7 @@ class _JsonHandler(BaseHTTPRequestHandler):
         try:
             code, payload = self.server.route(method, url.path, query, body)
         except Exception as exc:  # a bug must answer, not hang the caller
-            log.error("sim_side_request_failed", exc_info=True, path=self.path)
+            log.error("sim_side_request_failed", exc_info=True, path=self.path)  # noqa: G201
             code, payload = 500, {"error": str(exc)}
         data = json.dumps(payload, separators=(",", ":")).encode()
         self.send_response(code)

@@ -59,7 +59,7 @@ def test_qonnect_sim_rejects_a_missing_directory(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-m", "qonnect_gitops", "sim", "--clusters", str(tmp_path / "nope"),
                            "--kubeconfig-dir", str(tmp_path / "out")], capture_output=True, text=True, env=env,
-                          timeout=60)
+                          timeout=60, check=False)
     assert proc.returncode == 1 and "not a directory" in proc.stderr
     assert not (tmp_path / "out").exists()
 

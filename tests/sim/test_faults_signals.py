@@ -17,7 +17,15 @@ from kubernetes.client.exceptions import ApiException
 
 from qonnect_gitops.model import load_goals, read_directory
 from qonnect_gitops.sim import SimCluster
-from tests.sim.kubelet_helpers import clients, deployment, make_sim, pods_of, ready, shape, wait_for
+from tests.sim.kubelet_helpers import (
+    clients,
+    deployment,
+    make_sim,
+    pods_of,
+    ready,
+    shape,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 

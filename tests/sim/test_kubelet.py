@@ -10,7 +10,16 @@ from kubernetes import client
 from qonnect_gitops.model import load_goals, read_directory
 from qonnect_gitops.sim import SimCluster
 from tests.sim.conftest import Kubectl
-from tests.sim.kubelet_helpers import clients, deployment, make_sim, pods_of, ready, shape, taint, wait_for
+from tests.sim.kubelet_helpers import (
+    clients,
+    deployment,
+    make_sim,
+    pods_of,
+    ready,
+    shape,
+    taint,
+    wait_for,
+)
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -241,7 +250,7 @@ def test_kubectl_wait_available(tmp_path: Path) -> None:
 
 def test_idle_cluster_does_no_work() -> None:
     with make_sim(shape(2, "4")) as sim:
-        core, apps, *_ = clients(sim)
+        _, apps, *_ = clients(sim)
         apps.create_namespaced_deployment("default", deployment("web", 3))
         wait_for(lambda: (apps.read_namespaced_deployment("web", "default").status.ready_replicas or 0) == 3,
                  what="web ready")
