@@ -246,6 +246,19 @@ def test_kubectl_wait_available(tmp_path: Path) -> None:
         assert "condition met" in proc.stdout
         out = kubectl("get", "pods", "-o", "jsonpath={.items[*].status.phase}").stdout
         assert out.split() == ["Running", "Running"]
+        assert "successfully rolled out" in kubectl("rollout", "status", "deployment/web", "--timeout=10s").stdout
+        # Tables carry the API printers' columns.
+        lines = kubectl("get", "pods", "-o", "wide").stdout.splitlines()
+        assert lines[0].split()[:6] == ["NAME", "READY", "STATUS", "RESTARTS", "AGE", "IP"]
+        assert all(line.split()[1:3] == ["1/1", "Running"] and line.split()[6] == "t-node-1" for line in lines[1:])
+        lines = kubectl("get", "deployments").stdout.splitlines()
+        assert lines[1].split()[:4] == ["web", "2/2", "2", "2"]
+        sim.fail_node("t-node-1")
+        lines = kubectl("get", "nodes").stdout.splitlines()
+        assert lines[0].split() == ["NAME", "STATUS", "ROLES", "AGE", "VERSION"]
+        assert lines[1].split()[:2] == ["t-node-1", "NotReady"] and lines[1].split()[-1] == "v1.37.0"
+        pending = kubectl("get", "pods", "--field-selector=status.phase=Pending").stdout.splitlines()[1:]
+        assert len(pending) == 2 and all(line.split()[1:3] == ["0/1", "Pending"] for line in pending)
 
 
 def test_idle_cluster_does_no_work() -> None:
