@@ -23,7 +23,8 @@ What runs, in pass order:
   after binding; Pods of Jobs (restartPolicy other than Always) succeed
   ``startup_delay`` seconds after that.
 * Workload statuses (observedGeneration, replica counts, conditions) follow.
-* Services with a selector get Endpoints and one EndpointSlice.
+* Services with a selector get Endpoints and one EndpointSlice; LoadBalancer
+  Services get an ingress IP (172.18.255.x), as a cloud's service controller gives.
 """
 
 from __future__ import annotations
@@ -189,6 +190,7 @@ class Controllers:
         self._ready_at: dict[str, float] = {}  # pod uid -> when the kubelet reports it Running
         self._done_at: dict[str, float] = {}  # pod uid -> when a run-to-completion Pod succeeds
         self._next_ip = 0
+        self._next_lb = 0
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.rounds = 0  # how many times the loop woke up and reconciled (tests check idleness)
@@ -793,6 +795,8 @@ class Controllers:
                 pods_by_ns.setdefault(_meta(p)["namespace"], []).append(p)
         for (ns, name), svc in services.items():
             spec = svc.get("spec") or {}
+            if spec.get("type") == "LoadBalancer" and not _terminating(svc):
+                self._load_balancer(svc)
             if not spec.get("selector") or spec.get("type") == "ExternalName" or _terminating(svc):
                 continue
             selected = [p for p in pods_by_ns.get(ns, [])
@@ -805,6 +809,18 @@ class Controllers:
             owner = services.get((_meta(ep)["namespace"], _meta(ep)["name"]))
             if owner is None or not (owner.get("spec") or {}).get("selector"):
                 self._delete(self.rt_endpoints, ep)
+
+    def _load_balancer(self, svc: dict[str, Any]) -> None:
+        """Give a LoadBalancer Service an ingress address, as a cloud controller (or k3s' servicelb) does."""
+        status = svc.get("status") or {}
+        if (status.get("loadBalancer") or {}).get("ingress"):
+            return
+        self._next_lb += 1
+        ip = f"172.18.255.{self._next_lb % 250 + 1}"
+        ports = [{"port": p.get("port"), "protocol": p.get("protocol", "TCP")}
+                 for p in (svc.get("spec") or {}).get("ports") or []]
+        self._set_status(self.rt_service, svc, dict(status, loadBalancer={"ingress": [
+            {"ip": ip, "ipMode": "VIP", **({"ports": ports} if ports else {})}]}), "service-controller")
 
     @staticmethod
     def _ports(svc: dict[str, Any], pods: list[dict[str, Any]]) -> list[dict[str, Any]]:

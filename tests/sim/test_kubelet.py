@@ -263,10 +263,25 @@ def test_kubectl_wait_available(tmp_path: Path) -> None:
 
 def test_idle_cluster_does_no_work() -> None:
     with make_sim(shape(2, "4")) as sim:
-        _, apps, *_ = clients(sim)
+        core, apps, batch, _ = clients(sim)
         apps.create_namespaced_deployment("default", deployment("web", 3))
-        wait_for(lambda: (apps.read_namespaced_deployment("web", "default").status.ready_replicas or 0) == 3,
-                 what="web ready")
+        apps.create_namespaced_deployment("default", deployment("huge", 1, cpu="64"))  # stays Pending
+        core.create_namespaced_service("default", {"metadata": {"name": "web"}, "spec": {
+            "type": "LoadBalancer", "selector": {"app": "web"}, "ports": [{"port": 80}]}})
+        template = {"metadata": {"labels": {"app": "s"}}, "spec": {"containers": [{"name": "c", "image": "x:1"}]}}
+        apps.create_namespaced_stateful_set("default", {"metadata": {"name": "s"}, "spec": {
+            "replicas": 2, "serviceName": "s", "selector": {"matchLabels": {"app": "s"}}, "template": template}})
+        apps.create_namespaced_daemon_set("default", {"metadata": {"name": "d"}, "spec": {
+            "selector": {"matchLabels": {"app": "d"}}, "template": {**template, "metadata": {"labels": {"app": "d"}}}}})
+        batch.create_namespaced_job("default", {"metadata": {"name": "j"}, "spec": {"template": {"spec": {
+            "restartPolicy": "Never", "containers": [{"name": "c", "image": "x:1"}]}}}})
+        wait_for(lambda: (apps.read_namespaced_deployment("web", "default").status.ready_replicas or 0) == 3
+                 and (apps.read_namespaced_stateful_set("s", "default").status.ready_replicas or 0) == 2
+                 and apps.read_namespaced_daemon_set("d", "default").status.number_ready == 2
+                 and batch.read_namespaced_job("j", "default").status.succeeded == 1, what="everything settled")
+        ingress = wait_for(lambda: (core.read_namespaced_service("web", "default").status.load_balancer.ingress),
+                           what="a load balancer address")
+        assert ingress[0].ip.startswith("172.18.255.")
         time.sleep(0.2)
         assert sim.controllers is not None
         rounds, rv = sim.controllers.rounds, sim.core.store.resource_version
