@@ -131,6 +131,16 @@ def _scaled(value: Any, total: int, round_up: bool) -> int:
         return 0
 
 
+def _surge_unavailable(spec: dict[str, Any], desired: int) -> tuple[int, int]:
+    """maxSurge (rounded up) and maxUnavailable (rounded down) of a RollingUpdate Deployment."""
+    rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
+    surge = _scaled(rolling.get("maxSurge", "25%"), desired, round_up=True)
+    unavailable = _scaled(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
+    if surge == 0 and unavailable == 0:
+        unavailable = 1  # the API refuses both zero; an object may still carry it
+    return surge, unavailable
+
+
 def _condition(old: list[dict[str, Any]], kind: str, status: str, reason: str, message: str,
                update_time: bool = False, probe: bool = False) -> dict[str, Any]:
     """A condition that keeps its timestamps while its status, reason and message stay the same."""
@@ -330,7 +340,12 @@ class Controllers:
 
         old_pods = sum(int((rs.get("spec") or {}).get("replicas", 0)) for rs in old)
         if new is None and not paused:
-            start = desired if strategy == "RollingUpdate" or old_pods == 0 else 0
+            if old_pods == 0:
+                start = desired
+            elif strategy == "RollingUpdate":
+                start = min(desired, max(0, desired + _surge_unavailable(spec, desired)[0] - old_pods))
+            else:
+                start = 0
             rev = max([revision(rs) for rs in owned], default=0) + 1
             selector = copy.deepcopy(spec.get("selector") or {})
             selector.setdefault("matchLabels", {})["pod-template-hash"] = h
@@ -348,20 +363,40 @@ class Controllers:
             log.info("sim_replicaset_created", cluster=self.core.cluster_name, deployment=f"{ns}/{name}",
                      replicaset=f"{name}-{h}", revision=rev)
         if new is not None and not paused:
-            new_avail = int((new.get("status") or {}).get("availableReplicas", 0))
             if strategy == "Recreate":
-                want_new = desired if old_pods == 0 and not any(self._owned(rs, _PODS) for rs in old) else 0
-                remaining = 0
+                # Every old Pod goes before the new ReplicaSet is scaled up.
+                for rs in old:
+                    self._scale_rs(rs, 0, desired)
+                gone = old_pods == 0 and not any(self._owned(rs, _PODS) for rs in old)
+                self._scale_rs(new, desired if gone else 0, desired)
+            elif old_pods == 0:
+                self._scale_rs(new, desired, desired)
             else:
-                want_new = desired
-                # Make before break: old ReplicaSets keep what the new one cannot yet serve.
-                remaining = max(0, desired - new_avail)
-            self._scale_rs(new, want_new, desired)
-            for rs in sorted(old, key=revision, reverse=True):
-                keep = min(int((rs.get("spec") or {}).get("replicas", 0)), remaining)
-                remaining -= keep
-                self._scale_rs(rs, keep, desired)
+                self._roll(new, old, desired, spec, revision)
         self._deployment_status(d, new, owned if new is None or new in owned else [*owned, new], desired)
+
+    def _roll(self, new: dict[str, Any], old: list[dict[str, Any]], desired: int, spec: dict[str, Any],
+              revision: Callable[[dict[str, Any]], int]) -> None:
+        """One step of a rolling update, within maxSurge and maxUnavailable as the deployment controller does."""
+        def count(rs: dict[str, Any], where: str, key: str) -> int:
+            return int((rs.get(where) or {}).get(key, 0))
+
+        max_surge, max_unavailable = _surge_unavailable(spec, desired)
+        total = count(new, "spec", "replicas") + sum(count(rs, "spec", "replicas") for rs in old)
+        target = count(new, "spec", "replicas")
+        if target < desired:
+            target = min(desired, target + max(0, desired + max_surge - total))
+        self._scale_rs(new, min(target, desired), desired)
+        # Old Pods may go while at least desired - maxUnavailable stay available; unavailable ones go first.
+        available = count(new, "status", "availableReplicas") + sum(count(rs, "status", "availableReplicas")
+                                                                    for rs in old)
+        budget = max(0, available - (desired - max_unavailable))
+        for rs in sorted(old, key=revision):  # oldest first
+            current = count(rs, "spec", "replicas")
+            unhealthy = max(0, current - count(rs, "status", "availableReplicas"))
+            cut = min(current, unhealthy + budget)
+            budget -= max(0, cut - unhealthy)
+            self._scale_rs(rs, current - cut, desired)
 
     def _scale_rs(self, rs: dict[str, Any], replicas: int, desired: int) -> None:
         current = self.store.get(("apps", "replicasets"), _meta(rs)["namespace"], _meta(rs)["name"])
@@ -390,12 +425,9 @@ class Controllers:
         replicas, ready, available = total("replicas"), total("readyReplicas"), total("availableReplicas")
         updated = int(((new_fresh or {}).get("status") or {}).get("replicas", 0))
         new_available = int(((new_fresh or {}).get("status") or {}).get("availableReplicas", 0))
-        rolling = (spec.get("strategy") or {}).get("rollingUpdate") or {}
         max_unavailable = 0
         if (spec.get("strategy") or {}).get("type", "RollingUpdate") == "RollingUpdate":
-            max_unavailable = _scaled(rolling.get("maxUnavailable", "25%"), desired, round_up=False)
-            if _scaled(rolling.get("maxSurge", "25%"), desired, round_up=True) == 0 and max_unavailable == 0:
-                max_unavailable = 1  # the API refuses both zero; a sim object may still carry it
+            max_unavailable = _surge_unavailable(spec, desired)[1]
         old_conds = (d.get("status") or {}).get("conditions") or []
         is_available = available >= desired - max_unavailable
         conditions = [
@@ -411,8 +443,10 @@ class Controllers:
                 f'ReplicaSet "{rs_name}" has successfully progressed.' if done
                 else f'ReplicaSet "{rs_name}" is progressing.', update_time=True))
         status: dict[str, Any] = {"observedGeneration": _meta(d).get("generation", 1)}
+        # As the deployment controller counts: Pods the ReplicaSets should have, minus those available.
+        wanted = sum(int((rs.get("spec") or {}).get("replicas", 0)) for rs in rss)
         for key, value in (("replicas", replicas), ("updatedReplicas", updated), ("readyReplicas", ready),
-                           ("availableReplicas", available), ("unavailableReplicas", max(0, desired - available))):
+                           ("availableReplicas", available), ("unavailableReplicas", max(0, wanted - available))):
             if value:
                 status[key] = value
         status["conditions"] = conditions

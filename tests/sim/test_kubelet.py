@@ -294,3 +294,31 @@ def _yaml(obj: object) -> str:
     import yaml
 
     return yaml.safe_dump(obj)
+
+
+def test_rolling_update_on_a_full_cluster_uses_max_unavailable() -> None:
+    # Four 250m replicas fill the one 1-CPU node: the surge Pod cannot bind, so the rollout
+    # proceeds only because maxUnavailable (25% of 4 = 1) lets an old Pod go first.
+    with make_sim(shape(1, "1")) as sim:
+        core, apps, *_ = clients(sim)
+        apps.create_namespaced_deployment("default", deployment("web", 4, cpu="250m"))
+        wait_for(lambda: (apps.read_namespaced_deployment("web", "default").status.ready_replicas or 0) == 4,
+                 what="web ready")
+        apps.patch_namespaced_deployment("web", "default", {"spec": {"template": {"metadata": {
+            "annotations": {"rev": "2"}}}}})
+        most_pods, least_ready = 0, 4
+        deadline = time.monotonic() + 15
+        while time.monotonic() < deadline:
+            pods = pods_of(core, "web")
+            most_pods = max(most_pods, len(pods))
+            least_ready = min(least_ready, sum(1 for p in pods if ready(p)))
+            d = apps.read_namespaced_deployment("web", "default")
+            if d.status.observed_generation == 2 and d.status.updated_replicas == 4 and d.status.replicas == 4 \
+                    and (d.status.available_replicas or 0) == 4:
+                break
+            time.sleep(0.02)
+        else:
+            raise AssertionError("the rollout did not finish")
+        assert all(p.metadata.annotations == {"rev": "2"} for p in pods_of(core, "web"))
+        assert most_pods <= 5  # desired + maxSurge (1)
+        assert least_ready >= 3  # desired - maxUnavailable (1)
