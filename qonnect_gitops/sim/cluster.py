@@ -134,9 +134,9 @@ class SimCluster:
         log.info("sim_cluster_started", cluster=self.name, url=self.url)
         return self.url
 
-    def _start_side(self) -> None:
+    def _start_side(self, kinds: tuple[str, ...] = ("prometheus", "admin")) -> None:
         for kind, route in (("prometheus", prometheus_route(self.signals)), ("admin", admin_route(self))):
-            if kind in self._side:
+            if kind in self._side or kind not in kinds:
                 continue
             port = self.prometheus_port if kind == "prometheus" else self.admin_port
             server = JsonHTTPServer((self.host, port), route)
@@ -152,20 +152,25 @@ class SimCluster:
     def stop(self) -> None:
         """Stop everything: open watches end, ports are released. The store is kept; ``start()`` resumes on the same ports."""
         with self._lock:
-            # Shut the side servers down while the API server stops: each shutdown waits up to
-            # one poll interval, and waiting for them in turn would add up.
-            stoppers = [threading.Thread(target=server.shutdown, daemon=True) for server, _ in self._side.values()]
-            for t in stoppers:
-                t.start()
-            self._stop_api()
+            self._stop_servers(("prometheus", "admin"))
             if self.controllers is not None:
                 self.controllers.stop()
-            for t in stoppers:
-                t.join(timeout=5)
-            for server, thread in self._side.values():
-                server.server_close()
-                thread.join(timeout=5)
-            self._side.clear()
+
+    def _stop_servers(self, side: tuple[str, ...]) -> None:
+        """Stop the API server and the named side servers."""
+        # Shut the side servers down while the API server stops: each shutdown waits up to
+        # one poll interval, and waiting for them in turn would add up.
+        servers = [(kind, *self._side[kind]) for kind in side if kind in self._side]
+        stoppers = [threading.Thread(target=server.shutdown, daemon=True) for _, server, _ in servers]
+        for t in stoppers:
+            t.start()
+        self._stop_api()
+        for t in stoppers:
+            t.join(timeout=5)
+        for kind, server, thread in servers:
+            server.server_close()
+            thread.join(timeout=5)
+            del self._side[kind]
 
     def _stop_api(self) -> None:
         if self.server is None:
@@ -182,14 +187,18 @@ class SimCluster:
     # ------------------------------------------------------------------ faults
 
     def down(self) -> None:
-        """The whole cluster becomes unreachable: its API refuses connections (Pods keep their state)."""
+        """The whole cluster becomes unreachable: its API and its Prometheus refuse connections.
+
+        Pods keep their state; the admin endpoint stays up (it is how a cluster is brought back).
+        """
         with self._lock:
-            self._stop_api()
+            self._stop_servers(("prometheus",))
             log.info("sim_cluster_down", cluster=self.name)
 
     def up(self) -> None:
-        """The cluster's API listens again, on the same port."""
+        """The cluster's API and Prometheus listen again, on the same ports."""
         with self._lock:
+            self._start_side(("prometheus",))
             self._start_api()
             log.info("sim_cluster_up", cluster=self.name)
 

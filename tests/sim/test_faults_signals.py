@@ -56,11 +56,12 @@ def test_cluster_down_and_up_library_and_admin() -> None:
         core, apps, *_ = clients(sim, retries=False)  # see the refusal itself, not urllib3's retries
         apps.create_namespaced_deployment("default", deployment("web", 1))
         sim.down()
-        assert _refused(sim.port)
+        assert _refused(sim.port) and _refused(sim.prometheus_port)
         with pytest.raises(urllib3.exceptions.HTTPError):
             core.list_node()
         assert _http("GET", sim.admin_url + "/_sim/status")[2]["up"] is False
         sim.up()
+        assert _http("GET", sim.prometheus_url + "/api/v1/query?query=up")[0] == 200
         assert [d.metadata.name for d in apps.list_namespaced_deployment("default").items] == ["web"]
         # The same over the admin endpoint, which stays reachable while the API is down.
         code, _, status = _http("POST", sim.admin_url + "/_sim/down")
