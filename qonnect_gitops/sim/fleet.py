@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import tempfile
 from collections.abc import Iterator, Mapping
@@ -101,11 +102,18 @@ class SimFleet:
         return len(self.clusters)
 
     def start(self, kubeconfig_dir: str | os.PathLike[str] | None = None) -> None:
-        """Start every cluster; with ``kubeconfig_dir``, write ``<name>.yaml`` as soon as each one listens."""
+        """Start every cluster; with ``kubeconfig_dir``, write files as soon as each one listens.
+
+        ``<name>.yaml`` is the kubeconfig; ``<name>.endpoints.json`` says where the
+        cluster's API, Prometheus and admin endpoint listen (for demos and scripts that
+        configure an agent's Prometheus URL or drive faults).
+        """
         for name, sim in self.clusters.items():
             sim.start()
             if kubeconfig_dir is not None:
-                write_atomic(Path(kubeconfig_dir) / f"{name}.yaml", sim.kubeconfig_yaml())
+                out = Path(kubeconfig_dir)
+                write_atomic(out / f"{name}.yaml", sim.kubeconfig_yaml())
+                write_atomic(out / f"{name}.endpoints.json", json.dumps(self.endpoints(name), indent=2) + "\n")
         log.info("sim_fleet_started", clusters=len(self.clusters))
 
     def stop(self) -> None:
@@ -113,6 +121,11 @@ class SimFleet:
         for sim in self.clusters.values():
             sim.stop()
         log.info("sim_fleet_stopped", clusters=len(self.clusters))
+
+    def endpoints(self, name: str) -> dict[str, str]:
+        """Where cluster ``name`` listens: ``api``, ``prometheus`` and ``admin`` base URLs."""
+        sim = self.clusters[name]
+        return {"name": name, "api": sim.url, "prometheus": sim.prometheus_url, "admin": sim.admin_url}
 
     def rows(self) -> list[tuple[str, str, str, str, int]]:
         """``(name, API URL, Prometheus URL, admin URL, nodes)`` per cluster, for tables."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -43,6 +44,15 @@ def test_qonnect_sim_process(tmp_path: Path) -> None:
         assert archs == {"arm64"}
         server = yaml.safe_load((out / "edge-1.yaml").read_text())["clusters"][0]["cluster"]["server"]
         port = int(server.rsplit(":", 1)[1])
+        endpoints = json.loads((out / "edge-1.endpoints.json").read_text())
+        assert endpoints["api"] == server
+        with urllib.request.urlopen(endpoints["prometheus"] + "/api/v1/query?query=qonnect_network_latency_ms",
+                                    timeout=5) as resp:
+            targets = {r["metric"]["target"] for r in json.loads(resp.read())["data"]["result"]}
+        goals = load_goals(read_directory(REPO / "repo-template"))
+        assert targets == {t for (s, t) in goals.latencies if s == "edge-1"}  # as network.yaml declares
+        with urllib.request.urlopen(endpoints["admin"] + "/_sim/status", timeout=5) as resp:
+            assert json.loads(resp.read())["name"] == "edge-1"
     finally:
         proc.send_signal(signal.SIGTERM)
         stdout, stderr = proc.communicate(timeout=30)
