@@ -2,9 +2,10 @@
 
 One thread per cluster. It sleeps on the store's change condition and wakes
 when any object changes (or when a Pod's start-up delay runs out), then brings
-everything to its desired state in passes, holding the store lock so that no
-client write interleaves half-way through a pass. A pass that wrote nothing
-ends the round and the thread sleeps again: an idle cluster costs no CPU.
+everything to its desired state in passes; each step of a pass holds the store
+lock, so it reads and writes a consistent view while client requests go ahead
+between steps. A pass during which nothing was written ends the round and the
+thread sleeps again: an idle cluster costs no CPU.
 
 What runs, in pass order:
 
@@ -227,8 +228,10 @@ class Controllers:
 
     def _run(self) -> None:
         seen = -1
-        with self.store.lock:
-            while not self._stopping:
+        while True:
+            with self.store.lock:
+                if self._stopping:
+                    return
                 now = time.monotonic()
                 timers = [t for t in (*self._ready_at.values(), *self._done_at.values()) if t > 0]
                 due = any(t <= now for t in timers)
@@ -236,24 +239,31 @@ class Controllers:
                     # Sleep until something changes or the next Pod is due to start.
                     self.store.changed.wait(min(timers) - now if timers else None)
                     continue
-                try:
-                    self.reconcile()
-                except Exception:  # a controller bug must not kill the cluster's control plane
-                    log.error("sim_controllers_failed", exc_info=True, cluster=self.core.cluster_name)  # noqa: G201
+            try:
+                seen = self.reconcile()
+            except Exception:  # a controller bug must not kill the cluster's control plane
+                log.error("sim_controllers_failed", exc_info=True, cluster=self.core.cluster_name)  # noqa: G201
                 seen = self.store.resource_version
 
-    def reconcile(self) -> None:
-        """Run passes until one writes nothing (caller may hold the store lock; it is re-entrant)."""
-        with self.store.lock:
-            self.rounds += 1
-            for _ in range(MAX_PASSES):
-                before = self.store.resource_version
-                for step in (self._deployments, self._replicasets, self._statefulsets, self._daemonsets,
-                             self._jobs, self._schedule, self._kubelet, self._endpoints):
+    def reconcile(self) -> int:
+        """Run passes until one sees no write at all; returns the resourceVersion it settled at.
+
+        Each step holds the store lock while it reads and writes, so it works on a
+        consistent view; between steps client requests go ahead. A pass during which
+        nobody wrote (neither a step nor a client) saw everything there is to see.
+        """
+        self.rounds += 1
+        before = self.store.resource_version
+        for _ in range(MAX_PASSES):
+            before = self.store.resource_version
+            for step in (self._deployments, self._replicasets, self._statefulsets, self._daemonsets,
+                         self._jobs, self._schedule, self._kubelet, self._endpoints):
+                with self.store.lock:
                     step()
-                if self.store.resource_version == before:
-                    return
-            log.warning("sim_controllers_not_settled", cluster=self.core.cluster_name, passes=MAX_PASSES)
+            if self.store.resource_version == before:
+                return before
+        log.warning("sim_controllers_not_settled", cluster=self.core.cluster_name, passes=MAX_PASSES)
+        return before
 
     # ------------------------------------------------------------------ writes
 
