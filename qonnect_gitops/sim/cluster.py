@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import socket
+import socketserver
 import threading
 from collections.abc import Mapping, Sequence
 from types import TracebackType
@@ -21,6 +23,27 @@ from qonnect_gitops.sim.signals import JsonHTTPServer, Signals, prometheus_route
 from qonnect_gitops.sim.store import Store
 
 log = get_logger(__name__)
+
+# How often an idle server loop wakes to check for shutdown. Long, so 27 idle servers (nine
+# clusters) cost next to nothing; shutdown_now() wakes a loop at once when it must stop.
+POLL_INTERVAL = 2.0
+
+
+def shutdown_now(server: socketserver.BaseServer) -> None:
+    """``server.shutdown()`` without waiting for the serve loop's next poll.
+
+    ``serve_forever`` checks for a shutdown request only when its select returns; a
+    connection makes it return, so connect until the loop has noticed.
+    """
+    stopper = threading.Thread(target=server.shutdown, daemon=True)
+    stopper.start()
+    address = server.server_address
+    while stopper.is_alive():
+        try:
+            socket.create_connection((str(address[0]), int(address[1])), timeout=0.5).close()
+        except OSError:
+            pass
+        stopper.join(timeout=0.02)
 
 
 class SimCluster:
@@ -128,7 +151,7 @@ class SimCluster:
         self.server.hooks.append(self.faults.hook)
         self.port = self.server.server_address[1]
         self.server.bookmark_interval = self.bookmark_interval
-        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.1},
+        self._thread = threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": POLL_INTERVAL},
                                         name=f"sim-{self.name}", daemon=True)
         self._thread.start()
         log.info("sim_cluster_started", cluster=self.name, url=self.url)
@@ -140,7 +163,7 @@ class SimCluster:
                 continue
             port = self.prometheus_port if kind == "prometheus" else self.admin_port
             server = JsonHTTPServer((self.host, port), route)
-            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.1},
+            thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": POLL_INTERVAL},
                                       name=f"sim-{kind}-{self.name}", daemon=True)
             thread.start()
             self._side[kind] = (server, thread)
@@ -158,15 +181,10 @@ class SimCluster:
 
     def _stop_servers(self, side: tuple[str, ...]) -> None:
         """Stop the API server and the named side servers."""
-        # Shut the side servers down while the API server stops: each shutdown waits up to
-        # one poll interval, and waiting for them in turn would add up.
         servers = [(kind, *self._side[kind]) for kind in side if kind in self._side]
-        stoppers = [threading.Thread(target=server.shutdown, daemon=True) for _, server, _ in servers]
-        for t in stoppers:
-            t.start()
+        for _, server, _ in servers:
+            shutdown_now(server)
         self._stop_api()
-        for t in stoppers:
-            t.join(timeout=5)
         for kind, server, thread in servers:
             server.server_close()
             thread.join(timeout=5)
@@ -176,7 +194,7 @@ class SimCluster:
         if self.server is None:
             return
         self.core.store.close()
-        self.server.shutdown()
+        shutdown_now(self.server)
         self.server.server_close()
         self.server.drop_connections()
         if self._thread is not None:
