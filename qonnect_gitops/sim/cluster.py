@@ -37,10 +37,10 @@ def shutdown_now(server: socketserver.BaseServer) -> None:
     """
     stopper = threading.Thread(target=server.shutdown, daemon=True)
     stopper.start()
-    address = server.server_address
+    host, port = server.server_address[:2]  # type: ignore[index]  # an AF_INET server: (host, port)
     while stopper.is_alive():
         try:
-            socket.create_connection((str(address[0]), int(address[1])), timeout=0.5).close()
+            socket.create_connection((str(host), int(port)), timeout=0.5).close()
         except OSError:
             pass
         stopper.join(timeout=0.02)
