@@ -37,7 +37,8 @@ def shutdown_now(server: socketserver.BaseServer) -> None:
     """
     stopper = threading.Thread(target=server.shutdown, daemon=True)
     stopper.start()
-    host, port = server.server_address[:2]  # type: ignore[index]  # an AF_INET server: (host, port)
+    address: Any = server.server_address  # an AF_INET server: (host, port)
+    host, port = address[0], address[1]
     while stopper.is_alive():
         try:
             socket.create_connection((str(host), int(port)), timeout=0.5).close()
