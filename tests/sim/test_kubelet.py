@@ -322,3 +322,22 @@ def test_rolling_update_on_a_full_cluster_uses_max_unavailable() -> None:
         assert all(p.metadata.annotations == {"rev": "2"} for p in pods_of(core, "web"))
         assert most_pods <= 5  # desired + maxSurge (1)
         assert least_ready >= 3  # desired - maxUnavailable (1)
+
+
+def test_stop_and_start_keep_ports_objects_and_controllers() -> None:
+    sim = make_sim(shape(1, "2"))
+    sim.start()
+    try:
+        _, apps, *_ = clients(sim)
+        apps.create_namespaced_deployment("default", deployment("web", 1))
+        wait_for(lambda: (apps.read_namespaced_deployment("web", "default").status.ready_replicas or 0) == 1,
+                 what="web ready")
+        ports = (sim.port, sim.prometheus_port, sim.admin_port)
+        sim.stop()
+        sim.start()
+        assert (sim.port, sim.prometheus_port, sim.admin_port) == ports
+        apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": 2}})
+        wait_for(lambda: (apps.read_namespaced_deployment("web", "default").status.ready_replicas or 0) == 2,
+                 what="the controllers running again")
+    finally:
+        sim.stop()
