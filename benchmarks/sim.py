@@ -7,8 +7,15 @@ get, list (100 ConfigMaps) and server-side apply (a Deployment whose replicas
 change on every apply, so each one is a real write), and the sim process's
 resident memory per 1,000 applied Deployments.
 
+Part 2 adds the idle cost of a fleet: the nine clusters of repo-template in
+one process (as ``qonnect sim`` runs them), with the Bookinfo manifests
+applied to a few of them and every Pod Ready, then the process's resident
+memory and its CPU use (user + system, percent of one core) over a quiet
+interval.
+
     python benchmarks/sim.py            # readable table
     python benchmarks/sim.py --json     # one JSON object
+    python benchmarks/sim.py --idle-only
 """
 
 from __future__ import annotations
@@ -32,6 +39,81 @@ def _serve(conn: Any) -> None:
     conn.send((cluster.kubeconfig(), os.getpid()))
     conn.recv()  # block until the driver is done
     cluster.stop()
+
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BOOKINFO_CLUSTERS = ("cloud-1", "fog-1", "fog-2", "edge-1")
+
+
+def _serve_fleet(conn: Any, startup_delay: float) -> None:
+    from qonnect_gitops.model import load_goals, read_directory
+    from qonnect_gitops.sim import SimFleet
+
+    fleet = SimFleet.from_goals(load_goals(read_directory(os.path.join(REPO, "repo-template"))),
+                                startup_delay=startup_delay)
+    fleet.start()
+    conn.send(({name: sim.kubeconfig() for name, sim in fleet.clusters.items()}, os.getpid()))
+    conn.recv()
+    fleet.stop()
+
+
+def _cpu_ticks(pid: int) -> int:
+    with open(f"/proc/{pid}/stat", encoding="ascii") as fh:
+        fields = fh.read().rsplit(")", 1)[1].split()
+    return int(fields[11]) + int(fields[12])  # utime + stime (fields 14 and 15 of stat)
+
+
+def idle_fleet(seconds: float, startup_delay: float = 0.2) -> dict[str, Any]:
+    """RSS and CPU of nine idle simulated clusters holding Bookinfo on a few of them."""
+    import yaml
+    from kubernetes import client, config, dynamic
+
+    parent, child = mp.Pipe()
+    proc = mp.get_context("spawn").Process(target=_serve_fleet, args=(child, startup_delay), daemon=True)
+    proc.start()
+    kubeconfigs, pid = parent.recv()
+    try:
+        docs = []
+        manifests = os.path.join(REPO, "repo-template", "apps", "bookinfo", "manifests")
+        for name in sorted(os.listdir(manifests)):
+            with open(os.path.join(manifests, name), encoding="utf-8") as fh:
+                docs += [d for d in yaml.safe_load_all(fh) if d]
+        pods = 0
+        for cluster in BOOKINFO_CLUSTERS:
+            api = config.new_client_from_config_dict(kubeconfigs[cluster])
+            dyn = dynamic.DynamicClient(api)
+            client.CoreV1Api(api).create_namespace({"metadata": {"name": "bookinfo"}})
+            for doc in docs:
+                res = dyn.resources.get(api_version=doc["apiVersion"], kind=doc["kind"])
+                dyn.server_side_apply(res, body=doc, namespace="bookinfo", field_manager="bench")
+            apps = client.AppsV1Api(api)
+            deadline = time.monotonic() + 60
+            while True:
+                items = apps.list_namespaced_deployment("bookinfo").items
+                if all((d.status.ready_replicas or 0) == d.spec.replicas for d in items):
+                    break
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"Bookinfo not ready on {cluster}")
+                time.sleep(0.1)
+            pods += len(client.CoreV1Api(api).list_namespaced_pod("bookinfo").items)
+            api.close()
+        time.sleep(1.0)  # let the last status writes settle before measuring quiet
+        ticks_before, started = _cpu_ticks(pid), time.monotonic()
+        time.sleep(seconds)
+        ticks = _cpu_ticks(pid) - ticks_before
+        elapsed = time.monotonic() - started
+        rss = _rss_kib(pid)
+    finally:
+        parent.send("stop")
+        proc.join(timeout=10)
+    return {
+        "idle_fleet_clusters": len(kubeconfigs),
+        "idle_fleet_bookinfo_clusters": list(BOOKINFO_CLUSTERS),
+        "idle_fleet_ready_pods": pods,
+        "idle_fleet_rss_mib": round(rss / 1024, 1),
+        "idle_fleet_cpu_percent": round(ticks / os.sysconf("SC_CLK_TCK") / elapsed * 100, 2),
+        "idle_fleet_seconds": round(elapsed, 1),
+    }
 
 
 def _rss_kib(pid: int) -> int:
@@ -108,18 +190,28 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--seconds", type=float, default=3.0, help="duration of each rate measurement")
     parser.add_argument("--objects", type=int, default=2000, help="Deployments created for the memory figure")
+    parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long the idle fleet's CPU is measured")
+    parser.add_argument("--idle-only", action="store_true", help="only the idle fleet figures")
     args = parser.parse_args()
-    figures = run(args.seconds, args.objects)
+    figures = {} if args.idle_only else run(args.seconds, args.objects)
+    figures.update(idle_fleet(args.idle_seconds))
     if args.json:
         print(json.dumps(figures))
         return
-    print(f"sim: {figures['sim']}")
-    rows = [("get ConfigMap", f"{figures['get_rps']} req/s"),
-            ("list 100 ConfigMaps", f"{figures['list_100_rps']} req/s"),
-            ("server-side apply (update)", f"{figures['ssa_update_rps']} req/s"),
-            ("server-side apply (create)", f"{figures['ssa_create_rps']} req/s"),
-            ("memory per 1,000 Deployments", f"{figures['memory_per_1000_deployments_mib']} MiB"),
-            ("sim RSS at the end", f"{figures['sim_rss_mib']} MiB")]
+    rows = []
+    if not args.idle_only:
+        print(f"sim: {figures['sim']}")
+        rows += [("get ConfigMap", f"{figures['get_rps']} req/s"),
+                 ("list 100 ConfigMaps", f"{figures['list_100_rps']} req/s"),
+                 ("server-side apply (update)", f"{figures['ssa_update_rps']} req/s"),
+                 ("server-side apply (create)", f"{figures['ssa_create_rps']} req/s"),
+                 ("memory per 1,000 Deployments", f"{figures['memory_per_1000_deployments_mib']} MiB"),
+                 ("sim RSS at the end", f"{figures['sim_rss_mib']} MiB")]
+    fleet = (f"idle fleet: {figures['idle_fleet_clusters']} clusters, Bookinfo on "
+             f"{len(figures['idle_fleet_bookinfo_clusters'])} ({figures['idle_fleet_ready_pods']} ready pods)")
+    rows += [(fleet, ""),
+             ("  resident memory (one process)", f"{figures['idle_fleet_rss_mib']} MiB"),
+             (f"  CPU over {figures['idle_fleet_seconds']} s", f"{figures['idle_fleet_cpu_percent']} % of one core")]
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")

@@ -28,6 +28,7 @@ COMMANDS: tuple[str, ...] = (
     "members",
     "token",
     "agent",
+    "sim",
 )
 
 

@@ -1,4 +1,4 @@
-"""A simulated Kubernetes cluster that speaks the real API (part 1: the API server).
+"""A simulated Kubernetes cluster that speaks the real API, with nodes, a fake kubelet, faults and signals.
 
 Entry point: ``SimCluster(name=...)`` with ``start()`` (base URL), ``stop()``,
 ``kubeconfig()`` / ``kubeconfig_yaml()`` and use as a context manager.
@@ -16,7 +16,13 @@ Layers, each usable on its own:
 * ``openapi``   discovery and OpenAPI v2/v3 documents;
 * ``server``    the HTTP layer.
 
-For part 2 (fake kubelet, controllers, faults, Prometheus): in-process components
+Part 2 (see docs/simulated-clusters.md): ``nodes`` (Node objects from a Cluster
+file's shapes), ``scheduling`` (filters and the scheduler's messages), ``controllers``
+(workload controllers, scheduler, kubelet, endpoints: one thread per cluster),
+``faults`` (errors and latency), ``signals`` (the Prometheus query API), ``admin``
+(the ``/_sim/`` endpoint) and ``fleet`` (``SimFleet``: one sim per Cluster file).
+
+For in-process extensions (fake kubelet, controllers, faults, Prometheus): in-process components
 call ``cluster.core`` (``ApiCore``) directly — ``core.registry.find(group, version,
 plural)`` gives the ``ResourceType``; ``create/replace/patch/apply/delete/list/watch``
 take ``WriteOptions(field_manager=...)`` and record ownership like any client.
@@ -30,6 +36,7 @@ request (an error Status, a delay then ``False``, a dropped connection) returns
 from qonnect_gitops.sim.api import ApiCore, WriteOptions
 from qonnect_gitops.sim.cluster import SimCluster
 from qonnect_gitops.sim.errors import ApiError
+from qonnect_gitops.sim.fleet import SimFleet
 from qonnect_gitops.sim.store import Store
 
-__all__ = ["ApiCore", "ApiError", "SimCluster", "Store", "WriteOptions"]
+__all__ = ["ApiCore", "ApiError", "SimCluster", "SimFleet", "Store", "WriteOptions"]

@@ -436,7 +436,7 @@ class ApiCore:
             elif live is not None:
                 candidate.pop("status", None)
             elif rt.builtin and rt.kind != "CustomResourceDefinition":
-                candidate["status"] = {}
+                candidate["status"] = defaults.initial_status(rt.kind)
             else:
                 candidate.pop("status", None)
         if live is None and rt.kind == "Namespace":
@@ -453,7 +453,7 @@ class ApiCore:
         if rt.builtin and root is not None:
             candidate = typed.drop_empty(candidate, root)
             if live is None and "status" in rt.subresources and "status" not in candidate:
-                candidate["status"] = {}
+                candidate["status"] = defaults.initial_status(rt.kind)
         if managers is None:
             managers = ssa.update(live, candidate, root, opts.manager(), rt.group_version, subresource,
                                   self._ignored(rt, subresource), zero=self._zero(rt))
@@ -786,7 +786,9 @@ class ApiCore:
         return Result(self._present(rt, remaining), 200)
 
     def _deleted_status(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        if not rt.builtin:
+        # Pods and Services answer a delete with the deleted object (their storage's
+        # ReturnDeletedObject), as do custom resources; other built-ins with a Status.
+        if not rt.builtin or (rt.group == "" and rt.kind in ("Pod", "Service")):
             return self._present(rt, obj)
         details: dict[str, Any] = {"name": _meta(obj)["name"]}
         if rt.group:

@@ -109,3 +109,17 @@ def _job(spec: dict[str, Any]) -> None:
     spec.setdefault("completionMode", "NonIndexed")
     spec.setdefault("suspend", False)
     spec.setdefault("podReplacementPolicy", "TerminatingOrFailed")
+
+
+# Status fields without omitempty: the zero status of a new object still carries them.
+_INITIAL_STATUS: dict[str, dict[str, Any]] = {
+    "ReplicaSet": {"replicas": 0},
+    "StatefulSet": {"replicas": 0, "availableReplicas": 0},
+    "DaemonSet": {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,
+                  "numberReady": 0},
+}
+
+
+def initial_status(kind: str) -> dict[str, Any]:
+    """The status a newly created built-in object starts with."""
+    return dict(_INITIAL_STATUS.get(kind, {}))

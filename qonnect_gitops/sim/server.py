@@ -18,7 +18,7 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.sim import errors, openapi
+from qonnect_gitops.sim import errors, openapi, printers
 from qonnect_gitops.sim.api import APPLY_PATCH, ApiCore, Result, WriteOptions
 from qonnect_gitops.sim.resources import ResourceType
 
@@ -119,6 +119,18 @@ class Handler(BaseHTTPRequestHandler):
         self._drain()
         self._send_error(err)
 
+    def send_raw(self, code: int, data: bytes, content_type: str, headers: dict[str, str] | None = None) -> None:
+        """Answer with a ready body and extra headers (fault hooks: ``Retry-After``); drains the request body."""
+        self._drain()
+        self.send_response(code)
+        self.send_header("Content-Type", content_type)
+        self.send_header("Content-Length", str(len(data)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+
     def _body(self) -> bytes:
         length = int(self.headers.get("Content-Length") or 0)
         return self.rfile.read(length) if length else b""
@@ -169,6 +181,7 @@ class Handler(BaseHTTPRequestHandler):
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
         query = parse_qs(url.query, keep_blank_values=True)
+        self._body_read = False  # per request: a hook answering early must still drain this request's body
         if self.server.request_log is not None:
             self.server.request_log.append((method, self.path, self.headers.get("Accept", "")))
         try:
@@ -319,18 +332,21 @@ class Handler(BaseHTTPRequestHandler):
         if "as=Table" not in accept:
             return body
         items = body["items"] if is_list else [body]
+        extra = printers.columns(rt.group, rt.kind) if rt.builtin else None
         rows = []
         for o in items:
             meta = o.get("metadata", {})
             partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
-            rows.append({"cells": [meta.get("name"), human_age(meta.get("creationTimestamp"))], "object": partial})
+            age = human_age(meta.get("creationTimestamp"))
+            row = [meta.get("name"), *printers.cells(rt.group, rt.kind, o, age)] if extra else [meta.get("name"), age]
+            rows.append({"cells": row, "object": partial})
+        name_col = {"name": "Name", "type": "string", "format": "name", "description": "Name of the object",
+                    "priority": 0}
+        age_col = {"name": "Age", "type": "string", "format": "",
+                   "description": "Time since the object was created", "priority": 0}
         return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
                 "metadata": {"resourceVersion": body.get("metadata", {}).get("resourceVersion", "")},
-                "columnDefinitions": [
-                    {"name": "Name", "type": "string", "format": "name", "description": "Name of the object",
-                     "priority": 0},
-                    {"name": "Age", "type": "string", "format": "",
-                     "description": "Time since the object was created", "priority": 0}],
+                "columnDefinitions": [name_col, *(extra if extra else [age_col])],
                 "rows": rows}
 
     def _watch(self, rt: ResourceType, ns: str | None, query: dict[str, list[str]]) -> None:
