@@ -60,6 +60,9 @@ class _GoalIndex:
     components: dict[str, Component]  # by key, sorted
     calls: dict[str, tuple[str, ...]]
     callers: dict[str, tuple[str, ...]]
+    # Plans of components kept as they were, by (key, target, notes): immutable, so the
+    # next cycle of the same goals reuses them instead of building 10,000 again.
+    kept_plans: dict[tuple[object, ...], ComponentPlan] = field(default_factory=dict)
 
 
 def _index_goals(goals: Goals) -> _GoalIndex:
@@ -185,6 +188,7 @@ class _Cycle:
         self.components = goal_index.components
         self.callers = goal_index.callers
         self.calls = goal_index.calls
+        self.kept_plans = goal_index.kept_plans
         traffic: dict[str, dict[int, float]] = {}
         for t in sorted(observed.traffic, key=lambda t: (t.component, t.region, t.rps)):
             region = self.static.region_index.get(t.region)
@@ -533,6 +537,7 @@ class _Cycle:
         failed = {int(i) for i in np.flatnonzero(~self.fleet.healthy)}
         now_ts = now.timestamp()
         last_moved = self.current.last_moved
+        until_notes: dict[float, str] = {}  # most kept components share a few move times
         for key, work in works.items():
             c = work.component
             cur = work.current
@@ -553,11 +558,15 @@ class _Cycle:
                     work.target = dict(cur)
                     # An absolute time, not "Ns more": the reason is written to Git, and
                     # wording that changes every cycle would make every cycle a decision.
-                    until = datetime.fromtimestamp(now_ts + left, timezone.utc)
-                    work.kept_note = (
-                        f"kept: in cooldown until {until:%Y-%m-%dT%H:%M:%SZ}" if cooling
-                        else "kept: not movable by rescheduling"
-                    )
+                    if cooling:
+                        until = now_ts + left
+                        note = until_notes.get(until)
+                        if note is None:
+                            stamp = datetime.fromtimestamp(until, timezone.utc)
+                            note = until_notes[until] = f"kept: in cooldown until {stamp:%Y-%m-%dT%H:%M:%SZ}"
+                        work.kept_note = note
+                    else:
+                        work.kept_note = "kept: not movable by rescheduling"
                     kept.append(key)
                     continue
             todo.append(work)
@@ -821,17 +830,23 @@ class _Cycle:
             if work.total is None and not work.draining and not work.moves and not work.unplaced:
                 # Kept as it was (most components in a steady fleet): the short path.
                 note = work.kept_note or "kept"
-                components[key] = _built(
-                    ComponentPlan,
-                    component=key,
-                    kind=c.kind,
-                    assignments=tuple(
-                        _built(Assignment, cluster=names[i], replicas=n, reason=work.notes.get(i, note), score=None, breakdown={})
-                        for i, n in sorted(work.target.items())
-                        if n > 0
-                    ),
-                    draining=(),
-                )
+                memo_key = (key, note, tuple(sorted(work.target.items())), tuple(sorted(work.notes.items())))
+                kept = self.kept_plans.get(memo_key)
+                if kept is None:
+                    if len(self.kept_plans) > 4 * len(self.components):
+                        self.kept_plans.clear()  # bounded: stale entries go with the rest
+                    kept = self.kept_plans[memo_key] = _built(
+                        ComponentPlan,
+                        component=key,
+                        kind=c.kind,
+                        assignments=tuple(
+                            _built(Assignment, cluster=names[i], replicas=n, reason=work.notes.get(i, note), score=None, breakdown={})
+                            for i, n in sorted(work.target.items())
+                            if n > 0
+                        ),
+                        draining=(),
+                    )
+                components[key] = kept
                 continue
             assignments = []
             used = [(i, n) for i, n in sorted(work.target.items()) if n > 0]
