@@ -1,0 +1,44 @@
+"""Test-only fault injection at named points of a write (never armed in production).
+
+A lead started with ``QONNECT_FAULT_FILE=<path>`` checks that file at each named
+point. If it holds ``<point>`` the fault fires once: the file is renamed to
+``<path>.hit`` (so a restarted lead does not fire it again) and the process stops
+there, sleeping until the test kills it with SIGKILL. The crash-recovery tests use
+it to kill a leader between its local plan commit and the push, and between the
+plan push and the fan-out push. Without the variable every point is a no-op.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from qonnect_gitops.logs import get_logger
+
+log = get_logger(__name__)
+
+ENV = "QONNECT_FAULT_FILE"
+POINTS = ("before-publish", "between-pushes")
+
+
+def fault_point(name: str) -> None:
+    """Stop here if the armed fault names this point (see the module docstring)."""
+    path = os.environ.get(ENV)
+    if not path:
+        return
+    armed = Path(path)
+    try:
+        wanted = armed.read_text().strip()
+    except FileNotFoundError:
+        return
+    if wanted != name:
+        return
+    hit = armed.with_name(armed.name + ".hit")
+    try:
+        armed.rename(hit)  # atomic: exactly one process fires it
+    except FileNotFoundError:
+        return
+    log.warning("fault_point_reached", point=name, pid=os.getpid())
+    while True:  # wait for SIGKILL; nothing after this point may run
+        time.sleep(3600)
