@@ -224,7 +224,7 @@ class ReconcileLoop:
                            "generation": result.generation, "pushed": len(result.refs)}
         log.info("cycle_done", **{k: v for k, v in self.last_cycle.items() if k != "why"},
                  why=",".join(why))
-        self._schedule_deadline()
+        self._schedule_deadline(now.timestamp())
         return result
 
     def _open_mirror(self) -> Mirror:
@@ -299,20 +299,26 @@ class ReconcileLoop:
         if not self.may_write(term):
             raise Fenced("lost leadership while recording the decision")
 
-    def _schedule_deadline(self) -> None:
-        """Failover without waiting for a poll: wake when the first fresh cluster would
-        pass the grace period (a report before then only makes the wake-up early)."""
-        now = time.time()
+    def _schedule_deadline(self, seen_at: float) -> None:
+        """Failover without waiting for a poll: wake when the first cluster the cycle saw
+        fresh (at ``seen_at``, its snapshot time) passes the grace period. A report
+        before then only makes the wake-up early; a deadline already past (the cluster
+        expired while the cycle ran) triggers at once."""
 
         def earliest(kb: Any) -> float | None:
             grace = kb.grace_seconds
-            ages = [kb.heartbeat_age(name, now) for name in kb.inventory]
+            ages = [kb.heartbeat_age(name, seen_at) for name in kb.inventory]
             left = [grace - age for age in ages if age is not None and age <= grace]
             return min(left) if left else None
 
         left = self.service.read(earliest)
-        if left is not None:
-            self.trigger_at(now + left + DEADLINE_SLACK, "deadline", "deadline")
+        if left is None:
+            return
+        when = seen_at + left + DEADLINE_SLACK
+        if when <= time.time():
+            self.trigger("deadline")
+        else:
+            self.trigger_at(when, "deadline", "deadline")
 
     def status(self) -> dict[str, Any]:
         """The loop's part of ``/v1/status``."""

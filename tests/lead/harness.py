@@ -163,6 +163,10 @@ class LeadGroup:
     clusters: list[str] = field(default_factory=lambda: ["edge-1", "edge-2", "edge-3"])
     grace: float = 30.0
     extra_args: list[str] = field(default_factory=list)
+    # A goals repository served elsewhere (e.g. ``tests.goals_repo``); None: a local bare
+    # repo with ``goals_files(clusters)`` is created under ``root``.
+    repo_url: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
     leads: list[Lead] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
     admin_token: str = ""
@@ -170,7 +174,8 @@ class LeadGroup:
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self.repo_path = self.root / "goals.git"
-        self.goals_commit = commit_goals(self.repo_path, goals_files(self.clusters, self.grace))
+        if self.repo_url is None:
+            self.goals_commit = commit_goals(self.repo_path, goals_files(self.clusters, self.grace))
         self.tokens_file = self.root / "tokens"
         for name in self.clusters:
             self.tokens[name] = create_token(self.tokens_file, name)
@@ -189,7 +194,7 @@ class LeadGroup:
             sys.executable, "-m", "qonnect_gitops", "lead",
             "--id", lead.node_id, "--raft", lead.raft, "--http", lead.http,
             "--peers", ",".join(p for p in peers if p != lead.raft),
-            "--repo", str(self.repo_path), "--data-dir", str(lead.data_dir),
+            "--repo", self.repo_url or str(self.repo_path), "--data-dir", str(lead.data_dir),
             "--tokens-file", str(self.tokens_file), "--poll-seconds", "0.5",
             *self.extra_args,
         ]
@@ -197,7 +202,7 @@ class LeadGroup:
     def start(self, lead: Lead, peers: list[str] | None = None) -> None:
         """Start (or restart) one lead process, appending to its log."""
         peers = peers if peers is not None else [member.raft for member in self.leads]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
         with open(lead.log_path, "ab") as log:
             lead.proc = subprocess.Popen(self.command(lead, peers), stdout=log, stderr=log,
                                          env=env, cwd=str(ROOT))

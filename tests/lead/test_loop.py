@@ -1,0 +1,100 @@
+"""The leader's reconcile loop against the template fleet: real lead processes, a goals
+repository on git daemon, agents simulated by posting reports with their tokens."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.goals_repo import GoalsRepo, served_goals
+from tests.lead.fleet import (
+    TEMPLATE_CLUSTERS,
+    Agents,
+    check_consistent,
+    consistent_at,
+    fast_heartbeat,
+    generation,
+    placement,
+    wait_for,
+)
+from tests.lead.harness import LeadGroup, http
+
+SECRET = b"s3cret-for-tests"
+
+
+@pytest.fixture
+def goals(tmp_path: Path) -> Iterator[GoalsRepo]:
+    with served_goals(tmp_path / "goals") as repo:
+        yield repo
+
+
+def start_group(make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path: Path,
+                *args: str) -> LeadGroup:
+    secret = tmp_path / "webhook-secret"
+    secret.write_bytes(SECRET + b"\n")
+    return make_group(clusters=TEMPLATE_CLUSTERS, repo_url=goals.url,
+                      extra_args=["--webhook-secret-file", str(secret), *args])
+
+
+def hosting(plan: dict[str, dict[str, int]]) -> dict[str, set[str]]:
+    """Cluster -> the components it runs."""
+    out: dict[str, set[str]] = {}
+    for comp, clusters in plan.items():
+        for cluster in clusters:
+            out.setdefault(cluster, set()).add(comp)
+    return out
+
+
+def test_failover_replaces_a_silent_cluster_and_nothing_moves_back(
+        make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path: Path) -> None:
+    fast_heartbeat(goals, interval=0.5, grace=3.0)
+    # No polls or rescheduling passes within the test: failover must come from the
+    # heartbeat deadline the loop schedules itself.
+    group = start_group(make_group, goals, tmp_path, "--poll-seconds", "60",
+                        "--reschedule-seconds", "60")
+    with Agents(group, TEMPLATE_CLUSTERS) as agents:
+        group.wait_leader()
+        wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 20,
+                 "first decision", group)
+        first = placement(goals)
+        check_consistent(goals, TEMPLATE_CLUSTERS)
+        victim = sorted(hosting(first).items(), key=lambda kv: (-len(kv[1]), kv[0]))[0][0]
+        agents.silent.add(victim)
+        silenced = time.monotonic()
+        wait_for(lambda: victim not in hosting(placement(goals))
+                 and consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 15,
+                 f"{victim} drained", group)
+        took = time.monotonic() - silenced
+        # Not before the grace period (3 s), and not much after it (the deadline trigger).
+        assert 3.0 <= took < 6.0, took
+        assert goals.trailers("qonnect/plan")["Qonnect-Reason"] == ["failover"]
+        check_consistent(goals, TEMPLATE_CLUSTERS)
+        moved = placement(goals)
+        for comp in hosting(first)[victim]:
+            assert sum(moved[comp].values()) == sum(first[comp].values()), comp
+        assert git_tree_empty(goals, victim)
+        status = group.status(group.wait_leader()) or {}
+        assert status["decisions"][-1]["reason"] == "failover"
+
+        # The cluster comes back: the template's 120 s cooldown keeps everything put.
+        plan_before = goals.rev("qonnect/plan")
+        agents.silent.clear()
+        time.sleep(4.0)  # several report rounds, a deadline and polls
+        assert goals.rev("qonnect/plan") == plan_before
+        assert placement(goals) == moved
+
+
+def git_tree_empty(goals: GoalsRepo, cluster: str) -> bool:
+    out = subprocess.run(["git", "-C", str(goals.bare), "ls-tree", "-r", f"cluster/{cluster}"],
+                         capture_output=True, text=True, check=True).stdout
+    return out.strip() == ""
