@@ -98,3 +98,64 @@ def git_tree_empty(goals: GoalsRepo, cluster: str) -> bool:
     out = subprocess.run(["git", "-C", str(goals.bare), "ls-tree", "-r", f"cluster/{cluster}"],
                          capture_output=True, text=True, check=True).stdout
     return out.strip() == ""
+
+
+def post_hook(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, Any]:
+    code, _, payload = http("POST", url + "/v1/hooks/git", raw=body,
+                            headers={"Content-Type": "application/json", **headers})
+    return code, payload
+
+
+def github_headers(body: bytes, secret: bytes = SECRET) -> dict[str, str]:
+    digest = hmac.new(secret, body, hashlib.sha256).hexdigest()
+    return {"X-Hub-Signature-256": f"sha256={digest}", "X-GitHub-Event": "push"}
+
+
+def test_webhook_runs_a_cycle_and_invalid_goals_keep_the_plan(
+        make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path: Path) -> None:
+    # Polls and rescheduling far away: only the webhook can make the second decision.
+    group = start_group(make_group, goals, tmp_path, "--poll-seconds", "60",
+                        "--reschedule-seconds", "60")
+    leader = group.wait_leader()
+    follower = next(m for m in group.leads if m is not leader)
+    wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 20,
+             "first decision", group)
+    plan = goals.rev("qonnect/plan")
+    body = json.dumps({"ref": "refs/heads/main"}).encode()
+
+    # Wrong or missing signatures are refused and trigger nothing.
+    assert post_hook(leader.url, body, github_headers(body, b"wrong"))[0] == 401
+    assert post_hook(leader.url, body, {})[0] == 401
+    assert post_hook(leader.url, body, {"X-Gitlab-Token": "nope"})[0] == 401
+    assert post_hook(leader.url, body + b" ", github_headers(body))[0] == 401
+
+    # A manifest change, announced by a GitHub-style hook sent to a follower (forwarded).
+    new = goals.edit("apps/bookinfo/manifests/details.yaml", "details-v1:1.20.2", "details-v1:1.20.3", "details")
+    code, payload = post_hook(follower.url, body, github_headers(body))
+    assert code == 202 and payload["forwardedBy"] == follower.node_id, payload
+    wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, new), 10, "hooked decision", group)
+    assert goals.rev("qonnect/plan") != plan
+
+    # A broken goals commit, announced Gitea-style: nothing written, errors with file:line.
+    plan = goals.rev("qonnect/plan")
+    branches = {c: goals.rev(f"cluster/{c}") for c in TEMPLATE_CLUSTERS}
+    bad = goals.edit("clusters/edge-1.yaml", "tier: edge", "tier: mist", "typo")
+    gitea = hmac.new(SECRET, body, hashlib.sha256).hexdigest()
+    assert post_hook(leader.url, body, {"X-Gitea-Signature": gitea})[0] == 202
+    status = wait_for(lambda: (st := group.status(follower)) and st["goals"]["lastFailed"]
+                      and st["goals"]["lastFailed"]["commit"] == bad and st, 10,
+                      "failure recorded", group)
+    assert any("clusters/edge-1.yaml:10:9: spec.tier" in e
+               for e in status["goals"]["lastFailed"]["errors"]), status["goals"]
+    assert goals.rev("qonnect/plan") == plan
+    assert {c: goals.rev(f"cluster/{c}") for c in TEMPLATE_CLUSTERS} == branches
+    cli = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead", follower.url],
+                         capture_output=True, text=True, cwd=ROOT, timeout=30)
+    assert "clusters/edge-1.yaml:10:9: spec.tier" in cli.stdout, cli.stdout + cli.stderr
+
+    # Fixed, announced GitLab-style: the loop goes on from the last good plan.
+    fixed = goals.edit("clusters/edge-1.yaml", "tier: mist", "tier: edge", "fix")
+    assert post_hook(leader.url, body, {"X-Gitlab-Token": SECRET.decode()})[0] == 202
+    wait_for(lambda: (st := group.status(leader)) and st["goals"]["lastGood"]["commit"] == fixed,
+             10, "fixed goals accepted", group)
+    assert goals.rev("qonnect/plan") == plan  # same decision: nothing written
