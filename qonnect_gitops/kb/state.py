@@ -174,15 +174,17 @@ class KnowledgeBase:
             del history[target]  # no longer measured: the declared value applies again
 
     def sustained_latency(self, cluster: str, target: str, now: float) -> float | None:
-        """The lowest latency ``cluster`` measured to ``target`` within the window before
-        ``now`` (the value in force at the window's start included); None if unmeasured."""
+        """The lowest latency ``cluster`` measured to ``target`` over the window before
+        ``now`` (the value in force at the window's start included). None while the
+        measurement is younger than the window: until then the declared latency holds,
+        so a first slow sample after silence is no more a breach than any other."""
         samples = self.latency_history.get(cluster, {}).get(target)
-        if not samples:
-            return None
         start = now - self.latency_window
+        if not samples or samples[0][0] > start:
+            return None
         values = [ms for i, (at, ms) in enumerate(samples)
                   if at > start or i + 1 == len(samples) or samples[i + 1][0] > start]
-        return min(values) if values else samples[-1][1]
+        return min(values)
 
     def apply_goals(
         self,
@@ -385,7 +387,8 @@ class KnowledgeBase:
             for lat in report.get("latencies") or ():
                 if lat["to"] != name:
                     sustained = self.sustained_latency(name, lat["to"], ts)
-                    latencies[(name, lat["to"])] = float(lat["ms"] if sustained is None else sustained)
+                    if sustained is not None:
+                        latencies[(name, lat["to"])] = sustained
             for item in report.get("traffic") or ():
                 key = (item["component"], item["region"])
                 traffic[key] = traffic.get(key, 0.0) + float(item["rps"])

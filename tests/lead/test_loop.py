@@ -159,3 +159,55 @@ def test_webhook_runs_a_cycle_and_invalid_goals_keep_the_plan(
     wait_for(lambda: (st := group.status(leader)) and st["goals"]["lastGood"]["commit"] == fixed,
              10, "fixed goals accepted", group)
     assert goals.rev("qonnect/plan") == plan  # same decision: nothing written
+
+
+def test_oscillating_latency_moves_nothing_a_sustained_breach_moves(
+        make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path: Path) -> None:
+    # A short cooldown, so only the latency window stands between a flapping signal
+    # and a move. The window is three report intervals (1.5 s here).
+    fast_heartbeat(goals, interval=0.5, grace=30.0, cooldown=1)
+    # A rescheduling pass every second: the stability rules get every chance to move.
+    group = start_group(make_group, goals, tmp_path, "--poll-seconds", "60",
+                        "--reschedule-seconds", "1")
+    with Agents(group, TEMPLATE_CLUSTERS) as agents:
+        group.wait_leader()
+        wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 20,
+                 "first decision", group)
+        settle(goals, group)  # the first placement's cooldown passes, rescheduling settles
+        before = placement(goals)
+        plan = goals.rev("qonnect/plan")
+        host = sorted(before["bookinfo/productpage"])[0]  # envelope: 15 ms to eu-central
+        # Flapping between 5 ms and 60 ms on every report, for 4 s: the lowest value of
+        # any window is 5 ms, so no cycle sees a breach.
+        flips = 0
+        until = time.monotonic() + 4.0
+        while time.monotonic() < until:
+            agents.latency[host] = 60.0 if flips % 2 == 0 else 5.0
+            flips += 1
+            time.sleep(agents.interval)
+        agents.latency[host] = 5.0
+        time.sleep(2.0)
+        assert goals.rev("qonnect/plan") == plan, "a flapping latency moved components"
+        status = group.status(group.wait_leader()) or {}
+        assert status["loop"]["cycles"] >= 3, status["loop"]  # the flaps did trigger cycles
+
+        # A sustained breach: productpage leaves the slow cluster within a few windows.
+        agents.latency[host] = 60.0
+        breached = time.monotonic()
+        wait_for(lambda: host not in placement(goals).get("bookinfo/productpage", {}), 10,
+                 "productpage moved", group)
+        assert time.monotonic() - breached >= 1.5  # not before the window held the breach
+        assert goals.trailers("qonnect/plan")["Qonnect-Reason"] == ["rescheduling"]
+        check_consistent(goals, TEMPLATE_CLUSTERS)
+
+
+def settle(goals: GoalsRepo, group: LeadGroup, quiet: float = 3.0, timeout: float = 30.0) -> None:
+    """Wait until the plan branch stayed put for ``quiet`` seconds."""
+    deadline = time.monotonic() + timeout
+    head, since = goals.rev("qonnect/plan"), time.monotonic()
+    while time.monotonic() - since < quiet:
+        assert time.monotonic() < deadline, "the plan never settled\n" + group.log_tails()
+        time.sleep(0.1)
+        now = goals.rev("qonnect/plan")
+        if now != head:
+            head, since = now, time.monotonic()
