@@ -39,6 +39,7 @@ def fault_point(name: str) -> None:
         armed.rename(hit)  # atomic: exactly one process fires it
     except FileNotFoundError:
         return
+    hit.write_text(f"{name} {os.getpid()}\n")  # tells the test which process to kill
     log.warning("fault_point_reached", point=name, pid=os.getpid())
     while True:  # wait for SIGKILL; nothing after this point may run
         time.sleep(3600)

@@ -282,7 +282,6 @@ class ReconcileLoop:
 
     def _fence_and_record(self, result: CycleResult, term: int, now: datetime) -> None:
         """Before any push: record the decision in the KB, then re-check the fence."""
-        fault_point("before-publish")
         if not self.may_write(term):
             raise Fenced("not leader with a quorum in the cycle's term")
         if result.written is not None and result.written.plan_commit is not None:
@@ -296,6 +295,7 @@ class ReconcileLoop:
                 raise Fenced(f"decision not recorded: {exc.reason}") from exc
             if generation == -1:
                 raise Fenced(f"the KB refused a decision from term {term}")
+        fault_point("before-publish")  # decided, recorded in the KB, committed locally, not pushed
         if not self.may_write(term):
             raise Fenced("lost leadership while recording the decision")
 
