@@ -6,6 +6,11 @@ point. If it holds ``<point>`` the fault fires once: the file is renamed to
 there, sleeping until the test kills it with SIGKILL. The crash-recovery tests use
 it to kill a leader between its local plan commit and the push, and between the
 plan push and the fan-out push. Without the variable every point is a no-op.
+
+``<point> wait <release-file> unfenced`` instead stalls until the release file
+exists and then tells the caller to skip its last leadership check: it models a
+leader deposed in the instant between that check and its push (a window no check
+can close), so the partition test can show the Git server refusing that push.
 """
 
 from __future__ import annotations
@@ -22,24 +27,32 @@ ENV = "QONNECT_FAULT_FILE"
 POINTS = ("before-publish", "between-pushes")
 
 
-def fault_point(name: str) -> None:
-    """Stop here if the armed fault names this point (see the module docstring)."""
+def fault_point(name: str) -> bool:
+    """Stop here if the armed fault names this point (see the module docstring).
+
+    Returns True only for an ``unfenced`` fault once released: skip the last fence."""
     path = os.environ.get(ENV)
     if not path:
-        return
+        return False
     armed = Path(path)
     try:
-        wanted = armed.read_text().strip()
+        words = armed.read_text().split()
     except FileNotFoundError:
-        return
-    if wanted != name:
-        return
+        return False
+    if not words or words[0] != name:
+        return False
     hit = armed.with_name(armed.name + ".hit")
     try:
         armed.rename(hit)  # atomic: exactly one process fires it
     except FileNotFoundError:
-        return
+        return False
     hit.write_text(f"{name} {os.getpid()}\n")  # tells the test which process to kill
     log.warning("fault_point_reached", point=name, pid=os.getpid())
+    if len(words) >= 3 and words[1] == "wait":
+        release = Path(words[2])
+        while not release.exists():
+            time.sleep(0.02)
+        log.warning("fault_point_released", point=name, unfenced="unfenced" in words)
+        return "unfenced" in words
     while True:  # wait for SIGKILL; nothing after this point may run
         time.sleep(3600)

@@ -145,6 +145,10 @@ class Lead:
     data_dir: Path
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    # Run under this prefix (e.g. ``ip netns exec NS``), with these extra args and env.
+    prefix: list[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -196,15 +200,15 @@ class LeadGroup:
             "--peers", ",".join(p for p in peers if p != lead.raft),
             "--repo", self.repo_url or str(self.repo_path), "--data-dir", str(lead.data_dir),
             "--tokens-file", str(self.tokens_file), "--poll-seconds", "0.5",
-            *self.extra_args,
+            *self.extra_args, *lead.args,
         ]
 
     def start(self, lead: Lead, peers: list[str] | None = None) -> None:
         """Start (or restart) one lead process, appending to its log."""
         peers = peers if peers is not None else [member.raft for member in self.leads]
-        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env, **lead.env}
         with open(lead.log_path, "ab") as log:
-            lead.proc = subprocess.Popen(self.command(lead, peers), stdout=log, stderr=log,
+            lead.proc = subprocess.Popen(lead.prefix + self.command(lead, peers), stdout=log, stderr=log,
                                          env=env, cwd=str(ROOT))
 
     def start_all(self) -> None:
