@@ -160,6 +160,14 @@ def test_webhook_runs_a_cycle_and_invalid_goals_keep_the_plan(
              10, "fixed goals accepted", group)
     assert goals.rev("qonnect/plan") == plan  # same decision: nothing written
 
+    # A change of leader moves nothing: the new leader's cycles find the decision in force.
+    group.kill(leader)
+    successor = group.wait_leader(timeout=15)
+    wait_for(lambda: ((group.status(successor) or {}).get("loop") or {}).get("cycles", 0) >= 1,
+             10, "the new leader ran a cycle", group)
+    assert goals.rev("qonnect/plan") == plan
+    assert {c: goals.rev(f"cluster/{c}") for c in TEMPLATE_CLUSTERS} == branches
+
 
 def test_oscillating_latency_moves_nothing_a_sustained_breach_moves(
         make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path: Path) -> None:
@@ -211,3 +219,35 @@ def settle(goals: GoalsRepo, group: LeadGroup, quiet: float = 3.0, timeout: floa
         now = goals.rev("qonnect/plan")
         if now != head:
             head, since = now, time.monotonic()
+
+
+def test_review_mode_proposes_a_merge_is_fanned_out_failover_bypasses_review(
+        make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path: Path) -> None:
+    goals.edit("qonnect.yaml", "mode: auto ", "mode: pull-request ", "review mode")
+    fast_heartbeat(goals, interval=0.5, grace=3.0)
+    group = start_group(make_group, goals, tmp_path)
+    with Agents(group, TEMPLATE_CLUSTERS) as agents:
+        group.wait_leader()
+        proposals = wait_for(lambda: [r for r in git_refs(goals) if r.startswith("qonnect/proposals/")],
+                             20, "a proposal", group)
+        assert not goals.has("qonnect/plan") and not goals.has("cluster/edge-1")
+        # The pull request is merged outside qonnect: the plan branch fast-forwards to it.
+        proposal = goals.rev(proposals[0])
+        subprocess.run(["git", "-C", str(goals.bare), "update-ref", "refs/heads/qonnect/plan",
+                        proposal], check=True)
+        wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 15,
+                 "the merged plan fanned out", group)
+        assert goals.rev("qonnect/plan") == proposal  # followed, not rewritten
+        first = placement(goals)
+        victim = sorted(hosting(first).items(), key=lambda kv: (-len(kv[1]), kv[0]))[0][0]
+        agents.silent.add(victim)
+        wait_for(lambda: victim not in hosting(placement(goals))
+                 and consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 15,
+                 "failover written straight to the plan", group)
+        assert goals.trailers("qonnect/plan")["Qonnect-Reason"] == ["failover"]
+
+
+def git_refs(goals: GoalsRepo) -> list[str]:
+    out = subprocess.run(["git", "-C", str(goals.bare), "for-each-ref", "--format=%(refname:short)",
+                          "refs/heads/"], capture_output=True, text=True, check=True).stdout
+    return out.split()
