@@ -44,6 +44,7 @@ from qonnect_gitops.lead.reconcile import (
     CycleHooks,
     CycleResult,
     Fenced,
+    current_placement,
     open_mirror_for_goals,
     reconcile_once,
 )
@@ -219,6 +220,7 @@ class ReconcileLoop:
                 return None
         if result is None:
             return None
+        self._sync_kb(term)
         self.cycles += 1
         self.last_error = None
         seconds = time.perf_counter() - start
@@ -304,6 +306,25 @@ class ReconcileLoop:
             return
         if not self.may_write(term):
             raise Fenced("lost leadership while recording the decision")
+
+    def _sync_kb(self, term: int) -> None:
+        """Make the KB's placement the plan branch's when someone else moved the branch
+        (a merged proposal, ``qonnect approve``): the KB describes what is in force."""
+        mirror = self._open_mirror()
+        head, _, current = current_placement(mirror)
+        if head is None:
+            return
+        recorded = self.service.read(lambda kb: kb.placements)
+        if recorded == current.placements or not self.may_write(term):
+            return
+        meta = mirror.store.decision_of(head)
+        try:
+            self.node.propose(self.node.state.plan, current.placements, {}, meta.reason,
+                              meta.source, term, time.time())
+        except ProposalError as exc:
+            log.warning("kb_sync_failed", reason=exc.reason)
+            return
+        log.info("kb_synced_with_plan_branch", plan=head, generation=meta.generation)
 
     def _schedule_deadline(self, seen_at: float) -> None:
         """Failover without waiting for a poll: wake when the first cluster the cycle saw

@@ -238,6 +238,8 @@ def test_review_mode_proposes_a_merge_is_fanned_out_failover_bypasses_review(
         wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 15,
                  "the merged plan fanned out", group)
         assert goals.rev("qonnect/plan") == proposal  # followed, not rewritten
+        wait_for(lambda: (group.status(group.wait_leader()) or {}).get("placements")
+                 == placement(goals), 10, "the KB records the merged placement", group)
         first = placement(goals)
         victim = sorted(hosting(first).items(), key=lambda kv: (-len(kv[1]), kv[0]))[0][0]
         agents.silent.add(victim)
