@@ -25,13 +25,20 @@ from qonnect_gitops.gitstore import (
     read_tree_files,
 )
 from qonnect_gitops.gitstore.remote import Credentials, Mirror, PublishResult
-from qonnect_gitops.logs import get_logger
 from qonnect_gitops.gitstore.store import (
     DEFAULT_CLUSTER_PREFIX,
     DEFAULT_PLAN_BRANCH,
     DEFAULT_PROPOSAL_PREFIX,
 )
-from qonnect_gitops.model import CurrentPlacement, Goals, GoalsError, Observed, Plan, load_goals
+from qonnect_gitops.logs import get_logger
+from qonnect_gitops.model import (
+    CurrentPlacement,
+    Goals,
+    GoalsError,
+    Observed,
+    Plan,
+    load_goals,
+)
 from qonnect_gitops.model.plan import DecisionReason
 from qonnect_gitops.placement import plan as make_plan
 from qonnect_gitops.render import RenderedPlan, render
@@ -59,7 +66,7 @@ class CycleHooks:
     """
 
     on_goals: Callable[[str, Goals], None] | None = None
-    before_publish: Callable[["CycleResult"], None] | None = None
+    before_publish: Callable[[CycleResult], None] | None = None
     between_pushes: Callable[[], None] | None = None
 
 

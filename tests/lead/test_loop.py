@@ -23,7 +23,6 @@ from tests.lead.fleet import (
     check_consistent,
     consistent_at,
     fast_heartbeat,
-    generation,
     placement,
     wait_for,
 )
