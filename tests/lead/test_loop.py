@@ -23,6 +23,7 @@ from tests.lead.fleet import (
     check_consistent,
     consistent_at,
     fast_heartbeat,
+    generation,
     placement,
     wait_for,
 )
@@ -252,3 +253,30 @@ def git_refs(goals: GoalsRepo) -> list[str]:
     out = subprocess.run(["git", "-C", str(goals.bare), "for-each-ref", "--format=%(refname:short)",
                           "refs/heads/"], capture_output=True, text=True, check=True).stdout
     return out.split()
+
+
+def test_a_group_rebuilt_from_scratch_continues_the_generation_and_moves_nothing(
+        make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path: Path) -> None:
+    first_group = start_group(make_group, goals, tmp_path)
+    first_group.wait_leader()
+    wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 20,
+             "first decision", first_group)
+    source = goals.edit("apps/bookinfo/manifests/details.yaml", "details-v1:1.20.2",
+                        "details-v1:1.20.3", "a second decision")
+    wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, source), 20, "second decision",
+             first_group)
+    first_group.stop()
+    plan, old_generation = goals.rev("qonnect/plan"), generation(goals)
+    assert old_generation == 2
+
+    # New leads, new (empty) data dirs, same goals repository.
+    group = start_group(make_group, goals, tmp_path)
+    leader = group.wait_leader()
+    status = wait_for(lambda: (st := group.status(leader)) and (st.get("loop") or {}).get("cycles")
+                      and st["placements"] and st, 20, "the new group's first cycle", group)
+    assert goals.rev("qonnect/plan") == plan  # nothing re-planned, nothing moved
+    assert status["placements"] == placement(goals)  # the KB was filled from the plan branch
+    source = goals.edit("apps/bookinfo/manifests/details.yaml", "details-v1:1.20.3",
+                        "details-v1:1.20.4", "a decision by the new group")
+    wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, source), 20, "third decision", group)
+    assert generation(goals) == old_generation + 1
