@@ -47,7 +47,7 @@ def test_kill_9_during_writes_loses_no_decision(make_group: Callable[..., LeadGr
     group = make_group(clusters=TEMPLATE_CLUSTERS, repo_url=goals.url,
                        env={"QONNECT_FAULT_FILE": str(fault)},
                        extra_args=["--poll-seconds", "0.2", "--reschedule-seconds", "600",
-                                   "--election-min", "0.3", "--election-max", "0.6"])
+                                   "--election-min", "0.2", "--election-max", "0.35"])
     group.wait_leader()
     wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 20,
              "first decision", group)
