@@ -60,7 +60,8 @@ logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 MIRROR_DIR = "goals-mirror.git"
 ATTEMPTS = 3  # a lost compare-and-swap is retried from a fresh fetch, then left to the next trigger
-DEADLINE_SLACK = 0.05  # fire just after the grace has passed, never just before
+DEADLINE_SLACK = 0.05
+_UNKNOWN = "unknown"  # no plan head seen yet in this term  # fire just after the grace has passed, never just before
 
 
 class ReconcileLoop:
@@ -72,8 +73,10 @@ class ReconcileLoop:
         self.poll_seconds = poll_seconds
         self.reschedule_seconds = reschedule_seconds
         self._mirror: Mirror | None = None
+        self._seen_head: str | None = _UNKNOWN  # plan head at the end of the last cycle
         self._branches: tuple[str, str, str] | None = None
         self._lock = threading.Lock()
+        self._cycle_lock = threading.Lock()
         self._dirty: list[str] = []
         self._running = False
         self._leading = False
@@ -102,6 +105,7 @@ class ReconcileLoop:
         if leading and (not self._leading or term != self._leading_term):
             self._leading, self._leading_term = True, term
             self._signatures.clear()  # judge reports afresh: another lead saw the ones before
+            self._seen_head = _UNKNOWN
             self.scheduler.resume()
             log.info("loop_resumed", term=term)
             self.trigger("elected")
@@ -188,6 +192,10 @@ class ReconcileLoop:
 
     def cycle(self, why: Sequence[str] = ("manual",)) -> CycleResult | None:
         """One fenced cycle with CAS retries; returns what it did (None when it stopped)."""
+        with self._cycle_lock:  # one mirror, one cycle at a time (scheduler or direct call)
+            return self._cycle(why)
+
+    def _cycle(self, why: Sequence[str]) -> CycleResult | None:
         term = self.node.term()
         if not self.may_write(term):
             return None
@@ -220,7 +228,7 @@ class ReconcileLoop:
                 return None
         if result is None:
             return None
-        self._sync_kb(term)
+        self._sync_kb(term, result)
         self.cycles += 1
         self.last_error = None
         seconds = time.perf_counter() - start
@@ -307,13 +315,23 @@ class ReconcileLoop:
         if not self.may_write(term):
             raise Fenced("lost leadership while recording the decision")
 
-    def _sync_kb(self, term: int) -> None:
-        """Make the KB's placement the plan branch's when someone else moved the branch
-        (a merged proposal, ``qonnect approve``): the KB describes what is in force."""
+    def _sync_kb(self, term: int, result: CycleResult) -> None:
+        """Record in the KB a plan commit someone else put on the plan branch (a merged
+        proposal, ``qonnect approve``), so the KB describes what is in force. Also fills
+        an empty KB (a group rebuilt from scratch) at its first cycle. A head this
+        leader already saw is left alone: the KB record of our own decisions was made
+        before publishing, and an operator's ``POST /v1/plan`` is not overridden."""
         mirror = self._open_mirror()
-        head, _, current = current_placement(mirror)
-        if head is None:
+        head = mirror.store.plan_head()
+        seen, self._seen_head = self._seen_head, head
+        if head is None or head == seen:
             return
+        if result.written is not None and result.written.plan_commit == head:
+            return  # our own decision, recorded before it was pushed
+        fresh = self.service.read(lambda kb: kb.generation == 0 and not kb.placements)
+        if seen is _UNKNOWN and not fresh:
+            return  # a new leader: the KB already holds what the group recorded
+        _, _, current = current_placement(mirror)
         recorded = self.service.read(lambda kb: kb.placements)
         if recorded == current.placements or not self.may_write(term):
             return
@@ -322,6 +340,7 @@ class ReconcileLoop:
             self.node.propose(self.node.state.plan, current.placements, {}, meta.reason,
                               meta.source, term, time.time())
         except ProposalError as exc:
+            self._seen_head = seen  # try again next cycle
             log.warning("kb_sync_failed", reason=exc.reason)
             return
         log.info("kb_synced_with_plan_branch", plan=head, generation=meta.generation)
