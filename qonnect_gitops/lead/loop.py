@@ -144,7 +144,7 @@ class ReconcileLoop:
         if not self._leading:
             return
         for cluster, _, report in entries:
-            signature = self._signature(report)
+            signature = report_signature(report, self._envelopes)
             before = self._signatures.get(cluster)
             self._signatures[cluster] = signature
             if before is None or before == signature:
@@ -156,22 +156,6 @@ class ReconcileLoop:
                 window = self.service.read(lambda kb: kb.latency_window)
                 self.trigger_at(now + window + DEADLINE_SLACK, f"sustained:{cluster}",
                                 f"sustained-{cluster}")
-
-    def _signature(self, report: dict[str, Any]) -> tuple[Any, ...]:
-        """Coarse features of a report whose change is worth a cycle: ready nodes, node
-        count, free CPU in quarters of the allocatable, and per target how many latency
-        envelopes the measured value breaks."""
-        nodes = report.get("nodes") or []
-        ready = [n for n in nodes if n.get("ready", True)]
-        alloc = sum(_millis(n.get("allocatableCpu", "0")) for n in ready) or 1
-        free = sum(_millis(n.get("freeCpu", "0")) for n in ready)
-        breaches = tuple(sorted(
-            (str(lat["to"]), bisect.bisect_left(self._envelopes.get(str(lat["to"]), []),
-                                                float(lat["ms"])))
-            for lat in report.get("latencies") or ()
-        ))
-        return (len(ready), len(nodes), int(4 * free / alloc),
-                sum(n for _, n in breaches), breaches)
 
     # ------------------------------------------------------------------ cycle
 
@@ -203,7 +187,7 @@ class ReconcileLoop:
         now = datetime.now(tz=UTC)
         hooks = CycleHooks(on_goals=lambda c, g: self._record_goals(c, g, term),
                            before_publish=lambda r: self._fence_and_record(r, term, now),
-                           between_pushes=lambda: _ignore(fault_point("between-pushes")))
+                           between_pushes=lambda: self._between_pushes(term))
         result = None
         for attempt in range(1, ATTEMPTS + 1):
             try:
@@ -315,6 +299,13 @@ class ReconcileLoop:
         if not self.may_write(term):
             raise Fenced("lost leadership while recording the decision")
 
+    def _between_pushes(self, term: int) -> None:
+        """After the plan branch was pushed: stop before the fan-out if deposed (the next
+        leader's cycle finishes it from the plan commit)."""
+        fault_point("between-pushes")
+        if not self.may_write(term):
+            raise Fenced("lost leadership between the plan push and the fan-out")
+
     def _sync_kb(self, term: int, result: CycleResult) -> None:
         """Record in the KB a plan commit someone else put on the plan branch (a merged
         proposal, ``qonnect approve``), so the KB describes what is in force. Also fills
@@ -378,8 +369,20 @@ class ReconcileLoop:
         self.scheduler.shutdown(wait=False)
 
 
-def _ignore(_: object) -> None:
-    """Drop a value (a hook that must return None)."""
+def report_signature(report: dict[str, Any], envelopes: dict[str, list[float]]) -> tuple[Any, ...]:
+    """Coarse features of a report whose change is worth a cycle: ready nodes, node
+    count, free CPU in quarters of the ready nodes' allocatable, the total number of
+    latency envelopes broken, and per target how many envelopes its latency breaks.
+    Cheap on purpose: it runs on the Raft thread for every report applied."""
+    nodes = report.get("nodes") or []
+    ready = [n for n in nodes if n.get("ready", True)]
+    alloc = sum(_millis(n.get("allocatableCpu", "0")) for n in ready) or 1
+    free = sum(_millis(n.get("freeCpu", "0")) for n in ready)
+    breaches = tuple(sorted(
+        (str(lat["to"]), bisect.bisect_left(envelopes.get(str(lat["to"]), []), float(lat["ms"])))
+        for lat in report.get("latencies") or ()
+    ))
+    return (len(ready), len(nodes), int(4 * free / alloc), sum(n for _, n in breaches), breaches)
 
 
 def _envelopes(goals: Goals) -> dict[str, list[float]]:

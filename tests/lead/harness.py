@@ -255,9 +255,12 @@ class LeadGroup:
         while time.monotonic() < deadline:
             statuses = [self.status(m, timeout=1.0) for m in among]
             last = statuses
+            # A leader counts once its term is recorded in the log: only then does the
+            # KB refuse older terms' plans, and only then does its reconcile loop run.
             leaders = [m for m, st in zip(among, statuses)
                        if st and st["self"]["state"] == "leader" and st["leader"]
-                       and st["leader"]["raft"] == m.raft]
+                       and st["leader"]["raft"] == m.raft and st.get("leaderRecord")
+                       and st["leaderRecord"]["term"] == st["term"]]
             if len(leaders) == 1:
                 leader = leaders[0]
                 named = [st and st["leader"] and st["leader"]["raft"] == leader.raft

@@ -206,7 +206,8 @@ def test_oscillating_latency_moves_nothing_a_sustained_breach_moves(
                  "productpage moved", group)
         assert time.monotonic() - breached >= 1.5  # not before the window held the breach
         assert goals.trailers("qonnect/plan")["Qonnect-Reason"] == ["rescheduling"]
-        check_consistent(goals, TEMPLATE_CLUSTERS)
+        wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 10,
+                 "fan-out of the move", group)
 
 
 def settle(goals: GoalsRepo, group: LeadGroup, quiet: float = 3.0, timeout: float = 30.0) -> None:
