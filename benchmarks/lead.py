@@ -14,7 +14,8 @@ Raft commit of the batch carrying that report.
 
 Webhook: a group of three leads on the template fleet (repo-template served by git
 daemon), polling disabled in effect (600 s); each trial pushes a manifest change,
-posts a signed push webhook to a follower (forwarded to the leader) and times until
+posts a signed push webhook to a follower (forwarded to the leader; agents report
+meanwhile, as in a live fleet) and times until
 the plan branch names the new goals commit and every cluster branch holds its
 subtree of it, read from the served repository as an agent would.
 """
@@ -39,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.goals_repo import served_goals
+from tests.lead.fleet import Agents
 from tests.lead.harness import LeadGroup, http, report
 
 WEBHOOK_SECRET = b"bench-secret"
@@ -228,6 +230,9 @@ def webhook_to_branches(trials: int, workdir: Path) -> dict[str, Any]:
                           extra_args=["--webhook-secret-file", str(secret), "--poll-seconds", "600",
                                       "--reschedule-seconds", "600", "--log-level", "warning"])
         group.start_all()
+        # Agents report as they would (every 2 s, the template's interval): without them
+        # every cluster fails after the grace period and nothing can be placed.
+        agents = Agents(group, clusters, interval=2.0).__enter__()
         try:
             leader = group.wait_leader(timeout=20)
             follower = next(m for m in group.leads if m is not leader)
@@ -259,6 +264,7 @@ def webhook_to_branches(trials: int, workdir: Path) -> dict[str, Any]:
                     time.sleep(0.005)
                 times.append(time.monotonic() - start)
         finally:
+            agents.__exit__(None, None, None)
             group.stop()
     return {
         "trials": len(times),
