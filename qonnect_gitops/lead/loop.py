@@ -190,6 +190,7 @@ class ReconcileLoop:
                            between_pushes=lambda: self._between_pushes(term))
         result = None
         for attempt in range(1, ATTEMPTS + 1):
+            self.service.metrics.inc("qonnect_goals_fetches_total")  # one fetch per attempt
             try:
                 mirror = self._open_mirror()
                 result = reconcile_once(mirror, self._observe(now), now=now, term=term,
@@ -207,7 +208,10 @@ class ReconcileLoop:
                 if not self.may_write(term):
                     return None
             except (GitStoreError, OSError, RuntimeError) as exc:
-                self.last_error = str(exc)
+                # Shown in /v1/status (loop.lastError, goalsSource.lastFetchError); the
+                # plan in force stays, the next trigger tries again.
+                self.last_error = self.service.last_fetch_error = str(exc)
+                self.service.metrics.inc("qonnect_goals_fetch_errors_total")
                 log.error("cycle_git_error", error=exc)
                 return None
         if result is None:

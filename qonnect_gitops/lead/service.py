@@ -208,11 +208,7 @@ class LeadService:
         commit the cycle read, or None when it did not run or failed."""
         if self.loop is None:
             return None
-        self.metrics.inc("qonnect_goals_fetches_total")
         result = self.loop.cycle(["poll"])
-        if result is None and self.loop.last_error:
-            self.last_fetch_error = self.loop.last_error
-            self.metrics.inc("qonnect_goals_fetch_errors_total")
         return result.goals_commit if result else None
 
     # --------------------------------------------------------------- metrics
