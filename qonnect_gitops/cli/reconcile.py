@@ -17,7 +17,6 @@ from qonnect_gitops.lead.reconcile import CycleResult, open_mirror_for_goals, re
 from qonnect_gitops.model import GoalsError, Goals, Observed
 from qonnect_gitops.cli.plan import plan_table
 from qonnect_gitops.model.observed import empty_observation, load_observed
-from qonnect_gitops.render.describe import plan_markdown
 
 ATTEMPTS = 3  # a lost compare-and-swap race is retried from a fresh fetch
 
@@ -71,7 +70,7 @@ def _cycle(args: argparse.Namespace, cache: Path, now: datetime) -> CycleResult:
     for attempt in range(1, ATTEMPTS + 1):
         mirror = open_mirror_for_goals(cache, args.repo, credentials_from_env())
         try:
-            return reconcile_once(mirror, observe, now=now, describe=plan_markdown)
+            return reconcile_once(mirror, observe, now=now)
         except StaleRef:
             if attempt == ATTEMPTS:
                 raise

@@ -42,6 +42,7 @@ from qonnect_gitops.model import (
 from qonnect_gitops.model.plan import DecisionReason
 from qonnect_gitops.placement import plan as make_plan
 from qonnect_gitops.render import RenderedPlan, render
+from qonnect_gitops.render.describe import plan_markdown
 from qonnect_gitops.render.render import PLACEMENT_FILE
 
 log = get_logger(__name__)
@@ -208,7 +209,7 @@ def reconcile_once(
     *,
     now: datetime,
     term: int = 0,
-    describe: Callable[[Plan], str] = lambda p: "",
+    describe: Callable[[Plan], str] = plan_markdown,
     hooks: CycleHooks = CycleHooks(),
 ) -> CycleResult:
     """Fetch, validate, plan, render, write and publish once.

@@ -115,3 +115,11 @@ def test_review_mode_proposes_and_approve_publishes(goals: GoalsRepo) -> None:
     assert approve.returncode == 0, approve.stderr
     assert goals.trailers("qonnect/plan")["Qonnect-Generation"] == ["1"]
     assert goals.has("cluster/edge-1")
+
+
+def test_decision_commits_carry_the_readable_table(goals: GoalsRepo) -> None:
+    assert reconcile(goals).returncode == 0
+    body = subprocess.run(["git", "-C", str(goals.bare), "log", "-1", "--format=%b", "qonnect/plan"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "### Proposed placement (goals-changed)" in body
+    assert "| `bookinfo/productpage` |" in body
