@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import json
 import os
 import math
@@ -453,7 +454,7 @@ def satisfiable(goals: Goals, obs: Observed) -> Goals:
     plain = QoS.model_validate({"objective": {"latency": 0.5, "cost": 0.5}})
     apps = {
         name: App(app.name, app.namespace, app.document, tuple(
-            Component(**{**c.__dict__, "qos": plain}) if c.key in fixed else c for c in app.components
+            dataclasses.replace(c, qos=plain) if c.key in fixed else c for c in app.components
         ))
         for name, app in goals.apps.items()
     }
