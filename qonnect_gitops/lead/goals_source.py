@@ -13,6 +13,8 @@ from pathlib import Path
 
 import pygit2
 
+from qonnect_gitops.gitstore.remote import credentials_from_env
+
 MIRROR_DIR = "goals-mirror.git"
 BRANCH = "main"
 
@@ -39,7 +41,10 @@ def fetch_goals(repo_url: str, data_dir: str | os.PathLike[str]) -> tuple[str, d
         else:
             repo.remotes.create("origin", repo_url)
         refspec = f"+refs/heads/{BRANCH}:refs/remotes/origin/{BRANCH}"
-        repo.remotes["origin"].fetch([refspec])
+        # Private goals repositories: the same QONNECT_GIT_* variables the agent reads.
+        credentials = credentials_from_env()
+        repo.remotes["origin"].fetch([refspec],
+                                     callbacks=pygit2.RemoteCallbacks(credentials=credentials))
         ref = repo.references.get(f"refs/remotes/origin/{BRANCH}")
     except (pygit2.GitError, OSError, ValueError) as exc:
         raise GoalsFetchError(f"cannot fetch {repo_url}: {exc}") from exc
