@@ -268,3 +268,14 @@ def test_image_tag_matches_the_package_and_the_dockerfile_user(objects: list[dic
             pod = obj["spec"]["template"]["spec"]
             assert container(obj)["image"] == f"ghcr.io/qonnect/qonnect-gitops:{version}"
             assert str(pod["securityContext"]["runAsUser"]) == user.group(1)
+
+
+def test_agent_reports_within_the_fleet_heartbeat(objects: list[dict[str, Any]]) -> None:
+    """The agent does not read spec.heartbeat from the goals: the deployment must set
+    a report interval the default fleet settings accept (several reports per grace)."""
+    from qonnect_gitops.model.fleet import Heartbeat
+
+    interval = float(one(objects, "ConfigMap", "qonnect-agent")["data"]["report-interval"])
+    hb = Heartbeat()
+    assert interval <= hb.interval_seconds
+    assert interval * 3 <= hb.grace_seconds
