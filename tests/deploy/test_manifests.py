@@ -261,7 +261,7 @@ def test_containers_run_restricted(path: str) -> None:
 def test_image_tag_matches_the_package_and_the_dockerfile_user(objects: list[dict[str, Any]]) -> None:
     version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
     dockerfile = (ROOT / "Dockerfile").read_text()
-    user = re.search(r"^USER (\d+)", dockerfile, re.M)
+    user = re.search(r"^USER (\d+)", dockerfile, re.MULTILINE)
     assert user, "the Dockerfile runs as a numeric user"
     for obj in objects:
         if obj["kind"] in ("StatefulSet", "Deployment"):
