@@ -154,6 +154,11 @@ class RaftNode:
             logCompactionMinEntries=timing.compaction_entries,
             logCompactionMinTime=timing.compaction_seconds,
             commandsWaitLeader=True,
+            # Peers are often DNS names whose address changes when a lead restarts
+            # (a StatefulSet pod gets a new IP). pysyncobj caches lookups for 600 s by
+            # default, so the others kept dialling the old address for minutes.
+            dnsCacheTime=5.0,
+            dnsFailCacheTime=1.0,
         )
         others = [p for p in peers if p and p != raft_addr]
         self.sync = SyncObj(raft_addr, others, conf=conf, consumers=[self.state])
