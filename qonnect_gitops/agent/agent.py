@@ -116,6 +116,7 @@ class Agent:
         self.source_error: str | None = None
         self.source_stale_since: float | None = None
         self.reporter: Reporter | None = None
+        self.report_interval = cfg.report_interval  # until a lead says the fleet's
         if cfg.leads:
             self.reporter = Reporter(cfg.leads, cfg.cluster, cfg.token, on_response=self._on_lead_response)
         self._lock = threading.Lock()  # one sync at a time
@@ -406,6 +407,12 @@ class Agent:
             traffic=tuple(traffic))
 
     def _on_lead_response(self, doc: dict[str, Any]) -> None:
+        interval = doc.get("heartbeatIntervalSeconds")
+        if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval > 0:
+            # The fleet's heartbeat (qonnect.yaml) governs; --report-interval is the fallback.
+            if float(interval) != self.report_interval:
+                self.report_interval = float(interval)
+                self.wake.set()  # the loop may be sleeping on the old interval
         newest = doc.get("generation")
         last = self.last
         running = last.applied.generation if last and last.applied else None
@@ -462,12 +469,12 @@ class Agent:
                         break
                     if now >= deadline:
                         break
-                    if now - last_report >= cfg.report_interval and self.reporter and self.last:
+                    if now - last_report >= self.report_interval and self.reporter and self.last:
                         self.reporter.submit(self.build_report(self.last))  # heartbeat
                         last_report = now
                     until = min(deadline, next_drift)
                     if self.reporter:
-                        until = min(until, last_report + cfg.report_interval)
+                        until = min(until, last_report + self.report_interval)
                     if self.wake.wait(max(0.01, until - now)):
                         self.wake.clear()
                         break

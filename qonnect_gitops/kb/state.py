@@ -125,6 +125,12 @@ class KnowledgeBase:
         return float(self.heartbeat["graceSeconds"])
 
     @property
+    def interval_seconds(self) -> float | None:
+        """The fleet's report interval, once goals were loaded."""
+        value = self.heartbeat.get("intervalSeconds")
+        return None if value is None else float(value)
+
+    @property
     def leader_term(self) -> int:
         return int(self.leader["term"]) if self.leader else 0
 

@@ -261,14 +261,16 @@ class LeadHandler(BaseHTTPRequestHandler):
             raise _Reject(503, f"report not committed ({reason}); retry",
                           {"Retry-After": "1"})
         service.metrics.inc("qonnect_reports_total", code="200")
-        generation, plan_generation = service.read(
-            lambda kb: (kb.cluster_generation(cluster), kb.generation))
+        generation, plan_generation, interval = service.read(
+            lambda kb: (kb.cluster_generation(cluster), kb.generation, kb.interval_seconds))
         self._send(200, {
             "accepted": True,
             "cluster": cluster,
             "generation": generation,
             "planGeneration": plan_generation,
             "heartbeatGraceSeconds": grace,
+            # Agents report at the fleet's interval, so one setting in qonnect.yaml governs.
+            "heartbeatIntervalSeconds": interval,
             "leader": service.leader_info(),
         })
 

@@ -190,3 +190,18 @@ def test_an_announced_generation_that_cannot_be_applied_does_not_spin(make_agent
     syncs = sum(v for (name, _), v in agent.metrics._values.items() if name == "qonnect_agent_syncs_total")
     assert 1 <= syncs <= 3, syncs  # the first pass, one on the announcement; heartbeats do not re-trigger
     assert len(recorder.reports) >= 5  # heartbeats kept flowing
+
+
+def test_the_fleet_heartbeat_sets_the_report_interval(make_agent, branch: Branch, recorder: Recorder):
+    branch.publish([namespace("shop"), configmap("a")])
+    # The agent's own interval is far too long for an 8 s grace; the lead's answer governs.
+    recorder.response = {"accepted": True, "generation": 1, "heartbeatIntervalSeconds": 0.2}
+    agent = make_agent(leads=(recorder.url,), interval=60.0, drift_interval=60.0, report_interval=30.0)
+    thread = threading.Thread(target=agent.run, daemon=True)
+    thread.start()
+    try:
+        wait_for(lambda: len(recorder.reports) >= 5, timeout=10, what="reports at the fleet's interval")
+        assert agent.report_interval == 0.2
+    finally:
+        agent.stop()
+        thread.join(5)

@@ -32,6 +32,9 @@ def test_report_needs_the_clusters_own_token(api_group: LeadGroup) -> None:
     code, _, body = http("POST", url(api_group, path, 1), report("edge-2"),
                          token=api_group.tokens["edge-2"])
     assert code == 200 and body["accepted"] and body["leader"]["raft"]
+    # The fleet's heartbeat settings travel to agents in every answer.
+    assert body["heartbeatIntervalSeconds"] > 0
+    assert body["heartbeatGraceSeconds"] > body["heartbeatIntervalSeconds"]
 
 
 def test_bad_bodies_are_400_with_a_reason(api_group: LeadGroup) -> None:
