@@ -1,4 +1,5 @@
-"""Benchmark the lead group: re-election after SIGKILL, and committed reports per second.
+"""Benchmark the lead group: re-election after SIGKILL, committed reports per second, and
+the time from a push webhook to the cluster branches updated.
 
     PYTHONPATH=. python benchmarks/lead.py [--trials 10] [--seconds 10] [--clusters 120] [--json]
 
@@ -10,6 +11,13 @@ Ingest: a second group with one token per cluster; client processes (not the
 leads) post reports over keep-alive connections to all three leads for the
 given time. Only 2xx responses count, and the lead answers 2xx only after the
 Raft commit of the batch carrying that report.
+
+Webhook: a group of three leads on the template fleet (repo-template served by git
+daemon), polling disabled in effect (600 s); each trial pushes a manifest change,
+posts a signed push webhook to a follower (forwarded to the leader; agents report
+meanwhile, as in a live fleet) and times until
+the plan branch names the new goals commit and every cluster branch holds its
+subtree of it, read from the served repository as an agent would.
 """
 
 from __future__ import annotations
@@ -19,6 +27,7 @@ import json
 import multiprocessing
 import signal
 import statistics
+import subprocess
 import sys
 import tempfile
 import threading
@@ -30,7 +39,11 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.lead.harness import LeadGroup, report
+from tests.goals_repo import served_goals
+from tests.lead.fleet import Agents
+from tests.lead.harness import LeadGroup, http, report
+
+WEBHOOK_SECRET = b"bench-secret"
 
 
 def reelection(trials: int, workdir: Path) -> dict[str, Any]:
@@ -181,6 +194,87 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
     }
 
 
+def _refs(bare: Path) -> dict[str, tuple[str, str]]:
+    """Every branch of the served repo: ``name -> (commit, tree)``, in one git call."""
+    out = subprocess.run(["git", "-C", str(bare), "for-each-ref", "refs/heads/",
+                          "--format=%(refname:short) %(objectname) %(tree)"],
+                         capture_output=True, text=True, check=True).stdout
+    return {name: (commit, tree) for name, commit, tree in (ln.split() for ln in out.splitlines())}
+
+
+def _source(bare: Path, commit: str) -> str:
+    out = subprocess.run(["git", "-C", str(bare), "log", "-1", "--format=%(trailers:key=Qonnect-Source,valueonly)",
+                          commit], capture_output=True, text=True, check=True).stdout
+    return out.strip()
+
+
+def _subtrees(bare: Path, commit: str, clusters: list[str]) -> dict[str, str]:
+    out = subprocess.run(["git", "-C", str(bare), "ls-tree", commit, "clusters/"],
+                         capture_output=True, text=True, check=True).stdout
+    found = {ln.split("\t")[1].split("/", 1)[1]: ln.split()[2] for ln in out.splitlines()}
+    empty = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
+    return {c: found.get(c, empty) for c in clusters}
+
+
+def webhook_to_branches(trials: int, workdir: Path) -> dict[str, Any]:
+    """Seconds from a push webhook to every cluster branch updated (template fleet)."""
+    import hashlib
+    import hmac
+
+    clusters = [f"{t}-{i}" for t in ("cloud", "edge", "fog") for i in (1, 2, 3)]
+    times: list[float] = []
+    with served_goals(workdir / "webhook-goals") as goals:
+        secret = workdir / "webhook-secret"
+        secret.write_bytes(WEBHOOK_SECRET)
+        group = LeadGroup(workdir / "webhook", clusters=clusters, repo_url=goals.url,
+                          extra_args=["--webhook-secret-file", str(secret), "--poll-seconds", "600",
+                                      "--reschedule-seconds", "600", "--log-level", "warning"])
+        group.start_all()
+        # Agents report as they would (every 2 s, the template's interval): without them
+        # every cluster fails after the grace period and nothing can be placed.
+        agents = Agents(group, clusters, interval=2.0).__enter__()
+        try:
+            leader = group.wait_leader(timeout=20)
+            follower = next(m for m in group.leads if m is not leader)
+
+            def settled(source: str) -> bool:
+                refs = _refs(goals.bare)
+                plan = refs.get("qonnect/plan")
+                if plan is None or _source(goals.bare, plan[0]) != source:
+                    return False
+                want = _subtrees(goals.bare, plan[0], clusters)
+                return all(refs.get(f"cluster/{c}", ("", ""))[1] == want[c] for c in clusters)
+
+            group.wait_until(lambda: settled(goals.rev("main")), timeout=30, what="first decision")
+            body = json.dumps({"ref": "refs/heads/main"}).encode()
+            sig = "sha256=" + hmac.new(WEBHOOK_SECRET, body, hashlib.sha256).hexdigest()
+            tag = 2
+            for _ in range(trials):
+                source = goals.edit("apps/bookinfo/manifests/details.yaml", f"details-v1:1.20.{tag}",
+                                    f"details-v1:1.20.{tag + 1}", "bench")
+                tag += 1
+                start = time.monotonic()
+                code, _, payload = http("POST", follower.url + "/v1/hooks/git", raw=body,
+                                        headers={"X-Hub-Signature-256": sig})
+                if code != 202:
+                    raise RuntimeError(f"webhook refused: {code} {payload}")
+                while not settled(source):
+                    if time.monotonic() - start > 30:
+                        raise RuntimeError("branches not updated within 30 s\n" + group.log_tails())
+                    time.sleep(0.005)
+                times.append(time.monotonic() - start)
+        finally:
+            agents.__exit__(None, None, None)
+            group.stop()
+    return {
+        "trials": len(times),
+        "median": round(statistics.median(times), 3),
+        "worst": round(max(times), 3),
+        "best": round(min(times), 3),
+        "all": [round(t, 3) for t in times],
+    }
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=10)
@@ -190,6 +284,8 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=64, help="connections per client process")
     parser.add_argument("--skip-election", action="store_true")
     parser.add_argument("--skip-ingest", action="store_true")
+    parser.add_argument("--skip-webhook", action="store_true")
+    parser.add_argument("--webhook-trials", type=int, default=10)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     result: dict[str, Any] = {}
@@ -200,6 +296,8 @@ def main() -> int:
             ing = ingest(args.seconds, args.clusters, args.processes, args.threads, Path(tmp))
             result["reports_per_s"] = ing["reports_per_s"]
             result["ingest"] = ing
+        if not args.skip_webhook:
+            result["webhook_to_branches_s"] = webhook_to_branches(args.webhook_trials, Path(tmp))
     if args.json:
         print(json.dumps(result))
         return 0
@@ -216,6 +314,11 @@ def main() -> int:
         print(f"  2xx {i['accepted_2xx']}   refused {i['refused']}   errors {i['errors']}   "
               f"latency p50 {i['latency_ms']['p50']} ms  p99 {i['latency_ms']['p99']} ms")
         print(f"  reports stored in the leader's KB: {i['reports_stored_by_leader']}")
+    if "webhook_to_branches_s" in result:
+        w = result["webhook_to_branches_s"]
+        print(f"push webhook to cluster branches updated, template fleet ({w['trials']} trials)")
+        print(f"  median {w['median']:.3f} s   worst {w['worst']:.3f} s   best {w['best']:.3f} s"
+              f"   (goal: <= 1 s)")
     return 0
 
 

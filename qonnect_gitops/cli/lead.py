@@ -42,6 +42,10 @@ def register(sub: Any) -> None:
     parser.add_argument("--tokens-file", type=Path, help="hashed bearer tokens (reloaded)")
     parser.add_argument("--poll-seconds", type=float, default=10.0,
                         help="how often the leader fetches goals (default 10)")
+    parser.add_argument("--reschedule-seconds", type=float, default=60.0,
+                        help="periodic rescheduling pass (the stability rules decide moves)")
+    parser.add_argument("--webhook-secret-file", type=Path,
+                        help="shared secret of POST /v1/hooks/git (HMAC-SHA256 or GitLab token)")
     parser.add_argument("--report-rate", type=float, default=2.0,
                         help="reports per second allowed per cluster and lead (default 2)")
     parser.add_argument("--report-burst", type=float, default=10.0,
@@ -84,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
         repo=args.repo,
         tokens_file=args.tokens_file,
         poll_seconds=args.poll_seconds,
+        reschedule_seconds=args.reschedule_seconds,
+        webhook_secret_file=args.webhook_secret_file,
         report_rate=args.report_rate,
         report_burst=args.report_burst,
         max_body_bytes=args.max_body,

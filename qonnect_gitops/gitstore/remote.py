@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -254,7 +254,7 @@ class Mirror:
                 out.append(RefChange(ref, None if old is None else str(old), None if new is None else str(new)))
         return out
 
-    def publish(self) -> PublishResult:
+    def publish(self, between: Callable[[], None] | None = None) -> PublishResult:
         """Push every pending ref, each only if the remote still holds what we last saw.
 
         The plan branch and new proposals go first (that is the decision; if it loses,
@@ -263,7 +263,8 @@ class Mirror:
         is ahead of its cluster branches and the next cycle's ``fan_out`` completes them.
         Raises ``StaleRef`` naming the refs that lost when the decision itself lost, and
         ``FanOutStale`` (a ``StaleRef``) when the decision was published but later refs
-        lost; accepted refs stay accepted either way.
+        lost; accepted refs stay accepted either way. ``between`` runs after the first
+        push and before the second (the lead's fault-injection point).
         """
         start = time.perf_counter()
         pending = self.pending()
@@ -276,6 +277,8 @@ class Mirror:
             self.push(first)
             pushes += 1
             pushed += first
+        if between is not None:
+            between()
         if rest:
             try:
                 self.push(rest)

@@ -36,6 +36,7 @@ DECISION_LOG_LIMIT = 256
 DEFAULT_GRACE_SECONDS = 20.0
 DEFAULT_INTERVAL_SECONDS = 5.0
 MAX_GOALS_ERRORS = 100
+LATENCY_WINDOW_REPORTS = 3
 
 ReportEntry = tuple[str, float, dict[str, Any]]
 """``(cluster, agent_time_unix, report_json)``: one report as it travels through the log."""
@@ -67,7 +68,12 @@ def inventory_from_goals(goals: Goals) -> dict[str, dict[str, Any]]:
 def heartbeat_from_goals(goals: Goals) -> dict[str, float]:
     """The heartbeat settings the KB needs to judge freshness."""
     hb = goals.fleet.spec.heartbeat
-    return {"intervalSeconds": float(hb.interval_seconds), "graceSeconds": float(hb.grace_seconds)}
+    return {
+        "intervalSeconds": float(hb.interval_seconds),
+        "graceSeconds": float(hb.grace_seconds),
+        # A latency breach counts once it held through three reports in a row.
+        "latencyWindowSeconds": LATENCY_WINDOW_REPORTS * float(hb.interval_seconds),
+    }
 
 
 class KnowledgeBase:
@@ -86,6 +92,10 @@ class KnowledgeBase:
         # Latest report per cluster: {report, agentTime, receivedAt, count}.
         self.reports: dict[str, dict[str, Any]] = {}
         self.stale_reports = 0
+        # Measured latencies per cluster and target, [[receivedAt, ms], ...] oldest first,
+        # trimmed to the latency window: the planner sees the lowest value of the window,
+        # so only a sustained breach moves anything (one slow sample does not).
+        self.latency_history: dict[str, dict[str, list[list[float]]]] = {}
         # Placement in force.
         self.generation = 0
         self.placements: dict[str, dict[str, int]] = {}
@@ -139,8 +149,42 @@ class KnowledgeBase:
                     "receivedAt": now,
                     "count": count,
                 }
+                self._record_latencies(cluster, report, now)
             result[cluster] = self.cluster_generations.get(cluster, 0)
         return result
+
+    @property
+    def latency_window(self) -> float:
+        default = LATENCY_WINDOW_REPORTS * float(self.heartbeat["intervalSeconds"])
+        return float(self.heartbeat.get("latencyWindowSeconds", default))
+
+    def _record_latencies(self, cluster: str, report: Mapping[str, Any], now: float) -> None:
+        history = self.latency_history.setdefault(cluster, {})
+        seen = set()
+        for lat in report.get("latencies") or ():
+            target = str(lat["to"])
+            seen.add(target)
+            samples = history.setdefault(target, [])
+            samples.append([now, float(lat["ms"])])
+            # Keep the samples inside the window plus the one in force at its start.
+            start = now - self.latency_window
+            while len(samples) > 1 and samples[1][0] <= start:
+                del samples[0]
+        for target in [t for t in history if t not in seen]:
+            del history[target]  # no longer measured: the declared value applies again
+
+    def sustained_latency(self, cluster: str, target: str, now: float) -> float | None:
+        """The lowest latency ``cluster`` measured to ``target`` over the window before
+        ``now`` (the value in force at the window's start included). None while the
+        measurement is younger than the window: until then the declared latency holds,
+        so a first slow sample after silence is no more a breach than any other."""
+        samples = self.latency_history.get(cluster, {}).get(target)
+        start = now - self.latency_window
+        if not samples or samples[0][0] > start:
+            return None
+        values = [ms for i, (at, ms) in enumerate(samples)
+                  if at > start or i + 1 == len(samples) or samples[i + 1][0] > start]
+        return min(values)
 
     def apply_goals(
         self,
@@ -160,6 +204,7 @@ class KnowledgeBase:
         # Reports of clusters no longer declared are forgotten: nothing may be planned there.
         for name in removed:
             self.reports.pop(name, None)
+            self.latency_history.pop(name, None)
         summary = f"goals {commit[:12]} accepted: {len(inventory)} clusters"
         if added:
             summary += f", added {', '.join(added)}"
@@ -341,7 +386,9 @@ class KnowledgeBase:
             )
             for lat in report.get("latencies") or ():
                 if lat["to"] != name:
-                    latencies[(name, lat["to"])] = float(lat["ms"])
+                    sustained = self.sustained_latency(name, lat["to"], ts)
+                    if sustained is not None:
+                        latencies[(name, lat["to"])] = sustained
             for item in report.get("traffic") or ():
                 key = (item["component"], item["region"])
                 traffic[key] = traffic.get(key, 0.0) + float(item["rps"])
@@ -416,6 +463,7 @@ class KnowledgeBase:
             "lastFailed": self.last_failed,
             "reports": self.reports,
             "staleReports": self.stale_reports,
+            "latencyHistory": self.latency_history,
             "generation": self.generation,
             "placements": self.placements,
             "lastMoved": self.last_moved,
@@ -440,6 +488,7 @@ class KnowledgeBase:
         kb.last_failed = d["lastFailed"]
         kb.reports = d["reports"]
         kb.stale_reports = d["staleReports"]
+        kb.latency_history = d.get("latencyHistory", {})  # absent in dumps before the window
         kb.generation = d["generation"]
         kb.placements = d["placements"]
         kb.last_moved = d["lastMoved"]

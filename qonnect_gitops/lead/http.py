@@ -12,6 +12,8 @@ request is answered 2xx only once this lead has applied the committed entry.
     POST /v1/clusters/{name}/report    an agent's report (that cluster's token)
     POST /v1/plan                      put a placement in force (admin token)
     POST /v1/members                   add or remove a lead (admin token)
+    POST /v1/hooks/git                 a forge's push webhook (HMAC or token verified):
+                                       the leader runs a cycle now; a follower forwards
 """
 
 from __future__ import annotations
@@ -19,6 +21,8 @@ from __future__ import annotations
 import json
 import re
 import time
+import urllib.error
+import urllib.request
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
@@ -29,12 +33,16 @@ from qonnect_gitops.lead.raft import ProposalError
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.service import LeadService
 from qonnect_gitops.lead.tokens import ADMIN
+from qonnect_gitops.lead.webhook import WebhookRejected, read_secret, verify
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.plan import DecisionReason
 from qonnect_gitops.model.report import AgentReport
 
 log = get_logger(__name__)
 
+_FORWARDED = "X-Qonnect-Forwarded-By"
+_HOOK_HEADERS = {"content-type", "x-hub-signature-256", "x-gitea-signature", "x-gitlab-token",
+                 "x-github-event", "x-gitea-event", "x-gitlab-event"}
 _REPORT_PATH = re.compile(r"^/v1/clusters/([^/]+)/report$")
 _MAX_ERRORS_SHOWN = 10
 
@@ -201,6 +209,8 @@ class LeadHandler(BaseHTTPRequestHandler):
                 self._admin_write(self._plan)
             elif path == "/v1/members":
                 self._admin_write(self._members)
+            elif path == "/v1/hooks/git":
+                self._hook()
             else:
                 self._discard_body()
                 raise _Reject(404, f"no route {path}")
@@ -261,6 +271,47 @@ class LeadHandler(BaseHTTPRequestHandler):
             "heartbeatGraceSeconds": grace,
             "leader": service.leader_info(),
         })
+
+    def _hook(self) -> None:
+        """A push webhook: verify it, then trigger a cycle on the leader."""
+        service = self.server.service
+        body = self._read_body()
+        try:
+            secret = read_secret(service.config.webhook_secret_file)
+        except OSError as exc:
+            raise _Reject(503, f"webhook secret unreadable: {exc}") from None
+        try:
+            forge = verify(dict(self.headers.items()), body, secret)
+        except WebhookRejected as exc:
+            log.warning("webhook_rejected", reason=str(exc))
+            raise _Reject(401, str(exc)) from None
+        if service.loop is None:
+            raise _Reject(409, "this lead has no goals repository configured")
+        if service.node.is_leader():
+            service.loop.trigger("webhook")
+            log.info("webhook_accepted", forge=forge)
+            self._send(202, {"accepted": True, "forge": forge, "by": service.config.node_id})
+            return
+        leader = service.leader_info()
+        if not leader or not leader.get("http") or self.headers.get(_FORWARDED):
+            raise _Reject(503, "no leader reachable to run the cycle; retry",
+                          {"Retry-After": "1"})
+        # Forges deliver to one URL; any lead may be behind it, so pass the hook on
+        # unchanged (the leader verifies it again) rather than ask the forge to redirect.
+        headers = {k: v for k, v in self.headers.items()
+                   if k.lower() in _HOOK_HEADERS}
+        headers[_FORWARDED] = service.config.node_id
+        request = urllib.request.Request(f"http://{leader['http']}/v1/hooks/git", data=body,
+                                         headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=5) as resp:
+                status, payload = resp.status, json.loads(resp.read() or b"{}")
+        except urllib.error.HTTPError as exc:
+            status, payload = exc.code, {"error": "leader refused", "message": exc.reason}
+        except OSError as exc:
+            raise _Reject(503, f"forwarding to the leader failed: {exc}",
+                          {"Retry-After": "1"}) from None
+        self._send(status, {**payload, "forwardedBy": service.config.node_id})
 
     def _admin_write(self, handler: Any) -> None:
         try:

@@ -44,6 +44,9 @@ class ReplicatedKB(SyncObjConsumer):
         super().__init__()
         self.lock = threading.RLock()
         self.kb = KnowledgeBase()
+        # Called after each applied batch of reports (on the Raft thread: must be cheap);
+        # the leader's loop uses it to notice reports that change the picture.
+        self.report_listener: Callable[[list[ReportEntry], float], None] | None = None
 
     # The full dump stores plain dicts, not pickled objects of our classes, so a
     # dump stays loadable across code changes that keep the state format.
@@ -58,7 +61,14 @@ class ReplicatedKB(SyncObjConsumer):
     @replicated
     def reports(self, entries: list[ReportEntry], now: float) -> dict[str, int]:
         with self.lock:
-            return self.kb.apply_reports(entries, now)
+            result = self.kb.apply_reports(entries, now)
+        listener = self.report_listener
+        if listener is not None:
+            try:
+                listener(entries, now)
+            except Exception as exc:  # a listener bug must never stall the log
+                log.error("report_listener_failed", error=exc)
+        return result
 
     @replicated
     def goals(self, commit: str, inventory: dict[str, Any], heartbeat: dict[str, float],

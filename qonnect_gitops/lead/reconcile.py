@@ -25,13 +25,20 @@ from qonnect_gitops.gitstore import (
     read_tree_files,
 )
 from qonnect_gitops.gitstore.remote import Credentials, Mirror, PublishResult
-from qonnect_gitops.logs import get_logger
 from qonnect_gitops.gitstore.store import (
     DEFAULT_CLUSTER_PREFIX,
     DEFAULT_PLAN_BRANCH,
     DEFAULT_PROPOSAL_PREFIX,
 )
-from qonnect_gitops.model import CurrentPlacement, Goals, GoalsError, Observed, Plan, load_goals
+from qonnect_gitops.logs import get_logger
+from qonnect_gitops.model import (
+    CurrentPlacement,
+    Goals,
+    GoalsError,
+    Observed,
+    Plan,
+    load_goals,
+)
 from qonnect_gitops.model.plan import DecisionReason
 from qonnect_gitops.placement import plan as make_plan
 from qonnect_gitops.render import RenderedPlan, render
@@ -40,6 +47,27 @@ from qonnect_gitops.render.render import PLACEMENT_FILE
 log = get_logger(__name__)
 
 ObservationSource = Callable[[Goals], Observed]
+
+
+class Fenced(Exception):
+    """The cycle was stopped before publishing: this lead may no longer write."""
+
+
+@dataclass(frozen=True)
+class CycleHooks:
+    """Where the lead's loop plugs into one cycle (``qonnect reconcile --once`` uses none).
+
+    * ``on_goals(commit, goals)``: valid goals were read (the loop records the inventory).
+    * ``before_publish(result)``: called with the decision committed locally and before
+      any push; raise ``Fenced`` to abort (nothing reaches the remote). The loop re-checks
+      leadership and records the decision in the KB here.
+    * ``between_pushes()``: after the plan branch was pushed and before the fan-out push
+      (a test fault point: the fan-out must be finishable by the next leader).
+    """
+
+    on_goals: Callable[[str, Goals], None] | None = None
+    before_publish: Callable[[CycleResult], None] | None = None
+    between_pushes: Callable[[], None] | None = None
 
 
 @dataclass(frozen=True)
@@ -181,17 +209,24 @@ def reconcile_once(
     now: datetime,
     term: int = 0,
     describe: Callable[[Plan], str] = lambda p: "",
+    hooks: CycleHooks = CycleHooks(),
 ) -> CycleResult:
     """Fetch, validate, plan, render, write and publish once.
 
     Raises GoalsError (nothing written) when the goals at ``main`` are invalid, and
-    StaleRef when another writer won a race: fetch again and call once more.
+    StaleRef when another writer won a race: fetch again and call once more. With
+    ``hooks.before_publish`` raising ``Fenced``, the local writes are left unpublished
+    (the next fetch drops them).
     """
     mirror.fetch()
     goals_commit = mirror.main_commit()
     if goals_commit is None:
         raise RuntimeError(f"{mirror.url} has no main branch")
     goals = load_goals(mirror.read_goals(goals_commit))
+    if hooks.on_goals is not None:
+        hooks.on_goals(goals_commit, goals)
+    # The generation and the placement in force come from the plan branch: it is the
+    # fenced source of truth, so a new leader (or a rebuilt lead group) resumes from it.
     head, generation, current = current_placement(mirror)
     decision = make_plan(goals, observe(goals), current)
     rendered = render(goals, decision)
@@ -206,9 +241,12 @@ def reconcile_once(
     baseline = open_proposals[-1].commit if open_proposals else head
     if same_decision(mirror, baseline, decision, rendered):
         log.info("reconcile_unchanged", goals=goals_commit[:12], generation=generation)
-        if not review and head is not None:
-            mirror.store.catch_up()  # finish a fan-out an earlier cycle may have left
-        published = mirror.publish() if mirror.pending() else None
+        if head is not None:
+            # Finish a fan-out an earlier cycle left, or follow a plan commit someone else
+            # fast-forwarded (a merged proposal); current_placement validated it above.
+            mirror.store.catch_up()
+        result = CycleResult(goals_commit, decision, generation)
+        published = _publish(mirror, result, hooks) if mirror.pending() else None
         return CycleResult(goals_commit, decision, generation, published=published)
     if review:
         digest = hashlib.sha256(b"".join(p.encode() + b"\0" + b for p, b in rendered.files.items()))
@@ -220,8 +258,15 @@ def reconcile_once(
         if written.plan_commit is not None:
             generation += 1
         result = CycleResult(goals_commit, decision, generation, written=written)
-    published = mirror.publish() if mirror.pending() else None
+    published = _publish(mirror, result, hooks) if mirror.pending() else None
     log.info("reconcile_cycle", goals=goals_commit[:12], reason=decision.reason,
              generation=generation, pushed=len(published.pushed) if published else 0)
     return CycleResult(result.goals_commit, decision, generation, result.written,
                        result.proposal, published)
+
+
+def _publish(mirror: Mirror, result: CycleResult, hooks: CycleHooks) -> PublishResult:
+    """Push the cycle's local writes, after ``before_publish`` allowed it."""
+    if hooks.before_publish is not None:
+        hooks.before_publish(result)
+    return mirror.publish(between=hooks.between_pushes)

@@ -16,14 +16,13 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from qonnect_gitops.kb import heartbeat_from_goals, inventory_from_goals, iso
-from qonnect_gitops.lead.goals_source import GoalsFetchError, fetch_goals
+from qonnect_gitops.kb import iso
+from qonnect_gitops.lead.loop import ReconcileLoop
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode, RaftTiming, ReportBatcher
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.tokens import TokenStore
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.model import GoalsError, load_goals
 
 log = get_logger(__name__)
 
@@ -40,6 +39,8 @@ class LeadConfig:
     repo: str | None = None
     tokens_file: Path | None = None
     poll_seconds: float = 10.0
+    reschedule_seconds: float = 60.0
+    webhook_secret_file: Path | None = None
     report_rate: float = 2.0
     report_burst: float = 10.0
     max_body_bytes: int = 256 * 1024
@@ -63,9 +64,13 @@ class LeadService:
         self._recorded_term = 0
         self.last_fetch_error: str | None = None
         self.last_fetch_at: float | None = None
+        # The reconcile loop runs only with a goals repository to read and write.
+        self.loop: ReconcileLoop | None = None
+        if config.repo:
+            self.loop = ReconcileLoop(self, config.poll_seconds, config.reschedule_seconds)
+            self.node.state.report_listener = self.loop.on_reports
         self._threads = [
             threading.Thread(target=self._watch_leadership, name="leadership", daemon=True),
-            threading.Thread(target=self._poll_goals, name="goals-poller", daemon=True),
         ]
         for thread in self._threads:
             thread.start()
@@ -135,6 +140,7 @@ class LeadService:
                 "lastFetchAt": iso(self.last_fetch_at),
                 "lastFetchError": self.last_fetch_error,
             },
+            "loop": self.loop.status() if self.loop else None,
             "tokens": {"count": len(self.tokens), "fileError": self.tokens.last_error},
             "time": iso(now),
         }
@@ -179,62 +185,31 @@ class LeadService:
     def _leadership_step(self) -> None:
         node = self.node
         term = node.term()
-        if node.is_leader() and term > self._recorded_term:
+        leading = node.is_leader()
+        if not leading and self.loop is not None:
+            self.loop.set_leading(False, term)  # at once: a cycle in flight must not publish
+        if leading and term > self._recorded_term:
             node.propose(node.state.leader, self.config.node_id, term, time.time(), timeout=2.0)
             self._recorded_term = term
             log.info("leader_elected", id=self.config.node_id, term=term)
+        if leading and term == self._recorded_term and self.loop is not None:
+            # Only after the term is in the log: the KB then refuses older terms' plans,
+            # and heartbeat ages count from this leader's start.
+            self.loop.set_leading(node.is_leader(), term)
         cfg = self.config
         mine = self.read(lambda kb: kb.members.get(cfg.node_id))
         if mine != {"raft": cfg.raft, "http": cfg.http} and node.leader_addr() is not None:
             node.propose(node.state.member, cfg.node_id, cfg.raft, cfg.http, time.time(),
                          timeout=2.0)
 
-    def _poll_goals(self) -> None:
-        """On the leader: fetch ``main`` and record the inventory or the errors."""
-        if not self.config.repo:
-            return
-        while not self._stop.wait(self.config.poll_seconds if self.last_fetch_at else 0.2):
-            if not self.node.is_leader():
-                continue
-            try:
-                self.poll_goals_once()
-            except ProposalError as exc:
-                log.warning("goals_record_failed", reason=exc.reason)
-            except Exception as exc:
-                log.error("goals_poll_failed", error=exc, exc_info=True)
-
     def poll_goals_once(self) -> str | None:
-        """One fetch-and-record round; returns the commit seen, or None if fetching failed."""
-        assert self.config.repo
-        self.metrics.inc("qonnect_goals_fetches_total")
-        try:
-            commit, files = fetch_goals(self.config.repo, self.config.data_dir)
-        except GoalsFetchError as exc:
-            self.last_fetch_error = str(exc)
-            self.metrics.inc("qonnect_goals_fetch_errors_total")
-            log.warning("goals_fetch_failed", error=exc)
+        """One fetch-validate-record round, folded into the loop: a full cycle on the
+        leader (goals recorded, errors recorded, decision written). Returns the goals
+        commit the cycle read, or None when it did not run or failed."""
+        if self.loop is None:
             return None
-        self.last_fetch_at, self.last_fetch_error = time.time(), None
-        good, failed = self.read(
-            lambda kb: (
-                kb.last_good["commit"] if kb.last_good else None,
-                kb.last_failed["commit"] if kb.last_failed else None,
-            )
-        )
-        if commit in (good, failed):
-            return commit
-        node = self.node
-        try:
-            goals = load_goals(files)
-        except GoalsError as exc:
-            errors = [str(problem) for problem in exc.problems]
-            node.propose(node.state.goals_failure, commit, errors, time.time())
-            log.warning("goals_rejected", commit=commit, problems=len(errors))
-            return commit
-        node.propose(node.state.goals, commit, inventory_from_goals(goals),
-                     heartbeat_from_goals(goals), time.time())
-        log.info("goals_accepted", commit=commit, clusters=len(goals.clusters))
-        return commit
+        result = self.loop.cycle(["poll"])
+        return result.goals_commit if result else None
 
     # --------------------------------------------------------------- metrics
 
@@ -292,6 +267,8 @@ class LeadService:
     def close(self) -> None:
         """Stop background work and the Raft node."""
         self._stop.set()
+        if self.loop is not None:
+            self.loop.close()
         self.batcher.stop()
         self.node.destroy()
         log.info("lead_stopped", id=self.config.node_id)

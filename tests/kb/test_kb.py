@@ -112,7 +112,9 @@ def test_snapshot_carries_nodes_latency_traffic_and_completed_jobs() -> None:
                                "desiredReplicas": 0, "completed": True})
     entry = AgentReport.model_validate(body).model_dump(mode="json", by_alias=True)
     kb.apply_reports([("edge-1", T0 + 1, entry), ("edge-2", T0 + 1, rep("edge-2"))], T0 + 1)
-    snap = kb.snapshot(at(T0 + 2))
+    # Latencies count once measured for a whole window (three 1 s intervals).
+    assert kb.snapshot(at(T0 + 2)).latencies == ()
+    snap = kb.snapshot(at(T0 + 4))
     assert isinstance(snap, Observed)
     one = snap.clusters["edge-1"]
     assert one.healthy
@@ -224,3 +226,33 @@ def test_replicas_fed_the_same_log_agree(ops: list[tuple[Any, ...]]) -> None:
     assert first == second
     snaps = [kb.snapshot(at(T0 + 50)).model_dump_json() for kb in replicas]
     assert snaps[0] == snaps[1]
+
+
+def test_latency_counts_by_its_lowest_value_over_the_window() -> None:
+    kb = kb_with_goals(grace=100.0)  # interval 1 s: window 3 s
+    assert kb.latency_window == 3.0
+
+    def measure(ts: float, ms: float) -> None:
+        body = report("edge-1", agent_time=ts)
+        body["latencies"] = [{"to": "eu-central", "ms": ms}]
+        entry = AgentReport.model_validate(body).model_dump(mode="json", by_alias=True)
+        kb.apply_reports([("edge-1", ts, entry)], ts)
+
+    def seen(ts: float) -> float | None:
+        found = [lat.ms for lat in kb.snapshot(at(ts)).latencies if lat.from_ == "edge-1"]
+        return found[0] if found else None
+
+    for i in range(10):  # flapping every second between 5 and 60 ms
+        measure(T0 + i, 60.0 if i % 2 == 0 else 5.0)
+    assert seen(T0 + 9.5) == 5.0
+    measure(T0 + 10, 60.0)  # then held at 60 ms
+    measure(T0 + 11, 60.0)
+    assert seen(T0 + 11.5) == 5.0  # the 5 ms sample of t=9 is still inside the window
+    measure(T0 + 12, 60.0)
+    measure(T0 + 13, 60.0)
+    assert seen(T0 + 13.5) == 60.0  # three seconds of 60 ms: a sustained breach
+    # History stays bounded: the window's samples plus the one in force at its start.
+    assert len(kb.latency_history["edge-1"]["eu-central"]) <= 5
+    # The replicated dump carries the history.
+    assert KnowledgeBase.from_dict(kb.to_dict()).snapshot(at(T0 + 13.5)).latencies == \
+        kb.snapshot(at(T0 + 13.5)).latencies

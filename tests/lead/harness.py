@@ -145,6 +145,10 @@ class Lead:
     data_dir: Path
     log_path: Path
     proc: subprocess.Popen[bytes] | None = None
+    # Run under this prefix (e.g. ``ip netns exec NS``), with these extra args and env.
+    prefix: list[str] = field(default_factory=list)
+    args: list[str] = field(default_factory=list)
+    env: dict[str, str] = field(default_factory=dict)
 
     @property
     def url(self) -> str:
@@ -163,6 +167,10 @@ class LeadGroup:
     clusters: list[str] = field(default_factory=lambda: ["edge-1", "edge-2", "edge-3"])
     grace: float = 30.0
     extra_args: list[str] = field(default_factory=list)
+    # A goals repository served elsewhere (e.g. ``tests.goals_repo``); None: a local bare
+    # repo with ``goals_files(clusters)`` is created under ``root``.
+    repo_url: str | None = None
+    env: dict[str, str] = field(default_factory=dict)
     leads: list[Lead] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
     admin_token: str = ""
@@ -170,7 +178,8 @@ class LeadGroup:
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
         self.repo_path = self.root / "goals.git"
-        self.goals_commit = commit_goals(self.repo_path, goals_files(self.clusters, self.grace))
+        if self.repo_url is None:
+            self.goals_commit = commit_goals(self.repo_path, goals_files(self.clusters, self.grace))
         self.tokens_file = self.root / "tokens"
         for name in self.clusters:
             self.tokens[name] = create_token(self.tokens_file, name)
@@ -189,17 +198,17 @@ class LeadGroup:
             sys.executable, "-m", "qonnect_gitops", "lead",
             "--id", lead.node_id, "--raft", lead.raft, "--http", lead.http,
             "--peers", ",".join(p for p in peers if p != lead.raft),
-            "--repo", str(self.repo_path), "--data-dir", str(lead.data_dir),
+            "--repo", self.repo_url or str(self.repo_path), "--data-dir", str(lead.data_dir),
             "--tokens-file", str(self.tokens_file), "--poll-seconds", "0.5",
-            *self.extra_args,
+            *self.extra_args, *lead.args,
         ]
 
     def start(self, lead: Lead, peers: list[str] | None = None) -> None:
         """Start (or restart) one lead process, appending to its log."""
         peers = peers if peers is not None else [member.raft for member in self.leads]
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        env = {**os.environ, "PYTHONPATH": str(ROOT), **self.env, **lead.env}
         with open(lead.log_path, "ab") as log:
-            lead.proc = subprocess.Popen(self.command(lead, peers), stdout=log, stderr=log,
+            lead.proc = subprocess.Popen(lead.prefix + self.command(lead, peers), stdout=log, stderr=log,
                                          env=env, cwd=str(ROOT))
 
     def start_all(self) -> None:
@@ -246,9 +255,12 @@ class LeadGroup:
         while time.monotonic() < deadline:
             statuses = [self.status(m, timeout=1.0) for m in among]
             last = statuses
+            # A leader counts once its term is recorded in the log: only then does the
+            # KB refuse older terms' plans, and only then does its reconcile loop run.
             leaders = [m for m, st in zip(among, statuses)
                        if st and st["self"]["state"] == "leader" and st["leader"]
-                       and st["leader"]["raft"] == m.raft]
+                       and st["leader"]["raft"] == m.raft and st.get("leaderRecord")
+                       and st["leaderRecord"]["term"] == st["term"]]
             if len(leaders) == 1:
                 leader = leaders[0]
                 named = [st and st["leader"] and st["leader"]["raft"] == leader.raft

@@ -1,0 +1,58 @@
+"""Test-only fault injection at named points of a write (never armed in production).
+
+A lead started with ``QONNECT_FAULT_FILE=<path>`` checks that file at each named
+point. If it holds ``<point>`` the fault fires once: the file is renamed to
+``<path>.hit`` (so a restarted lead does not fire it again) and the process stops
+there, sleeping until the test kills it with SIGKILL. The crash-recovery tests use
+it to kill a leader between its local plan commit and the push, and between the
+plan push and the fan-out push. Without the variable every point is a no-op.
+
+``<point> wait <release-file> unfenced`` instead stalls until the release file
+exists and then tells the caller to skip its last leadership check: it models a
+leader deposed in the instant between that check and its push (a window no check
+can close), so the partition test can show the Git server refusing that push.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+from qonnect_gitops.logs import get_logger
+
+log = get_logger(__name__)
+
+ENV = "QONNECT_FAULT_FILE"
+POINTS = ("before-publish", "between-pushes")
+
+
+def fault_point(name: str) -> bool:
+    """Stop here if the armed fault names this point (see the module docstring).
+
+    Returns True only for an ``unfenced`` fault once released: skip the last fence."""
+    path = os.environ.get(ENV)
+    if not path:
+        return False
+    armed = Path(path)
+    try:
+        words = armed.read_text().split()
+    except FileNotFoundError:
+        return False
+    if not words or words[0] != name:
+        return False
+    hit = armed.with_name(armed.name + ".hit")
+    try:
+        armed.rename(hit)  # atomic: exactly one process fires it
+    except FileNotFoundError:
+        return False
+    hit.write_text(f"{name} {os.getpid()}\n")  # tells the test which process to kill
+    log.warning("fault_point_reached", point=name, pid=os.getpid())
+    if len(words) >= 3 and words[1] == "wait":
+        release = Path(words[2])
+        while not release.exists():
+            time.sleep(0.02)
+        log.warning("fault_point_released", point=name, unfenced="unfenced" in words)
+        return "unfenced" in words
+    while True:  # wait for SIGKILL; nothing after this point may run
+        time.sleep(3600)

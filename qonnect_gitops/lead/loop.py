@@ -1,0 +1,412 @@
+"""The leader's reconcile loop: when to run a cycle, and the fencing around its writes.
+
+One ``BackgroundScheduler`` per lead, paused unless this lead leads with a quorum.
+Everything that may change the decision only *triggers* a cycle; triggers coalesce
+(one cycle runs at a time, and any number of triggers during it cause exactly one
+more). Triggers:
+
+* ``elected``: this lead just became leader (resume from the plan branch and the KB);
+* ``poll`` every ``poll_seconds`` and ``webhook`` on a verified push to the goals repo;
+* ``deadline``: the earliest moment a fresh cluster would pass the heartbeat grace
+  (failover without waiting for the next poll);
+* ``report``: a report changed the picture (fewer ready nodes, capacity lost, a
+  latency crossing an envelope; a breach also re-triggers once the latency window
+  has passed, when the KB's sustained value shows whether it held);
+* ``rescheduling`` every ``reschedule_seconds``: the planner's stability rules
+  (cooldown, minimum improvement, disruption budget) decide whether anything moves.
+
+Fencing: a cycle records its decision in the KB through Raft (refused for a stale
+term) and re-checks leadership and term immediately before publishing; losing
+leadership pauses the scheduler and aborts a cycle in flight before its push. The
+push itself is a compare-and-swap on every ref, so a write from a deposed leader
+that slipped past both checks is refused by the Git server.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+import time
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
+
+from qonnect_gitops.gitstore import GitStoreError, StaleRef
+from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
+from qonnect_gitops.kb import ReportEntry, heartbeat_from_goals, inventory_from_goals
+from qonnect_gitops.lead.faults import fault_point
+from qonnect_gitops.lead.raft import ProposalError
+from qonnect_gitops.lead.reconcile import (
+    CycleHooks,
+    CycleResult,
+    Fenced,
+    current_placement,
+    open_mirror_for_goals,
+    reconcile_once,
+)
+from qonnect_gitops.logs import get_logger
+from qonnect_gitops.model import Goals, GoalsError, Observed
+
+if TYPE_CHECKING:
+    from qonnect_gitops.lead.service import LeadService
+
+log = get_logger(__name__)
+# APScheduler logs every job run at INFO; our own events say what a cycle did.
+logging.getLogger("apscheduler").setLevel(logging.WARNING)
+
+MIRROR_DIR = "goals-mirror.git"
+ATTEMPTS = 3  # a lost compare-and-swap is retried from a fresh fetch, then left to the next trigger
+DEADLINE_SLACK = 0.05
+_UNKNOWN = "unknown"  # no plan head seen yet in this term  # fire just after the grace has passed, never just before
+
+
+class ReconcileLoop:
+    """Runs reconcile cycles on the leader; see the module docstring."""
+
+    def __init__(self, service: LeadService, poll_seconds: float, reschedule_seconds: float) -> None:
+        self.service = service
+        self.node = service.node
+        self.poll_seconds = poll_seconds
+        self.reschedule_seconds = reschedule_seconds
+        self._mirror: Mirror | None = None
+        self._seen_head: str | None = _UNKNOWN  # plan head at the end of the last cycle
+        self._branches: tuple[str, str, str] | None = None
+        self._lock = threading.Lock()
+        self._cycle_lock = threading.Lock()
+        self._dirty: list[str] = []
+        self._running = False
+        self._leading = False
+        self._leading_term = 0
+        # Per cluster, the last report's coarse picture (see _signature).
+        self._signatures: dict[str, tuple[Any, ...]] = {}
+        # Per region, the sorted latency envelopes (ms) of every component's goals.
+        self._envelopes: dict[str, list[float]] = {}
+        self.cycles = 0
+        self.last_cycle: dict[str, Any] | None = None
+        self.last_error: str | None = None
+        self.scheduler = BackgroundScheduler(
+            timezone=UTC,
+            job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
+        )
+        self.scheduler.start(paused=True)
+        self.scheduler.add_job(self.trigger, "interval", seconds=poll_seconds, args=["poll"],
+                               id="poll")
+        self.scheduler.add_job(self.trigger, "interval", seconds=reschedule_seconds,
+                               args=["rescheduling"], id="reschedule")
+
+    # ----------------------------------------------------------- leadership
+
+    def set_leading(self, leading: bool, term: int) -> None:
+        """Called by the leadership watcher every few tens of milliseconds."""
+        if leading and (not self._leading or term != self._leading_term):
+            self._leading, self._leading_term = True, term
+            self._signatures.clear()  # judge reports afresh: another lead saw the ones before
+            self._seen_head = _UNKNOWN
+            self.scheduler.resume()
+            log.info("loop_resumed", term=term)
+            self.trigger("elected")
+        elif not leading and self._leading:
+            self._leading = False
+            self.scheduler.pause()
+            log.warning("loop_paused", term=term)
+
+    def may_write(self, term: int) -> bool:
+        """The fence: still leader with a quorum, in the term the cycle started in."""
+        return self._leading and self.node.is_leader() and self.node.term() == term
+
+    # --------------------------------------------------------------- triggers
+
+    def trigger(self, why: str) -> None:
+        """Ask for a cycle; coalesces with one running or queued."""
+        if not self._leading:
+            return
+        with self._lock:
+            self._dirty.append(why)
+            if self._running:
+                return
+            self._running = True
+        self.scheduler.add_job(self._drain, id="cycle", replace_existing=True,
+                               next_run_time=datetime.now(tz=UTC))
+
+    def trigger_at(self, when: float, why: str, job_id: str) -> None:
+        """A trigger at Unix time ``when`` (replacing the earlier one of ``job_id``)."""
+        if not self._leading:
+            return
+        self.scheduler.add_job(self.trigger, "date", run_date=datetime.fromtimestamp(when, tz=UTC),
+                               args=[why], id=job_id, replace_existing=True)
+
+    def on_reports(self, entries: Sequence[ReportEntry], now: float) -> None:
+        """Called on the Raft thread after a batch of reports was applied: must be cheap."""
+        if not self._leading:
+            return
+        for cluster, _, report in entries:
+            signature = report_signature(report, self._envelopes)
+            before = self._signatures.get(cluster)
+            self._signatures[cluster] = signature
+            if before is None or before == signature:
+                continue
+            self.trigger(f"report:{cluster}")
+            if signature[3] > before[3]:
+                # A new breach: once it has held through the latency window the KB's
+                # sustained value shows it; look again then.
+                window = self.service.read(lambda kb: kb.latency_window)
+                self.trigger_at(now + window + DEADLINE_SLACK, f"sustained:{cluster}",
+                                f"sustained-{cluster}")
+
+    # ------------------------------------------------------------------ cycle
+
+    def _drain(self) -> None:
+        """Run cycles until no trigger is left (the scheduler's ``cycle`` job)."""
+        while True:
+            with self._lock:
+                if not self._dirty or not self._leading:
+                    self._dirty.clear()
+                    self._running = False
+                    return
+                reasons, self._dirty = self._dirty, []
+            try:
+                self.cycle(sorted(set(reasons)))
+            except Exception as exc:  # the loop must survive any one cycle
+                self.last_error = f"{type(exc).__name__}: {exc}"
+                log.error("cycle_failed", error=exc, exc_info=True)
+
+    def cycle(self, why: Sequence[str] = ("manual",)) -> CycleResult | None:
+        """One fenced cycle with CAS retries; returns what it did (None when it stopped)."""
+        with self._cycle_lock:  # one mirror, one cycle at a time (scheduler or direct call)
+            return self._cycle(why)
+
+    def _cycle(self, why: Sequence[str]) -> CycleResult | None:
+        term = self.node.term()
+        if not self.may_write(term):
+            return None
+        start = time.perf_counter()
+        now = datetime.now(tz=UTC)
+        hooks = CycleHooks(on_goals=lambda c, g: self._record_goals(c, g, term),
+                           before_publish=lambda r: self._fence_and_record(r, term, now),
+                           between_pushes=lambda: self._between_pushes(term))
+        result = None
+        for attempt in range(1, ATTEMPTS + 1):
+            self.service.metrics.inc("qonnect_goals_fetches_total")  # one fetch per attempt
+            try:
+                mirror = self._open_mirror()
+                result = reconcile_once(mirror, self._observe(now), now=now, term=term,
+                                        hooks=hooks)
+                break
+            except GoalsError as exc:
+                self._record_failure(exc, term)
+                return None
+            except Fenced as exc:
+                log.warning("cycle_fenced", term=term, why=",".join(why), detail=str(exc))
+                return None
+            except StaleRef as exc:
+                # Someone else (a newer leader, a merge) moved a ref: re-read and re-plan.
+                log.warning("cycle_lost_race", attempt=attempt, refs=",".join(exc.refs))
+                if not self.may_write(term):
+                    return None
+            except (GitStoreError, OSError, RuntimeError) as exc:
+                # Shown in /v1/status (loop.lastError, goalsSource.lastFetchError); the
+                # plan in force stays, the next trigger tries again.
+                self.last_error = self.service.last_fetch_error = str(exc)
+                self.service.metrics.inc("qonnect_goals_fetch_errors_total")
+                log.error("cycle_git_error", error=exc)
+                return None
+        if result is None:
+            return None
+        self._sync_kb(term, result)
+        self.cycles += 1
+        self.last_error = None
+        seconds = time.perf_counter() - start
+        self.last_cycle = {"at": time.time(), "why": list(why), "seconds": round(seconds, 4),
+                           "goalsCommit": result.goals_commit, "reason": result.plan.reason,
+                           "generation": result.generation, "pushed": len(result.refs)}
+        log.info("cycle_done", **{k: v for k, v in self.last_cycle.items() if k != "why"},
+                 why=",".join(why))
+        self._schedule_deadline(now.timestamp())
+        return result
+
+    def _open_mirror(self) -> Mirror:
+        if self._mirror is None:
+            assert self.service.config.repo
+            path = Path(self.service.config.data_dir) / MIRROR_DIR
+            self._mirror = open_mirror_for_goals(path, self.service.config.repo,
+                                                 credentials_from_env())
+        return self._mirror
+
+    def _observe(self, now: datetime) -> Any:
+        def observe(goals: Goals) -> Observed:
+            return self.service.read(lambda kb: kb.snapshot(now))
+        return observe
+
+    # -------------------------------------------------------- KB records
+
+    def _record_goals(self, commit: str, goals: Goals, term: int) -> None:
+        """Valid goals: record the inventory (once per commit) before the KB is read."""
+        branches = goals.fleet.spec.branches
+        names = (branches.plan, branches.cluster_prefix, branches.proposal_prefix)
+        if self._branches is not None and names != self._branches:
+            self._mirror = None  # the fleet renamed its branches: reopen with the new names
+            self._branches = names
+            raise Fenced("branch names changed; the next cycle uses the new ones")
+        self._branches = names
+        self._envelopes = _envelopes(goals)
+        self.service.last_fetch_at, self.service.last_fetch_error = time.time(), None
+        good = self.service.read(lambda kb: kb.last_good["commit"] if kb.last_good else None)
+        if good == commit:
+            return
+        if not self.may_write(term):
+            raise Fenced("lost leadership before recording goals")
+        try:
+            self.node.propose(self.node.state.goals, commit, inventory_from_goals(goals),
+                              heartbeat_from_goals(goals), time.time())
+        except ProposalError as exc:
+            raise Fenced(f"goals not recorded: {exc.reason}") from exc
+        log.info("goals_accepted", commit=commit, clusters=len(goals.clusters))
+
+    def _record_failure(self, exc: GoalsError, term: int) -> None:
+        """Invalid goals: record the problems (file:line) once; nothing is written to Git."""
+        mirror = self._open_mirror()
+        commit = mirror.main_commit() or "unknown"
+        errors = [str(problem) for problem in exc.problems]
+        failed = self.service.read(lambda kb: kb.last_failed["commit"] if kb.last_failed else None)
+        if failed == commit or not self.may_write(term):
+            return
+        try:
+            self.node.propose(self.node.state.goals_failure, commit, errors, time.time())
+        except ProposalError as err:
+            log.warning("goals_failure_not_recorded", reason=err.reason)
+            return
+        log.warning("goals_rejected", commit=commit, problems=len(errors))
+
+    def _fence_and_record(self, result: CycleResult, term: int, now: datetime) -> None:
+        """Before any push: record the decision in the KB, then re-check the fence."""
+        if not self.may_write(term):
+            raise Fenced("not leader with a quorum in the cycle's term")
+        if result.written is not None and result.written.plan_commit is not None:
+            plan = result.plan
+            reasons = {move.component: move.reason for move in plan.moves}
+            try:
+                generation = self.node.propose(
+                    self.node.state.plan, plan.placements(), reasons, plan.reason,
+                    result.goals_commit, term, now.timestamp())
+            except ProposalError as exc:
+                raise Fenced(f"decision not recorded: {exc.reason}") from exc
+            if generation == -1:
+                raise Fenced(f"the KB refused a decision from term {term}")
+        # Decided, recorded in the KB, committed locally, not pushed: the crash tests'
+        # fault point (a no-op unless QONNECT_FAULT_FILE arms it).
+        if fault_point("before-publish"):
+            return
+        if not self.may_write(term):
+            raise Fenced("lost leadership while recording the decision")
+
+    def _between_pushes(self, term: int) -> None:
+        """After the plan branch was pushed: stop before the fan-out if deposed (the next
+        leader's cycle finishes it from the plan commit)."""
+        fault_point("between-pushes")
+        if not self.may_write(term):
+            raise Fenced("lost leadership between the plan push and the fan-out")
+
+    def _sync_kb(self, term: int, result: CycleResult) -> None:
+        """Record in the KB a plan commit someone else put on the plan branch (a merged
+        proposal, ``qonnect approve``), so the KB describes what is in force. Also fills
+        an empty KB (a group rebuilt from scratch) at its first cycle. A head this
+        leader already saw is left alone: the KB record of our own decisions was made
+        before publishing, and an operator's ``POST /v1/plan`` is not overridden."""
+        mirror = self._open_mirror()
+        head = mirror.store.plan_head()
+        seen, self._seen_head = self._seen_head, head
+        if head is None or head == seen:
+            return
+        if result.written is not None and result.written.plan_commit == head:
+            return  # our own decision, recorded before it was pushed
+        fresh = self.service.read(lambda kb: kb.generation == 0 and not kb.placements)
+        if seen is _UNKNOWN and not fresh:
+            return  # a new leader: the KB already holds what the group recorded
+        _, _, current = current_placement(mirror)
+        recorded = self.service.read(lambda kb: kb.placements)
+        if recorded == current.placements or not self.may_write(term):
+            return
+        meta = mirror.store.decision_of(head)
+        try:
+            self.node.propose(self.node.state.plan, current.placements, {}, meta.reason,
+                              meta.source, term, time.time())
+        except ProposalError as exc:
+            self._seen_head = seen  # try again next cycle
+            log.warning("kb_sync_failed", reason=exc.reason)
+            return
+        log.info("kb_synced_with_plan_branch", plan=head, generation=meta.generation)
+
+    def _schedule_deadline(self, seen_at: float) -> None:
+        """Failover without waiting for a poll: wake when the first cluster the cycle saw
+        fresh (at ``seen_at``, its snapshot time) passes the grace period. A report
+        before then only makes the wake-up early; a deadline already past (the cluster
+        expired while the cycle ran) triggers at once."""
+
+        def earliest(kb: Any) -> float | None:
+            grace = kb.grace_seconds
+            ages = [kb.heartbeat_age(name, seen_at) for name in kb.inventory]
+            left = [grace - age for age in ages if age is not None and age <= grace]
+            return min(left) if left else None
+
+        left = self.service.read(earliest)
+        if left is None:
+            return
+        when = seen_at + left + DEADLINE_SLACK
+        if when <= time.time():
+            self.trigger("deadline")
+        else:
+            self.trigger_at(when, "deadline", "deadline")
+
+    def status(self) -> dict[str, Any]:
+        """The loop's part of ``/v1/status``."""
+        return {"leading": self._leading, "cycles": self.cycles, "lastCycle": self.last_cycle,
+                "lastError": self.last_error, "pollSeconds": self.poll_seconds,
+                "rescheduleSeconds": self.reschedule_seconds}
+
+    def close(self) -> None:
+        """Stop the scheduler without waiting for a cycle in flight."""
+        self._leading = False
+        self.scheduler.shutdown(wait=False)
+
+
+def report_signature(report: dict[str, Any], envelopes: dict[str, list[float]]) -> tuple[Any, ...]:
+    """Coarse features of a report whose change is worth a cycle: ready nodes, node
+    count, free CPU in quarters of the ready nodes' allocatable, the total number of
+    latency envelopes broken, and per target how many envelopes its latency breaks.
+    Cheap on purpose: it runs on the Raft thread for every report applied."""
+    nodes = report.get("nodes") or []
+    ready = [n for n in nodes if n.get("ready", True)]
+    alloc = sum(_millis(n.get("allocatableCpu", "0")) for n in ready) or 1
+    free = sum(_millis(n.get("freeCpu", "0")) for n in ready)
+    breaches = tuple(sorted(
+        (str(lat["to"]), bisect.bisect_left(envelopes.get(str(lat["to"]), []), float(lat["ms"])))
+        for lat in report.get("latencies") or ()
+    ))
+    return (len(ready), len(nodes), int(4 * free / alloc), sum(n for _, n in breaches), breaches)
+
+
+def _envelopes(goals: Goals) -> dict[str, list[float]]:
+    """Per region, every latency envelope (ms) some component's goals set, sorted."""
+    out: dict[str, set[float]] = {}
+    for component in goals.components():
+        for goal in component.qos.latency:
+            out.setdefault(goal.region, set()).add(float(goal.max_ms))
+    return {region: sorted(values) for region, values in out.items()}
+
+
+def _millis(quantity: str) -> int:
+    """A CPU quantity ("250m", "2", "1.5") in millicores; 0 when unreadable."""
+    text = str(quantity).strip()
+    try:
+        if text.endswith("m"):
+            return int(float(text[:-1]))
+        return int(float(text) * 1000)
+    except ValueError:
+        return 0
+
+
+
