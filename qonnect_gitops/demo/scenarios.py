@@ -394,7 +394,7 @@ def review(d: Demo) -> Result:
         "review mode on; reviews-v2: eu-central within 11 ms; may move at once")
 
     def proposal() -> str | None:
-        refs = git("-C", d.stack.bare, "for-each-ref", "--format=%(refname:strip=3)",
+        refs = git("-C", d.stack.bare, "for-each-ref", "--format=%(refname:strip=4)",
                    "refs/heads/qonnect/proposals/").split()
         for pid in refs:
             if d.stack.trailers(f"qonnect/proposals/{pid}").get("Qonnect-Source") == [commit]:
