@@ -334,6 +334,9 @@ def burst(d: Demo) -> Result:
         problems.append(f"200 asked: {sum(ingest2.values())} ready + {missing} unplaced")
     for u in unplaced:
         d.event(f"unplaced: {u['component']} {u['replicas']} x ({u['cpu']} CPU): {u['reason']}")
+    # back to the template's six brokers, so later scenarios find room on the fog
+    commit3 = d.push_edits([(path, "replicas: 200", "replicas: 6")], "ingest: back to 6 brokers")
+    d.wait_landed(commit3, time.monotonic(), timeout=90)
     r.expected = {"40 replicas": "all ready, beyond edge-1/edge-2 (offload and burst)",
                   "200 replicas": "what fits is ready, the rest reported unplaced with a reason",
                   "placement 40": expected.get("sensor-pipeline/ingest"),
@@ -427,14 +430,24 @@ def review(d: Demo) -> Result:
     d.wait(lambda: d.plan_source() == commit, 30, "the approved plan")
     seconds, observed, expected = d.wait_running(t1)
     after = by_component(observed).get("bookinfo/reviews-v2", {})
-    problems += envelope_violations(d.goals(), {"bookinfo/reviews-v2": after})
+    comp = d.plan_doc()["components"]["bookinfo/reviews-v2"]
+    target = {a["cluster"]: a["replicas"] for a in comp["assignments"] if a["replicas"]}
+    draining = {x["cluster"] for x in comp.get("draining") or []}
+    # make before break: the old cluster keeps its replica, listed as draining, until the
+    # next decision (in review mode, the next proposal) removes it
+    problems += envelope_violations(d.goals(), {"bookinfo/reviews-v2": target})
+    if any(after.get(c, 0) < n for c, n in target.items()):
+        problems.append(f"reviews-v2 target {target} not ready: {after}")
+    if set(after) - set(target) - draining:
+        problems.append(f"reviews-v2 runs outside its target and draining: {after}")
     if after == before:
         problems.append("reviews-v2 did not move after approval")
     r.expected = {"proposal": "a qonnect/proposals/<id> branch with a markdown table; nothing runs differently "
                   "until `qonnect approve`, then the clusters run it", "placement": expected}
     r.observed = {"proposal": pid, "proposal seconds": round(proposed_after, 3), "table": table[:20],
                   "reviews-v2 before": before, "reviews-v2 held before approval": held,
-                  "reviews-v2 after approval": after, "approve output": run.stdout.strip()[-800:],
+                  "reviews-v2 after approval": after, "reviews-v2 target": target,
+                  "reviews-v2 draining": sorted(draining), "approve output": run.stdout.strip()[-800:],
                   "problems": problems}
     r.seconds = seconds
     r.passed = not problems
