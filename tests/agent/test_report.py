@@ -190,3 +190,16 @@ def test_an_announced_generation_that_cannot_be_applied_does_not_spin(make_agent
     syncs = sum(v for (name, _), v in agent.metrics._values.items() if name == "qonnect_agent_syncs_total")
     assert 1 <= syncs <= 3, syncs  # the first pass, one on the announcement; heartbeats do not re-trigger
     assert len(recorder.reports) >= 5  # heartbeats kept flowing
+
+
+def test_health_of_many_objects_of_a_kind_read_by_list(make_agent, branch: Branch):
+    """More than three Deployments in a namespace are read with one list, whose items carry
+    no apiVersion/kind; the roll-up reads both (it raised KeyError and killed the agent)."""
+    names = ["a", "b", "c", "d", "e"]
+    branch.publish([namespace("shop"), *(deployment(n) for n in names)])
+    agent = make_agent()
+    result = agent.sync()
+    assert result.state in ("Reconciling", "Ready"), result.message
+    report = agent.build_report(result)
+    assert sorted(c.component for c in report.components) == [f"shop/{n}" for n in names]
+    assert all(c.desired_replicas == 2 for c in report.components)
