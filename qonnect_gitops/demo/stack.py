@@ -171,7 +171,7 @@ class Stack:
                 "--webhook-secret-file", str(self.secret_file)),
                 self.logs / f"agent-{cluster}.log", self.env)
         self._wait(lambda: self.leader() is not None, 60, "an elected lead", "lead-1")
-        on_step(f"3 leads up, leader {self.leader()}; 9 agents started")
+        on_step(f"3 leads up, leader {getattr(self.leader(), 'node_id', None)}; 9 agents started")
 
     def start_lead(self, lead: LeadInfo) -> None:
         self.procs.start(lead.node_id, self.cli(
