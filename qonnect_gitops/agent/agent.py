@@ -332,7 +332,11 @@ class Agent:
                         raise
                     continue  # kind not served: its objects count as missing
                 if len(keys) > 3:
-                    items = {i["metadata"]["name"]: i for i in self.kube.list(res, ns or None)}
+                    # items of a list carry no apiVersion/kind (as in a real API server); health
+                    # and the roll-up read both, so they are filled in from the list's kind
+                    api_version = f"{group}/{version}" if group else version
+                    items = {i["metadata"]["name"]: {**i, "apiVersion": api_version, "kind": kind}
+                             for i in self.kube.list(res, ns or None)}
                     for key in keys:
                         live_of[key] = items.get(key[4])
                 else:

@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "token",
     "agent",
     "sim",
+    "demo",
 )
 
 

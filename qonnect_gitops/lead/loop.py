@@ -50,6 +50,7 @@ from qonnect_gitops.lead.reconcile import (
 )
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import Goals, GoalsError, Observed
+from qonnect_gitops.render.describe import plan_markdown
 
 if TYPE_CHECKING:
     from qonnect_gitops.lead.service import LeadService
@@ -194,7 +195,7 @@ class ReconcileLoop:
             try:
                 mirror = self._open_mirror()
                 result = reconcile_once(mirror, self._observe(now), now=now, term=term,
-                                        hooks=hooks)
+                                        hooks=hooks, describe=plan_markdown)
                 break
             except GoalsError as exc:
                 self._record_failure(exc, term)

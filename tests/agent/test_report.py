@@ -205,3 +205,16 @@ def test_the_fleet_heartbeat_sets_the_report_interval(make_agent, branch: Branch
     finally:
         agent.stop()
         thread.join(5)
+
+
+def test_health_of_many_objects_of_a_kind_read_by_list(make_agent, branch: Branch):
+    """More than three Deployments in a namespace are read with one list, whose items carry
+    no apiVersion/kind; the roll-up reads both (it raised KeyError and killed the agent)."""
+    names = ["a", "b", "c", "d", "e"]
+    branch.publish([namespace("shop"), *(deployment(n) for n in names)])
+    agent = make_agent()
+    result = agent.sync()
+    assert result.state in ("Reconciling", "Ready"), result.message
+    report = agent.build_report(result)
+    assert sorted(c.component for c in report.components) == [f"shop/{n}" for n in names]
+    assert all(c.desired_replicas == 2 for c in report.components)

@@ -1,0 +1,460 @@
+"""The demo's scenarios (QONNECT and mck8s demos), each measured and judged on what the
+simulated clusters really run (``observe``), with the leader's Git output as the expectation.
+
+Every scenario returns a ``Result``: ``expected`` says what had to hold, ``observed`` is read
+from the clusters' Kubernetes APIs, ``seconds`` is measured with a monotonic clock from the
+triggering action (a push, a cluster going down, a SIGKILL, an approval).
+"""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from qonnect_gitops.demo.observe import FleetObserver, Observed, by_component, matches
+from qonnect_gitops.demo.stack import Stack, git
+from qonnect_gitops.model import load_goals, read_directory
+from qonnect_gitops.render.render import _autoscaler_of
+
+WORKLOADS = ("Deployment", "StatefulSet")
+
+
+@dataclass
+class Result:
+    name: str
+    passed: bool = False
+    expected: dict[str, Any] = field(default_factory=dict)
+    observed: dict[str, Any] = field(default_factory=dict)
+    seconds: float | None = None
+    notes: list[str] = field(default_factory=list)
+
+    def as_json(self) -> dict[str, Any]:
+        return {"name": self.name, "passed": self.passed, "expected": self.expected,
+                "observed": self.observed, "seconds": None if self.seconds is None else round(self.seconds, 3),
+                "notes": self.notes}
+
+
+class Timeout(Exception):
+    pass
+
+
+class Demo:
+    """The running stack plus what the scenarios need to drive and judge it."""
+
+    def __init__(self, stack: Stack, event: Callable[[str], None]) -> None:
+        self.stack = stack
+        self.event = event
+        self.observer = FleetObserver({c: stack.kubeconfig(c) for c in stack.clusters})
+        self.down: set[str] = set()
+        self.autoscaled_cache: set[str] = self.autoscaled()
+
+    # ------------------------------------------------------------------ reading
+    def goals(self) -> Any:
+        return load_goals(read_directory(self.stack.work))
+
+    def plan_doc(self, ref: str = "qonnect/plan") -> dict[str, Any]:
+        return yaml.safe_load(git("-C", self.stack.bare, "show", f"{ref}:placement.yaml"))  # type: ignore[no-any-return]
+
+    def expected(self, ref: str = "qonnect/plan") -> dict[str, dict[str, int]]:
+        """What the decision at ``ref`` says should run, per workload component and cluster
+        (target replicas plus those still draining, make before break). Autoscaled components
+        are left out of exact counts: their replicas belong to the HorizontalPodAutoscaler."""
+        doc = self.plan_doc(ref)
+        out: dict[str, dict[str, int]] = {}
+        for key, comp in doc["components"].items():
+            if comp.get("kind") not in WORKLOADS:
+                continue
+            counts: dict[str, int] = {}
+            for part in (comp.get("assignments") or []) + (comp.get("draining") or []):
+                if part["replicas"]:
+                    counts[part["cluster"]] = counts.get(part["cluster"], 0) + part["replicas"]
+            out[key] = counts
+        return out
+
+    def autoscaled(self) -> set[str]:
+        return {c.key for c in self.goals().components() if _autoscaler_of(c) is not None}
+
+    def snapshot(self) -> Observed:
+        return self.observer.snapshot()
+
+    def converged(self, expected: dict[str, dict[str, int]], observed: Observed) -> bool:
+        """The clusters run what is expected (autoscaled components: at least one replica on
+        exactly the expected clusters), clusters known to be down left out."""
+        auto = self.autoscaled_cache
+        exact = {k: v for k, v in expected.items() if k not in auto}
+        stripped = {c: ({k: n for k, n in comps.items() if k not in auto} if comps is not None else None)
+                    for c, comps in observed.items()}
+        if not matches(exact, stripped, self.down):
+            return False
+        obs = by_component(observed)
+        for key in auto & set(expected):
+            want = {c for c, n in expected[key].items() if n and c not in self.down}
+            have = {c for c in obs.get(key, {}) if c not in self.down}
+            if want != have:
+                return False
+        return True
+
+    def plan_source(self) -> str | None:
+        if self.stack.rev("qonnect/plan") is None:
+            return None
+        return (self.stack.trailers("qonnect/plan").get("Qonnect-Source") or [None])[0]
+
+    def wait(self, pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            try:
+                value = pred()
+            except (RuntimeError, KeyError, TypeError, yaml.YAMLError):
+                value = None
+            if value:
+                return value
+            time.sleep(interval)
+        raise Timeout(f"timed out after {timeout:.0f}s waiting for {what}")
+
+    def wait_landed(self, source: str, t0: float, timeout: float = 60.0) -> tuple[float, Observed, dict[str, dict[str, int]]]:
+        """Until the plan is computed from goals commit ``source`` and the clusters run it."""
+        self.wait(lambda: self.plan_source() == source, timeout, f"a decision for goals {source[:12]}")
+        self.event(f"decision for {source[:12]} written after {time.monotonic() - t0:.2f}s "
+                   f"({self.stack.trailers('qonnect/plan').get('Qonnect-Reason', ['?'])[0]})")
+        return self.wait_running(t0, timeout)
+
+    def wait_running(self, t0: float, timeout: float = 60.0) -> tuple[float, Observed, dict[str, dict[str, int]]]:
+        """Until the clusters run the plan in force (re-read each time: it may move on)."""
+        self.autoscaled_cache = self.autoscaled()
+        state: dict[str, Any] = {}
+
+        def ok() -> bool:
+            expected = self.expected()
+            observed = self.snapshot()
+            state.update(expected=expected, observed=observed)
+            return self.converged(expected, observed)
+
+        try:
+            self.wait(ok, timeout, "the clusters to run the plan", interval=0.2)
+        except Timeout:
+            raise Timeout(f"clusters did not converge within {timeout:.0f}s; expected "
+                          f"{state.get('expected')}, observed {by_component(state.get('observed') or {})}") from None
+        return time.monotonic() - t0, state["observed"], state["expected"]
+
+    def push_edits(self, edits: list[tuple[str, str, str]], message: str) -> str:
+        for path, old, new in edits:
+            target = self.stack.work / path
+            text = target.read_text()
+            if text.count(old) != 1:
+                raise ValueError(f"{path}: {old!r} occurs {text.count(old)} times")
+            target.write_text(text.replace(old, new))
+        commit = self.stack.commit_push(message)
+        self.event(f"git push {commit[:12]}: {message}")
+        return commit
+
+
+def envelope_violations(goals: Any, placement: dict[str, dict[str, int]]) -> list[str]:
+    """Placements breaking a latency envelope, by the declared latencies (the sims serve these)."""
+    out = []
+    for comp in goals.components():
+        for goal in comp.qos.latency:
+            for cluster in placement.get(comp.key, {}):
+                ms = goals.latencies.get((cluster, goal.region))
+                if ms is None or ms > goal.max_ms:
+                    out.append(f"{comp.key} on {cluster}: {ms} ms to {goal.region} > {goal.max_ms}")
+    return out
+
+
+# ---------------------------------------------------------------------- scenarios
+def initial(d: Demo) -> Result:
+    r = Result("initial")
+    t0 = time.monotonic()
+    commit = d.stack.commit_push("goals from repo-template")
+    d.event(f"git push {commit[:12]}: goals from repo-template")
+    bookinfo_at: list[float] = []
+
+    def bookinfo_running() -> bool:
+        exp = {k: v for k, v in d.expected().items() if k.startswith("bookinfo/")}
+        obs = d.snapshot()
+        return bool(exp) and matches(exp, {c: {k: n for k, n in (v or {}).items() if k.startswith("bookinfo/")}
+                                         for c, v in obs.items()})
+
+    d.wait(lambda: d.plan_source() == commit, 60, "the first decision")
+    d.wait(bookinfo_running, 60, "Bookinfo running", interval=0.1)
+    bookinfo_at.append(time.monotonic() - t0)
+    d.event(f"Bookinfo running in the sims {bookinfo_at[0]:.2f}s after the push")
+    seconds, observed, expected = d.wait_running(t0)
+    goals = d.goals()
+    obs = by_component(observed)
+    problems = envelope_violations(goals, obs)
+    for comp in goals.components():
+        if comp.kind not in WORKLOADS:
+            continue
+        have = obs.get(comp.key, {})
+        if comp.key not in d.autoscaled_cache and sum(have.values()) != comp.replicas:
+            problems.append(f"{comp.key}: {sum(have.values())} ready, goals ask {comp.replicas}")
+        if len(have) < comp.qos.availability.min_clusters:
+            problems.append(f"{comp.key}: on {len(have)} clusters, goals ask at least "
+                            f"{comp.qos.availability.min_clusters}")
+    r.expected = {"goalsCommit": commit, "placement": expected,
+                  "rules": "every workload component ready with its replicas, on at least minClusters clusters, "
+                           "inside its latency envelopes"}
+    r.observed = {"ready": obs, "bookinfoRunningSeconds": round(bookinfo_at[0], 3), "problems": problems}
+    r.seconds = bookinfo_at[0]
+    r.notes.append(f"whole fleet converged after {seconds:.2f}s; goal: Bookinfo running <= 5 s after the push")
+    r.passed = not problems
+    return r
+
+
+def goals_change(d: Demo) -> Result:
+    r = Result("goals-change")
+    before = by_component(d.snapshot()).get("bookinfo/reviews-v1", {})
+    t0 = time.monotonic()
+    commit = d.push_edits([("apps/bookinfo/app.yaml",
+                            "tiers: [fog, cloud]               # the JVM is too heavy for the shop boards\n",
+                            "tiers: [fog, cloud]               # the JVM is too heavy for the shop boards\n"
+                            "        latency:\n          - {region: eu-central, maxMs: 11}\n"
+                            "        migration: {cooldownSeconds: 0}\n")],
+                          "reviews-v1: tighter latency envelope, eu-central within 11 ms; may move at once")
+    seconds, observed, expected = d.wait_landed(commit, t0)
+    goals = d.goals()
+    obs = by_component(observed)
+    after = obs.get("bookinfo/reviews-v1", {})
+    problems = envelope_violations(goals, {"bookinfo/reviews-v1": after})
+    if not after:
+        problems.append("reviews-v1 runs nowhere")
+    r.expected = {"goalsCommit": commit, "reviews-v1": "only on clusters within 11 ms of eu-central "
+                  f"({sorted(c for c in goals.clusters if (goals.latencies.get((c, 'eu-central')) or 1e9) <= 11)})",
+                  "placement": expected}
+    r.observed = {"reviews-v1 before": before, "reviews-v1 after": after, "ready": obs, "problems": problems}
+    r.seconds = seconds
+    r.notes.append("the push also sets migration.cooldownSeconds: 0 for reviews-v1: under the template's "
+                   "120 s cooldown the planner keeps a component that breaches a tightened envelope until the "
+                   "cooldown passes (docs/placement.md, Stability)")
+    r.passed = not problems and before != after
+    if before == after:
+        r.notes.append("reviews-v1 did not move")
+    return r
+
+
+def failover(d: Demo, cluster: str = "edge-1", window: float = 20.0) -> Result:
+    r = Result("failover")
+    grace = d.goals().fleet.spec.heartbeat.grace_seconds
+    before_obs = by_component(d.snapshot())
+    hosted = {k: v[cluster] for k, v in before_obs.items() if cluster in v}
+    t0 = time.monotonic()
+    d.stack.admin(cluster, "down")
+    d.down.add(cluster)
+    d.event(f"{cluster} is down (its API server and Prometheus stop)")
+
+    def moved_elsewhere() -> bool:
+        exp = d.expected()
+        if any(exp.get(k, {}).get(cluster) for k in hosted):
+            return False
+        return d.converged(exp, d.snapshot())
+
+    d.autoscaled_cache = d.autoscaled()
+    d.wait(moved_elsewhere, grace + 60, f"{cluster}'s workloads ready elsewhere", interval=0.2)
+    seconds = time.monotonic() - t0
+    observed = d.snapshot()
+    obs = by_component(observed)
+    d.event(f"{cluster}'s workloads ready elsewhere {seconds:.2f}s after it failed (grace {grace:.0f}s)")
+    moved = {k: {c: n for c, n in obs.get(k, {}).items() if c != cluster} for k in hosted}
+    problems = [f"{k}: not running elsewhere" for k, v in moved.items() if not v]
+    # it returns: nothing may move back within the cooldown
+    plan_before = d.stack.rev("qonnect/plan")
+    placement_before = d.expected()
+    d.stack.admin(cluster, "up")
+    d.down.discard(cluster)
+    t_up = time.monotonic()
+    d.event(f"{cluster} is back; watching {window:.0f}s for moves back")
+    d.wait(lambda: any(row["name"] == cluster and row["healthy"]
+                       for row in (d.stack.any_status() or {}).get("clusters", [])), grace + 30,
+           f"{cluster} healthy again at the leads")
+    healthy_after = time.monotonic() - t_up
+    end = time.monotonic() + window
+    moves_back: list[str] = []
+    while time.monotonic() < end:
+        exp = d.expected()
+        for k in hosted:
+            if exp.get(k, {}).get(cluster):
+                moves_back.append(f"{k} planned on {cluster} again")
+        if exp != placement_before:
+            moves_back.append(f"placement changed: {exp}")
+        if moves_back:
+            break
+        time.sleep(0.5)
+    returned = d.snapshot()
+    others_now = {k: {c: n for c, n in v.items() if c != cluster} for k, v in by_component(returned).items()}
+    others_before = {k: {c: n for c, n in v.items() if c != cluster} for k, v in obs.items()}
+    if others_now != others_before:
+        problems.append(f"workloads elsewhere changed after {cluster} returned: {others_now}")
+    problems += moves_back
+    r.expected = {"cluster": cluster, "hosted before": hosted,
+                  "rules": f"after {cluster} fails its workloads run elsewhere (goal: <= grace {grace:.0f}s + 5s); "
+                           f"after it returns nothing moves back for {window:.0f}s (cooldown)"}
+    r.observed = {"ready after failover": obs, "moved": moved,
+                  "plan commit unchanged after return": d.stack.rev("qonnect/plan") == plan_before,
+                  f"{cluster} after return": returned.get(cluster),
+                  "healthy at leads after return s": round(healthy_after, 3), "problems": problems}
+    r.seconds = seconds
+    r.passed = not problems
+    return r
+
+
+def burst(d: Demo) -> Result:
+    r = Result("burst")
+    path = "apps/sensor-pipeline/manifests/ingest.yaml"
+    t0 = time.monotonic()
+    commit = d.push_edits([(path, "replicas: 6", "replicas: 40")],
+                          "ingest: 40 brokers, more than edge-1 and edge-2 hold")
+    seconds, observed, expected = d.wait_landed(commit, t0, timeout=90)
+    obs = by_component(observed)
+    ingest = obs.get("sensor-pipeline/ingest", {})
+    problems = []
+    if sum(ingest.values()) != 40:
+        problems.append(f"ingest: {sum(ingest.values())} ready, 40 asked")
+    beyond = sorted(set(ingest) - {"edge-1", "edge-2"})
+    if not beyond:
+        problems.append("nothing burst beyond edge-1/edge-2")
+    unplaced_a = d.plan_doc().get("unplaced") or []
+    if unplaced_a:
+        problems.append(f"unplaced although the fleet holds 40: {unplaced_a}")
+    # more than the whole fleet holds
+    t1 = time.monotonic()
+    commit2 = d.push_edits([(path, "replicas: 40", "replicas: 200")], "ingest: 200 brokers, more than the fleet holds")
+    seconds2, observed2, expected2 = d.wait_landed(commit2, t1, timeout=90)
+    ingest2 = by_component(observed2).get("sensor-pipeline/ingest", {})
+    unplaced = [u for u in d.plan_doc().get("unplaced") or [] if u["component"] == "sensor-pipeline/ingest"]
+    missing = sum(u["replicas"] for u in unplaced)
+    if not unplaced:
+        problems.append("200 replicas: no unplaced report")
+    elif sum(ingest2.values()) + missing != 200:
+        problems.append(f"200 asked: {sum(ingest2.values())} ready + {missing} unplaced")
+    for u in unplaced:
+        d.event(f"unplaced: {u['component']} {u['replicas']} x ({u['cpu']} CPU): {u['reason']}")
+    # back to the template's six brokers, so later scenarios find room on the fog
+    commit3 = d.push_edits([(path, "replicas: 200", "replicas: 6")], "ingest: back to 6 brokers")
+    d.wait_landed(commit3, time.monotonic(), timeout=90)
+    r.expected = {"40 replicas": "all ready, beyond edge-1/edge-2 (offload and burst)",
+                  "200 replicas": "what fits is ready, the rest reported unplaced with a reason",
+                  "placement 40": expected.get("sensor-pipeline/ingest"),
+                  "placement 200": expected2.get("sensor-pipeline/ingest")}
+    r.observed = {"ingest ready (40)": ingest, "burst to": beyond, "seconds (40)": round(seconds, 3),
+                  "ingest ready (200)": ingest2, "seconds (200)": round(seconds2, 3),
+                  "unplaced (200)": unplaced, "problems": problems}
+    r.seconds = seconds + seconds2
+    r.passed = not problems
+    return r
+
+
+def leader_kill(d: Demo) -> Result:
+    r = Result("leader-kill")
+    leader = d.wait(d.stack.leader, 30, "an agreed leader")
+    term = int((d.stack.trailers("qonnect/plan").get("Qonnect-Term") or ["0"])[0])
+    t0 = time.monotonic()
+    d.stack.procs.kill(leader.node_id, signal.SIGKILL)
+    d.event(f"SIGKILL {leader.node_id} (the leader, term {term})")
+    commit = d.push_edits([("apps/bookinfo/manifests/details.yaml", "replicas: 1", "replicas: 2")],
+                          "details: two replicas")
+    d.wait(lambda: d.plan_source() == commit, 60, "a decision after the kill")
+    decided = time.monotonic() - t0
+    new_term = int((d.stack.trailers("qonnect/plan").get("Qonnect-Term") or ["0"])[0])
+    d.event(f"decision written by the new leader {decided:.2f}s after the kill (term {new_term})")
+    seconds, observed, expected = d.wait_running(t0)
+    new_leader = d.stack.leader()
+    details = by_component(observed).get("bookinfo/details", {})
+    problems = []
+    if sum(details.values()) != 2:
+        problems.append(f"details: {sum(details.values())} ready, 2 asked")
+    if new_leader is None or new_leader.node_id == leader.node_id:
+        problems.append(f"no new leader: {new_leader}")
+    if new_term <= term:
+        problems.append(f"decision term {new_term} not above {term}")
+    d.stack.start_lead(leader)
+    d.event(f"{leader.node_id} restarted (rejoins as follower)")
+    r.expected = {"killed": leader.node_id, "rules": "a new leader (higher term) writes the decision for a push "
+                  "made after the kill (goal <= 5 s) and the clusters run it"}
+    r.observed = {"new leader": new_leader.node_id if new_leader else None, "term": new_term,
+                  "decision seconds": round(decided, 3), "details ready": details,
+                  "landed seconds": round(seconds, 3), "problems": problems}
+    r.seconds = decided
+    r.passed = not problems
+    return r
+
+
+def review(d: Demo) -> Result:
+    r = Result("review")
+    plan_before = d.stack.rev("qonnect/plan")
+    before = by_component(d.snapshot()).get("bookinfo/reviews-v2", {})
+    t0 = time.monotonic()
+    commit = d.push_edits([
+        ("qonnect.yaml", "mode: auto            # auto | pull-request", "mode: pull-request    # auto | pull-request"),
+        ("apps/bookinfo/app.yaml", "      calls: [ratings]\n      qos:\n        tiers: [fog, cloud]\n        maxCostPerHour: 0.05\n",
+         "      calls: [ratings]\n      qos:\n        tiers: [fog, cloud]\n        maxCostPerHour: 0.05\n"
+         "        latency:\n          - {region: eu-central, maxMs: 11}\n        migration: {cooldownSeconds: 0}\n")],
+        "review mode on; reviews-v2: eu-central within 11 ms; may move at once")
+
+    def proposal() -> str | None:
+        refs = git("-C", d.stack.bare, "for-each-ref", "--format=%(refname:strip=4)",
+                   "refs/heads/qonnect/proposals/").split()
+        for pid in refs:
+            if d.stack.trailers(f"qonnect/proposals/{pid}").get("Qonnect-Source") == [commit]:
+                return pid
+        return None
+
+    pid = d.wait(proposal, 60, "a proposal branch")
+    proposed_after = time.monotonic() - t0
+    message = git("-C", d.stack.bare, "log", "-1", "--format=%B", f"qonnect/proposals/{pid}")
+    table = [line for line in message.splitlines() if line.startswith("|")]
+    d.event(f"proposal {pid} after {proposed_after:.2f}s ({len(table)} table lines); plan untouched")
+    problems = []
+    time.sleep(1.0)
+    held = by_component(d.snapshot()).get("bookinfo/reviews-v2", {})
+    if d.stack.rev("qonnect/plan") != plan_before:
+        problems.append("the plan moved before approval")
+    if held != before:
+        problems.append(f"reviews-v2 moved before approval: {held}")
+    if not table:
+        problems.append("no markdown table in the proposal")
+    t1 = time.monotonic()
+    run = subprocess.run(d.stack.cli("approve", pid, "--repo", d.stack.repo_url), capture_output=True, text=True,
+                         env={**__import__("os").environ, **d.stack.env}, timeout=60, check=False)
+    d.event(f"qonnect approve {pid}: exit {run.returncode}")
+    if run.returncode != 0:
+        problems.append(f"approve failed: {run.stderr.strip()[-500:]}")
+        r.passed = False
+        r.observed = {"problems": problems}
+        return r
+    d.wait(lambda: d.plan_source() == commit, 30, "the approved plan")
+    seconds, observed, expected = d.wait_running(t1)
+    after = by_component(observed).get("bookinfo/reviews-v2", {})
+    comp = d.plan_doc()["components"]["bookinfo/reviews-v2"]
+    target = {a["cluster"]: a["replicas"] for a in comp["assignments"] if a["replicas"]}
+    draining = {x["cluster"] for x in comp.get("draining") or []}
+    # make before break: the old cluster keeps its replica, listed as draining, until the
+    # next decision (in review mode, the next proposal) removes it
+    problems += envelope_violations(d.goals(), {"bookinfo/reviews-v2": target})
+    if any(after.get(c, 0) < n for c, n in target.items()):
+        problems.append(f"reviews-v2 target {target} not ready: {after}")
+    if set(after) - set(target) - draining:
+        problems.append(f"reviews-v2 runs outside its target and draining: {after}")
+    if after == before:
+        problems.append("reviews-v2 did not move after approval")
+    r.expected = {"proposal": "a qonnect/proposals/<id> branch with a markdown table; nothing runs differently "
+                  "until `qonnect approve`, then the clusters run it", "placement": expected}
+    r.observed = {"proposal": pid, "proposal seconds": round(proposed_after, 3), "table": table[:20],
+                  "reviews-v2 before": before, "reviews-v2 held before approval": held,
+                  "reviews-v2 after approval": after, "reviews-v2 target": target,
+                  "reviews-v2 draining": sorted(draining), "approve output": run.stdout.strip()[-800:],
+                  "problems": problems}
+    r.seconds = seconds
+    r.passed = not problems
+    return r
+
+
+SCENARIOS: dict[str, Callable[[Demo], Result]] = {
+    "initial": initial, "goals-change": goals_change, "failover": failover,
+    "burst": burst, "leader-kill": leader_kill, "review": review,
+}

@@ -1,0 +1,127 @@
+"""``qonnect demo`` end to end, as a user runs it: a subprocess, a JSON report, and the
+clusters' real state read back through the official Kubernetes client."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client, config
+
+from tests.conftest import ROOT
+
+SIX = ["initial", "goals-change", "failover", "burst", "leader-kill", "review"]
+
+
+def demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    return subprocess.Popen([sys.executable, "-m", "qonnect_gitops", "demo", "--dir", str(tmp_path / "run"),
+                             "--report", str(tmp_path / "report.json"), *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env, cwd=ROOT)
+
+
+def ready(kubeconfig: Path) -> dict[str, int]:
+    cfg = client.Configuration()
+    config.load_kube_config(config_file=str(kubeconfig), client_configuration=cfg)
+    with client.ApiClient(cfg) as api:
+        apps = client.AppsV1Api(api)
+        out: dict[str, int] = {}
+        for obj in apps.list_deployment_for_all_namespaces(label_selector="qonnect.io/component").items:
+            key = f"{obj.metadata.labels['qonnect.io/app']}/{obj.metadata.labels['qonnect.io/component']}"
+            out[key] = out.get(key, 0) + int(obj.status.ready_replicas or 0)
+        return out
+
+
+def processes_under(path: Path) -> list[str]:
+    ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
+    return [line for line in ps.splitlines() if str(path) in line and "ps -ww" not in line]
+
+
+def check_report(report: dict[str, Any], names: list[str]) -> None:
+    assert [s["name"] for s in report["scenarios"]] == names
+    for s in report["scenarios"]:
+        assert s["passed"], s
+        assert isinstance(s["seconds"], float) and s["seconds"] > 0, s
+        assert s["observed"] and s["expected"], s
+    assert report["passed"] is True
+
+
+def test_all_six_scenarios_then_keep(tmp_path: Path) -> None:
+    proc = demo(tmp_path, "--keep")
+    lines: list[str] = []
+    try:
+        assert proc.stdout is not None
+        deadline = time.monotonic() + 420
+        for line in proc.stdout:
+            lines.append(line)
+            if "Everything keeps running" in line or time.monotonic() > deadline:
+                break
+        assert any("Everything keeps running" in line for line in lines), "".join(lines[-60:])
+        report = json.loads((tmp_path / "report.json").read_text())
+        check_report(report, SIX)
+        by_name = {s["name"]: s for s in report["scenarios"]}
+        # the clusters themselves, read now through their Kubernetes APIs
+        kube = tmp_path / "run" / "kube"
+        fleet = {p.stem: ready(p) for p in sorted(kube.glob("*.yaml"))}
+        assert len(fleet) == 9
+        total = lambda comp: sum(c.get(comp, 0) for c in fleet.values())  # noqa: E731
+        assert total("bookinfo/details") == 2                     # leader-kill's push landed
+        assert total("bookinfo/productpage") == 2
+        burst = by_name["burst"]["observed"]
+        placed = sum(burst["ingest ready (200)"].values())
+        assert placed > 40 and burst["ingest ready (40)"] and sum(burst["ingest ready (40)"].values()) == 40
+        assert total("sensor-pipeline/ingest") == 6                # burst ends back at six brokers
+        assert placed + sum(u["replicas"] for u in burst["unplaced (200)"]) == 200
+        assert set(burst["burst to"]) - {"edge-1", "edge-2"}
+        # review: reviews-v2 targets the only fog within 11 ms of eu-central and runs there
+        assert by_name["review"]["observed"]["reviews-v2 target"] == {"fog-1": 1}
+        assert fleet["fog-1"].get("bookinfo/reviews-v2") == 1
+        assert fleet["fog-1"].get("bookinfo/reviews-v1") == 1            # goals-change moved it there
+        # the failed edge cluster got nothing back
+        failover = by_name["failover"]["observed"]
+        assert failover["problems"] == []
+        assert by_name["leader-kill"]["observed"]["new leader"] != by_name["leader-kill"]["expected"]["killed"]
+        assert processes_under(tmp_path / "run"), "nothing runs under --keep"
+    finally:
+        proc.send_signal(signal.SIGINT)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            raise
+    assert proc.returncode == 0, "".join(lines[-40:])
+    time.sleep(0.5)
+    assert processes_under(tmp_path / "run") == []
+
+
+def test_one_scenario_runs_what_it_needs_first(tmp_path: Path) -> None:
+    proc = demo(tmp_path, "--scenario", "leader-kill")
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out[-4000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    check_report(report, ["initial", "leader-kill"])
+    lk = report["scenarios"][1]
+    assert sum(lk["observed"]["details ready"].values()) == 2
+    assert "SIGKILL" in out and "[" in out  # not a terminal: event lines
+    assert processes_under(tmp_path / "run") == []
+
+
+def test_failover_scenario(tmp_path: Path) -> None:
+    proc = demo(tmp_path, "--scenario", "failover")
+    out, _ = proc.communicate(timeout=240)
+    assert proc.returncode == 0, out[-4000:]
+    report = json.loads((tmp_path / "report.json").read_text())
+    check_report(report, ["initial", "failover"])
+    fo = report["scenarios"][1]
+    hosted = fo["expected"]["hosted before"]
+    assert hosted, fo                                       # edge-1 ran something to fail over
+    for comp in hosted:
+        assert fo["observed"]["moved"][comp], comp          # ready elsewhere, read from the sims
+    assert fo["observed"]["plan commit unchanged after return"] is True
+    assert processes_under(tmp_path / "run") == []
