@@ -22,7 +22,21 @@ def _container(c: dict[str, Any]) -> None:
     # Images without a tag, or tagged latest, are pulled every time; others only when absent.
     untagged = ":" not in last and "@" not in last
     c.setdefault("imagePullPolicy", "Always" if untagged or last.endswith(":latest") else "IfNotPresent")
-    c.setdefault("resources", {})
+    resources = c.setdefault("resources", {})
+    # The API stores quantities as strings (`cpu: 2` reads back as "2"); clients
+    # deserialise them as strings and fail on a bare number.
+    for group in ("requests", "limits"):
+        values = resources.get(group) if isinstance(resources, dict) else None
+        if isinstance(values, dict):
+            for name, value in values.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool):
+                    values[name] = _quantity(value)
+
+
+def _quantity(value: int | float) -> str:
+    if float(value).is_integer():
+        return str(int(value))
+    return f"{round(value * 1000)}m"
 
 
 def pod_spec(spec: dict[str, Any]) -> None:
