@@ -23,22 +23,8 @@ from typing import Any
 
 from qonnect_gitops.demo.procs import Processes
 from qonnect_gitops.demo.template import PACKAGE, find_template
+from qonnect_gitops.gitstore.daemon import free_ports
 from qonnect_gitops.lead.tokens import create_token
-
-
-def free_ports(count: int) -> list[int]:
-    import socket
-
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def git(*args: str | Path, cwd: Path | None = None) -> str:

@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from typing import Any
 
 import pygit2
 
+from qonnect_gitops.gitstore.daemon import free_ports
 from qonnect_gitops.lead.tokens import ADMIN, create_token
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,19 +80,6 @@ def commit_goals(repo_path: Path, files: dict[str, bytes], message: str = "goals
     oid = repo.create_commit("refs/heads/main", sig, sig, message, _tree(repo, files), parents)
     return str(oid)
 
-
-def free_ports(count: int) -> list[int]:
-    """Ports the OS considers free right now (held open together so they differ)."""
-    socks = []
-    try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind(("127.0.0.1", 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
 
 
 def http(method: str, url: str, body: Any = None, token: str | None = None,
