@@ -104,25 +104,9 @@ class Ledger:
         """Consume up to ``count`` replicas on the cluster, first fit; returns how many.
         With ``record``, appends (cluster, node, replicas) so they can be released."""
         total = self.fits(cluster, cpu, memory, archs, count)
-        left = total
-        for n, node in enumerate(self.nodes[cluster]):
-            if left <= 0:
-                break
-            if node[3] not in archs:
-                continue
-            k = min(
-                left,
-                node[0] // cpu if cpu else UNLIMITED,
-                node[1] // memory if memory else UNLIMITED,
-                node[2],
-            )
-            if k > 0:
-                node[0] -= k * cpu
-                node[1] -= k * memory
-                node[2] -= k
-                left -= k
-                if record is not None:
-                    record.append((cluster, n, k))
+        for n, k in self._first_fit(cluster, cpu, memory, archs, total):
+            if record is not None:
+                record.append((cluster, n, k))
         self.free_cpu[cluster] -= total * cpu
         self.free_memory[cluster] -= total * memory
         return total
@@ -157,20 +141,30 @@ class Ledger:
         if not waiting:
             return
         for cpu, memory, archs, count in waiting:
-            left = count
-            for node in self.nodes[cluster]:
-                if left <= 0:
-                    break
-                if node[3] not in archs:
-                    continue
-                k = min(
-                    left,
-                    node[0] // cpu if cpu else UNLIMITED,
-                    node[1] // memory if memory else UNLIMITED,
-                    node[2],
-                )
-                if k > 0:
-                    node[0] -= k * cpu
-                    node[1] -= k * memory
-                    node[2] -= k
-                    left -= k
+            self._first_fit(cluster, cpu, memory, archs, count)
+
+    def _first_fit(
+        self, cluster: int, cpu: int, memory: int, archs: frozenset[str], count: int
+    ) -> list[tuple[int, int]]:
+        """Charge up to ``count`` replicas to the cluster's nodes in order, each node taking
+        as many as it holds; returns (node, replicas) for each node charged."""
+        placed: list[tuple[int, int]] = []
+        left = count
+        for n, node in enumerate(self.nodes[cluster]):
+            if left <= 0:
+                break
+            if node[3] not in archs:
+                continue
+            k = min(
+                left,
+                node[0] // cpu if cpu else UNLIMITED,
+                node[1] // memory if memory else UNLIMITED,
+                node[2],
+            )
+            if k > 0:
+                node[0] -= k * cpu
+                node[1] -= k * memory
+                node[2] -= k
+                left -= k
+                placed.append((n, k))
+        return placed
