@@ -46,6 +46,7 @@ from qonnect_gitops.sim import scheduling
 from qonnect_gitops.sim.api import ApiCore, WriteOptions
 from qonnect_gitops.sim.errors import ApiError
 from qonnect_gitops.sim.resources import ResourceType
+from qonnect_gitops.sim.selectors import match_label_selector_object
 from qonnect_gitops.sim.ssa import now_rfc3339
 
 log = get_logger(__name__)
@@ -96,23 +97,8 @@ def _active(pod: dict[str, Any]) -> bool:
 
 
 def _labels_match(selector: dict[str, Any] | None, labels: dict[str, str]) -> bool:
-    """A LabelSelector (matchLabels and matchExpressions) against labels."""
-    if not selector:
-        return False
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for e in selector.get("matchExpressions") or []:
-        key, op, values = e.get("key"), e.get("operator"), e.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
+    """A workload's LabelSelector against labels; an empty selector selects nothing here."""
+    return bool(selector) and match_label_selector_object(selector, labels)
 
 
 def _scaled(value: Any, total: int, round_up: bool) -> int:
