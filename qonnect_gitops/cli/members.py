@@ -11,6 +11,7 @@ import urllib.request
 from typing import Any
 
 from qonnect_gitops.cli.status import DEFAULT_LEAD
+from qonnect_gitops.logs import redact, redact_url
 
 TOKEN_ENV = "QONNECT_ADMIN_TOKEN"
 
@@ -55,7 +56,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         code, body = change_members(args.lead, token, args.action, args.raft, args.timeout)
     except (urllib.error.URLError, OSError) as exc:
-        print(f"qonnect members: cannot reach {args.lead}: {exc}", file=sys.stderr)
+        print(f"qonnect members: cannot reach {redact_url(args.lead)}: {redact(str(exc))}", file=sys.stderr)
         return 1
     if code != 200:
         print(f"qonnect members: {args.action} {args.raft} failed ({code}): "

@@ -222,7 +222,7 @@ def reconcile_once(
     mirror.fetch()
     goals_commit = mirror.main_commit()
     if goals_commit is None:
-        raise RuntimeError(f"{mirror.url} has no main branch")
+        raise RuntimeError(f"{mirror.display_url} has no main branch")
     goals = load_goals(mirror.read_goals(goals_commit))
     if hooks.on_goals is not None:
         hooks.on_goals(goals_commit, goals)
