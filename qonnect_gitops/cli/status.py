@@ -65,7 +65,7 @@ def fetch_status(lead: str, timeout: float = 5.0, token: str | None = None,
     with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
         doc = json.loads(resp.read())
     if not isinstance(doc, dict):
-        raise ValueError("the lead answered something other than a JSON object")
+        raise ValueError("the lead answered something other than a JSON object")  # noqa: TRY004
     return doc
 
 

@@ -341,9 +341,12 @@ class KnowledgeBase:
         if term < self.leader_term:
             self._log(now, "plan-refused", f"plan from stale term {term} refused", term=term)
             return -1
+        # A component with no replica anywhere is not placed: it is left out, so a plan
+        # that places nothing equals the empty placement.
         new = {
-            comp: {cl: int(n) for cl, n in sorted(clusters.items()) if int(n) > 0}
+            comp: where
             for comp, clusters in sorted(placements.items())
+            if (where := {cl: int(n) for cl, n in sorted(clusters.items()) if int(n) > 0})
         }
         if new == self.placements:
             return self.generation

@@ -47,13 +47,18 @@ spec:
 """
 
 
+# Its components want cloud clusters, and the test fleet has only edge ones: the
+# leader's loop never places them, so the plans tests write (POST /v1/plan) stay.
 SHOP_APP = """apiVersion: qonnect.io/v1alpha1
 kind: QoSApp
 metadata: {name: shop}
 spec:
   namespace: shop
+  defaults:
+    qos: {tiers: [cloud]}
   components:
     - {name: web, manifests: [manifests/web.yaml], replicas: 2}
+    - {name: db, manifests: [manifests/db.yaml]}
     - {name: migrate, manifests: [manifests/migrate.yaml]}
 """
 
@@ -89,13 +94,15 @@ spec:
 def goals_files(clusters: list[str], grace: float = 30.0, interval: float = 1.0,
                 shop: bool = False, job_tag: str = "1") -> dict[str, bytes]:
     """A minimal valid goals tree: the fleet file and one file per cluster; with ``shop``
-    also an app ``shop`` with a Deployment ``shop/web`` and a Job ``shop/migrate``."""
+    also an app ``shop`` with Deployments ``shop/web`` and ``shop/db`` and a Job
+    ``shop/migrate`` (none of which the planner can place on the edge-only fleet)."""
     files = {"qonnect.yaml": FLEET.format(interval=interval, grace=grace).encode()}
     for name in clusters:
         files[f"clusters/{name}.yaml"] = CLUSTER.format(name=name).encode()
     if shop:
         files["apps/shop/app.yaml"] = SHOP_APP.encode()
         files["apps/shop/manifests/web.yaml"] = SHOP_WEB.encode()
+        files["apps/shop/manifests/db.yaml"] = SHOP_WEB.replace("web", "db").encode()
         files["apps/shop/manifests/migrate.yaml"] = SHOP_MIGRATE.replace("{tag}", job_tag).encode()
     return files
 
@@ -201,6 +208,8 @@ class LeadGroup:
     size: int = 3
     clusters: list[str] = field(default_factory=lambda: ["edge-1", "edge-2", "edge-3"])
     grace: float = 30.0
+    # Declare the app ``shop`` (see goals_files): plans and reports may name its components.
+    shop: bool = True
     extra_args: list[str] = field(default_factory=list)
     # A goals repository served elsewhere (e.g. ``tests.goals_repo``); None: a local bare
     # repo with ``goals_files(clusters)`` is created under ``root``.
@@ -223,7 +232,8 @@ class LeadGroup:
             self.client_context = ssl.create_default_context(cafile=str(self.certs.ca))
         self.repo_path = self.root / "goals.git"
         if self.repo_url is None:
-            self.goals_commit = commit_goals(self.repo_path, goals_files(self.clusters, self.grace))
+            self.goals_commit = commit_goals(self.repo_path,
+                                             goals_files(self.clusters, self.grace, shop=self.shop))
         self.tokens_file = self.root / "tokens"
         for name in self.clusters:
             self.tokens[name] = create_token(self.tokens_file, name)

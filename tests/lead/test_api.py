@@ -177,7 +177,7 @@ def test_reads_metrics_and_status_cli(api_group: LeadGroup) -> None:
 def test_invalid_goals_commit_keeps_last_good(api_group: LeadGroup) -> None:
     leader = api_group.wait_leader()
     good = (api_group.status(leader) or {})["goals"]["lastGood"]["commit"]
-    files = goals_files(api_group.clusters)
+    files = goals_files(api_group.clusters, shop=True)
     files["clusters/edge-1.yaml"] = files["clusters/edge-1.yaml"].replace(b"tier: edge",
                                                                           b"tier: moon")
     bad = commit_goals(api_group.repo_path, files, "broken")
