@@ -115,8 +115,10 @@ class AgentHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, addr: tuple[str, int], metrics: Metrics | None, webhook_secret: bytes | None,
-                 on_push: Callable[[], None], max_connections: int = MAX_CONNECTIONS) -> None:
+                 on_push: Callable[[], None], max_connections: int = MAX_CONNECTIONS,
+                 read_timeout: float = READ_TIMEOUT) -> None:
         self.metrics = metrics
+        self.read_timeout = read_timeout
         self.webhook_secret = webhook_secret
         self.on_push = on_push
         self._slots = threading.BoundedSemaphore(max_connections)
@@ -161,6 +163,10 @@ class _Handler(BaseHTTPRequestHandler):
     # A socket timeout for every read: a request that trickles in, or a body shorter
     # than its Content-Length, frees the thread after this long.
     timeout = READ_TIMEOUT
+
+    def setup(self) -> None:
+        self.timeout = self.server.read_timeout
+        super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -211,7 +217,7 @@ class _Handler(BaseHTTPRequestHandler):
     def _timed_out(self) -> None:
         self.close_connection = True
         try:
-            self._error(408, f"request not received within {READ_TIMEOUT:g} s")
+            self._error(408, f"request not received within {self.server.read_timeout:g} s")
         except OSError:
             pass
 
@@ -238,7 +244,11 @@ class _Handler(BaseHTTPRequestHandler):
         if length > MAX_BODY:
             self._error(413, f"body of {length} bytes exceeds the limit of {MAX_BODY} bytes")
             return
-        body = self.rfile.read(length)  # bounded by the socket timeout
+        try:
+            body = self.rfile.read(length)  # bounded by the socket timeout
+        except TimeoutError:
+            self._timed_out()
+            return
         if len(body) != length:
             self._error(400, f"body ended after {len(body)} of {length} bytes")
             return

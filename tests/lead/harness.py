@@ -217,6 +217,8 @@ class LeadGroup:
     env: dict[str, str] = field(default_factory=dict)
     # Serve the API over HTTPS with a certificate of a CA made for the group.
     tls: bool = False
+    # Run with the tokens file (False: a local trial, where reads are open).
+    use_tokens: bool = True
     leads: list[Lead] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
     admin_token: str = ""
@@ -254,7 +256,8 @@ class LeadGroup:
             "--id", lead.node_id, "--raft", lead.raft, "--http", lead.http,
             "--peers", ",".join(p for p in peers if p != lead.raft),
             "--repo", self.repo_url or str(self.repo_path), "--data-dir", str(lead.data_dir),
-            "--tokens-file", str(self.tokens_file), "--poll-seconds", "0.5",
+            *(["--tokens-file", str(self.tokens_file)] if self.use_tokens else []),
+            "--poll-seconds", "0.5",
             *self.tls_args(), *self.extra_args, *lead.args,
         ]
 
