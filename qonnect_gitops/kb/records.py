@@ -70,15 +70,42 @@ class TrafficRecord:
 
 
 @dataclass(frozen=True, slots=True)
+class SyncRecord:
+    """The agent's sync status (``model.status.SyncStatus``)."""
+
+    state: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedRecord:
+    """The commit the cluster runs and its plan generation."""
+
+    commit: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalRecord:
+    """Something the agent declined to do (``model.status.Refusal``)."""
+
+    reason: str
+    message: str
+    commit: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class ReportRecord:
-    """What one agent report says, typed. ``agent_time`` is information only."""
+    """What one agent report says, typed. ``agent_time`` is information only. Plain
+    dataclasses all the way down: they pickle fast through the Raft log."""
 
     cluster: str
     agent_time: float
-    sync: SyncStatus
-    applied: AppliedCommit | None
+    sync: SyncRecord
+    applied: AppliedRecord | None
     attempted: str | None
-    refusals: tuple[Refusal, ...]
+    refusals: tuple[RefusalRecord, ...]
     components: tuple[ComponentRecord, ...]
     nodes: tuple[NodeRecord, ...]
     latencies: tuple[LatencyRecord, ...]
@@ -90,10 +117,11 @@ class ReportRecord:
         return cls(
             cluster=report.cluster,
             agent_time=report.agent_time.timestamp(),
-            sync=report.sync,
-            applied=report.applied,
+            sync=SyncRecord(report.sync.state, report.sync.reason, report.sync.message),
+            applied=(AppliedRecord(report.applied.commit, report.applied.generation)
+                     if report.applied else None),
             attempted=report.attempted,
-            refusals=report.refusals,
+            refusals=tuple(RefusalRecord(r.reason, r.message, r.commit) for r in report.refusals),
             components=tuple(
                 ComponentRecord(c.component, c.healthy, c.ready_replicas, c.desired_replicas,
                                 c.completed, c.message)
@@ -113,10 +141,13 @@ class ReportRecord:
         return AgentReport(
             cluster=self.cluster,
             agent_time=datetime.fromtimestamp(self.agent_time, tz=UTC),
-            applied=self.applied,
+            applied=AppliedCommit(commit=self.applied.commit, generation=self.applied.generation)
+            if self.applied else None,
             attempted=self.attempted,
-            sync=self.sync,
-            refusals=self.refusals,
+            sync=SyncStatus.model_validate({"state": self.sync.state, "reason": self.sync.reason,
+                                            "message": self.sync.message}),
+            refusals=tuple(Refusal.model_validate({"reason": r.reason, "message": r.message,
+                                                   "commit": r.commit}) for r in self.refusals),
             components=tuple(
                 ComponentHealth(component=c.component, healthy=c.healthy,
                                 ready_replicas=c.ready_replicas,
@@ -136,6 +167,17 @@ class ReportRecord:
             traffic=tuple(Traffic(component=t.component, region=t.region, rps=t.rps)
                           for t in self.traffic),
         )
+
+    def sync_json(self) -> dict[str, Any]:
+        return {"state": self.sync.state, "reason": self.sync.reason, "message": self.sync.message}
+
+    def applied_json(self) -> dict[str, Any] | None:
+        if self.applied is None:
+            return None
+        return {"commit": self.applied.commit, "generation": self.applied.generation}
+
+    def refusals_json(self) -> list[dict[str, Any]]:
+        return [{"reason": r.reason, "message": r.message, "commit": r.commit} for r in self.refusals]
 
     def to_json(self) -> dict[str, Any]:
         """The report's JSON (camelCase), as an agent would send it."""

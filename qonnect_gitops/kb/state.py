@@ -542,12 +542,10 @@ class KnowledgeBase:
                     "reports": entry.count if entry else 0,
                     "clockSkewSeconds": round(entry.skew_seconds, 3) if entry else None,
                     "ignoredClaims": self.ignored_claims.get(name, 0),
-                    "sync": record.sync.model_dump(mode="json") if record else None,
-                    "applied": record.applied.model_dump(mode="json") if record and record.applied
-                    else None,
+                    "sync": record.sync_json() if record else None,
+                    "applied": record.applied_json() if record else None,
                     "attempted": record.attempted if record else None,
-                    "refusals": [r.model_dump(mode="json") for r in record.refusals] if record
-                    else [],
+                    "refusals": record.refusals_json() if record else [],
                     "nodesReady": sum(1 for n in nodes if n.ready),
                     "nodes": len(nodes) if nodes else (declared["nodes"] if declared else 0),
                     "generation": self.cluster_generation(name),

@@ -360,15 +360,24 @@ def parse_json(body: bytes) -> Any:
     """The body as JSON; a 400 naming the field for ``NaN``/``Infinity``, a number that
     overflows a float or an integer of more than 20 digits, and for anything unreadable."""
 
+    bad: list[str] = []  # the walk below runs only when a hook saw something
+
     def constant(text: str) -> _NonFinite:
+        bad.append(text)
         return _NonFinite(text)
 
     def number(text: str) -> float | _NonFinite:
         value = float(text)
-        return value if math.isfinite(value) else _NonFinite(text)
+        if math.isfinite(value):
+            return value
+        bad.append(text)
+        return _NonFinite(text)
 
     def integer(text: str) -> int | _NonFinite:
-        return int(text) if len(text.lstrip("-")) <= _MAX_INT_DIGITS else _NonFinite(text)
+        if len(text) <= _MAX_INT_DIGITS:
+            return int(text)
+        bad.append(text)
+        return _NonFinite(text)
 
     try:
         data = json.loads(body, parse_constant=constant, parse_float=number, parse_int=integer)
@@ -376,9 +385,9 @@ def parse_json(body: bytes) -> Any:
         raise HTTPError(400, "body is not valid JSON: nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise HTTPError(400, f"body is not valid JSON: {str(exc)[:200]}") from None
-    bad = _find_non_finite(data, ())
-    if bad is not None:
-        where, text = bad
+    if bad:
+        found = _find_non_finite(data, ())
+        where, text = found if found is not None else ("", bad[0])
         raise HTTPError(400, f"{where or 'body'}: {text[:40]} is not a finite number in range; "
                              "expected a finite number")
     return data
