@@ -385,6 +385,12 @@ def parse_json(body: bytes) -> Any:
         raise HTTPError(400, "body is not valid JSON: nested too deeply") from None
     except (UnicodeDecodeError, ValueError) as exc:
         raise HTTPError(400, f"body is not valid JSON: {str(exc)[:200]}") from None
+    if b"\\ud" in body.lower():
+        # A \ud800-\udfff escape may leave a lone surrogate, which no text can hold.
+        try:
+            json.dumps(data, ensure_ascii=False, default=str).encode("utf-8")
+        except UnicodeEncodeError:
+            raise HTTPError(400, "body is not valid JSON: a \\u escape names a lone surrogate") from None
     if bad:
         found = _find_non_finite(data, ())
         where, text = found if found is not None else ("", bad[0])
