@@ -118,7 +118,7 @@ class Agent:
         self.reporter: Reporter | None = None
         self.report_interval = cfg.report_interval  # until a lead says the fleet's
         if cfg.leads:
-            self.reporter = Reporter(cfg.leads, cfg.cluster, cfg.token, on_response=self._on_lead_response)
+            self.reporter = Reporter.from_config(cfg, on_response=self._on_lead_response)
         self._lock = threading.Lock()  # one sync at a time
         self._announced: int | None = None  # newest generation a lead announced
 

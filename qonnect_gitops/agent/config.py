@@ -33,6 +33,10 @@ class AgentConfig:
     cache_dir: Path = field(default_factory=lambda: Path("/tmp/qonnect-agent"))
     leads: tuple[str, ...] = ()
     token: str | None = None
+    # The token's file: re-read when it changes (a rotated Secret needs no restart).
+    token_file: Path | None = None
+    # CA bundle to verify https:// leads (default: the system store).
+    lead_ca: Path | None = None
     prometheus: str | None = None
     latency_metric: str = "qonnect_network_latency_ms"
     traffic_metric: str = "qonnect_component_requests_per_second"

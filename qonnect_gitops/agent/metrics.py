@@ -1,18 +1,35 @@
 """Prometheus text metrics (``/metrics``) and the push webhook (``POST /webhook``).
 
 The webhook accepts a push event only with a valid ``X-Hub-Signature-256``
-(GitHub/Gitea style ``sha256=<hex HMAC of the body>``) or ``X-Gitlab-Token``
-equal to the secret; a valid event asks the agent to sync at once.
+(GitHub/Gitea style ``sha256=<hex HMAC of the body>``), ``X-Gitea-Signature``
+(the same HMAC without the prefix) or ``X-Gitlab-Token`` equal to the secret; a
+valid event asks the agent to sync at once.
+
+The server is reachable by anyone who can reach the port, so it treats every
+request as hostile: a request must arrive whole within ``READ_TIMEOUT`` seconds,
+at most ``MAX_CONNECTIONS`` are served at once (the next get ``503``), bodies are
+bounded and need a numeric ``Content-Length``, and every refusal is a 4xx with a
+JSON error: never a dropped connection or a traceback.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+import json
 import threading
 from collections.abc import Callable
+from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, ClassVar
+
+from qonnect_gitops.logs import get_logger
+
+log = get_logger(__name__)
+
+READ_TIMEOUT = 10.0
+MAX_CONNECTIONS = 64
+MAX_BODY = 1 << 20
 
 
 class Metrics:
@@ -71,29 +88,85 @@ def _escape(v: str) -> str:
 
 
 def verify_signature(secret: bytes, body: bytes, headers: Any) -> bool:
-    sig = headers.get("X-Hub-Signature-256") or ""
-    if sig.startswith("sha256="):
-        want = hmac.new(secret, body, hashlib.sha256).hexdigest()
-        return hmac.compare_digest(want, sig[len("sha256="):])
+    """Whether a push carries a valid signature or token for ``secret``. Header values
+    are compared as bytes in constant time: any value (non-ASCII too) is just wrong."""
+    if not secret:
+        return False
+    digest = hmac.new(secret, body, hashlib.sha256).hexdigest().encode()
+    github = headers.get("X-Hub-Signature-256")
+    if github is not None:
+        scheme, _, given = github.strip().partition("=")
+        return scheme == "sha256" and hmac.compare_digest(_bytes(given).lower(), digest)
+    gitea = headers.get("X-Gitea-Signature")
+    if gitea is not None:
+        return hmac.compare_digest(_bytes(gitea.strip()).lower(), digest)
     token = headers.get("X-Gitlab-Token")
     if token:
-        return hmac.compare_digest(token.encode(), secret)
+        return hmac.compare_digest(_bytes(token), secret)
     return False
+
+
+def _bytes(text: str) -> bytes:
+    # http.server decodes headers as ISO-8859-1: every byte maps back exactly.
+    return text.encode("iso-8859-1", "replace")
 
 
 class AgentHTTPServer(ThreadingHTTPServer):
     daemon_threads = True
 
     def __init__(self, addr: tuple[str, int], metrics: Metrics | None, webhook_secret: bytes | None,
-                 on_push: Callable[[], None]) -> None:
+                 on_push: Callable[[], None], max_connections: int = MAX_CONNECTIONS,
+                 read_timeout: float = READ_TIMEOUT) -> None:
         self.metrics = metrics
+        self.read_timeout = read_timeout
         self.webhook_secret = webhook_secret
         self.on_push = on_push
+        self._slots = threading.BoundedSemaphore(max_connections)
+        self.refused = 0
         super().__init__(addr, _Handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """At most ``max_connections`` handler threads; the next connection is answered
+        503 at once and closed (no thread)."""
+        if not self._slots.acquire(blocking=False):
+            self.refused += 1
+            try:
+                request.settimeout(1.0)
+                request.sendall(_raw_response(503, {"error": "service unavailable",
+                                                    "message": "too many connections; retry"}))
+            except OSError:
+                pass
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except Exception:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+def _raw_response(status: int, doc: dict[str, Any]) -> bytes:
+    body = (json.dumps(doc) + "\n").encode()
+    head = (f"HTTP/1.0 {status} {HTTPStatus(status).phrase}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n")
+    return head.encode() + body
 
 
 class _Handler(BaseHTTPRequestHandler):
     server: AgentHTTPServer
+    # A socket timeout for every read: a request that trickles in, or a body shorter
+    # than its Content-Length, frees the thread after this long.
+    timeout = READ_TIMEOUT
+
+    def setup(self) -> None:
+        self.timeout = self.server.read_timeout
+        super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:
         pass
@@ -103,31 +176,90 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_response(code)
         self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(data)))
+        self.send_header("Connection", "close")
         self.end_headers()
-        self.wfile.write(data)
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        self.close_connection = True
+
+    def _json(self, code: int, doc: dict[str, Any]) -> None:
+        self._send(code, json.dumps(doc) + "\n", "application/json")
+
+    def _error(self, code: int, message: str) -> None:
+        self._json(code, {"error": HTTPStatus(code).phrase.lower(), "message": message})
+
+    def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+        """The stdlib's errors (bad request line, too long, unsupported method) as JSON 4xx."""
+        if code == HTTPStatus.NOT_IMPLEMENTED:  # an unknown method: it is the client's error
+            code = HTTPStatus.METHOD_NOT_ALLOWED
+        elif code >= 500:
+            code = HTTPStatus.BAD_REQUEST
+        try:
+            self._error(code, message or HTTPStatus(code).phrase)
+        except OSError:
+            self.close_connection = True
+
+    def handle_one_request(self) -> None:
+        try:
+            super().handle_one_request()
+        except TimeoutError:
+            self._timed_out()
+        except (ConnectionError, OSError):
+            self.close_connection = True
+        except Exception as exc:  # noqa: BLE001 - a bug: answer, log one line, keep serving
+            log.error("agent_http_failed", error=f"{type(exc).__name__}: {exc}")
+            self.close_connection = True
+            try:
+                self._error(500, "internal error; see the agent's log")
+            except OSError:
+                pass
+
+    def _timed_out(self) -> None:
+        self.close_connection = True
+        try:
+            self._error(408, f"request not received within {self.server.read_timeout:g} s")
+        except OSError:
+            pass
 
     def do_GET(self) -> None:
-        if self.path == "/metrics" and self.server.metrics is not None:
+        path = self.path.split("?", 1)[0]
+        if path == "/metrics" and self.server.metrics is not None:
             self._send(200, self.server.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
-        elif self.path == "/healthz":
+        elif path == "/healthz":
             self._send(200, "ok\n")
         else:
-            self._send(404, "not found\n")
+            self._error(404, f"no route {path[:100]}")
+
+    do_HEAD = do_GET
 
     def do_POST(self) -> None:
-        length = int(self.headers.get("Content-Length") or 0)
-        if length > 1 << 20:
-            self._send(413, "body too large\n")
+        raw = (self.headers.get("Content-Length") or "").strip()
+        if self.headers.get("Transfer-Encoding"):
+            self._error(400, "chunked bodies are not accepted; send Content-Length")
             return
-        body = self.rfile.read(length)
-        if self.path != "/webhook" or self.server.webhook_secret is None:
-            self._send(404, "not found\n")
+        if not raw.isascii() or not raw.isdigit() or len(raw) > 15:
+            self._error(400, "Content-Length is required and must be a non-negative number")
+            return
+        length = int(raw)
+        if length > MAX_BODY:
+            self._error(413, f"body of {length} bytes exceeds the limit of {MAX_BODY} bytes")
+            return
+        try:
+            body = self.rfile.read(length)  # bounded by the socket timeout
+        except TimeoutError:
+            self._timed_out()
+            return
+        if len(body) != length:
+            self._error(400, f"body ended after {len(body)} of {length} bytes")
+            return
+        if self.path.split("?", 1)[0] != "/webhook" or self.server.webhook_secret is None:
+            self._error(404, "no route; POST /webhook needs a webhook secret")
             return
         if not verify_signature(self.server.webhook_secret, body, self.headers):
-            self._send(401, "bad signature\n")
+            self._error(401, "no valid X-Hub-Signature-256, X-Gitea-Signature or X-Gitlab-Token")
             return
         self.server.on_push()
-        self._send(202, "sync requested\n")
+        self._json(202, {"accepted": True, "message": "sync requested"})
 
 
 def serve(addr: str, metrics: Metrics | None, webhook_secret: bytes | None,

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from qonnect_gitops.cli.table import format_table
-from qonnect_gitops.logs import configure
+from qonnect_gitops.logs import configure, redact
 
 # option dest -> (env var, help)
 _ENV = {
@@ -29,7 +29,7 @@ _ENV = {
     "wait_timeout": "QONNECT_WAIT_TIMEOUT", "metrics_addr": "QONNECT_METRICS_ADDR",
     "webhook_addr": "QONNECT_WEBHOOK_ADDR", "webhook_secret_file": "QONNECT_WEBHOOK_SECRET_FILE",
     "latency_metric": "QONNECT_LATENCY_METRIC", "traffic_metric": "QONNECT_TRAFFIC_METRIC",
-    "log_level": "QONNECT_LOG_LEVEL", "once": "QONNECT_ONCE",
+    "log_level": "QONNECT_LOG_LEVEL", "once": "QONNECT_ONCE", "lead_ca": "QONNECT_LEAD_CA",
 }
 
 
@@ -44,7 +44,10 @@ def register(sub: Any) -> None:
     p.add_argument("--kubeconfig", default=e(_ENV["kubeconfig"]) or e("KUBECONFIG"),
                    help="kubeconfig file; in-cluster credentials when absent [QONNECT_KUBECONFIG, KUBECONFIG]")
     p.add_argument("--lead", default=e(_ENV["lead"], ""), help="lead URLs, comma-separated [QONNECT_LEAD]")
-    p.add_argument("--token-file", default=e(_ENV["token_file"]), type=Path, help="bearer token for reports [QONNECT_TOKEN_FILE]")
+    p.add_argument("--token-file", default=e(_ENV["token_file"]), type=Path,
+                   help="bearer token for reports; re-read when it changes [QONNECT_TOKEN_FILE]")
+    p.add_argument("--lead-ca", default=e(_ENV["lead_ca"]), type=Path,
+                   help="CA bundle to verify https:// leads (default: the system store) [QONNECT_LEAD_CA]")
     p.add_argument("--prometheus", default=e(_ENV["prometheus"]), help="Prometheus base URL [QONNECT_PROMETHEUS]")
     p.add_argument("--latency-metric", default=e(_ENV["latency_metric"], "qonnect_network_latency_ms"))
     p.add_argument("--traffic-metric", default=e(_ENV["traffic_metric"], "qonnect_component_requests_per_second"))
@@ -77,14 +80,18 @@ def build_config(args: argparse.Namespace) -> Any:
     missing = [f"--{n} ({_ENV[n]})" for n in ("cluster", "repo") if not getattr(args, n)]
     if missing:
         raise SystemExit(f"qonnect agent: missing {', '.join(missing)}")
-    token = args.token_file.read_text().strip() if args.token_file else None
+    if args.token_file and not args.token_file.is_file():
+        raise SystemExit(f"qonnect agent: --token-file {args.token_file} is not a readable file")
+    if args.lead_ca and not args.lead_ca.is_file():
+        raise SystemExit(f"qonnect agent: --lead-ca {args.lead_ca} is not a readable file")
     leads = tuple(u.strip() for u in (args.lead or "").split(",") if u.strip())
     if args.webhook_addr and not args.webhook_secret_file:
         raise SystemExit("qonnect agent: --webhook-addr needs --webhook-secret-file")
     cache = args.cache_dir or Path(tempfile.gettempdir()) / "qonnect-agent"
     return AgentConfig(
         cluster=args.cluster, repo=args.repo, branch=args.branch, kubeconfig=args.kubeconfig,
-        namespace=args.namespace, cache_dir=cache, leads=leads, token=token, prometheus=args.prometheus,
+        namespace=args.namespace, cache_dir=cache, leads=leads, token_file=args.token_file,
+        lead_ca=args.lead_ca, prometheus=args.prometheus,
         latency_metric=args.latency_metric, traffic_metric=args.traffic_metric, interval=args.interval,
         drift_interval=args.drift_interval, drift=args.drift, report_interval=args.report_interval,
         prune_fraction=args.prune_fraction, wait_timeout=args.wait_timeout, metrics_addr=args.metrics_addr,
@@ -106,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
             agent.reporter.start()
             agent.reporter.flush(10.0)
             if agent.reporter.sent == 0:
-                print(f"report not delivered: {agent.reporter.last_error}", file=sys.stderr)
+                print(f"report not delivered: {redact(agent.reporter.last_error)}", file=sys.stderr)
             agent.reporter.stop()
         return result.exit_code
     signal.signal(signal.SIGTERM, lambda *_: agent.stop())

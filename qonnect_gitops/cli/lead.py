@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from qonnect_gitops.lead.httpd import HTTPLimits
 from qonnect_gitops.lead.raft import RaftTiming
 from qonnect_gitops.lead.service import LeadConfig
 from qonnect_gitops.logs import configure
@@ -36,7 +37,15 @@ def register(sub: Any) -> None:
     parser.add_argument("--raft", required=True, type=_addr, help="Raft address host:port")
     parser.add_argument("--peers", type=_addrs, default=(),
                         help="comma-separated Raft addresses of the other leads")
-    parser.add_argument("--http", required=True, type=_addr, help="HTTP API address host:port")
+    parser.add_argument("--http", required=True, type=_addr, help="HTTP API address host:port (bind)")
+    parser.add_argument("--advertise-http", type=_addr,
+                        help="host:port others reach this lead's API at (default: --http); "
+                        "recorded for the other leads, agents and qonnect status")
+    parser.add_argument("--tls-cert", type=Path, help="PEM certificate (chain) of the API: serve HTTPS")
+    parser.add_argument("--tls-key", type=Path, help="PEM private key of --tls-cert")
+    parser.add_argument("--tls-ca", type=Path,
+                        help="CA bundle to verify the other leads when forwarding a webhook "
+                        "(default: the system store and --tls-cert)")
     parser.add_argument("--repo", help="goals repository URL (its main branch is read)")
     parser.add_argument("--data-dir", required=True, type=Path, help="Raft journal and dump")
     parser.add_argument("--tokens-file", type=Path, help="hashed bearer tokens (reloaded)")
@@ -50,8 +59,19 @@ def register(sub: Any) -> None:
                         help="reports per second allowed per cluster and lead (default 2)")
     parser.add_argument("--report-burst", type=float, default=10.0,
                         help="burst of reports allowed per cluster (default 10)")
-    parser.add_argument("--max-body", type=int, default=256 * 1024,
+    parser.add_argument("--max-body", type=int, default=HTTPLimits.max_body_bytes,
                         help="largest request body in bytes (default 262144)")
+    parser.add_argument("--max-connections", type=int, default=HTTPLimits.max_connections,
+                        help="open API connections at most; more get 503 (default 1000)")
+    parser.add_argument("--http-workers", type=int, default=HTTPLimits.workers,
+                        help="threads running API requests (default 64; idle connections use none)")
+    parser.add_argument("--read-timeout", type=float, default=HTTPLimits.read_timeout,
+                        help="seconds a request (or TLS handshake) may take to arrive (default 10)")
+    parser.add_argument("--idle-timeout", type=float, default=HTTPLimits.idle_timeout,
+                        help="seconds a keep-alive connection may stay idle (default 60)")
+    parser.add_argument("--max-clock-skew", type=float, default=300.0,
+                        help="seconds an agent's clock may differ from the lead's before its reports "
+                        "are flagged; they count at the lead's receipt time anyway (default 300)")
     parser.add_argument("--election-min", type=float, default=RaftTiming.election_min)
     parser.add_argument("--election-max", type=float, default=RaftTiming.election_max)
     parser.add_argument("--heartbeat", type=float, default=RaftTiming.heartbeat,
@@ -66,8 +86,32 @@ def register(sub: Any) -> None:
     parser.set_defaults(handler=run)
 
 
+def _check_tls(args: argparse.Namespace) -> str | None:
+    """Why the TLS options are unusable, or None."""
+    if (args.tls_cert is None) != (args.tls_key is None):
+        return "--tls-cert and --tls-key go together"
+    if args.tls_cert is not None:
+        import ssl
+
+        try:
+            ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_cert_chain(str(args.tls_cert), str(args.tls_key))
+        except (OSError, ssl.SSLError) as exc:
+            return f"cannot load --tls-cert {args.tls_cert} / --tls-key {args.tls_key}: {exc}"
+    if args.tls_ca is not None and not args.tls_ca.is_file():
+        return f"--tls-ca {args.tls_ca} is not a file"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     configure(args.log_level)
+    problem = _check_tls(args)
+    if problem is None and min(args.max_connections, args.http_workers, args.max_body) < 1:
+        problem = "--max-connections, --http-workers and --max-body must be at least 1"
+    if problem is None and min(args.read_timeout, args.idle_timeout, args.max_clock_skew) <= 0:
+        problem = "--read-timeout, --idle-timeout and --max-clock-skew must be positive"
+    if problem is not None:
+        print(f"qonnect lead: {problem}", file=sys.stderr)
+        return 2
     if not args.election_min < args.election_max:
         print("qonnect lead: --election-min must be below --election-max", file=sys.stderr)
         return 2
@@ -92,8 +136,15 @@ def run(args: argparse.Namespace) -> int:
         webhook_secret_file=args.webhook_secret_file,
         report_rate=args.report_rate,
         report_burst=args.report_burst,
-        max_body_bytes=args.max_body,
         timing=timing,
+        advertise_http=args.advertise_http,
+        tls_cert=args.tls_cert,
+        tls_key=args.tls_key,
+        tls_ca=args.tls_ca,
+        max_clock_skew=args.max_clock_skew,
+        http_limits=HTTPLimits(max_connections=args.max_connections, workers=args.http_workers,
+                               read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
+                               max_body_bytes=args.max_body),
     )
     from qonnect_gitops.lead.process import run_lead
 

@@ -5,12 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 import urllib.error
 import urllib.request
 from typing import Any
 
-from qonnect_gitops.cli.status import DEFAULT_LEAD
+from qonnect_gitops.cli.status import add_lead_arguments, lead_context
+from qonnect_gitops.logs import redact, redact_url
 
 TOKEN_ENV = "QONNECT_ADMIN_TOKEN"
 
@@ -24,14 +26,13 @@ def register(sub: Any) -> None:
     )
     parser.add_argument("action", choices=("add", "remove"))
     parser.add_argument("raft", help="Raft address host:port of the lead to add or remove")
-    parser.add_argument("--lead", default=os.environ.get("QONNECT_LEAD", DEFAULT_LEAD),
-                        help="HTTP URL of a current member")
+    add_lead_arguments(parser)
     parser.add_argument("--timeout", type=float, default=15.0)
     parser.set_defaults(handler=run)
 
 
-def change_members(lead: str, token: str, action: str, raft: str,
-                   timeout: float = 15.0) -> tuple[int, dict[str, Any]]:
+def change_members(lead: str, token: str, action: str, raft: str, timeout: float = 15.0,
+                   context: ssl.SSLContext | None = None) -> tuple[int, dict[str, Any]]:
     """POST ``/v1/members``; returns (HTTP status, JSON body)."""
     request = urllib.request.Request(
         lead.rstrip("/") + "/v1/members",
@@ -40,7 +41,7 @@ def change_members(lead: str, token: str, action: str, raft: str,
         method="POST",
     )
     try:
-        with urllib.request.urlopen(request, timeout=timeout) as resp:
+        with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
             return resp.status, json.loads(resp.read())
     except urllib.error.HTTPError as exc:
         return exc.code, json.loads(exc.read() or b"{}")
@@ -53,9 +54,10 @@ def run(args: argparse.Namespace) -> int:
               "(qonnect token create --admin)", file=sys.stderr)
         return 2
     try:
-        code, body = change_members(args.lead, token, args.action, args.raft, args.timeout)
-    except (urllib.error.URLError, OSError) as exc:
-        print(f"qonnect members: cannot reach {args.lead}: {exc}", file=sys.stderr)
+        code, body = change_members(args.lead, token, args.action, args.raft, args.timeout,
+                                    lead_context(args.lead_ca))
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        print(f"qonnect members: cannot reach {redact_url(args.lead)}: {redact(str(exc))}", file=sys.stderr)
         return 1
     if code != 200:
         print(f"qonnect members: {args.action} {args.raft} failed ({code}): "

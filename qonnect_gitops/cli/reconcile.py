@@ -14,6 +14,7 @@ from qonnect_gitops.cli.table import format_table
 from qonnect_gitops.gitstore import GitStoreError, StaleRef
 from qonnect_gitops.gitstore.remote import credentials_from_env
 from qonnect_gitops.lead.reconcile import CycleResult, open_mirror_for_goals, reconcile_once
+from qonnect_gitops.logs import redact
 from qonnect_gitops.model import GoalsError, Goals, Observed
 from qonnect_gitops.cli.plan import plan_table
 from qonnect_gitops.model.observed import empty_observation, load_observed
@@ -53,7 +54,7 @@ def run(args: argparse.Namespace) -> int:
                   "nothing written, the plan in force stays", file=sys.stderr)
             return 1
         except (GitStoreError, OSError, RuntimeError) as exc:
-            print(f"qonnect reconcile: {exc}", file=sys.stderr)
+            print(f"qonnect reconcile: {redact(str(exc))}", file=sys.stderr)
             return 1
     _print(result)
     return 0

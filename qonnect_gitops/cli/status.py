@@ -5,14 +5,41 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import ssl
 import sys
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 from qonnect_gitops.cli.table import format_table
+from qonnect_gitops.logs import redact, redact_url
 
 DEFAULT_LEAD = "http://127.0.0.1:8080"
+TOKEN_FILE_ENV = "QONNECT_TOKEN_FILE"
+CA_ENV = "QONNECT_LEAD_CA"
+
+
+def add_lead_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--lead`` and ``--lead-ca``: which lead to ask and how to trust its certificate."""
+    parser.add_argument("--lead", default=os.environ.get("QONNECT_LEAD", DEFAULT_LEAD),
+                        help=f"a lead's API URL (default $QONNECT_LEAD or {DEFAULT_LEAD})")
+    parser.add_argument("--lead-ca", type=Path, default=os.environ.get(CA_ENV) or None,
+                        help=f"CA bundle to verify an https:// lead (default ${CA_ENV}, else the "
+                        "system store)")
+
+
+def lead_context(ca: Path | None) -> ssl.SSLContext | None:
+    """The TLS context for a lead's https:// URL (None: urllib's default)."""
+    return ssl.create_default_context(cafile=str(ca)) if ca else None
+
+
+def read_token(path: Path | None) -> str | None:
+    """A bearer token from its file (first line), None without a file."""
+    if path is None:
+        return None
+    token = path.read_text(encoding="utf-8").strip().splitlines()
+    return token[0].strip() if token else None
 
 
 def register(sub: Any) -> None:
@@ -21,17 +48,25 @@ def register(sub: Any) -> None:
         help="show leader, members, clusters and placements",
         description="Ask a lead (any member answers) for the fleet's state.",
     )
-    parser.add_argument("--lead", default=os.environ.get("QONNECT_LEAD", DEFAULT_LEAD),
-                        help=f"a lead's HTTP URL (default $QONNECT_LEAD or {DEFAULT_LEAD})")
+    add_lead_arguments(parser)
+    parser.add_argument("--token-file", type=Path, default=os.environ.get(TOKEN_FILE_ENV) or None,
+                        help="bearer token to read with (a read-only, admin or cluster token; needed "
+                        f"when the leads use a tokens file) [{TOKEN_FILE_ENV}]")
     parser.add_argument("--json", action="store_true", help="print the raw /v1/status JSON")
     parser.add_argument("--timeout", type=float, default=5.0)
     parser.set_defaults(handler=run)
 
 
-def fetch_status(lead: str, timeout: float = 5.0) -> dict[str, Any]:
+def fetch_status(lead: str, timeout: float = 5.0, token: str | None = None,
+                 context: ssl.SSLContext | None = None) -> dict[str, Any]:
     """GET ``/v1/status`` from a lead."""
-    with urllib.request.urlopen(lead.rstrip("/") + "/v1/status", timeout=timeout) as resp:
-        return json.loads(resp.read())
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    request = urllib.request.Request(lead.rstrip("/") + "/v1/status", headers=headers)
+    with urllib.request.urlopen(request, timeout=timeout, context=context) as resp:
+        doc = json.loads(resp.read())
+    if not isinstance(doc, dict):
+        raise ValueError("the lead answered something other than a JSON object")  # noqa: TRY004
+    return doc
 
 
 def render(status: dict[str, Any]) -> str:
@@ -98,7 +133,13 @@ def render(status: dict[str, Any]) -> str:
                       f"({failed['total']} problem(s)); last good stays in force:")
         errors += [f"  {e}" for e in failed["errors"][:20]]
     if status["goalsSource"]["lastFetchError"]:
-        errors.append(f"goals fetch: {status['goalsSource']['lastFetchError']}")
+        errors.append(f"goals fetch: {redact(status['goalsSource']['lastFetchError'])}")
+    loop = status.get("loop") or {}
+    if loop.get("lastError"):
+        errors.append(f"reconcile loop ({loop.get('failures', 0)} failed cycle(s) in a row): "
+                      f"{redact(loop['lastError'])}")
+    if loop.get("degraded"):
+        errors.append(f"reconcile loop degraded: {redact(loop['degraded'])}")
     if status["tokens"]["fileError"]:
         errors.append(f"tokens file: {status['tokens']['fileError']}")
     if errors:
@@ -125,10 +166,24 @@ def _sync(sync: dict[str, Any] | None) -> str | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    lead = redact_url(args.lead)
     try:
-        status = fetch_status(args.lead, args.timeout)
+        token = read_token(args.token_file)
+        context = lead_context(args.lead_ca)
+    except (OSError, ssl.SSLError) as exc:
+        print(f"qonnect status: {exc}", file=sys.stderr)
+        return 2
+    try:
+        status = fetch_status(args.lead, args.timeout, token, context)
+    except urllib.error.HTTPError as exc:
+        hint = ""
+        if exc.code == 401:
+            hint = ("; the leads use a tokens file: pass --token-file with a read-only token "
+                    "(qonnect token create NAME --read-only --tokens-file F)")
+        print(f"qonnect status: {lead} answered {exc.code} {exc.reason}{hint}", file=sys.stderr)
+        return 1
     except (urllib.error.URLError, OSError, ValueError) as exc:
-        print(f"qonnect status: cannot reach {args.lead}: {exc}", file=sys.stderr)
+        print(f"qonnect status: cannot reach {lead}: {redact(str(exc))}", file=sys.stderr)
         return 1
     print(json.dumps(status, indent=2) if args.json else render(status))
     return 0

@@ -47,9 +47,9 @@ def _read(args: argparse.Namespace) -> tuple[str, dict[str, bytes]]:
         mirror.fetch()
         rev = args.rev or mirror.main_commit()
         if rev is None:
-            raise RemoteError(f"{args.repo} has no main branch")
+            raise RemoteError(f"{mirror.display_url} has no main branch")
         commit = resolve_commit(mirror.repo, rev)
-        return f"{args.repo}@{str(commit.id)[:12]}", mirror.read_goals(str(commit.id))
+        return f"{mirror.display_url}@{str(commit.id)[:12]}", mirror.read_goals(str(commit.id))
 
 
 def run(args: argparse.Namespace) -> int:

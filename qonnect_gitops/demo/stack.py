@@ -24,7 +24,7 @@ from typing import Any
 from qonnect_gitops.demo.procs import Processes
 from qonnect_gitops.demo.template import PACKAGE, find_template
 from qonnect_gitops.gitstore.daemon import free_ports
-from qonnect_gitops.lead.tokens import create_token
+from qonnect_gitops.lead.tokens import create_token, read_only_subject
 
 
 def git(*args: str | Path, cwd: Path | None = None) -> str:
@@ -36,9 +36,10 @@ def git(*args: str | Path, cwd: Path | None = None) -> str:
     return run.stdout
 
 
-def get_json(url: str, timeout: float = 1.0) -> Any:
+def get_json(url: str, timeout: float = 1.0, token: str | None = None) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as resp:
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers), timeout=timeout) as resp:
             return json.loads(resp.read())
     except (OSError, ValueError, urllib.error.URLError):
         return None
@@ -82,6 +83,7 @@ class Stack:
         self.logs = self.root / "logs"
         self.secret_file = self.root / "webhook-secret"
         self.tokens_file = self.root / "tokens"
+        self.read_token = ""  # set once the tokens file is written (start)
         self.git_port = 0
         self.env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")])),
                     "PYTHONUNBUFFERED": "1"}
@@ -135,6 +137,8 @@ class Stack:
                          self.logs / "sim.log", self.env)
         # tokens and leads
         tokens = {c: create_token(self.tokens_file, c) for c in self.clusters}
+        # The leads' reads need a token once they use a tokens file.
+        self.read_token = create_token(self.tokens_file, read_only_subject("demo"))
         for lead in self.leads:
             self.start_lead(lead)
         self._wait(lambda: all((self.kube / f"{c}.endpoints.json").exists() for c in self.clusters), 60,
@@ -179,7 +183,7 @@ class Stack:
     def status(self, lead: LeadInfo) -> dict[str, Any] | None:
         if not self.procs.children.get(lead.node_id) or not self.procs.children[lead.node_id].alive():
             return None
-        return get_json(lead.url + "/v1/status")  # type: ignore[no-any-return]
+        return get_json(lead.url + "/v1/status", token=self.read_token)  # type: ignore[no-any-return]
 
     def leader(self) -> LeadInfo | None:
         """The lead every live lead names, once its term is recorded (its loop runs)."""

@@ -36,7 +36,7 @@ from qonnect_gitops.gitstore.store import (
     cas_update_refs,
 )
 from qonnect_gitops.gitstore.tree import read_tree_files
-from qonnect_gitops.logs import get_logger
+from qonnect_gitops.logs import get_logger, redact, redact_url
 
 log = get_logger(__name__)
 
@@ -168,6 +168,11 @@ class Mirror:
         for spec in self._refspecs[1:]:
             remotes.add_fetch("origin", spec)
 
+    @property
+    def display_url(self) -> str:
+        """The remote's URL as it may be shown (credentials hidden; see ``logs.redact_url``)."""
+        return redact_url(self.url)
+
     # ---------------------------------------------------------------- fetch
 
     def fetch(self) -> FetchResult:
@@ -183,7 +188,7 @@ class Mirror:
                 prune=pygit2.enums.FetchPrune.PRUNE,
             )
         except pygit2.GitError as exc:
-            raise RemoteError(f"fetch from {self.url} failed: {exc}") from exc
+            raise RemoteError(f"fetch from {self.display_url} failed: {redact(str(exc))}") from exc
         self._sync_local()
         result = FetchResult(
             commit=self.main_commit(),
@@ -191,7 +196,7 @@ class Mirror:
             received_objects=stats.received_objects,
             seconds=time.perf_counter() - start,
         )
-        log.info("mirror_fetched", url=self.url, bytes=result.received_bytes, objects=result.received_objects,
+        log.info("mirror_fetched", url=self.display_url, bytes=result.received_bytes, objects=result.received_objects,
                  seconds=round(result.seconds, 3))
         return result
 
@@ -239,7 +244,7 @@ class Mirror:
         """The goals files at ``rev`` (default: the fetched main commit)."""
         commit = rev or self.main_commit()
         if commit is None:
-            raise RemoteError(f"{self.url} has no {self.main_ref} (fetch first?)")
+            raise RemoteError(f"{self.display_url} has no {self.main_ref} (fetch first?)")
         return read_tree_files(self.repo, commit, prefix)
 
     # ---------------------------------------------------------------- push
@@ -310,7 +315,7 @@ class Mirror:
         except pygit2.GitError as exc:
             if _LOST_RACE.search(str(exc)):
                 raise StaleRef({c.ref: f"remote moved ({exc})" for c in changes}) from exc
-            raise RemoteError(f"push to {self.url} failed: {exc}") from exc
+            raise RemoteError(f"push to {self.display_url} failed: {redact(str(exc))}") from exc
         accepted = {c.ref: c for c in changes if c.ref in callbacks.accepted and c.ref not in callbacks.rejected}
         # Record what the remote now holds, so the next publish compares against it.
         # (libgit2 usually did already, through the fetch refspecs; skip those writes.)
@@ -363,14 +368,14 @@ def narrow_fetch(
     ref = f"refs/heads/{branch}"
     if not pygit2.reference_is_valid_name(ref):
         raise ValueError(f"invalid branch name {branch!r}")
-    remote = repo.remotes.create_anonymous(url)
     try:
+        remote = repo.remotes.create_anonymous(url)
         stats = remote.fetch([f"+{ref}:{ref}"], callbacks=pygit2.RemoteCallbacks(credentials=credentials))
     except pygit2.GitError as exc:
-        raise RemoteError(f"fetch of {branch} from {url} failed: {exc}") from exc
+        raise RemoteError(f"fetch of {branch} from {redact_url(url)} failed: {redact(str(exc))}") from exc
     target = _ref_target(repo, ref)
     if target is None:
-        raise RemoteError(f"{url} has no branch {branch}")
+        raise RemoteError(f"{redact_url(url)} has no branch {branch}")
     return FetchResult(str(target), stats.received_bytes, stats.received_objects, time.perf_counter() - start)
 
 

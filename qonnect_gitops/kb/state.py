@@ -5,21 +5,39 @@ replica, in the same order, so they obey three rules:
 
 * time comes in as an argument (``now``, Unix seconds from the proposing lead's
   clock); nothing here reads a clock, a file or a random source;
-* the inputs are plain JSON-like values (what went through the Raft log), and
-  the state holds nothing else, so a full dump is a plain dict;
+* the inputs are plain JSON-like values or the small frozen records of
+  ``kb.records`` (what went through the Raft log); a full dump is a plain dict;
 * they are small: the Raft tick thread runs them, and a slow one stalls
   heartbeats for the whole group.
 
 Reads (``snapshot``, ``current_placement``, ``status``) never change state.
+
+A report speaks only for its own cluster: component health, completion and
+traffic are kept only for components the plan in force places on the reporting
+cluster, and completion only for Job and CronJob components; other claims are
+dropped and counted (``ignored_claims``). Reports are ordered by the receiving
+lead's clock, never the agent's.
 """
 
 from __future__ import annotations
 
 import copy
+import hashlib
+import json
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
+from qonnect_gitops.kb.records import (
+    CompletedJob,
+    NodeRecord,
+    ReportEntry,
+    ReportRecord,
+    ReportVerdict,
+    StoredReport,
+    WorkloadRecord,
+)
 from qonnect_gitops.model.goals import Goals
 from qonnect_gitops.model.observed import (
     Capacity,
@@ -30,16 +48,15 @@ from qonnect_gitops.model.observed import (
     ObservedTraffic,
 )
 from qonnect_gitops.model.plan import CurrentPlacement
+from qonnect_gitops.model.report import MAX_RPS
 
-STATE_VERSION = 1
+STATE_VERSION = 2
+READABLE_VERSIONS = (1, 2)
 DECISION_LOG_LIMIT = 256
 DEFAULT_GRACE_SECONDS = 20.0
 DEFAULT_INTERVAL_SECONDS = 5.0
 MAX_GOALS_ERRORS = 100
 LATENCY_WINDOW_REPORTS = 3
-
-ReportEntry = tuple[str, float, dict[str, Any]]
-"""``(cluster, agent_time_unix, report_json)``: one report as it travels through the log."""
 
 
 def iso(ts: float | None) -> str | None:
@@ -65,6 +82,18 @@ def inventory_from_goals(goals: Goals) -> dict[str, dict[str, Any]]:
     return inventory
 
 
+def workloads_from_goals(goals: Goals) -> dict[str, WorkloadRecord]:
+    """Per component, its workload kind and a digest of its workload object: the KB
+    accepts completion only for Jobs and CronJobs, and forgets a completion when the
+    workload changes (a new image of a Job runs again)."""
+    out: dict[str, WorkloadRecord] = {}
+    for component in goals.components():
+        text = json.dumps(component.workload, sort_keys=True, default=str, separators=(",", ":"))
+        out[component.key] = WorkloadRecord(component.kind,
+                                            hashlib.sha256(text.encode("utf-8")).hexdigest()[:16])
+    return dict(sorted(out.items()))
+
+
 def heartbeat_from_goals(goals: Goals) -> dict[str, float]:
     """The heartbeat settings the KB needs to judge freshness."""
     hb = goals.fleet.spec.heartbeat
@@ -87,11 +116,19 @@ class KnowledgeBase:
             "intervalSeconds": DEFAULT_INTERVAL_SECONDS,
             "graceSeconds": DEFAULT_GRACE_SECONDS,
         }
+        # Per component of the last good goals: its kind and digest (workloads_from_goals).
+        self.workloads: dict[str, WorkloadRecord] = {}
         self.last_good: dict[str, Any] | None = None  # {commit, at}
         self.last_failed: dict[str, Any] | None = None  # {commit, at, errors}
-        # Latest report per cluster: {report, agentTime, receivedAt, count}.
-        self.reports: dict[str, dict[str, Any]] = {}
+        # Latest report per cluster, as received by a lead (its clock, not the agent's).
+        self.reports: dict[str, StoredReport] = {}
         self.stale_reports = 0
+        # Per cluster, claims its reports made about components not placed there (or
+        # completion of a component that is no Job): dropped, counted here.
+        self.ignored_claims: dict[str, int] = {}
+        # Jobs that ran to completion on a cluster the plan placed them on; kept while
+        # the workload is unchanged and declared.
+        self.completed_jobs: dict[str, CompletedJob] = {}
         # Measured latencies per cluster and target, [[receivedAt, ms], ...] oldest first,
         # trimmed to the latency window: the planner sees the lowest value of the window,
         # so only a sustained breach moves anything (one slow sample does not).
@@ -108,6 +145,8 @@ class KnowledgeBase:
         # Bounded decision log, oldest first; seq numbers survive trimming.
         self.decisions: list[dict[str, Any]] = []
         self.decision_seq = 0
+        # Derived (not dumped): cluster -> components the plan in force places there.
+        self._placed_on: dict[str, frozenset[str]] = {}
 
     # ---------------------------------------------------------------- helpers
 
@@ -136,42 +175,87 @@ class KnowledgeBase:
 
     # -------------------------------------------------------- state changes
 
-    def apply_reports(self, entries: Sequence[ReportEntry], now: float) -> dict[str, int]:
-        """Store a batch of reports received at ``now``; returns each cluster's generation.
+    def apply_reports(self, entries: Sequence[ReportEntry]) -> list[ReportVerdict]:
+        """Store a batch of reports; one verdict per entry, in order.
 
-        A report older (by agent time) than the one stored is dropped: batches from
-        different leads may commit out of the order the agent sent them.
+        Reports are ordered by the receiving lead's clock: one received before the
+        report stored is dropped (batches from different leads may commit out of
+        order) and its verdict says so, so the lead never answers it 200. A cluster
+        that left the goals between the HTTP check and the commit is refused too.
         """
-        result: dict[str, int] = {}
-        for cluster, agent_time, report in entries:
+        result: list[ReportVerdict] = []
+        for entry in entries:
+            cluster = entry.cluster
+            generation = self.cluster_generations.get(cluster, 0)
             current = self.reports.get(cluster)
-            if current is not None and agent_time < current["agentTime"]:
+            if self.last_good is not None and cluster not in self.inventory:
+                result.append(ReportVerdict(False, generation, refused="undeclared"))
+                continue
+            if current is not None and entry.received_at < current.received_at:
                 self.stale_reports += 1
-            else:
-                count = current["count"] + 1 if current else 1
-                self.reports[cluster] = {
-                    "report": report,
-                    "agentTime": agent_time,
-                    "receivedAt": now,
-                    "count": count,
-                }
-                self._record_latencies(cluster, report, now)
-            result[cluster] = self.cluster_generations.get(cluster, 0)
+                result.append(ReportVerdict(False, generation, refused="superseded"))
+                continue
+            record, ignored = self._own_claims(entry.record)
+            if ignored:
+                self.ignored_claims[cluster] = self.ignored_claims.get(cluster, 0) + len(ignored)
+            self.reports[cluster] = StoredReport(
+                record=record,
+                received_at=entry.received_at,
+                count=current.count + 1 if current else 1,
+                skew_seconds=entry.skew_seconds,
+            )
+            self._record_latencies(cluster, record, entry.received_at)
+            self._record_completions(record, entry.received_at)
+            result.append(ReportVerdict(True, generation, tuple(ignored)))
         return result
+
+    def _own_claims(self, record: ReportRecord) -> tuple[ReportRecord, list[str]]:
+        """The record with only what the cluster may say about components: health and
+        traffic of components placed on it, completion of those that are Jobs."""
+        placed = self._placed_on.get(record.cluster, frozenset())
+        ignored: list[str] = []
+        components = []
+        for comp in record.components:
+            if comp.component not in placed:
+                ignored.append(comp.component)
+                continue
+            workload = self.workloads.get(comp.component)
+            if comp.completed and (workload is None or not workload.completable):
+                ignored.append(comp.component)
+                comp = replace(comp, completed=False)
+            components.append(comp)
+        traffic = []
+        for item in record.traffic:
+            if item.component in placed:
+                traffic.append(item)
+            else:
+                ignored.append(item.component)
+        if not ignored:
+            return record, ignored
+        return replace(record, components=tuple(components), traffic=tuple(traffic)), ignored
+
+    def _record_completions(self, record: ReportRecord, now: float) -> None:
+        for comp in record.components:
+            workload = self.workloads.get(comp.component)
+            if comp.completed and workload is not None and comp.component not in self.completed_jobs:
+                self.completed_jobs[comp.component] = CompletedJob(record.cluster, now, workload.digest)
+                self._log(now, "job-completed",
+                          f"{comp.component} completed on {record.cluster}",
+                          component=comp.component, cluster=record.cluster)
 
     @property
     def latency_window(self) -> float:
         default = LATENCY_WINDOW_REPORTS * float(self.heartbeat["intervalSeconds"])
         return float(self.heartbeat.get("latencyWindowSeconds", default))
 
-    def _record_latencies(self, cluster: str, report: Mapping[str, Any], now: float) -> None:
+    def _record_latencies(self, cluster: str, record: ReportRecord, now: float) -> None:
         history = self.latency_history.setdefault(cluster, {})
         seen = set()
-        for lat in report.get("latencies") or ():
-            target = str(lat["to"])
+        for lat in record.latencies:
+            target = lat.to
             seen.add(target)
             samples = history.setdefault(target, [])
-            samples.append([now, float(lat["ms"])])
+            samples.append([now, lat.ms])
             # Keep the samples inside the window plus the one in force at its start.
             start = now - self.latency_window
             while len(samples) > 1 and samples[1][0] <= start:
@@ -197,6 +281,7 @@ class KnowledgeBase:
         commit: str,
         inventory: Mapping[str, Mapping[str, Any]],
         heartbeat: Mapping[str, float],
+        workloads: Mapping[str, WorkloadRecord],
         now: float,
     ) -> bool:
         """Make ``commit`` the last good goals commit; False if it already was."""
@@ -206,7 +291,12 @@ class KnowledgeBase:
         removed = sorted(set(self.inventory) - set(inventory))
         self.inventory = {name: dict(value) for name, value in sorted(inventory.items())}
         self.heartbeat = {k: float(v) for k, v in heartbeat.items()}
+        self.workloads = dict(sorted(workloads.items()))
         self.last_good = {"commit": commit, "at": now}
+        # A completion stands while the Job is unchanged and still declared.
+        for key in [k for k, done in self.completed_jobs.items()
+                    if k not in self.workloads or self.workloads[k].digest != done.digest]:
+            del self.completed_jobs[key]
         # Reports of clusters no longer declared are forgotten: nothing may be planned there.
         for name in removed:
             self.reports.pop(name, None)
@@ -251,9 +341,12 @@ class KnowledgeBase:
         if term < self.leader_term:
             self._log(now, "plan-refused", f"plan from stale term {term} refused", term=term)
             return -1
+        # A component with no replica anywhere is not placed: it is left out, so a plan
+        # that places nothing equals the empty placement.
         new = {
-            comp: {cl: int(n) for cl, n in sorted(clusters.items()) if int(n) > 0}
+            comp: where
             for comp, clusters in sorted(placements.items())
+            if (where := {cl: int(n) for cl, n in sorted(clusters.items()) if int(n) > 0})
         }
         if new == self.placements:
             return self.generation
@@ -276,6 +369,7 @@ class KnowledgeBase:
             if old_by_cluster.get(cluster) != new_by_cluster.get(cluster):
                 self.cluster_generations[cluster] = generation
         self.placements = new
+        self._placed_on = _placed_on(new)
         self.generation = generation
         self.goals_commit_of_plan = goals_commit
         self._log(
@@ -298,16 +392,16 @@ class KnowledgeBase:
         self._log(now, "leader", f"{node_id} leads in term {term}", term=term, node=node_id)
         return True
 
-    def apply_member(self, node_id: str, raft: str, http: str, now: float) -> bool:
+    def apply_member(self, node_id: str, raft: str, http: str, url: str, now: float) -> bool:
         """Record a lead's addresses (so any lead can name the leader and its URL)."""
-        entry = {"raft": raft, "http": http}
+        entry = {"raft": raft, "http": http, "url": url}
         if self.members.get(node_id) == entry:
             return False
         # An address belongs to one lead: a renamed lead replaces the old entry.
         for other in [k for k, v in self.members.items() if v["raft"] == raft and k != node_id]:
             del self.members[other]
         self.members[node_id] = entry
-        self._log(now, "member", f"{node_id} at raft {raft}, http {http}", node=node_id)
+        self._log(now, "member", f"{node_id} at raft {raft}, api {url}", node=node_id)
         return True
 
     def apply_member_removed(self, raft: str, now: float) -> bool:
@@ -338,7 +432,7 @@ class KnowledgeBase:
         """
         epoch = self._epoch()
         entry = self.reports.get(cluster)
-        heard = entry["receivedAt"] if entry else None
+        heard = entry.received_at if entry else None
         since = max((t for t in (heard, epoch) if t is not None), default=None)
         if since is None:
             return None
@@ -356,8 +450,8 @@ class KnowledgeBase:
         entry = self.reports.get(cluster)
         if entry is None:
             return True
-        nodes = entry["report"].get("nodes") or []
-        return not nodes or any(node.get("ready", True) for node in nodes)
+        nodes = entry.record.nodes
+        return not nodes or any(node.ready for node in nodes)
 
     def snapshot(self, now: datetime) -> Observed:
         """The planner's frozen view of the fleet at ``now`` (an aware datetime)."""
@@ -365,7 +459,6 @@ class KnowledgeBase:
         clusters: dict[str, ObservedCluster] = {}
         latencies: dict[tuple[str, str], float] = {}
         traffic: dict[tuple[str, str], float] = {}
-        completed: set[str] = set()
         for name in sorted(self.inventory):
             entry = self.reports.get(name)
             healthy = self.cluster_health(name, ts)
@@ -374,15 +467,16 @@ class KnowledgeBase:
                 # Never reported: declared nodes apply; after the grace it counts as failed.
                 clusters[name] = ObservedCluster(healthy=healthy, heartbeat_age_seconds=age)
                 continue
-            report = entry["report"]
-            nodes = tuple(_observed_node(node) for node in report.get("nodes") or ())
+            record = entry.record
+            nodes = tuple(_observed_node(node) for node in record.nodes)
             free = None
             if nodes:
-                ready = [n for n in nodes if n.ready]
+                ready = [n for n in record.nodes if n.ready]
                 # Capacity takes quantities, so sums go back in as "<n>m" and bytes.
+                # Bounded per node (model.report), the sums stay far inside 64 bits.
                 free = Capacity.model_validate({
-                    "cpu": f"{sum(n.free.cpu for n in ready)}m",
-                    "memory": str(sum(n.free.memory for n in ready)),
+                    "cpu": f"{sum(n.free_cpu for n in ready)}m",
+                    "memory": str(sum(n.free_memory for n in ready)),
                 })
             clusters[name] = ObservedCluster(
                 healthy=healthy,
@@ -390,17 +484,18 @@ class KnowledgeBase:
                 free=free,
                 nodes=nodes or None,
             )
-            for lat in report.get("latencies") or ():
-                if lat["to"] != name:
-                    sustained = self.sustained_latency(name, lat["to"], ts)
+            for lat in record.latencies:
+                if lat.to != name:
+                    sustained = self.sustained_latency(name, lat.to, ts)
                     if sustained is not None:
-                        latencies[(name, lat["to"])] = sustained
-            for item in report.get("traffic") or ():
-                key = (item["component"], item["region"])
-                traffic[key] = traffic.get(key, 0.0) + float(item["rps"])
-            for comp in report.get("components") or ():
-                if comp.get("completed"):
-                    completed.add(comp["component"])
+                        latencies[(name, lat.to)] = sustained
+            for item in record.traffic:
+                key = (item.component, item.region)
+                traffic[key] = saturating_add(traffic.get(key, 0.0), item.rps)
+        completed = sorted(
+            key for key, done in self.completed_jobs.items()
+            if key in self.workloads and self.workloads[key].digest == done.digest
+        )
         return Observed(
             now=now,
             clusters=clusters,
@@ -412,7 +507,7 @@ class KnowledgeBase:
                 ObservedTraffic(component=comp, region=region, rps=rps)
                 for (comp, region), rps in sorted(traffic.items())
             ),
-            completed_jobs=tuple(sorted(completed)),
+            completed_jobs=tuple(completed),
         )
 
     def current_placement(self) -> CurrentPlacement:
@@ -431,8 +526,8 @@ class KnowledgeBase:
         for name in sorted(set(self.inventory) | set(self.reports)):
             declared = self.inventory.get(name)
             entry = self.reports.get(name)
-            report = entry["report"] if entry else {}
-            nodes = report.get("nodes") or []
+            record = entry.record if entry else None
+            nodes = record.nodes if record else ()
             age = self.heartbeat_age(name, now)
             rows.append(
                 {
@@ -443,13 +538,15 @@ class KnowledgeBase:
                     "healthy": self.cluster_health(name, now) if declared else False,
                     "reported": entry is not None,
                     "heartbeatAgeSeconds": None if age is None else round(age, 3),
-                    "lastReportAt": iso(entry["receivedAt"]) if entry else None,
-                    "reports": entry["count"] if entry else 0,
-                    "sync": report.get("sync"),
-                    "applied": report.get("applied"),
-                    "attempted": report.get("attempted"),
-                    "refusals": report.get("refusals") or [],
-                    "nodesReady": sum(1 for n in nodes if n.get("ready", True)),
+                    "lastReportAt": iso(entry.received_at) if entry else None,
+                    "reports": entry.count if entry else 0,
+                    "clockSkewSeconds": round(entry.skew_seconds, 3) if entry else None,
+                    "ignoredClaims": self.ignored_claims.get(name, 0),
+                    "sync": record.sync_json() if record else None,
+                    "applied": record.applied_json() if record else None,
+                    "attempted": record.attempted if record else None,
+                    "refusals": record.refusals_json() if record else [],
+                    "nodesReady": sum(1 for n in nodes if n.ready),
                     "nodes": len(nodes) if nodes else (declared["nodes"] if declared else 0),
                     "generation": self.cluster_generation(name),
                 }
@@ -465,10 +562,18 @@ class KnowledgeBase:
             "decisionLogLimit": self.decision_log_limit,
             "inventory": self.inventory,
             "heartbeat": self.heartbeat,
+            "workloads": {key: {"kind": w.kind, "digest": w.digest} for key, w in self.workloads.items()},
             "lastGood": self.last_good,
             "lastFailed": self.last_failed,
-            "reports": self.reports,
+            "reports": {
+                name: {"report": stored.record.to_json(), "receivedAt": stored.received_at,
+                       "count": stored.count, "skewSeconds": stored.skew_seconds}
+                for name, stored in self.reports.items()
+            },
             "staleReports": self.stale_reports,
+            "ignoredClaims": self.ignored_claims,
+            "completedJobs": {key: {"cluster": c.cluster, "at": c.at, "digest": c.digest}
+                              for key, c in self.completed_jobs.items()},
             "latencyHistory": self.latency_history,
             "generation": self.generation,
             "placements": self.placements,
@@ -484,7 +589,7 @@ class KnowledgeBase:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> KnowledgeBase:
         """Rebuild a KB from ``to_dict()`` output (deep-copied: no aliasing)."""
-        if data.get("version") != STATE_VERSION:
+        if data.get("version") not in READABLE_VERSIONS:
             raise ValueError(f"unsupported knowledge base version {data.get('version')!r}")
         d = copy.deepcopy(dict(data))
         kb = cls(decision_log_limit=int(d["decisionLogLimit"]))
@@ -492,11 +597,21 @@ class KnowledgeBase:
         kb.heartbeat = d["heartbeat"]
         kb.last_good = d["lastGood"]
         kb.last_failed = d["lastFailed"]
-        kb.reports = d["reports"]
+        kb.workloads = {key: WorkloadRecord(w["kind"], w["digest"])  # absent in version 1
+                        for key, w in d.get("workloads", {}).items()}
+        kb.reports = {
+            name: StoredReport(ReportRecord.from_json(stored["report"]), float(stored["receivedAt"]),
+                               int(stored["count"]), float(stored.get("skewSeconds", 0.0)))
+            for name, stored in d["reports"].items()
+        }
         kb.stale_reports = d["staleReports"]
+        kb.ignored_claims = d.get("ignoredClaims", {})
+        kb.completed_jobs = {key: CompletedJob(c["cluster"], float(c["at"]), c["digest"])
+                             for key, c in d.get("completedJobs", {}).items()}
         kb.latency_history = d.get("latencyHistory", {})  # absent in dumps before the window
         kb.generation = d["generation"]
         kb.placements = d["placements"]
+        kb._placed_on = _placed_on(kb.placements)
         kb.last_moved = d["lastMoved"]
         kb.cluster_generations = d["clusterGenerations"]
         kb.goals_commit_of_plan = d["goalsCommitOfPlan"]
@@ -517,15 +632,25 @@ def _by_cluster(placements: Mapping[str, Mapping[str, int]]) -> dict[str, dict[s
     return result
 
 
-def _observed_node(node: Mapping[str, Any]) -> ObservedNode:
-    return ObservedNode(
-        name=node["name"],
-        arch=node.get("arch", "amd64"),
-        ready=bool(node.get("ready", True)),
-        # Quantities stay strings here: the model's validators convert them exactly once.
-        allocatable=Capacity.model_validate(
-            {"cpu": node["allocatableCpu"], "memory": node["allocatableMemory"]}
-        ),
-        free=Capacity.model_validate({"cpu": node["freeCpu"], "memory": node["freeMemory"]}),
-    )
+def _placed_on(placements: Mapping[str, Mapping[str, int]]) -> dict[str, frozenset[str]]:
+    """Cluster -> the components placed there with at least one replica."""
+    return {cluster: frozenset(comps) for cluster, comps in _by_cluster(placements).items()}
 
+
+def saturating_add(a: float, b: float, limit: float = MAX_RPS) -> float:
+    """``a + b`` capped at ``limit``: sums of bounded observations never overflow."""
+    total = a + b
+    return min(limit, total)
+
+
+def _observed_node(node: NodeRecord) -> ObservedNode:
+    return ObservedNode(
+        name=node.name,
+        arch=node.arch,  # type: ignore[arg-type]
+        ready=node.ready,
+        # Capacity takes quantities: millicores go in as "<n>m", bytes as plain numbers.
+        allocatable=Capacity.model_validate(
+            {"cpu": f"{node.allocatable_cpu}m", "memory": str(node.allocatable_memory)}
+        ),
+        free=Capacity.model_validate({"cpu": f"{node.free_cpu}m", "memory": str(node.free_memory)}),
+    )

@@ -1,10 +1,12 @@
-"""The lead's HTTP API (stdlib ``ThreadingHTTPServer``, HTTP/1.1 keep-alive).
+"""The lead's HTTP API (routes; the server is ``lead.httpd``).
 
 Reads are answered by any lead from its local replica. Writes go through the
 Raft log: pysyncobj forwards a follower's proposal to the leader, and a
 request is answered 2xx only once this lead has applied the committed entry.
 
     GET  /healthz                      liveness (200 while the Raft thread runs)
+    GET  /readyz                       readiness: quorum, a reachable leader, log applied,
+                                       and on the leader a healthy reconcile loop
     GET  /metrics                      Prometheus text format
     GET  /v1/status                    leader, term, members, clusters, placements...
     GET  /v1/plan                      the placement in force and its generation
@@ -14,27 +16,41 @@ request is answered 2xx only once this lead has applied the committed entry.
     POST /v1/members                   add or remove a lead (admin token)
     POST /v1/hooks/git                 a forge's push webhook (HMAC or token verified):
                                        the leader runs a cycle now; a follower forwards
+
+With a tokens file, the three ``/v1`` reads need a bearer token of any kind
+(read-only, cluster or admin); ``/healthz``, ``/readyz`` and ``/metrics`` stay open.
+Without one (a local trial) reads are open. Every body is JSON whose numbers are
+finite (``NaN``/``Infinity`` and overflowing literals are refused naming the field).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import re
+import ssl
 import time
 import urllib.error
 import urllib.request
-from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from qonnect_gitops.kb import ReportEntry, ReportRecord
+from qonnect_gitops.lead.httpd import (
+    AsyncHTTPServer,
+    HTTPError,
+    Request,
+    Response,
+    tls_context,
+)
 from qonnect_gitops.lead.raft import ProposalError
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.service import LeadService
-from qonnect_gitops.lead.tokens import ADMIN
+from qonnect_gitops.lead.tokens import Principal, TokenKind
 from qonnect_gitops.lead.webhook import WebhookRejected, read_secret, verify
-from qonnect_gitops.logs import get_logger
+from qonnect_gitops.logs import get_logger, redact
 from qonnect_gitops.model.plan import DecisionReason
 from qonnect_gitops.model.report import AgentReport
 
@@ -45,6 +61,10 @@ _HOOK_HEADERS = {"content-type", "x-hub-signature-256", "x-gitea-signature", "x-
                  "x-github-event", "x-gitea-event", "x-gitlab-event"}
 _REPORT_PATH = re.compile(r"^/v1/clusters/([^/]+)/report$")
 _MAX_ERRORS_SHOWN = 10
+_MAX_INT_DIGITS = 20  # JSON integers beyond this are refused before Python converts them
+MAX_PLAN_REPLICAS = 10_000
+_COMPONENT_KEY = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+_CLUSTER_NAME = r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$"
 
 
 class PlanWrite(BaseModel):
@@ -53,9 +73,9 @@ class PlanWrite(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     placements: dict[str, dict[str, int]] = Field(max_length=10_000)
-    reasons: dict[str, str] = Field(default_factory=dict)
+    reasons: dict[str, str] = Field(default_factory=dict, max_length=10_000)
     reason: DecisionReason = "rescheduling"
-    goals_commit: str | None = Field(None, alias="goalsCommit")
+    goals_commit: str | None = Field(None, alias="goalsCommit", pattern=r"^[0-9a-f]{7,64}$")
 
 
 class MembershipChange(BaseModel):
@@ -64,310 +84,347 @@ class MembershipChange(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     action: str = Field(pattern="^(add|remove)$")
-    raft: str = Field(pattern=r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+    raft: str = Field(pattern=r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$", max_length=300)
 
 
-class _Reject(Exception):
-    """Stop handling with this status and message (and optional headers)."""
+class LeadAPI:
+    """The routes of one lead, as a ``Request -> Response`` handler."""
 
-    def __init__(self, status: int, message: str, headers: dict[str, str] | None = None) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-        self.headers = headers or {}
-
-
-class LeadHTTPServer(ThreadingHTTPServer):
-    """A threading server bound to one ``LeadService``."""
-
-    daemon_threads = True
-    request_queue_size = 256  # many agents connect at once after a lead restarts
-
-    def __init__(self, address: tuple[str, int], service: LeadService) -> None:
+    def __init__(self, service: LeadService) -> None:
         self.service = service
-        super().__init__(address, LeadHandler)
+        self._forward_context = _client_context(service)
 
+    def __call__(self, request: Request) -> Response:
+        if request.method in ("GET", "HEAD"):
+            return self._get(request)
+        return self._post(request)
 
-class LeadHandler(BaseHTTPRequestHandler):
-    """Routes requests to the service. One instance per request."""
+    # ---------------------------------------------------------------- reads
 
-    protocol_version = "HTTP/1.1"
-    # Socket timeout: an idle keep-alive connection or a body that trickles in
-    # slower than this frees its thread instead of holding it forever.
-    timeout = 30
-    server: LeadHTTPServer
-
-    # ------------------------------------------------------------- plumbing
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silence the stdlib's per-request stderr line; we log structured events."""
-
-    def _send(self, status: int, body: Any, headers: dict[str, str] | None = None,
-              content_type: str = "application/json") -> None:
-        data = body if isinstance(body, bytes) else (json.dumps(body) + "\n").encode()
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(data)))
-        for key, value in (headers or {}).items():
-            self.send_header(key, value)
-        if self.close_connection:
-            self.send_header("Connection", "close")
-        self.end_headers()
-        if self.command != "HEAD":
-            self.wfile.write(data)
-
-    def _error(self, reject: _Reject) -> None:
-        self._send(reject.status, {"error": HTTPStatus(reject.status).phrase.lower(),
-                                   "message": reject.message}, reject.headers)
-
-    def _read_body(self) -> bytes:
-        """The request body, bounded; anything unreadable or too large is a 400.
-
-        An oversized body is not read: the connection is closed instead, so a
-        client cannot make us buffer it.
-        """
-        limit = self.server.service.config.max_body_bytes
-        if self.headers.get("Transfer-Encoding"):
-            self.close_connection = True
-            raise _Reject(400, "chunked bodies are not accepted; send Content-Length")
-        raw = self.headers.get("Content-Length")
-        if raw is None:
-            raise _Reject(400, "Content-Length is required")
-        try:
-            length = int(raw)
-        except ValueError:
-            self.close_connection = True
-            raise _Reject(400, f"Content-Length '{raw}' is not a number") from None
-        if length < 0:
-            self.close_connection = True
-            raise _Reject(400, "Content-Length is negative")
-        if length > limit:
-            self.close_connection = True
-            raise _Reject(400, f"body of {length} bytes exceeds the limit of {limit} bytes")
-        return self.rfile.read(length)
-
-    def _discard_body(self) -> None:
-        """Drain a small body we refuse before reading, so keep-alive stays in step."""
-        try:
-            length = int(self.headers.get("Content-Length") or 0)
-        except ValueError:
-            length = -1
-        if 0 <= length <= self.server.service.config.max_body_bytes:
-            self.rfile.read(length)
-        else:
-            self.close_connection = True
-
-    def _subject(self) -> str:
-        """Who the bearer token belongs to; 401 without a valid one."""
-        header = self.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
-            raise _Reject(401, "a bearer token is required",
-                          {"WWW-Authenticate": 'Bearer realm="qonnect"'})
-        subject = self.server.service.tokens.subject(token.strip())
-        if subject is None:
-            raise _Reject(401, "unknown token",
-                          {"WWW-Authenticate": 'Bearer realm="qonnect", error="invalid_token"'})
-        return subject
-
-    def _json(self, body: bytes) -> Any:
-        try:
-            return json.loads(body)
-        except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-            raise _Reject(400, f"body is not valid JSON: {exc}") from None
-
-    # --------------------------------------------------------------- routes
-
-    def do_GET(self) -> None:
-        """Read endpoints; served from this lead's replica."""
-        service = self.server.service
-        path = self.path.split("?", 1)[0]
+    def _get(self, request: Request) -> Response:
+        service, path = self.service, request.path
         if path == "/healthz":
             alive = service.node.sync.tick_thread_alive()
-            self._send(200 if alive else 503, {"ok": alive, "id": service.config.node_id,
-                                               "raft": service.node.raft_state()})
-        elif path == "/metrics":
-            self._send(200, service.metrics.render().encode(),
-                       content_type="text/plain; version=0.0.4; charset=utf-8")
-        elif path == "/v1/status":
-            self._send(200, service.status())
-        elif path == "/v1/plan":
-            self._send(200, service.plan_view())
-        elif path == "/v1/observed":
-            self._send(200, service.observed())
-        else:
-            self._send(404, {"error": "not found", "message": f"no route {path}"})
+            return Response.json(200 if alive else 503, {"ok": alive, "id": service.config.node_id,
+                                                         "raft": service.node.raft_state()})
+        if path == "/readyz":
+            ready, body = service.readiness()
+            return Response.json(200 if ready else 503, body)
+        if path == "/metrics":
+            return Response(200, service.metrics.render().encode(),
+                            "text/plain; version=0.0.4; charset=utf-8")
+        views: dict[str, Callable[[], dict[str, Any]]] = {
+            "/v1/status": service.status, "/v1/plan": service.plan_view,
+            "/v1/observed": service.observed,
+        }
+        view = views.get(path)
+        if view is None:
+            raise HTTPError(404, f"no route {path}")
+        if service.tokens.enabled:
+            self._principal(request)  # any valid token may read
+        return Response.json(200, view())
 
-    def do_POST(self) -> None:
-        """Write endpoints; every one goes through the Raft log."""
-        path = self.path.split("?", 1)[0]
+    # --------------------------------------------------------------- writes
+
+    def _post(self, request: Request) -> Response:
+        path = request.path
         match = _REPORT_PATH.match(path)
-        try:
-            if match:
-                self._report(match.group(1))
-            elif path == "/v1/plan":
-                self._admin_write(self._plan)
-            elif path == "/v1/members":
-                self._admin_write(self._members)
-            elif path == "/v1/hooks/git":
-                self._hook()
-            else:
-                self._discard_body()
-                raise _Reject(404, f"no route {path}")
-        except _Reject as reject:
-            if match:
-                self.server.service.metrics.inc("qonnect_reports_total", code=str(reject.status))
-            self._error(reject)
+        if match:
+            try:
+                response = self._report(request, match.group(1))
+            except HTTPError as exc:
+                self.service.metrics.inc("qonnect_reports_total", code=str(exc.status))
+                raise
+            self.service.metrics.inc("qonnect_reports_total", code=str(response.status))
+            return response
+        if path == "/v1/plan":
+            self._admin(request)
+            return self._plan(parse_json(request.body))
+        if path == "/v1/members":
+            self._admin(request)
+            return self._members(parse_json(request.body))
+        if path == "/v1/hooks/git":
+            return self._hook(request)
+        raise HTTPError(404, f"no route {path}")
 
-    def _report(self, cluster: str) -> None:
-        service = self.server.service
-        try:
-            subject = self._subject()
-        except _Reject:
-            self._discard_body()
-            raise
-        if subject != cluster:
-            self._discard_body()
-            raise _Reject(403, f"this token may not report for cluster '{cluster}'")
+    def _principal(self, request: Request) -> Principal:
+        """Who the bearer token belongs to; 401 without a valid one."""
+        header = request.headers.get("Authorization", "") or ""
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            raise HTTPError(401, "a bearer token is required",
+                            {"WWW-Authenticate": 'Bearer realm="qonnect"'})
+        principal = self.service.tokens.principal(token.strip())
+        if principal is None:
+            raise HTTPError(401, "unknown token",
+                            {"WWW-Authenticate": 'Bearer realm="qonnect", error="invalid_token"'})
+        return principal
+
+    def _admin(self, request: Request) -> None:
+        if self._principal(request).kind is not TokenKind.ADMIN:
+            raise HTTPError(403, "this endpoint needs an admin token")
+
+    def _report(self, request: Request, cluster: str) -> Response:
+        service = self.service
+        received_at = time.time()  # the lead's clock: liveness and ordering use only this
+        principal = self._principal(request)
+        if principal.kind is not TokenKind.CLUSTER or principal.name != cluster:
+            raise HTTPError(403, f"this token may not report for cluster '{cluster[:63]}'")
         wait = service.limiter.acquire(cluster)
         if wait > 0:
-            self._discard_body()
-            raise _Reject(429, f"cluster '{cluster}' reports too often; retry later",
-                          {"Retry-After": RateLimiter.retry_after_header(wait)})
-        data = self._json(self._read_body())
+            raise HTTPError(429, f"cluster '{cluster}' reports too often; retry later",
+                            {"Retry-After": RateLimiter.retry_after_header(wait)})
+        data = parse_json(request.body)
         try:
             report = AgentReport.model_validate(data)
         except ValidationError as exc:
-            raise _Reject(400, "invalid report: " + _summarise(exc)) from None
+            raise HTTPError(400, "invalid report: " + _summarise(exc)) from None
         if report.cluster != cluster:
-            raise _Reject(400, f"report names cluster '{report.cluster}' but was sent for "
-                               f"'{cluster}'")
-        declared, grace = service.read(
-            lambda kb: (None if kb.last_good is None else cluster in kb.inventory,
-                        kb.grace_seconds)
-        )
-        if declared is False:
-            raise _Reject(404, f"cluster '{cluster}' is not declared in the goals in force")
+            raise HTTPError(400, f"report names cluster '{report.cluster}' but was sent for "
+                                 f"'{cluster}'")
+        admission = service.kb.admission(cluster)
+        if admission.declared is False:
+            raise HTTPError(404, f"cluster '{cluster}' is not declared in the goals in force")
         if service.node.leader_addr() is None:
             # No leader we can reach: fail fast so the agent tries another lead, rather
             # than hold the request for the whole commit timeout.
-            raise _Reject(503, "no leader reachable from this lead; retry or try another lead",
-                          {"Retry-After": "1"})
-        entry = (cluster, report.agent_time.timestamp(),
-                 report.model_dump(mode="json", by_alias=True))
-        waiter = service.batcher.submit(entry)
+            raise HTTPError(503, "no leader reachable from this lead; retry or try another lead",
+                            {"Retry-After": "1"})
+        skew = report.agent_time.timestamp() - received_at
+        warnings = []
+        if abs(skew) > service.config.max_clock_skew:
+            service.metrics.inc("qonnect_report_clock_skew_total", cluster=cluster)
+            warnings.append(f"the agent's clock is {skew:+.0f} s from the lead's (more than "
+                            f"{service.config.max_clock_skew:g} s); the report counts at the "
+                            "lead's receipt time; fix the agent's clock (NTP)")
+        record = ReportRecord.from_report(_redacted(report))
+        waiter = service.batcher.submit(ReportEntry(cluster, received_at, record, skew))
         if not waiter.wait(service.config.commit_timeout) or waiter.error is not None:
             reason = waiter.error or "timeout"
-            raise _Reject(503, f"report not committed ({reason}); retry",
-                          {"Retry-After": "1"})
-        service.metrics.inc("qonnect_reports_total", code="200")
-        generation, plan_generation, interval = service.read(
-            lambda kb: (kb.cluster_generation(cluster), kb.generation, kb.interval_seconds))
-        self._send(200, {
+            raise HTTPError(503, f"report not committed ({reason}); retry", {"Retry-After": "1"})
+        verdict = waiter.verdict
+        assert verdict is not None
+        if not verdict.stored:
+            if verdict.refused == "undeclared":
+                raise HTTPError(404, f"cluster '{cluster}' left the goals in force; report dropped")
+            # Never 200 for a report the KB dropped: the agent sends a fresh one.
+            raise HTTPError(409, "a report of this cluster received later is already stored; "
+                                 "this one was dropped; send a fresh report")
+        generation, plan_generation = service.kb.cluster_generation(cluster)
+        body: dict[str, Any] = {
             "accepted": True,
             "cluster": cluster,
             "generation": generation,
             "planGeneration": plan_generation,
-            "heartbeatGraceSeconds": grace,
+            "heartbeatGraceSeconds": admission.grace_seconds,
             # Agents report at the fleet's interval, so one setting in qonnect.yaml governs.
-            "heartbeatIntervalSeconds": interval,
+            "heartbeatIntervalSeconds": admission.interval_seconds,
             "leader": service.leader_info(),
-        })
+            "receivedAt": received_at,
+            "clockSkewSeconds": round(skew, 3),
+        }
+        if verdict.ignored:
+            warnings.append(f"ignored claims about {len(verdict.ignored)} component(s) not placed "
+                            f"on {cluster} (or completion of a component that is no Job)")
+            body["ignoredComponents"] = sorted(set(verdict.ignored))[:_MAX_ERRORS_SHOWN]
+        if warnings:
+            body["warnings"] = warnings
+        return Response.json(200, body)
 
-    def _hook(self) -> None:
+    def _hook(self, request: Request) -> Response:
         """A push webhook: verify it, then trigger a cycle on the leader."""
-        service = self.server.service
-        body = self._read_body()
+        service = self.service
         try:
             secret = read_secret(service.config.webhook_secret_file)
         except OSError as exc:
-            raise _Reject(503, f"webhook secret unreadable: {exc}") from None
+            raise HTTPError(503, f"webhook secret unreadable: {exc.strerror}") from None
         try:
-            forge = verify(dict(self.headers.items()), body, secret)
+            forge = verify(dict(request.headers.items()), request.body, secret)
         except WebhookRejected as exc:
-            log.warning("webhook_rejected", reason=str(exc))
-            raise _Reject(401, str(exc)) from None
+            log.warning("webhook_rejected", reason=str(exc), peer=request.peer)
+            raise HTTPError(401, str(exc)) from None
         if service.loop is None:
-            raise _Reject(409, "this lead has no goals repository configured")
+            raise HTTPError(409, "this lead has no goals repository configured")
         if service.node.is_leader():
             service.loop.trigger("webhook")
             log.info("webhook_accepted", forge=forge)
-            self._send(202, {"accepted": True, "forge": forge, "by": service.config.node_id})
-            return
+            return Response.json(202, {"accepted": True, "forge": forge, "by": service.config.node_id})
         leader = service.leader_info()
-        if not leader or not leader.get("http") or self.headers.get(_FORWARDED):
-            raise _Reject(503, "no leader reachable to run the cycle; retry",
-                          {"Retry-After": "1"})
+        if not leader or not leader.get("url") or request.headers.get(_FORWARDED):
+            raise HTTPError(503, "no leader reachable to run the cycle; retry", {"Retry-After": "1"})
         # Forges deliver to one URL; any lead may be behind it, so pass the hook on
         # unchanged (the leader verifies it again) rather than ask the forge to redirect.
-        headers = {k: v for k, v in self.headers.items()
-                   if k.lower() in _HOOK_HEADERS}
+        headers = {k: v for k, v in request.headers.items() if k.lower() in _HOOK_HEADERS}
         headers[_FORWARDED] = service.config.node_id
-        request = urllib.request.Request(f"http://{leader['http']}/v1/hooks/git", data=body,
+        forward = urllib.request.Request(f"{leader['url']}/v1/hooks/git", data=request.body,
                                          headers=headers, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=5) as resp:
-                status, payload = resp.status, json.loads(resp.read() or b"{}")
+            with urllib.request.urlopen(forward, timeout=5, context=self._forward_context) as resp:
+                status, payload = resp.status, _json_object(resp.read())
         except urllib.error.HTTPError as exc:
-            status, payload = exc.code, {"error": "leader refused", "message": exc.reason}
-        except OSError as exc:
-            raise _Reject(503, f"forwarding to the leader failed: {exc}",
-                          {"Retry-After": "1"}) from None
-        self._send(status, {**payload, "forwardedBy": service.config.node_id})
+            status, payload = exc.code, {"error": "leader refused", "message": str(exc.reason)}
+        except (OSError, ValueError) as exc:
+            raise HTTPError(503, f"forwarding to the leader failed: {redact(str(exc))}",
+                            {"Retry-After": "1"}) from None
+        return Response.json(status, {**payload, "forwardedBy": service.config.node_id})
 
-    def _admin_write(self, handler: Any) -> None:
-        try:
-            subject = self._subject()
-        except _Reject:
-            self._discard_body()
-            raise
-        if subject != ADMIN:
-            self._discard_body()
-            raise _Reject(403, "this endpoint needs an admin token")
-        handler(self._json(self._read_body()))
-
-    def _plan(self, data: Any) -> None:
-        service = self.server.service
+    def _plan(self, data: Any) -> Response:
+        service = self.service
         try:
             write = PlanWrite.model_validate(data)
         except ValidationError as exc:
-            raise _Reject(400, "invalid plan: " + _summarise(exc)) from None
+            raise HTTPError(400, "invalid plan: " + _summarise(exc)) from None
+        problems = plan_problems(write, *service.kb.read(
+            lambda kb: (None if kb.last_good is None else set(kb.workloads), set(kb.inventory))))
+        if problems:
+            shown = problems[:_MAX_ERRORS_SHOWN]
+            more = f"; and {len(problems) - len(shown)} more" if len(problems) > len(shown) else ""
+            raise HTTPError(400, "invalid plan: " + "; ".join(shown) + more)
         node = service.node
-        term = service.read(lambda kb: kb.leader_term)
+        term = service.kb.leader_term()
         try:
             generation = node.propose(
                 node.state.plan, write.placements, write.reasons, write.reason,
                 write.goals_commit, term, time.time(), timeout=service.config.commit_timeout,
             )
         except ProposalError as exc:
-            raise _Reject(503, f"plan not committed ({exc.reason}); retry",
-                          {"Retry-After": "1"}) from None
+            raise HTTPError(503, f"plan not committed ({exc.reason}); retry",
+                            {"Retry-After": "1"}) from None
         if generation < 0:
-            raise _Reject(409, "refused: a newer leader term is in force")
+            raise HTTPError(409, "refused: a newer leader term is in force")
         log.info("plan_recorded", generation=generation)
-        self._send(200, {"generation": generation})
+        return Response.json(200, {"generation": generation})
 
-    def _members(self, data: Any) -> None:
-        service = self.server.service
+    def _members(self, data: Any) -> Response:
+        service = self.service
         try:
             change = MembershipChange.model_validate(data)
         except ValidationError as exc:
-            raise _Reject(400, "invalid membership change: " + _summarise(exc)) from None
+            raise HTTPError(400, "invalid membership change: " + _summarise(exc)) from None
         if change.action == "remove" and change.raft == service.config.raft:
-            raise _Reject(409, "a lead cannot remove itself; ask another lead")
+            raise HTTPError(409, "a lead cannot remove itself; ask another lead")
         try:
             service.node.change_membership(change.action, change.raft)
         except ProposalError as exc:
-            raise _Reject(409 if exc.reason == "request-denied" else 503,
-                          f"membership change not committed ({exc.reason})") from None
+            raise HTTPError(409 if exc.reason == "request-denied" else 503,
+                            f"membership change not committed ({exc.reason})") from None
         if change.action == "remove":
             try:
                 service.node.propose(service.node.state.member_removed, change.raft, time.time())
             except ProposalError as exc:
                 log.warning("member_forget_failed", raft=change.raft, reason=exc.reason)
         log.info("membership_changed", action=change.action, raft=change.raft)
-        self._send(200, {"action": change.action, "raft": change.raft,
-                         "members": service.node.members()})
+        return Response.json(200, {"action": change.action, "raft": change.raft,
+                                   "members": service.node.members()})
+
+
+def plan_problems(write: PlanWrite, components: set[str] | None, clusters: set[str]) -> list[str]:
+    """What makes a plan written by an operator unacceptable, like goals are checked:
+    unknown components and clusters, replica counts out of range, reasons for
+    components not in the plan. ``components`` is None before any goals were loaded."""
+    if components is None:
+        return ["no goals are loaded yet: a plan cannot be checked against them; retry later"]
+    problems: list[str] = []
+    for comp, where in sorted(write.placements.items()):
+        if not re.match(_COMPONENT_KEY, comp):
+            problems.append(f"placements.{comp[:80]}: expected 'app/component'")
+            continue
+        if comp not in components:
+            problems.append(f"placements.{comp}: unknown component (not in the goals in force)")
+        for cluster, replicas in sorted(where.items()):
+            if not re.match(_CLUSTER_NAME, cluster):
+                problems.append(f"placements.{comp}.{cluster[:80]}: not a cluster name")
+            elif cluster not in clusters:
+                problems.append(f"placements.{comp}.{cluster}: unknown cluster (not in the goals in force)")
+            if replicas < 0:
+                problems.append(f"placements.{comp}.{cluster[:63]}: {replicas} replicas; expected 0 or more")
+            elif replicas > MAX_PLAN_REPLICAS:
+                problems.append(f"placements.{comp}.{cluster[:63]}: {replicas} replicas; at most "
+                                f"{MAX_PLAN_REPLICAS}")
+    for comp, text in sorted(write.reasons.items()):
+        if comp not in write.placements:
+            problems.append(f"reasons.{comp[:80]}: not a component of this plan")
+        if len(text) > 1024:
+            problems.append(f"reasons.{comp[:80]}: {len(text)} characters; at most 1024")
+    return problems
+
+
+class _NonFinite:
+    """Stands in for a number JSON should not carry, so its place can be named."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+def parse_json(body: bytes) -> Any:
+    """The body as JSON; a 400 naming the field for ``NaN``/``Infinity``, a number that
+    overflows a float or an integer of more than 20 digits, and for anything unreadable."""
+
+    bad: list[str] = []  # the walk below runs only when a hook saw something
+
+    def constant(text: str) -> _NonFinite:
+        bad.append(text)
+        return _NonFinite(text)
+
+    def number(text: str) -> float | _NonFinite:
+        value = float(text)
+        if math.isfinite(value):
+            return value
+        bad.append(text)
+        return _NonFinite(text)
+
+    def integer(text: str) -> int | _NonFinite:
+        if len(text) <= _MAX_INT_DIGITS:
+            return int(text)
+        bad.append(text)
+        return _NonFinite(text)
+
+    try:
+        data = json.loads(body, parse_constant=constant, parse_float=number, parse_int=integer)
+    except RecursionError:
+        raise HTTPError(400, "body is not valid JSON: nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise HTTPError(400, f"body is not valid JSON: {str(exc)[:200]}") from None
+    if b"\\ud" in body.lower():
+        # A \ud800-\udfff escape may leave a lone surrogate, which no text can hold.
+        try:
+            json.dumps(data, ensure_ascii=False, default=str).encode("utf-8")
+        except UnicodeEncodeError:
+            raise HTTPError(400, "body is not valid JSON: a \\u escape names a lone surrogate") from None
+    if bad:
+        found = _find_non_finite(data, ())
+        where, text = found if found is not None else ("", bad[0])
+        raise HTTPError(400, f"{where or 'body'}: {text[:40]} is not a finite number in range; "
+                             "expected a finite number")
+    return data
+
+
+def _find_non_finite(value: Any, path: tuple[str, ...]) -> tuple[str, str] | None:
+    stack: list[tuple[Any, tuple[str, ...]]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if isinstance(item, _NonFinite):
+            return ".".join(where), item.text
+        if isinstance(item, dict):
+            stack.extend((v, (*where, str(k))) for k, v in reversed(list(item.items())))
+        elif isinstance(item, list):
+            stack.extend((v, (*where, str(i))) for i, v in reversed(list(enumerate(item))))
+    return None
+
+
+def _redacted(report: AgentReport) -> AgentReport:
+    """The report with URL credentials and tokens hidden in its free texts: agents put
+    fetch errors (with the repository URL) in their messages, and /v1/status shows them."""
+    changed: dict[str, Any] = {}
+    if report.sync.message:
+        changed["sync"] = report.sync.model_copy(update={"message": redact(report.sync.message)})
+    if any(r.message for r in report.refusals):
+        changed["refusals"] = tuple(r.model_copy(update={"message": redact(r.message)})
+                                    for r in report.refusals)
+    if any(c.message for c in report.components):
+        changed["components"] = tuple(c.model_copy(update={"message": redact(c.message)})
+                                      for c in report.components)
+    return report.model_copy(update=changed) if changed else report
 
 
 def _summarise(exc: ValidationError) -> str:
@@ -382,7 +439,40 @@ def _summarise(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def serve(service: LeadService) -> LeadHTTPServer:
+def _json_object(raw: bytes) -> dict[str, Any]:
+    doc = json.loads(raw or b"{}")
+    return doc if isinstance(doc, dict) else {}
+
+
+def _client_context(service: LeadService) -> ssl.SSLContext | None:
+    """How this lead verifies another lead's certificate when forwarding a webhook."""
+    config = service.config
+    if not config.tls:
+        return None
+    context = ssl.create_default_context()
+    for path in (config.tls_ca, config.tls_cert):
+        if path is not None:
+            try:
+                context.load_verify_locations(str(path))
+            except (OSError, ssl.SSLError) as exc:
+                log.warning("tls_ca_not_loaded", path=path, error=exc)
+    return context
+
+
+def serve(service: LeadService) -> AsyncHTTPServer:
     """Bind the API on ``service.config.http`` (``host:port``); the caller runs it."""
-    host, _, port = service.config.http.rpartition(":")
-    return LeadHTTPServer((host.strip("[]") or "0.0.0.0", int(port)), service)
+    config = service.config
+    host, _, port = config.http.rpartition(":")
+    context = tls_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
+    limits = config.http_limits
+    server = AsyncHTTPServer(host.strip("[]") or "0.0.0.0", int(port), LeadAPI(service), limits,
+                             ssl_context=context, name="lead-http")
+    metrics = service.metrics
+    metrics.describe("qonnect_http_connections", "gauge", "Open HTTP connections.")
+    metrics.describe("qonnect_http_connections_refused_total", "counter",
+                     "Connections refused (503) because --max-connections were open.")
+    metrics.gauges(lambda: [
+        ("qonnect_http_connections", {}, float(server.open_connections)),
+        ("qonnect_http_connections_refused_total", {}, float(server.refused_connections)),
+    ])
+    return server

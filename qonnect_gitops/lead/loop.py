@@ -15,11 +15,23 @@ more). Triggers:
 * ``rescheduling`` every ``reschedule_seconds``: the planner's stability rules
   (cooldown, minimum improvement, disruption budget) decide whether anything moves.
 
+* ``retry``: a cycle that failed (Git unreachable, an unexpected error) is tried
+  again after a short backoff, so failover never waits for the next poll.
+
 Fencing: a cycle records its decision in the KB through Raft (refused for a stale
 term) and re-checks leadership and term immediately before publishing; losing
 leadership pauses the scheduler and aborts a cycle in flight before its push. The
 push itself is a compare-and-swap on every ref, so a write from a deposed leader
 that slipped past both checks is refused by the Git server.
+
+Degraded planning: when planning with everything the agents measured fails (a bug,
+or a value the planner cannot take), the cycle plans again from liveness alone
+(health and heartbeat ages, declared capacity and latency), so failover of the
+other clusters goes on; ``/v1/status`` shows the error under ``loop.degraded``.
+
+The loop gets only what it uses: the Raft node (proposals, leadership), a
+``KBReader`` (typed reads), the metrics registry and ``LoopConfig`` (the goals
+repository). It owns the goals fetch status; the service only shows it.
 """
 
 from __future__ import annotations
@@ -29,17 +41,27 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from apscheduler.schedulers.background import BackgroundScheduler  # type: ignore[import-untyped]
 
 from qonnect_gitops.gitstore import GitStoreError, StaleRef
 from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
-from qonnect_gitops.kb import ReportEntry, heartbeat_from_goals, inventory_from_goals
+from qonnect_gitops.kb import (
+    KBReader,
+    ReportEntry,
+    ReportRecord,
+    ReportVerdict,
+    heartbeat_from_goals,
+    inventory_from_goals,
+    workloads_from_goals,
+)
 from qonnect_gitops.lead.faults import fault_point
-from qonnect_gitops.lead.raft import ProposalError
+from qonnect_gitops.lead.metrics import Metrics
+from qonnect_gitops.lead.raft import ProposalError, RaftNode
 from qonnect_gitops.lead.reconcile import (
     CycleHooks,
     CycleResult,
@@ -48,12 +70,10 @@ from qonnect_gitops.lead.reconcile import (
     open_mirror_for_goals,
     reconcile_once,
 )
-from qonnect_gitops.logs import get_logger
+from qonnect_gitops.logs import get_logger, redact, redact_url
 from qonnect_gitops.model import Goals, GoalsError, Observed
+from qonnect_gitops.model.observed import ObservedCluster
 from qonnect_gitops.render.describe import plan_markdown
-
-if TYPE_CHECKING:
-    from qonnect_gitops.lead.service import LeadService
 
 log = get_logger(__name__)
 # APScheduler logs every job run at INFO; our own events say what a cycle did.
@@ -61,18 +81,44 @@ logging.getLogger("apscheduler").setLevel(logging.WARNING)
 
 MIRROR_DIR = "goals-mirror.git"
 ATTEMPTS = 3  # a lost compare-and-swap is retried from a fresh fetch, then left to the next trigger
-DEADLINE_SLACK = 0.05
-_UNKNOWN = "unknown"  # no plan head seen yet in this term  # fire just after the grace has passed, never just before
+DEADLINE_SLACK = 0.05  # fire just after the grace has passed, never just before
+_UNKNOWN = "unknown"  # no plan head seen yet in this term
+RETRY_FIRST = 0.5  # seconds before the first retry of a failed cycle; doubles up to the poll
+UNHEALTHY_AFTER = 3  # consecutive failed cycles after which /readyz says the loop is unhealthy
+
+
+@dataclass(frozen=True)
+class LoopConfig:
+    """The goals repository and the loop's periods."""
+
+    repo: str
+    mirror_dir: Path
+    poll_seconds: float = 10.0
+    reschedule_seconds: float = 60.0
+
+
+@dataclass
+class FetchStatus:
+    """The last goals fetch as ``/v1/status`` shows it (URL and error redacted)."""
+
+    repo: str
+    last_fetch_at: float | None = None
+    last_fetch_error: str | None = None
 
 
 class ReconcileLoop:
     """Runs reconcile cycles on the leader; see the module docstring."""
 
-    def __init__(self, service: LeadService, poll_seconds: float, reschedule_seconds: float) -> None:
-        self.service = service
-        self.node = service.node
-        self.poll_seconds = poll_seconds
-        self.reschedule_seconds = reschedule_seconds
+    def __init__(self, node: RaftNode, kb: KBReader, metrics: Metrics, config: LoopConfig) -> None:
+        self.node = node
+        self.kb = kb
+        self.metrics = metrics
+        self.config = config
+        self.poll_seconds = config.poll_seconds
+        self.reschedule_seconds = config.reschedule_seconds
+        self.fetch = FetchStatus(redact_url(config.repo))
+        self.failures = 0  # consecutive failed cycles
+        self.degraded: str | None = None  # why the last cycle planned from liveness alone
         self._mirror: Mirror | None = None
         self._seen_head: str | None = _UNKNOWN  # plan head at the end of the last cycle
         self._branches: tuple[str, str, str] | None = None
@@ -94,9 +140,9 @@ class ReconcileLoop:
             job_defaults={"coalesce": True, "max_instances": 1, "misfire_grace_time": 30},
         )
         self.scheduler.start(paused=True)
-        self.scheduler.add_job(self.trigger, "interval", seconds=poll_seconds, args=["poll"],
+        self.scheduler.add_job(self.trigger, "interval", seconds=config.poll_seconds, args=["poll"],
                                id="poll")
-        self.scheduler.add_job(self.trigger, "interval", seconds=reschedule_seconds,
+        self.scheduler.add_job(self.trigger, "interval", seconds=config.reschedule_seconds,
                                args=["rescheduling"], id="reschedule")
 
     # ----------------------------------------------------------- leadership
@@ -140,12 +186,15 @@ class ReconcileLoop:
         self.scheduler.add_job(self.trigger, "date", run_date=datetime.fromtimestamp(when, tz=UTC),
                                args=[why], id=job_id, replace_existing=True)
 
-    def on_reports(self, entries: Sequence[ReportEntry], now: float) -> None:
+    def on_reports(self, entries: Sequence[ReportEntry], verdicts: Sequence[ReportVerdict]) -> None:
         """Called on the Raft thread after a batch of reports was applied: must be cheap."""
         if not self._leading:
             return
-        for cluster, _, report in entries:
-            signature = report_signature(report, self._envelopes)
+        for entry, verdict in zip(entries, verdicts):
+            if not verdict.stored:
+                continue
+            cluster = entry.cluster
+            signature = report_signature(entry.record, self._envelopes)
             before = self._signatures.get(cluster)
             self._signatures[cluster] = signature
             if before is None or before == signature:
@@ -154,8 +203,8 @@ class ReconcileLoop:
             if signature[3] > before[3]:
                 # A new breach: once it has held through the latency window the KB's
                 # sustained value shows it; look again then.
-                window = self.service.read(lambda kb: kb.latency_window)
-                self.trigger_at(now + window + DEADLINE_SLACK, f"sustained:{cluster}",
+                window = self.kb.latency_window()
+                self.trigger_at(entry.received_at + window + DEADLINE_SLACK, f"sustained:{cluster}",
                                 f"sustained-{cluster}")
 
     # ------------------------------------------------------------------ cycle
@@ -172,8 +221,20 @@ class ReconcileLoop:
             try:
                 self.cycle(sorted(set(reasons)))
             except Exception as exc:  # the loop must survive any one cycle
-                self.last_error = f"{type(exc).__name__}: {exc}"
+                self._failed(f"{type(exc).__name__}: {exc}")
                 log.error("cycle_failed", error=exc, exc_info=True)
+
+    def _failed(self, error: str) -> None:
+        """Record a failed cycle and try again soon: failover must not wait for a poll."""
+        self.last_error = redact(error)
+        self.failures += 1
+        delay = min(self.poll_seconds, RETRY_FIRST * 2 ** min(self.failures - 1, 10))
+        self.trigger_at(time.time() + delay, "retry", "retry")
+
+    def healthy(self) -> bool:
+        """False after ``UNHEALTHY_AFTER`` failed cycles in a row, or while planning is
+        degraded (what ``/readyz`` reports for the leader)."""
+        return self.failures < UNHEALTHY_AFTER and self.degraded is None
 
     def cycle(self, why: Sequence[str] = ("manual",)) -> CycleResult | None:
         """One fenced cycle with CAS retries; returns what it did (None when it stopped)."""
@@ -191,11 +252,12 @@ class ReconcileLoop:
                            between_pushes=lambda: self._between_pushes(term))
         result = None
         for attempt in range(1, ATTEMPTS + 1):
-            self.service.metrics.inc("qonnect_goals_fetches_total")  # one fetch per attempt
+            self.metrics.inc("qonnect_goals_fetches_total")  # one fetch per attempt
             try:
                 mirror = self._open_mirror()
                 result = reconcile_once(mirror, self._observe(now), now=now, term=term,
-                                        hooks=hooks, describe=plan_markdown)
+                                        hooks=hooks, describe=plan_markdown,
+                                        fallback=self._liveness(now))
                 break
             except GoalsError as exc:
                 self._record_failure(exc, term)
@@ -210,16 +272,22 @@ class ReconcileLoop:
                     return None
             except (GitStoreError, OSError, RuntimeError) as exc:
                 # Shown in /v1/status (loop.lastError, goalsSource.lastFetchError); the
-                # plan in force stays, the next trigger tries again.
-                self.last_error = self.service.last_fetch_error = str(exc)
-                self.service.metrics.inc("qonnect_goals_fetch_errors_total")
+                # plan in force stays, a retry comes after a short backoff.
+                self.fetch.last_fetch_error = redact(str(exc))
+                self._failed(str(exc))
+                self.metrics.inc("qonnect_goals_fetch_errors_total")
                 log.error("cycle_git_error", error=exc)
                 return None
         if result is None:
             return None
         self._sync_kb(term, result)
         self.cycles += 1
+        self.failures = 0
         self.last_error = None
+        self.degraded = result.degraded
+        if result.degraded:
+            self.metrics.inc("qonnect_cycles_degraded_total")
+            log.error("cycle_degraded", error=result.degraded)
         seconds = time.perf_counter() - start
         self.last_cycle = {"at": time.time(), "why": list(why), "seconds": round(seconds, 4),
                            "goalsCommit": result.goals_commit, "reason": result.plan.reason,
@@ -231,15 +299,18 @@ class ReconcileLoop:
 
     def _open_mirror(self) -> Mirror:
         if self._mirror is None:
-            assert self.service.config.repo
-            path = Path(self.service.config.data_dir) / MIRROR_DIR
-            self._mirror = open_mirror_for_goals(path, self.service.config.repo,
+            self._mirror = open_mirror_for_goals(self.config.mirror_dir, self.config.repo,
                                                  credentials_from_env())
         return self._mirror
 
     def _observe(self, now: datetime) -> Any:
         def observe(goals: Goals) -> Observed:
-            return self.service.read(lambda kb: kb.snapshot(now))
+            return self.kb.snapshot(now)
+        return observe
+
+    def _liveness(self, now: datetime) -> Any:
+        def observe(goals: Goals) -> Observed:
+            return liveness_only(self.kb.snapshot(now))
         return observe
 
     # -------------------------------------------------------- KB records
@@ -254,15 +325,14 @@ class ReconcileLoop:
             raise Fenced("branch names changed; the next cycle uses the new ones")
         self._branches = names
         self._envelopes = _envelopes(goals)
-        self.service.last_fetch_at, self.service.last_fetch_error = time.time(), None
-        good = self.service.read(lambda kb: kb.last_good["commit"] if kb.last_good else None)
-        if good == commit:
+        self.fetch.last_fetch_at, self.fetch.last_fetch_error = time.time(), None
+        if self.kb.last_good_commit() == commit:
             return
         if not self.may_write(term):
             raise Fenced("lost leadership before recording goals")
         try:
             self.node.propose(self.node.state.goals, commit, inventory_from_goals(goals),
-                              heartbeat_from_goals(goals), time.time())
+                              heartbeat_from_goals(goals), workloads_from_goals(goals), time.time())
         except ProposalError as exc:
             raise Fenced(f"goals not recorded: {exc.reason}") from exc
         log.info("goals_accepted", commit=commit, clusters=len(goals.clusters))
@@ -272,8 +342,7 @@ class ReconcileLoop:
         mirror = self._open_mirror()
         commit = mirror.main_commit() or "unknown"
         errors = [str(problem) for problem in exc.problems]
-        failed = self.service.read(lambda kb: kb.last_failed["commit"] if kb.last_failed else None)
-        if failed == commit or not self.may_write(term):
+        if self.kb.last_failed_commit() == commit or not self.may_write(term):
             return
         try:
             self.node.propose(self.node.state.goals_failure, commit, errors, time.time())
@@ -324,12 +393,10 @@ class ReconcileLoop:
             return
         if result.written is not None and result.written.plan_commit == head:
             return  # our own decision, recorded before it was pushed
-        fresh = self.service.read(lambda kb: kb.generation == 0 and not kb.placements)
-        if seen is _UNKNOWN and not fresh:
+        if seen is _UNKNOWN and not self.kb.is_empty():
             return  # a new leader: the KB already holds what the group recorded
         _, _, current = current_placement(mirror)
-        recorded = self.service.read(lambda kb: kb.placements)
-        if recorded == current.placements or not self.may_write(term):
+        if self.kb.placements() == current.placements or not self.may_write(term):
             return
         meta = mirror.store.decision_of(head)
         try:
@@ -346,14 +413,7 @@ class ReconcileLoop:
         fresh (at ``seen_at``, its snapshot time) passes the grace period. A report
         before then only makes the wake-up early; a deadline already past (the cluster
         expired while the cycle ran) triggers at once."""
-
-        def earliest(kb: Any) -> float | None:
-            grace = kb.grace_seconds
-            ages = [kb.heartbeat_age(name, seen_at) for name in kb.inventory]
-            left = [grace - age for age in ages if age is not None and age <= grace]
-            return min(left) if left else None
-
-        left = self.service.read(earliest)
+        left = self.kb.next_failover(seen_at)
         if left is None:
             return
         when = seen_at + left + DEADLINE_SLACK
@@ -365,8 +425,9 @@ class ReconcileLoop:
     def status(self) -> dict[str, Any]:
         """The loop's part of ``/v1/status``."""
         return {"leading": self._leading, "cycles": self.cycles, "lastCycle": self.last_cycle,
-                "lastError": self.last_error, "pollSeconds": self.poll_seconds,
-                "rescheduleSeconds": self.reschedule_seconds}
+                "lastError": self.last_error, "failures": self.failures,
+                "degraded": self.degraded, "healthy": self.healthy(),
+                "pollSeconds": self.poll_seconds, "rescheduleSeconds": self.reschedule_seconds}
 
     def close(self) -> None:
         """Stop the scheduler without waiting for a cycle in flight."""
@@ -374,20 +435,31 @@ class ReconcileLoop:
         self.scheduler.shutdown(wait=False)
 
 
-def report_signature(report: dict[str, Any], envelopes: dict[str, list[float]]) -> tuple[Any, ...]:
+def report_signature(record: ReportRecord, envelopes: dict[str, list[float]]) -> tuple[Any, ...]:
     """Coarse features of a report whose change is worth a cycle: ready nodes, node
     count, free CPU in quarters of the ready nodes' allocatable, the total number of
     latency envelopes broken, and per target how many envelopes its latency breaks.
     Cheap on purpose: it runs on the Raft thread for every report applied."""
-    nodes = report.get("nodes") or []
-    ready = [n for n in nodes if n.get("ready", True)]
-    alloc = sum(_millis(n.get("allocatableCpu", "0")) for n in ready) or 1
-    free = sum(_millis(n.get("freeCpu", "0")) for n in ready)
+    ready = [n for n in record.nodes if n.ready]
+    alloc = sum(n.allocatable_cpu for n in ready) or 1
+    free = sum(n.free_cpu for n in ready)
     breaches = tuple(sorted(
-        (str(lat["to"]), bisect.bisect_left(envelopes.get(str(lat["to"]), []), float(lat["ms"])))
-        for lat in report.get("latencies") or ()
+        (lat.to, bisect.bisect_left(envelopes.get(lat.to, []), lat.ms)) for lat in record.latencies
     ))
-    return (len(ready), len(nodes), int(4 * free / alloc), sum(n for _, n in breaches), breaches)
+    return (len(ready), len(record.nodes), int(4 * free / alloc), sum(n for _, n in breaches),
+            breaches)
+
+
+def liveness_only(observed: Observed) -> Observed:
+    """The snapshot without anything agents measured: health and heartbeat ages stay
+    (failover), capacity, latency and traffic fall back to what the goals declare."""
+    return observed.model_copy(update={
+        "clusters": {name: ObservedCluster(healthy=c.healthy,
+                                           heartbeat_age_seconds=c.heartbeat_age_seconds)
+                     for name, c in observed.clusters.items()},
+        "latencies": (),
+        "traffic": (),
+    })
 
 
 def _envelopes(goals: Goals) -> dict[str, list[float]]:
@@ -397,17 +469,3 @@ def _envelopes(goals: Goals) -> dict[str, list[float]]:
         for goal in component.qos.latency:
             out.setdefault(goal.region, set()).add(float(goal.max_ms))
     return {region: sorted(values) for region, values in out.items()}
-
-
-def _millis(quantity: str) -> int:
-    """A CPU quantity ("250m", "2", "1.5") in millicores; 0 when unreadable."""
-    text = str(quantity).strip()
-    try:
-        if text.endswith("m"):
-            return int(float(text[:-1]))
-        return int(float(text) * 1000)
-    except ValueError:
-        return 0
-
-
-

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import signal
+import ssl
 import threading
 from types import FrameType
 
@@ -18,7 +19,7 @@ def run_lead(config: LeadConfig) -> int:
     service = LeadService(config)
     try:
         server = serve(service)
-    except OSError as exc:
+    except (OSError, ssl.SSLError) as exc:
         log.error("http_bind_failed", http=config.http, error=exc)
         service.close()
         return 1
@@ -33,10 +34,9 @@ def run_lead(config: LeadConfig) -> int:
 
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
-    log.info("http_listening", http=config.http)
+    log.info("http_listening", http=config.http, url=config.url, tls=config.tls)
     try:
-        server.serve_forever(poll_interval=0.2)
+        server.serve_forever()
     finally:
-        server.server_close()
         service.close()
     return 0

@@ -19,7 +19,13 @@ from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
 
-from qonnect_gitops.kb import KnowledgeBase, ReportEntry
+from qonnect_gitops.kb import (
+    KBReader,
+    KnowledgeBase,
+    ReportEntry,
+    ReportVerdict,
+    WorkloadRecord,
+)
 from qonnect_gitops.logs import get_logger
 
 log = get_logger(__name__)
@@ -44,9 +50,14 @@ class ReplicatedKB(SyncObjConsumer):
         super().__init__()
         self.lock = threading.RLock()
         self.kb = KnowledgeBase()
-        # Called after each applied batch of reports (on the Raft thread: must be cheap);
-        # the leader's loop uses it to notice reports that change the picture.
-        self.report_listener: Callable[[list[ReportEntry], float], None] | None = None
+        # Called after each applied batch of reports with the verdict of each (on the
+        # Raft thread: must be cheap); the leader's loop notices reports that change the
+        # picture.
+        self.report_listener: Callable[[list[ReportEntry], list[ReportVerdict]], None] | None = None
+
+    def reader(self) -> KBReader:
+        """Typed, locked reads of this replica."""
+        return KBReader(self.lock, lambda: self.kb)
 
     # The full dump stores plain dicts, not pickled objects of our classes, so a
     # dump stays loadable across code changes that keep the state format.
@@ -59,22 +70,22 @@ class ReplicatedKB(SyncObjConsumer):
             self.kb = KnowledgeBase.from_dict(data)
 
     @replicated
-    def reports(self, entries: list[ReportEntry], now: float) -> dict[str, int]:
+    def reports(self, entries: list[ReportEntry]) -> list[ReportVerdict]:
         with self.lock:
-            result = self.kb.apply_reports(entries, now)
+            result = self.kb.apply_reports(entries)
         listener = self.report_listener
         if listener is not None:
             try:
-                listener(entries, now)
+                listener(entries, result)
             except Exception as exc:  # a listener bug must never stall the log
                 log.error("report_listener_failed", error=exc)
         return result
 
     @replicated
     def goals(self, commit: str, inventory: dict[str, Any], heartbeat: dict[str, float],
-              now: float) -> bool:
+              workloads: dict[str, WorkloadRecord], now: float) -> bool:
         with self.lock:
-            return self.kb.apply_goals(commit, inventory, heartbeat, now)
+            return self.kb.apply_goals(commit, inventory, heartbeat, workloads, now)
 
     @replicated
     def goals_failure(self, commit: str, errors: list[str], now: float) -> bool:
@@ -93,9 +104,9 @@ class ReplicatedKB(SyncObjConsumer):
             return self.kb.apply_leader(node_id, term, now)
 
     @replicated
-    def member(self, node_id: str, raft: str, http: str, now: float) -> bool:
+    def member(self, node_id: str, raft: str, http: str, url: str, now: float) -> bool:
         with self.lock:
-            return self.kb.apply_member(node_id, raft, http, now)
+            return self.kb.apply_member(node_id, raft, http, url, now)
 
     @replicated
     def member_removed(self, raft: str, now: float) -> bool:
@@ -281,12 +292,10 @@ class ReportBatcher:
         node: RaftNode,
         window: float = 0.005,
         max_batch: int = 500,
-        clock: Callable[[], float] = time.time,
     ) -> None:
         self.node = node
         self.window = window
         self.max_batch = max_batch
-        self.clock = clock
         self._cond = threading.Condition()
         self._pending: list[tuple[ReportEntry, _Waiter]] = []
         self._stopped = False
@@ -348,14 +357,14 @@ class ReportBatcher:
                 if err == FAIL_REASON.SUCCESS:
                     self.reports_committed += len(waiters)
             if err == FAIL_REASON.SUCCESS:
-                for (cluster, _, _), waiter in zip(entries, waiters):
-                    waiter.finish(result.get(cluster, 0), None)
+                for verdict, waiter in zip(result, waiters):
+                    waiter.finish(verdict, None)
             else:
                 for waiter in waiters:
                     waiter.finish(None, fail_name(err))
 
         try:
-            self.node.state.reports(entries, self.clock(), callback=on_commit)
+            self.node.state.reports(entries, callback=on_commit)
         except Exception as exc:  # the queue refused it: fail the requests, keep running
             with self._count_lock:
                 self.in_flight_batches -= 1
@@ -367,15 +376,15 @@ class ReportBatcher:
 class _Waiter:
     """One HTTP request waiting for its batch to commit."""
 
-    __slots__ = ("_event", "error", "generation")
+    __slots__ = ("_event", "error", "verdict")
 
     def __init__(self) -> None:
         self._event = threading.Event()
-        self.generation: int | None = None
+        self.verdict: ReportVerdict | None = None
         self.error: str | None = None
 
-    def finish(self, generation: int | None, error: str | None) -> None:
-        self.generation, self.error = generation, error
+    def finish(self, verdict: ReportVerdict | None, error: str | None) -> None:
+        self.verdict, self.error = verdict, error
         self._event.set()
 
     def wait(self, timeout: float) -> bool:

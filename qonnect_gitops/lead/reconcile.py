@@ -81,6 +81,7 @@ class CycleResult:
     written: WriteResult | None = None
     proposal: Proposal | None = None
     published: PublishResult | None = None
+    degraded: str | None = None  # why planning fell back to liveness only (see reconcile_once)
 
     @property
     def changed(self) -> bool:
@@ -211,25 +212,37 @@ def reconcile_once(
     term: int = 0,
     describe: Callable[[Plan], str] = plan_markdown,
     hooks: CycleHooks = CycleHooks(),
+    fallback: ObservationSource | None = None,
 ) -> CycleResult:
     """Fetch, validate, plan, render, write and publish once.
 
     Raises GoalsError (nothing written) when the goals at ``main`` are invalid, and
     StaleRef when another writer won a race: fetch again and call once more. With
     ``hooks.before_publish`` raising ``Fenced``, the local writes are left unpublished
-    (the next fetch drops them).
+    (the next fetch drops them). With ``fallback``, a failure to observe or plan with
+    ``observe`` is retried once with ``fallback`` (the lead passes liveness only) and
+    the result says why in ``degraded``: failover must not stop because of one bad
+    measurement.
     """
     mirror.fetch()
     goals_commit = mirror.main_commit()
     if goals_commit is None:
-        raise RuntimeError(f"{mirror.url} has no main branch")
+        raise RuntimeError(f"{mirror.display_url} has no main branch")
     goals = load_goals(mirror.read_goals(goals_commit))
     if hooks.on_goals is not None:
         hooks.on_goals(goals_commit, goals)
     # The generation and the placement in force come from the plan branch: it is the
     # fenced source of truth, so a new leader (or a rebuilt lead group) resumes from it.
     head, generation, current = current_placement(mirror)
-    decision = make_plan(goals, observe(goals), current)
+    degraded = None
+    try:
+        decision = make_plan(goals, observe(goals), current)
+    except Exception as exc:  # a planner bug or a value it cannot take: plan on liveness
+        if fallback is None:
+            raise
+        degraded = f"planning with measurements failed ({type(exc).__name__}: {exc}); planned from liveness only"
+        log.error("plan_degraded", error=exc)
+        decision = make_plan(goals, fallback(goals), current)
     rendered = render(goals, decision)
     meta = DecisionMeta(source=goals_commit, term=term, generation=generation + 1,
                         reason=decision.reason)
@@ -246,9 +259,9 @@ def reconcile_once(
             # Finish a fan-out an earlier cycle left, or follow a plan commit someone else
             # fast-forwarded (a merged proposal); current_placement validated it above.
             mirror.store.catch_up()
-        result = CycleResult(goals_commit, decision, generation)
+        result = CycleResult(goals_commit, decision, generation, degraded=degraded)
         published = _publish(mirror, result, hooks) if mirror.pending() else None
-        return CycleResult(goals_commit, decision, generation, published=published)
+        return CycleResult(goals_commit, decision, generation, published=published, degraded=degraded)
     if review:
         digest = hashlib.sha256(b"".join(p.encode() + b"\0" + b for p, b in rendered.files.items()))
         proposal = mirror.store.propose(f"g{generation + 1}-{digest.hexdigest()[:10]}", rendered.files,
@@ -263,7 +276,7 @@ def reconcile_once(
     log.info("reconcile_cycle", goals=goals_commit[:12], reason=decision.reason,
              generation=generation, pushed=len(published.pushed) if published else 0)
     return CycleResult(result.goals_commit, decision, generation, result.written,
-                       result.proposal, published)
+                       result.proposal, published, degraded)
 
 
 def _publish(mirror: Mirror, result: CycleResult, hooks: CycleHooks) -> PublishResult:

@@ -2,9 +2,12 @@
 
 * a leadership watcher records each new term in the log (who leads since when:
   the KB measures heartbeat ages from it) and registers this lead's addresses;
-* a goals poller, on the leader only, fetches ``main`` and records the new
-  inventory, or the errors of an invalid commit (the last good one stays);
+* the reconcile loop (``lead.loop``), on the leader only, fetches ``main``, records
+  the inventory or the errors of an invalid commit, plans and writes Git;
 * the report batcher, token store and rate limiter serve the HTTP API.
+
+The service builds the loop and hands it only what it uses (the Raft node, a
+``KBReader``, the metrics and the repository); the loop never sees the service.
 """
 
 from __future__ import annotations
@@ -16,13 +19,14 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from qonnect_gitops.kb import iso
-from qonnect_gitops.lead.loop import ReconcileLoop
+from qonnect_gitops.kb import KnowledgeBase, iso
+from qonnect_gitops.lead.httpd import HTTPLimits
+from qonnect_gitops.lead.loop import MIRROR_DIR, LoopConfig, ReconcileLoop
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode, RaftTiming, ReportBatcher
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.tokens import TokenStore
-from qonnect_gitops.logs import get_logger
+from qonnect_gitops.logs import get_logger, redact_url
 
 log = get_logger(__name__)
 
@@ -37,16 +41,41 @@ class LeadConfig:
     http: str
     data_dir: Path
     repo: str | None = None
+    # The address other leads, agents and operators reach this lead's API at (the
+    # --http bind address when unset, e.g. 0.0.0.0:8080 behind a Service name).
+    advertise_http: str | None = None
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    # CA bundle to verify the other leads' certificates when forwarding a webhook
+    # (default: the system store and this lead's own certificate).
+    tls_ca: Path | None = None
+    # How far an agent's clock may be from this lead's before the report is flagged
+    # (it is stored with this lead's receipt time either way).
+    max_clock_skew: float = 300.0
     tokens_file: Path | None = None
     poll_seconds: float = 10.0
     reschedule_seconds: float = 60.0
     webhook_secret_file: Path | None = None
     report_rate: float = 2.0
     report_burst: float = 10.0
-    max_body_bytes: int = 256 * 1024
     commit_timeout: float = 5.0
     batch_window: float = 0.005
     timing: RaftTiming = field(default_factory=RaftTiming)
+    http_limits: HTTPLimits = field(default_factory=HTTPLimits)
+
+    @property
+    def tls(self) -> bool:
+        return self.tls_cert is not None
+
+    @property
+    def advertised(self) -> str:
+        """``host:port`` recorded in the KB for this lead's API."""
+        return self.advertise_http or self.http
+
+    @property
+    def url(self) -> str:
+        """This lead's API URL as others should use it."""
+        return f"{'https' if self.tls else 'http'}://{self.advertised}"
 
 
 class LeadService:
@@ -55,6 +84,7 @@ class LeadService:
     def __init__(self, config: LeadConfig) -> None:
         self.config = config
         self.node = RaftNode(config.raft, list(config.peers), config.data_dir, config.timing)
+        self.kb = self.node.state.reader()
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.report_rate, config.report_burst)
         self.batcher = ReportBatcher(self.node, window=config.batch_window)
@@ -62,12 +92,12 @@ class LeadService:
         self._describe_metrics()
         self._stop = threading.Event()
         self._recorded_term = 0
-        self.last_fetch_error: str | None = None
-        self.last_fetch_at: float | None = None
         # The reconcile loop runs only with a goals repository to read and write.
         self.loop: ReconcileLoop | None = None
         if config.repo:
-            self.loop = ReconcileLoop(self, config.poll_seconds, config.reschedule_seconds)
+            self.loop = ReconcileLoop(self.node, self.kb, self.metrics, LoopConfig(
+                repo=config.repo, mirror_dir=Path(config.data_dir) / MIRROR_DIR,
+                poll_seconds=config.poll_seconds, reschedule_seconds=config.reschedule_seconds))
             self.node.state.report_listener = self.loop.on_reports
         self._threads = [
             threading.Thread(target=self._watch_leadership, name="leadership", daemon=True),
@@ -75,37 +105,51 @@ class LeadService:
         for thread in self._threads:
             thread.start()
         log.info("lead_started", id=config.node_id, raft=config.raft, http=config.http,
-                 peers=",".join(config.peers), data_dir=config.data_dir)
+                 url=config.url, peers=",".join(config.peers), data_dir=config.data_dir)
 
     # -------------------------------------------------------------- reading
 
-    def read(self, fn: Any) -> Any:
-        """Run ``fn(kb)`` under the state lock: a consistent read of the local replica."""
-        with self.node.state.lock:
-            return fn(self.node.state.kb)
-
     def leader_info(self) -> dict[str, Any] | None:
-        """The leader this lead believes in, with its id and HTTP address when known."""
+        """The leader this lead believes in, with its id and API address when known."""
         addr = self.node.leader_addr()
         if addr is None:
             return None
-        members = self.read(lambda kb: dict(kb.members))
+        members = self.kb.read(lambda kb: dict(kb.members))
         for node_id, entry in members.items():
             if entry["raft"] == addr:
-                return {"id": node_id, "raft": addr, "http": entry["http"]}
-        return {"id": None, "raft": addr, "http": None}
+                return {"id": node_id, "raft": addr, "http": entry["http"], "url": _member_url(entry)}
+        return {"id": None, "raft": addr, "http": None, "url": None}
+
+    def readiness(self) -> tuple[bool, dict[str, Any]]:
+        """``/readyz``: ready when this lead is in a group with a quorum and a leader it
+        can reach, has applied the log it knows of, and (on the leader) its reconcile
+        loop is healthy. Returns the verdict and the checks behind it."""
+        raft = self.node.raft_status()
+        leader = self.node.leader_addr()
+        checks = {
+            "raftThread": bool(self.node.sync.tick_thread_alive()),
+            "quorum": raft["hasQuorum"],
+            "leader": leader is not None,
+            "caughtUp": raft["ready"] and raft["lastApplied"] >= raft["commitIndex"],
+        }
+        if self.loop is not None and self.node.is_leader():
+            checks["loop"] = self.loop.healthy()
+        failing = sorted(name for name, ok in checks.items() if not ok)
+        return not failing, {"ready": not failing, "failing": failing, "checks": checks,
+                             "id": self.config.node_id, "state": raft["state"], "term": raft["term"]}
 
     def status(self) -> dict[str, Any]:
         """Everything ``GET /v1/status`` returns."""
         now = time.time()
         raft = self.node.raft_status()
 
-        def from_kb(kb: Any) -> dict[str, Any]:
-            by_raft = {v["raft"]: (k, v["http"]) for k, v in kb.members.items()}
+        def from_kb(kb: KnowledgeBase) -> dict[str, Any]:
+            by_raft = {v["raft"]: (k, v) for k, v in kb.members.items()}
             members = []
             for member in self.node.members():
-                node_id, http = by_raft.get(member["raft"], (None, None))
-                members.append({**member, "id": node_id, "http": http})
+                node_id, entry = by_raft.get(member["raft"], (None, None))
+                members.append({**member, "id": node_id, "http": entry["http"] if entry else None,
+                                "url": _member_url(entry) if entry else None})
             return {
                 "members": members,
                 "generation": kb.generation,
@@ -122,12 +166,16 @@ class LeadService:
                 "leaderRecord": _with_iso(kb.leader, "since"),
                 "decisions": [_with_iso(d) for d in kb.decisions[-20:]],
                 "staleReports": kb.stale_reports,
+                "ignoredClaims": sum(kb.ignored_claims.values()),
+                "completedJobs": {key: {"cluster": done.cluster, "at": iso(done.at)}
+                                  for key, done in kb.completed_jobs.items()},
             }
 
-        body = self.read(from_kb)
+        body = self.kb.read(from_kb)
+        fetch = self.loop.fetch if self.loop else None
         return {
             "self": {"id": self.config.node_id, "raft": self.config.raft,
-                     "http": self.config.http, **raft},
+                     "http": self.config.advertised, "url": self.config.url, **raft},
             "leader": self.leader_info(),
             "term": raft["term"],
             **body,
@@ -136,9 +184,9 @@ class LeadService:
                 "reportBatchesInFlight": self.batcher.in_flight_batches,
             },
             "goalsSource": {
-                "repo": self.config.repo,
-                "lastFetchAt": iso(self.last_fetch_at),
-                "lastFetchError": self.last_fetch_error,
+                "repo": redact_url(self.config.repo) if self.config.repo else None,
+                "lastFetchAt": iso(fetch.last_fetch_at) if fetch else None,
+                "lastFetchError": fetch.last_fetch_error if fetch else None,
             },
             "loop": self.loop.status() if self.loop else None,
             "tokens": {"count": len(self.tokens), "fileError": self.tokens.last_error},
@@ -148,7 +196,7 @@ class LeadService:
     def plan_view(self) -> dict[str, Any]:
         """Everything ``GET /v1/plan`` returns."""
 
-        def from_kb(kb: Any) -> dict[str, Any]:
+        def from_kb(kb: KnowledgeBase) -> dict[str, Any]:
             return {
                 "generation": kb.generation,
                 "goalsCommit": kb.goals_commit_of_plan,
@@ -159,12 +207,12 @@ class LeadService:
                 "clusterGenerations": kb.cluster_generations,
             }
 
-        return self.read(from_kb)
+        return self.kb.read(from_kb)
 
     def observed(self) -> dict[str, Any]:
         """The planner's inputs as of now: ``Observed`` and ``CurrentPlacement`` as JSON."""
         now = utc_now()
-        observed, current = self.read(lambda kb: (kb.snapshot(now), kb.current_placement()))
+        observed, current = self.kb.read(lambda kb: (kb.snapshot(now), kb.current_placement()))
         return {
             "observed": observed.model_dump(mode="json", by_alias=True, exclude_none=True),
             "current": current.model_dump(mode="json", by_alias=True),
@@ -197,10 +245,11 @@ class LeadService:
             # and heartbeat ages count from this leader's start.
             self.loop.set_leading(node.is_leader(), term)
         cfg = self.config
-        mine = self.read(lambda kb: kb.members.get(cfg.node_id))
-        if mine != {"raft": cfg.raft, "http": cfg.http} and node.leader_addr() is not None:
-            node.propose(node.state.member, cfg.node_id, cfg.raft, cfg.http, time.time(),
-                         timeout=2.0)
+        mine = self.kb.read(lambda kb: kb.members.get(cfg.node_id))
+        wanted = {"raft": cfg.raft, "http": cfg.advertised, "url": cfg.url}
+        if mine != wanted and node.leader_addr() is not None:
+            node.propose(node.state.member, cfg.node_id, cfg.raft, cfg.advertised, cfg.url,
+                         time.time(), timeout=2.0)
 
     def poll_goals_once(self) -> str | None:
         """One fetch-validate-record round, folded into the loop: a full cycle on the
@@ -230,6 +279,16 @@ class LeadService:
         m.describe("qonnect_plan_generation", "gauge", "Generation of the placement in force.")
         m.describe("qonnect_clusters", "gauge", "Declared clusters by health.")
         m.describe("qonnect_heartbeat_age_seconds", "gauge", "Seconds since a cluster reported.")
+        m.describe("qonnect_report_claims_ignored_total", "counter",
+                   "Claims of a report about components not placed on its cluster (or completion "
+                   "of a component that is no Job), ignored; by reporting cluster.")
+        m.describe("qonnect_reports_superseded_total", "counter",
+                   "Reports not stored because one received later was stored first (answered 409).")
+        m.describe("qonnect_report_clock_skew_total", "counter",
+                   "Reports whose agent clock was further than --max-clock-skew from the lead's.")
+        m.describe("qonnect_cycles_degraded_total", "counter",
+                   "Cycles that planned from liveness only because planning with measurements failed.")
+        m.describe("qonnect_loop_healthy", "gauge", "1 unless the leader's loop keeps failing.")
 
         def gauges() -> list[tuple[str, dict[str, str], float]]:
             raft = self.node.raft_status()
@@ -248,7 +307,14 @@ class LeadService:
             out.append(("qonnect_raft_members", {"state": "connected"}, connected))
             out.append(("qonnect_raft_members", {"state": "disconnected"}, len(members) - connected))
             now = time.time()
-            rows, generation = self.read(lambda kb: (kb.cluster_rows(now), kb.generation))
+            rows, generation, ignored, stale = self.kb.read(
+                lambda kb: (kb.cluster_rows(now), kb.generation, dict(kb.ignored_claims),
+                            kb.stale_reports))
+            for cluster, count in sorted(ignored.items()):
+                out.append(("qonnect_report_claims_ignored_total", {"cluster": cluster}, count))
+            out.append(("qonnect_reports_superseded_total", {}, stale))
+            if self.loop is not None:
+                out.append(("qonnect_loop_healthy", {}, 1.0 if self.loop.healthy() else 0.0))
             out.append(("qonnect_plan_generation", {}, generation))
             healthy = sum(1 for r in rows if r["declared"] and r["healthy"])
             declared = sum(1 for r in rows if r["declared"])
@@ -272,6 +338,11 @@ class LeadService:
         self.batcher.stop()
         self.node.destroy()
         log.info("lead_stopped", id=self.config.node_id)
+
+
+def _member_url(entry: dict[str, str]) -> str:
+    """A member's API URL (entries recorded before TLS existed have only host:port)."""
+    return entry.get("url") or f"http://{entry['http']}"
 
 
 def _with_iso(entry: dict[str, Any] | None, key: str = "at") -> dict[str, Any] | None:

@@ -2,9 +2,11 @@
 
 The tokens file has one token per line: ``sha256:<64 hex> <subject>``, where
 the subject is a cluster name (that cluster's agent may report for it and
-for nothing else) or ``*admin`` (operators: membership changes, plan writes).
-Blank lines and ``#`` comments are ignored. The leads re-read the file when
-its modification time or size changes, so adding a token needs no restart.
+for nothing else), ``*admin`` (operators: membership changes, plan writes) or
+``*read:<name>`` (a read-only token, e.g. for a dashboard: the read endpoints and
+nothing else). Every kind may read. Blank lines and ``#`` comments are ignored.
+The leads re-read the file when its modification time or size changes, so adding
+a token needs no restart.
 """
 
 from __future__ import annotations
@@ -15,11 +17,44 @@ import os
 import secrets
 import threading
 import time
+from dataclasses import dataclass
+from enum import Enum
 from pathlib import Path
 
 ADMIN = "*admin"
+READ_PREFIX = "*read:"
 TOKEN_PREFIX = "qnt_"
 RECHECK_SECONDS = 1.0
+
+
+class TokenKind(Enum):
+    """What a token may do: every kind reads; a cluster reports for itself; admin writes."""
+
+    CLUSTER = "cluster"
+    ADMIN = "admin"
+    READ = "read"
+
+
+@dataclass(frozen=True)
+class Principal:
+    """Who a valid token belongs to."""
+
+    kind: TokenKind
+    name: str  # the cluster, "admin", or the read-only token's label
+
+    @classmethod
+    def of(cls, subject: str) -> Principal:
+        """The principal a tokens-file subject names."""
+        if subject == ADMIN:
+            return cls(TokenKind.ADMIN, "admin")
+        if subject.startswith(READ_PREFIX):
+            return cls(TokenKind.READ, subject[len(READ_PREFIX):])
+        return cls(TokenKind.CLUSTER, subject)
+
+
+def read_only_subject(name: str) -> str:
+    """The tokens-file subject of a read-only token labelled ``name``."""
+    return READ_PREFIX + name
 
 
 def hash_token(token: str) -> str:
@@ -103,11 +138,21 @@ class TokenStore:
         self._tokens, self._stamp, self.last_error = tokens, stamp, None
         self.reloads += 1
 
+    @property
+    def enabled(self) -> bool:
+        """Whether the lead runs with a tokens file (then reads need a token too)."""
+        return self.path is not None
+
     def subject(self, token: str) -> str | None:
-        """Who ``token`` belongs to (cluster name or ``*admin``), or None if unknown."""
+        """Who ``token`` belongs to (its tokens-file subject), or None if unknown."""
         with self._lock:
             self._reload()
             return self._tokens.get(hash_token(token))
+
+    def principal(self, token: str) -> Principal | None:
+        """The principal of ``token``, or None if unknown."""
+        subject = self.subject(token)
+        return None if subject is None else Principal.of(subject)
 
     def __len__(self) -> int:
         with self._lock:

@@ -1,16 +1,36 @@
 """What a resource agent sends the leads: ``POST /v1/clusters/{name}/report``.
 
-The body is JSON in camelCase. Unknown fields are refused and every list is
-bounded, so a broken or hostile agent cannot grow the replicated state
-without limit. Quantities use the Kubernetes notation (``"3500m"``, ``"8Gi"``).
+The body is JSON in camelCase. Unknown fields are refused, every list is
+bounded and every number is finite and bounded, so a broken or hostile agent
+can neither grow the replicated state without limit nor hand the planner a
+value its arithmetic cannot take (sums of bounded values stay far inside a
+64-bit integer or a float). Quantities use the Kubernetes notation
+(``"3500m"``, ``"8Gi"``).
+
+What a report *says* is only an observation of its own cluster: the lead keeps
+component health, completion and traffic only for components the plan places
+on the reporting cluster (see ``kb.state``).
 """
 
 from __future__ import annotations
 
-from pydantic import AwareDatetime, Field, model_validator
+import math
+from typing import Annotated, Any
+
+from pydantic import (
+    AwareDatetime,
+    BeforeValidator,
+    Field,
+    PlainSerializer,
+    model_validator,
+)
 
 from qonnect_gitops.model.base import Arch, Name, UserModel
-from qonnect_gitops.model.quantity import Bytes, MilliCPU
+from qonnect_gitops.model.quantity import (
+    format_bytes,
+    format_millicores,
+    parse_quantity,
+)
 from qonnect_gitops.model.status import Refusal, SyncStatus
 
 # Bounds on what one report may carry. Generous for real clusters; they exist so
@@ -20,6 +40,53 @@ MAX_COMPONENTS = 1000
 MAX_LATENCIES = 256
 MAX_TRAFFIC = 1000
 MAX_REFUSALS = 32
+# Bounds on the values: a node of 10,000 cores and 1 PiB, a latency of 10 minutes,
+# a billion requests per second. 500 nodes of the largest size sum to 2^59 bytes.
+MAX_NODE_MILLICORES = 10_000_000
+MAX_NODE_BYTES = 2**50
+MAX_LATENCY_MS = 600_000.0
+MAX_RPS = 1e9
+MAX_REPLICAS = 1_000_000
+MAX_GENERATION = 2**53
+_MAX_QUANTITY_CHARS = 40
+
+
+def _bounded_quantity(scale: int, limit: int, what: str) -> Any:
+    """A quantity validator that checks the size before any arithmetic: the text is
+    short, the exponent small, and the value at most ``limit`` base units."""
+
+    def check(value: Any) -> int:
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            raise ValueError(f"expected a Kubernetes quantity such as '500m' or '8Gi', got {value!r}")  # noqa: TRY004 - pydantic
+        if isinstance(value, float) and not math.isfinite(value):
+            raise ValueError("expected a finite quantity")
+        text = str(value).strip()
+        if len(text) > _MAX_QUANTITY_CHARS:
+            raise ValueError(f"quantity of {len(text)} characters; at most {_MAX_QUANTITY_CHARS}")
+        try:
+            number = parse_quantity(text) * scale
+        except ArithmeticError:  # decimal overflow of a huge exponent
+            raise ValueError(f"'{text}' is out of range; at most {limit} {what}") from None
+        if not number.is_finite() or number > limit:
+            raise ValueError(f"'{text}' is out of range; at most {limit} {what}")
+        return int(number.to_integral_value(rounding="ROUND_CEILING"))
+
+    return check
+
+
+ReportCPU = Annotated[
+    int,
+    BeforeValidator(_bounded_quantity(1000, MAX_NODE_MILLICORES, "millicores")),
+    PlainSerializer(format_millicores, return_type=str),
+]
+"""A node's CPU in a report: whole millicores, at most ``MAX_NODE_MILLICORES``."""
+
+ReportBytes = Annotated[
+    int,
+    BeforeValidator(_bounded_quantity(1, MAX_NODE_BYTES, "bytes")),
+    PlainSerializer(format_bytes, return_type=str),
+]
+"""A node's memory in a report: whole bytes, at most ``MAX_NODE_BYTES``."""
 
 _COMMIT = r"^[0-9a-f]{7,64}$"
 _COMPONENT = r"^[a-z0-9-]+/[a-z0-9-]+$"
@@ -31,10 +98,10 @@ class NodeCapacity(UserModel):
     name: str = Field(min_length=1, max_length=253)
     arch: Arch = "amd64"
     ready: bool = True
-    allocatable_cpu: MilliCPU
-    allocatable_memory: Bytes
-    free_cpu: MilliCPU
-    free_memory: Bytes
+    allocatable_cpu: ReportCPU
+    allocatable_memory: ReportBytes
+    free_cpu: ReportCPU
+    free_memory: ReportBytes
 
     @model_validator(mode="after")
     def _free_within_allocatable(self) -> NodeCapacity:
@@ -48,9 +115,9 @@ class ComponentHealth(UserModel):
 
     component: str = Field(pattern=_COMPONENT)
     healthy: bool
-    ready_replicas: int = Field(ge=0)
-    desired_replicas: int = Field(ge=0)
-    completed: bool = Field(False, description="A Job that ran to completion.")
+    ready_replicas: int = Field(ge=0, le=MAX_REPLICAS)
+    desired_replicas: int = Field(ge=0, le=MAX_REPLICAS)
+    completed: bool = Field(False, description="A Job (or CronJob) that ran to completion.")
     message: str = Field("", max_length=512)
 
 
@@ -58,7 +125,7 @@ class Latency(UserModel):
     """Measured round-trip latency from this cluster to a cluster or user region."""
 
     to: Name
-    ms: float = Field(ge=0, le=600_000)
+    ms: float = Field(ge=0, le=MAX_LATENCY_MS, allow_inf_nan=False)
 
 
 class Traffic(UserModel):
@@ -66,14 +133,14 @@ class Traffic(UserModel):
 
     component: str = Field(pattern=_COMPONENT)
     region: Name
-    rps: float = Field(ge=0)
+    rps: float = Field(ge=0, le=MAX_RPS, allow_inf_nan=False)
 
 
 class AppliedCommit(UserModel):
     """The branch commit the cluster runs, and the plan generation it belongs to."""
 
     commit: str = Field(pattern=_COMMIT)
-    generation: int = Field(ge=0)
+    generation: int = Field(ge=0, le=MAX_GENERATION)
 
 
 class AgentReport(UserModel):

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import json
 import threading
 import time
 import urllib.error
@@ -81,8 +80,7 @@ def test_reports_to_a_real_lead_group_via_another_lead(branch: Branch, kubeconfi
         captured = capsys.readouterr()
         assert code == 0, captured.out
         assert "report not delivered" not in captured.err
-        with urllib.request.urlopen(f"{leader.url}/v1/status", timeout=5) as resp:
-            status = json.loads(resp.read())
+        status = group.status(leader, timeout=5) or {}
         seen = next(c for c in status["clusters"] if c["name"] == "edge-1")
         assert seen["reported"] and seen["applied"]["commit"] == branch.store.cluster_head("edge-1")
         assert seen["sync"]["state"] == "Ready" and seen["applied"]["generation"] == 1

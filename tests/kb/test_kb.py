@@ -9,7 +9,15 @@ from typing import Any
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from qonnect_gitops.kb import KnowledgeBase, heartbeat_from_goals, inventory_from_goals
+from qonnect_gitops.kb import (
+    KnowledgeBase,
+    ReportEntry,
+    ReportRecord,
+    heartbeat_from_goals,
+    inventory_from_goals,
+    workloads_from_goals,
+)
+from qonnect_gitops.kb.state import saturating_add
 from qonnect_gitops.model import load_goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement
@@ -23,18 +31,31 @@ def at(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
-def rep(cluster: str, **kw: Any) -> dict[str, Any]:
-    """A report as it travels through the log: validated, dumped to JSON."""
-    return AgentReport.model_validate(report(cluster, **kw)).model_dump(mode="json", by_alias=True)
+def rep(cluster: str, **kw: Any) -> ReportRecord:
+    """A report as it travels through the log: validated, typed."""
+    return ReportRecord.from_report(AgentReport.model_validate(report(cluster, **kw)))
+
+
+def entry(cluster: str, received_at: float, body: dict[str, Any] | None = None,
+          **kw: Any) -> ReportEntry:
+    """A log entry of a report received at ``received_at`` (the lead's clock)."""
+    record = (ReportRecord.from_report(AgentReport.model_validate(body)) if body is not None
+              else rep(cluster, **kw))
+    return ReportEntry(cluster, received_at, record)
+
+
+def apply_goals(kb: KnowledgeBase, commit: str, files: dict[str, bytes], now: float) -> bool:
+    goals = load_goals(files)
+    return kb.apply_goals(commit, inventory_from_goals(goals), heartbeat_from_goals(goals),
+                          workloads_from_goals(goals), now)
 
 
 def kb_with_goals(clusters: tuple[str, ...] = ("edge-1", "edge-2"), grace: float = 10.0,
-                  leader_since: float = T0) -> KnowledgeBase:
-    goals = load_goals(goals_files(list(clusters), grace=grace))
+                  leader_since: float = T0, shop: bool = False) -> KnowledgeBase:
     kb = KnowledgeBase()
     kb.apply_leader("lead-1", 1, leader_since)
-    assert kb.apply_goals("c1" * 20, inventory_from_goals(goals), heartbeat_from_goals(goals),
-                          leader_since)
+    assert apply_goals(kb, "c1" * 20, goals_files(list(clusters), grace=grace, shop=shop),
+                       leader_since)
     return kb
 
 
@@ -44,7 +65,7 @@ def test_inventory_and_goals_are_recorded_once() -> None:
                                       "nodes": 2, "cpuMillis": 8000, "memoryBytes": 16 * 2**30}
     assert kb.grace_seconds == 10.0
     seq = kb.decision_seq
-    assert not kb.apply_goals("c1" * 20, kb.inventory, kb.heartbeat, T0 + 5)
+    assert not kb.apply_goals("c1" * 20, kb.inventory, kb.heartbeat, kb.workloads, T0 + 5)
     assert kb.decision_seq == seq
 
 
@@ -59,20 +80,30 @@ def test_failed_goals_keep_the_last_good_in_force() -> None:
 
 def test_removed_cluster_forgets_its_report() -> None:
     kb = kb_with_goals()
-    kb.apply_reports([("edge-2", T0, rep("edge-2", agent_time=T0))], T0)
-    goals = load_goals(goals_files(["edge-1"], grace=10))
-    kb.apply_goals("e3" * 20, inventory_from_goals(goals), heartbeat_from_goals(goals), T0 + 1)
+    kb.apply_reports([entry("edge-2", T0, agent_time=T0)])
+    apply_goals(kb, "e3" * 20, goals_files(["edge-1"], grace=10), T0 + 1)
     assert "edge-2" not in kb.reports
     assert "removed edge-2" in kb.decisions[-1]["summary"]
+    # A report of the removed cluster that commits afterwards is refused, not stored.
+    [verdict] = kb.apply_reports([entry("edge-2", T0 + 2)])
+    assert not verdict.stored and verdict.refused == "undeclared" and "edge-2" not in kb.reports
 
 
-def test_older_report_does_not_replace_newer() -> None:
+def test_reports_are_ordered_by_the_leads_receipt_time_not_the_agents_clock() -> None:
     kb = kb_with_goals()
-    kb.apply_reports([("edge-1", T0 + 5, rep("edge-1", agent_time=T0 + 5, nodes=3))], T0 + 5)
-    kb.apply_reports([("edge-1", T0 + 4, rep("edge-1", agent_time=T0 + 4, nodes=1))], T0 + 6)
-    assert len(kb.reports["edge-1"]["report"]["nodes"]) == 3
-    assert kb.reports["edge-1"]["receivedAt"] == T0 + 5
+    # Received at T0+5 (any agent time): stored. One received earlier but committed later
+    # (another lead's batch) is dropped, and its verdict says so (the lead answers 409).
+    [first] = kb.apply_reports([entry("edge-1", T0 + 5, agent_time=T0 + 5, nodes=3)])
+    [late] = kb.apply_reports([entry("edge-1", T0 + 4, agent_time=T0 + 4, nodes=1)])
+    assert first.stored and not late.stored and late.refused == "superseded"
+    assert len(kb.reports["edge-1"].record.nodes) == 3
+    assert kb.reports["edge-1"].received_at == T0 + 5
     assert kb.stale_reports == 1
+    # An agent clock a year ahead changes nothing: later receipts keep the cluster alive.
+    [future] = kb.apply_reports([entry("edge-1", T0 + 6, agent_time=T0 + 365 * 86400)])
+    [honest] = kb.apply_reports([entry("edge-1", T0 + 7, agent_time=T0 + 7)])
+    assert future.stored and honest.stored
+    assert kb.snapshot(at(T0 + 16)).clusters["edge-1"].healthy  # grace 10 s from T0+7
 
 
 def test_never_reported_cluster_is_healthy_for_one_grace_period_then_failed() -> None:
@@ -86,7 +117,7 @@ def test_never_reported_cluster_is_healthy_for_one_grace_period_then_failed() ->
 
 def test_reported_cluster_goes_stale_after_grace() -> None:
     kb = kb_with_goals(grace=10.0)
-    kb.apply_reports([("edge-1", T0 + 20, rep("edge-1", agent_time=T0 + 20))], T0 + 20)
+    kb.apply_reports([entry("edge-1", T0 + 20, agent_time=T0 + 20)])
     fresh = kb.snapshot(at(T0 + 25))
     assert fresh.clusters["edge-1"].healthy
     assert fresh.clusters["edge-1"].heartbeat_age_seconds == 5.0
@@ -97,7 +128,7 @@ def test_reported_cluster_goes_stale_after_grace() -> None:
 def test_new_leader_restarts_the_clock_for_silent_clusters() -> None:
     """Leads that were down could hear nobody: ages count from the new leader's start."""
     kb = kb_with_goals(grace=10.0)
-    kb.apply_reports([("edge-1", T0, rep("edge-1", agent_time=T0))], T0)
+    kb.apply_reports([entry("edge-1", T0, agent_time=T0)])
     assert not kb.snapshot(at(T0 + 100)).clusters["edge-1"].healthy
     kb.apply_leader("lead-2", 2, T0 + 100)
     again = kb.snapshot(at(T0 + 101)).clusters["edge-1"]
@@ -105,13 +136,14 @@ def test_new_leader_restarts_the_clock_for_silent_clusters() -> None:
 
 
 def test_snapshot_carries_nodes_latency_traffic_and_completed_jobs() -> None:
-    kb = kb_with_goals()
+    kb = kb_with_goals(shop=True)
+    kb.apply_plan({"shop/web": {"edge-1": 1, "edge-2": 1}, "shop/migrate": {"edge-1": 1}}, {},
+                  "goals-changed", None, 1, T0)
     body = report("edge-1", agent_time=T0 + 1, nodes=2)
     body["nodes"][1]["ready"] = False
-    body["components"].append({"component": "batch/job", "healthy": True, "readyReplicas": 0,
+    body["components"].append({"component": "shop/migrate", "healthy": True, "readyReplicas": 0,
                                "desiredReplicas": 0, "completed": True})
-    entry = AgentReport.model_validate(body).model_dump(mode="json", by_alias=True)
-    kb.apply_reports([("edge-1", T0 + 1, entry), ("edge-2", T0 + 1, rep("edge-2"))], T0 + 1)
+    kb.apply_reports([entry("edge-1", T0 + 1, body), entry("edge-2", T0 + 1)])
     # Latencies count once measured for a whole window (three 1 s intervals).
     assert kb.snapshot(at(T0 + 2)).latencies == ()
     snap = kb.snapshot(at(T0 + 4))
@@ -124,15 +156,80 @@ def test_snapshot_carries_nodes_latency_traffic_and_completed_jobs() -> None:
     assert [(lat.from_, lat.to, lat.ms) for lat in snap.latencies] == [
         ("edge-1", "eu-central", 12.5), ("edge-2", "eu-central", 12.5)]
     assert [(t.component, t.region, t.rps) for t in snap.traffic] == [("shop/web", "eu-central", 80.0)]
-    assert snap.completed_jobs == ("batch/job",)
+    assert snap.completed_jobs == ("shop/migrate",)
     # A frozen snapshot: later reports do not change it.
-    kb.apply_reports([("edge-1", T0 + 3, rep("edge-1", agent_time=T0 + 3, nodes=5))], T0 + 3)
+    kb.apply_reports([entry("edge-1", T0 + 3, agent_time=T0 + 3, nodes=5)])
     assert len(one.nodes) == 2
+
+
+def completion(component: str) -> dict[str, Any]:
+    return {"component": component, "healthy": True, "readyReplicas": 0, "desiredReplicas": 0,
+            "completed": True}
+
+
+def test_a_report_speaks_only_for_components_placed_on_its_cluster() -> None:
+    """The attack of issue 14: edge-3 said productpage completed and the whole fleet lost it."""
+    kb = kb_with_goals(("edge-1", "edge-2", "edge-3"), shop=True)
+    kb.apply_plan({"shop/web": {"edge-1": 1, "edge-2": 1}, "shop/migrate": {"edge-2": 1}}, {},
+                  "goals-changed", None, 1, T0)
+    body = report("edge-3", agent_time=T0 + 1)
+    body["components"] = [completion("shop/web"), completion("shop/migrate")]
+    body["traffic"] = [{"component": "shop/web", "region": "eu-central", "rps": 1e9}]
+    [verdict] = kb.apply_reports([entry("edge-3", T0 + 1, body)])
+    assert verdict.stored and sorted(verdict.ignored) == ["shop/migrate", "shop/web", "shop/web"]
+    snap = kb.snapshot(at(T0 + 2))
+    assert snap.completed_jobs == () and snap.traffic == ()
+    assert kb.ignored_claims == {"edge-3": 3}
+    assert kb.reports["edge-3"].record.components == ()
+    # edge-1 runs web, a Deployment: it may report its health, never its completion.
+    body = report("edge-1", agent_time=T0 + 2)
+    body["components"] = [completion("shop/web")]
+    [verdict] = kb.apply_reports([entry("edge-1", T0 + 2, body)])
+    assert verdict.ignored == ("shop/web",)
+    assert [c.completed for c in kb.reports["edge-1"].record.components] == [False]
+    assert kb.snapshot(at(T0 + 3)).completed_jobs == ()
+    # edge-2 runs the Job: its completion counts.
+    body = report("edge-2", agent_time=T0 + 3)
+    body["components"] = [completion("shop/migrate")]
+    [verdict] = kb.apply_reports([entry("edge-2", T0 + 3, body)])
+    assert verdict.ignored == ()
+    assert kb.snapshot(at(T0 + 4)).completed_jobs == ("shop/migrate",)
+    assert kb.cluster_rows(T0 + 4)[2]["ignoredClaims"] == 3
+
+
+def test_a_completed_job_stays_done_until_its_workload_changes() -> None:
+    kb = kb_with_goals(shop=True)
+    kb.apply_plan({"shop/migrate": {"edge-1": 1}}, {}, "goals-changed", None, 1, T0)
+    body = report("edge-1", agent_time=T0 + 1)
+    body["components"] = [completion("shop/migrate")]
+    kb.apply_reports([entry("edge-1", T0 + 1, body)])
+    # The planner drops it from the plan; the agent prunes it and stops reporting it.
+    kb.apply_plan({}, {}, "goals-changed", None, 1, T0 + 2)
+    kb.apply_reports([entry("edge-1", T0 + 3)])
+    assert kb.snapshot(at(T0 + 4)).completed_jobs == ("shop/migrate",)
+    # Same goals again: still done. A new image of the Job: it runs again.
+    apply_goals(kb, "c2" * 20, goals_files(["edge-1", "edge-2"], grace=10, shop=True), T0 + 5)
+    assert kb.snapshot(at(T0 + 6)).completed_jobs == ("shop/migrate",)
+    apply_goals(kb, "c3" * 20, goals_files(["edge-1", "edge-2"], grace=10, shop=True, job_tag="2"),
+                T0 + 7)
+    assert kb.snapshot(at(T0 + 8)).completed_jobs == ()
+
+
+def test_traffic_sums_saturate() -> None:
+    assert saturating_add(1.7e308, 1.7e308) == 1e9
+    kb = kb_with_goals(("edge-1", "edge-2"), shop=True)
+    kb.apply_plan({"shop/web": {"edge-1": 1, "edge-2": 1}}, {}, "goals-changed", None, 1, T0)
+    for name in ("edge-1", "edge-2"):
+        body = report(name, agent_time=T0 + 1)
+        body["traffic"] = [{"component": "shop/web", "region": "eu-central", "rps": 1e9}]
+        kb.apply_reports([entry(name, T0 + 1, body)])
+    [traffic] = kb.snapshot(at(T0 + 2)).traffic
+    assert traffic.rps == 1e9
 
 
 def test_cluster_with_no_ready_node_is_failed() -> None:
     kb = kb_with_goals()
-    kb.apply_reports([("edge-1", T0 + 1, rep("edge-1", agent_time=T0 + 1, ready=False))], T0 + 1)
+    kb.apply_reports([entry("edge-1", T0 + 1, agent_time=T0 + 1, ready=False)])
     assert not kb.snapshot(at(T0 + 2)).clusters["edge-1"].healthy
 
 
@@ -170,8 +267,8 @@ def test_plan_generations_moves_and_fencing() -> None:
 def test_reports_answer_with_the_cluster_generation() -> None:
     kb = kb_with_goals()
     kb.apply_plan({"shop/web": {"edge-2": 1}}, {}, "goals-changed", None, 1, T0)
-    got = kb.apply_reports([("edge-1", T0, rep("edge-1")), ("edge-2", T0, rep("edge-2"))], T0)
-    assert got == {"edge-1": 0, "edge-2": 1}
+    got = kb.apply_reports([entry("edge-1", T0), entry("edge-2", T0)])
+    assert [(v.stored, v.generation) for v in got] == [(True, 0), (True, 1)]
 
 
 def test_decision_log_is_bounded_and_keeps_sequence() -> None:
@@ -183,13 +280,17 @@ def test_decision_log_is_bounded_and_keeps_sequence() -> None:
 
 
 def test_dump_round_trip_is_exact_and_unaliased() -> None:
-    kb = kb_with_goals()
-    kb.apply_reports([("edge-1", T0, rep("edge-1"))], T0)
-    kb.apply_plan({"shop/web": {"edge-1": 2}}, {}, "goals-changed", None, 1, T0)
+    kb = kb_with_goals(shop=True)
+    kb.apply_plan({"shop/web": {"edge-1": 2}, "shop/migrate": {"edge-1": 1}}, {}, "goals-changed",
+                  None, 1, T0)
+    body = report("edge-1")
+    body["components"].append(completion("shop/migrate"))
+    kb.apply_reports([entry("edge-1", T0, body)])
     data = pickle.loads(pickle.dumps(kb.to_dict()))
     back = KnowledgeBase.from_dict(data)
     assert back.to_dict() == kb.to_dict()
-    back.apply_reports([("edge-2", T0, rep("edge-2"))], T0)
+    assert back.reports["edge-1"] == kb.reports["edge-1"] and back.completed_jobs == kb.completed_jobs
+    back.apply_reports([entry("edge-2", T0)])
     assert "edge-2" not in kb.reports and "edge-2" not in data["reports"]
     assert back.snapshot(at(T0 + 1)).clusters["edge-1"] == kb.snapshot(at(T0 + 1)).clusters["edge-1"]
 
@@ -217,7 +318,7 @@ def test_replicas_fed_the_same_log_agree(ops: list[tuple[Any, ...]]) -> None:
         now = T0 + index
         for kb in replicas:
             if op[0] == "report":
-                kb.apply_reports([(op[1], T0 + op[2], reports[op[1]])], now)
+                kb.apply_reports([ReportEntry(op[1], T0 + op[2], reports[op[1]])])
             elif op[0] == "plan":
                 kb.apply_plan(op[1], {}, "rescheduling", None, kb.leader_term, now)
             else:
@@ -235,8 +336,7 @@ def test_latency_counts_by_its_lowest_value_over_the_window() -> None:
     def measure(ts: float, ms: float) -> None:
         body = report("edge-1", agent_time=ts)
         body["latencies"] = [{"to": "eu-central", "ms": ms}]
-        entry = AgentReport.model_validate(body).model_dump(mode="json", by_alias=True)
-        kb.apply_reports([("edge-1", ts, entry)], ts)
+        kb.apply_reports([entry("edge-1", ts, body)])
 
     def seen(ts: float) -> float | None:
         found = [lat.ms for lat in kb.snapshot(at(ts)).latencies if lat.from_ == "edge-1"]

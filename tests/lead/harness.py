@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import time
@@ -22,7 +23,7 @@ from typing import Any
 import pygit2
 
 from qonnect_gitops.gitstore.daemon import free_ports
-from qonnect_gitops.lead.tokens import ADMIN, create_token
+from qonnect_gitops.lead.tokens import ADMIN, create_token, read_only_subject
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -46,11 +47,63 @@ spec:
 """
 
 
-def goals_files(clusters: list[str], grace: float = 30.0, interval: float = 1.0) -> dict[str, bytes]:
-    """A minimal valid goals tree: the fleet file and one file per cluster."""
+# Its components want cloud clusters, and the test fleet has only edge ones: the
+# leader's loop never places them, so the plans tests write (POST /v1/plan) stay.
+SHOP_APP = """apiVersion: qonnect.io/v1alpha1
+kind: QoSApp
+metadata: {name: shop}
+spec:
+  namespace: shop
+  defaults:
+    qos: {tiers: [cloud]}
+  components:
+    - {name: web, manifests: [manifests/web.yaml], replicas: 2}
+    - {name: db, manifests: [manifests/db.yaml]}
+    - {name: migrate, manifests: [manifests/migrate.yaml]}
+"""
+
+SHOP_WEB = """apiVersion: apps/v1
+kind: Deployment
+metadata: {name: web}
+spec:
+  replicas: 2
+  selector: {matchLabels: {app: web}}
+  template:
+    metadata: {labels: {app: web}}
+    spec:
+      containers:
+        - name: web
+          image: nginx:1.27
+          resources: {requests: {cpu: 100m, memory: 64Mi}}
+"""
+
+SHOP_MIGRATE = """apiVersion: batch/v1
+kind: Job
+metadata: {name: migrate}
+spec:
+  template:
+    spec:
+      restartPolicy: Never
+      containers:
+        - name: migrate
+          image: example/migrate:{tag}
+          resources: {requests: {cpu: 100m, memory: 64Mi}}
+"""
+
+
+def goals_files(clusters: list[str], grace: float = 30.0, interval: float = 1.0,
+                shop: bool = False, job_tag: str = "1") -> dict[str, bytes]:
+    """A minimal valid goals tree: the fleet file and one file per cluster; with ``shop``
+    also an app ``shop`` with Deployments ``shop/web`` and ``shop/db`` and a Job
+    ``shop/migrate`` (none of which the planner can place on the edge-only fleet)."""
     files = {"qonnect.yaml": FLEET.format(interval=interval, grace=grace).encode()}
     for name in clusters:
         files[f"clusters/{name}.yaml"] = CLUSTER.format(name=name).encode()
+    if shop:
+        files["apps/shop/app.yaml"] = SHOP_APP.encode()
+        files["apps/shop/manifests/web.yaml"] = SHOP_WEB.encode()
+        files["apps/shop/manifests/db.yaml"] = SHOP_WEB.replace("web", "db").encode()
+        files["apps/shop/manifests/migrate.yaml"] = SHOP_MIGRATE.replace("{tag}", job_tag).encode()
     return files
 
 
@@ -84,15 +137,16 @@ def commit_goals(repo_path: Path, files: dict[str, bytes], message: str = "goals
 
 def http(method: str, url: str, body: Any = None, token: str | None = None,
          timeout: float = 5.0, raw: bytes | None = None,
-         headers: dict[str, str] | None = None) -> tuple[int, dict[str, str], Any]:
-    """One HTTP request; returns (status, headers, parsed JSON or text)."""
+         headers: dict[str, str] | None = None,
+         context: ssl.SSLContext | None = None) -> tuple[int, dict[str, str], Any]:
+    """One HTTP(S) request; returns (status, headers, parsed JSON or text)."""
     data = raw if raw is not None else (None if body is None else json.dumps(body).encode())
     hdrs = {"Content-Type": "application/json", **(headers or {})}
     if token:
         hdrs["Authorization"] = f"Bearer {token}"
     req = urllib.request.Request(url, data=data, headers=hdrs, method=method)
     try:
-        with urllib.request.urlopen(req, timeout=timeout) as resp:
+        with urllib.request.urlopen(req, timeout=timeout, context=context) as resp:
             status, rhdrs, payload = resp.status, dict(resp.headers), resp.read()
     except urllib.error.HTTPError as exc:
         status, rhdrs, payload = exc.code, dict(exc.headers), exc.read()
@@ -136,10 +190,11 @@ class Lead:
     prefix: list[str] = field(default_factory=list)
     args: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)
+    tls: bool = False
 
     @property
     def url(self) -> str:
-        return f"http://{self.http}"
+        return f"{'https' if self.tls else 'http'}://{self.http}"
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
@@ -153,24 +208,39 @@ class LeadGroup:
     size: int = 3
     clusters: list[str] = field(default_factory=lambda: ["edge-1", "edge-2", "edge-3"])
     grace: float = 30.0
+    # Declare the app ``shop`` (see goals_files): plans and reports may name its components.
+    shop: bool = True
     extra_args: list[str] = field(default_factory=list)
     # A goals repository served elsewhere (e.g. ``tests.goals_repo``); None: a local bare
     # repo with ``goals_files(clusters)`` is created under ``root``.
     repo_url: str | None = None
     env: dict[str, str] = field(default_factory=dict)
+    # Serve the API over HTTPS with a certificate of a CA made for the group.
+    tls: bool = False
+    # Run with the tokens file (False: a local trial, where reads are open).
+    use_tokens: bool = True
     leads: list[Lead] = field(default_factory=list)
     tokens: dict[str, str] = field(default_factory=dict)
     admin_token: str = ""
+    read_token: str = ""
+    client_context: ssl.SSLContext | None = None
 
     def __post_init__(self) -> None:
         self.root.mkdir(parents=True, exist_ok=True)
+        if self.tls:
+            from tests.lead.tls import make_certificates
+
+            self.certs = make_certificates(self.root / "tls")
+            self.client_context = ssl.create_default_context(cafile=str(self.certs.ca))
         self.repo_path = self.root / "goals.git"
         if self.repo_url is None:
-            self.goals_commit = commit_goals(self.repo_path, goals_files(self.clusters, self.grace))
+            self.goals_commit = commit_goals(self.repo_path,
+                                             goals_files(self.clusters, self.grace, shop=self.shop))
         self.tokens_file = self.root / "tokens"
         for name in self.clusters:
             self.tokens[name] = create_token(self.tokens_file, name)
         self.admin_token = create_token(self.tokens_file, ADMIN)
+        self.read_token = create_token(self.tokens_file, read_only_subject("tests"))
         for i in range(self.size):
             self.leads.append(self.new_lead(f"lead-{i + 1}"))
 
@@ -178,7 +248,7 @@ class LeadGroup:
         """Addresses and dirs for a lead (not started)."""
         raft_port, http_port = free_ports(2)
         return Lead(node_id, f"127.0.0.1:{raft_port}", f"127.0.0.1:{http_port}",
-                    self.root / node_id, self.root / f"{node_id}.log")
+                    self.root / node_id, self.root / f"{node_id}.log", tls=self.tls)
 
     def command(self, lead: Lead, peers: list[str]) -> list[str]:
         return [
@@ -186,9 +256,29 @@ class LeadGroup:
             "--id", lead.node_id, "--raft", lead.raft, "--http", lead.http,
             "--peers", ",".join(p for p in peers if p != lead.raft),
             "--repo", self.repo_url or str(self.repo_path), "--data-dir", str(lead.data_dir),
-            "--tokens-file", str(self.tokens_file), "--poll-seconds", "0.5",
-            *self.extra_args, *lead.args,
+            *(["--tokens-file", str(self.tokens_file)] if self.use_tokens else []),
+            "--poll-seconds", "0.5",
+            *self.tls_args(), *self.extra_args, *lead.args,
         ]
+
+    def tls_args(self) -> list[str]:
+        if not self.tls:
+            return []
+        return ["--tls-cert", str(self.certs.cert), "--tls-key", str(self.certs.key),
+                "--tls-ca", str(self.certs.ca)]
+
+    def get(self, lead: Lead, path: str, token: str | None = None,
+            timeout: float = 5.0) -> tuple[int, dict[str, str], Any]:
+        """GET ``path`` from a lead with the read-only token (or ``token``)."""
+        return http("GET", lead.url + path, token=token or self.read_token, timeout=timeout,
+                    context=self.client_context)
+
+    def post(self, lead: Lead, path: str, body: Any = None, token: str | None = None,
+             raw: bytes | None = None, headers: dict[str, str] | None = None,
+             timeout: float = 5.0) -> tuple[int, dict[str, str], Any]:
+        """POST to a lead (HTTPS when the group uses TLS)."""
+        return http("POST", lead.url + path, body, token=token, raw=raw, headers=headers,
+                    timeout=timeout, context=self.client_context)
 
     def start(self, lead: Lead, peers: list[str] | None = None) -> None:
         """Start (or restart) one lead process, appending to its log."""
@@ -225,9 +315,11 @@ class LeadGroup:
                     lead.proc.wait(timeout=5)
 
     def status(self, lead: Lead, timeout: float = 2.0) -> dict[str, Any] | None:
-        """``/v1/status`` of one lead, or None if it does not answer."""
+        """``/v1/status`` of one lead (read with the admin token), or None if it does not
+        answer."""
         try:
-            code, _, body = http("GET", lead.url + "/v1/status", timeout=timeout)
+            code, _, body = http("GET", lead.url + "/v1/status", timeout=timeout,
+                                 token=self.admin_token, context=self.client_context)
         except (OSError, urllib.error.URLError):
             return None
         return body if code == 200 else None

@@ -143,9 +143,9 @@ def test_reads_metrics_and_status_cli(api_group: LeadGroup) -> None:
     code, _, _ = http("POST", url(api_group, "/v1/clusters/edge-2/report", 2), report("edge-2"),
                       token=api_group.tokens["edge-2"])
     assert code == 200
-    code, _, plan = http("GET", url(api_group, "/v1/plan", 2))
+    code, _, plan = http("GET", url(api_group, "/v1/plan", 2), token=api_group.read_token)
     assert code == 200 and {"generation", "placements", "clusterGenerations"} <= set(plan)
-    code, _, view = http("GET", url(api_group, "/v1/observed", 1))
+    code, _, view = http("GET", url(api_group, "/v1/observed", 1), token=api_group.read_token)
     assert code == 200 and set(view["observed"]["clusters"]) == {"edge-1", "edge-2", "edge-3"}
     from qonnect_gitops.model import Observed
 
@@ -158,8 +158,11 @@ def test_reads_metrics_and_status_cli(api_group: LeadGroup) -> None:
     assert 'qonnect_reports_total{code="200"}' in text
     assert 'qonnect_clusters{health="healthy"}' in text
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    token_file = api_group.root / "read-token"
+    token_file.write_text(api_group.read_token + "\n")
     out = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead",
-                          url(api_group, "", 2)], capture_output=True, text=True, env=env, check=False)
+                          url(api_group, "", 2), "--token-file", str(token_file)],
+                         capture_output=True, text=True, env=env, check=False)
     assert out.returncode == 0, out.stderr
     leader = api_group.wait_leader()
     assert f"leader:      {leader.node_id} raft {leader.raft}" in out.stdout
@@ -174,7 +177,7 @@ def test_reads_metrics_and_status_cli(api_group: LeadGroup) -> None:
 def test_invalid_goals_commit_keeps_last_good(api_group: LeadGroup) -> None:
     leader = api_group.wait_leader()
     good = (api_group.status(leader) or {})["goals"]["lastGood"]["commit"]
-    files = goals_files(api_group.clusters)
+    files = goals_files(api_group.clusters, shop=True)
     files["clusters/edge-1.yaml"] = files["clusters/edge-1.yaml"].replace(b"tier: edge",
                                                                           b"tier: moon")
     bad = commit_goals(api_group.repo_path, files, "broken")
@@ -185,7 +188,8 @@ def test_invalid_goals_commit_keeps_last_good(api_group: LeadGroup) -> None:
     assert any("clusters/edge-1.yaml:" in e and "tier" in e
                for e in status["goals"]["lastFailed"]["errors"])
     assert {c["name"] for c in status["clusters"] if c["declared"]} == set(api_group.clusters)
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "QONNECT_TOKEN_FILE": str(api_group.root / "admin")}
+    (api_group.root / "admin").write_text(api_group.admin_token)
     out = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead",
                           api_group.leads[0].url], capture_output=True, text=True, env=env, check=False)
     assert "ERRORS" in out.stdout and bad[:12] in out.stdout

@@ -149,7 +149,9 @@ def test_webhook_runs_a_cycle_and_invalid_goals_keep_the_plan(
                for e in status["goals"]["lastFailed"]["errors"]), status["goals"]
     assert goals.rev("qonnect/plan") == plan
     assert {c: goals.rev(f"cluster/{c}") for c in TEMPLATE_CLUSTERS} == branches
-    cli = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead", follower.url],
+    (tmp_path / "read-token").write_text(group.read_token)
+    cli = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead", follower.url,
+                          "--token-file", str(tmp_path / "read-token")],
                          capture_output=True, text=True, cwd=ROOT, timeout=30)
     assert "clusters/edge-1.yaml:10:9: spec.tier" in cli.stdout, cli.stdout + cli.stderr
 

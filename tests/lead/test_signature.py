@@ -4,18 +4,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from qonnect_gitops.kb import ReportRecord
 from qonnect_gitops.lead.loop import report_signature
+from qonnect_gitops.model.report import AgentReport
+from tests.lead.harness import report
 
 ENVELOPES = {"eu-central": [15.0, 20.0, 25.0]}
 
 
-def body(ready: tuple[bool, ...] = (True, True), free: str = "3", ms: float | None = 10.0) -> dict[str, Any]:
-    nodes = [{"name": f"n{i}", "ready": r, "allocatableCpu": "4", "allocatableMemory": "8Gi",
-              "freeCpu": free, "freeMemory": "4Gi"} for i, r in enumerate(ready)]
-    out: dict[str, Any] = {"nodes": nodes}
-    if ms is not None:
-        out["latencies"] = [{"to": "eu-central", "ms": ms}]
-    return out
+def body(ready: tuple[bool, ...] = (True, True), free: str = "3", ms: float | None = 10.0,
+         latencies: list[dict[str, Any]] | None = None) -> ReportRecord:
+    out = report("edge-1")
+    out["nodes"] = [{"name": f"n{i}", "ready": r, "allocatableCpu": "4", "allocatableMemory": "8Gi",
+                     "freeCpu": free, "freeMemory": "4Gi"} for i, r in enumerate(ready)]
+    out["latencies"] = latencies if latencies is not None else (
+        [{"to": "eu-central", "ms": ms}] if ms is not None else [])
+    return ReportRecord.from_report(AgentReport.model_validate(out))
 
 
 def sig(**kw: Any) -> tuple[Any, ...]:
@@ -38,5 +42,5 @@ def test_node_not_ready_capacity_lost_and_envelope_crossed_trigger() -> None:
 
 
 def test_unknown_region_and_missing_fields_are_harmless() -> None:
-    assert report_signature({}, ENVELOPES) == (0, 0, 0, 0, ())
-    assert report_signature({"latencies": [{"to": "mars", "ms": 900}]}, ENVELOPES)[3] == 0
+    assert report_signature(body(ready=(), ms=None), ENVELOPES) == (0, 0, 0, 0, ())
+    assert report_signature(body(latencies=[{"to": "mars", "ms": 900}]), ENVELOPES)[3] == 0

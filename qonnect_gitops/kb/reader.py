@@ -1,0 +1,104 @@
+"""Typed, consistent reads of a lead's replica of the Knowledge Base.
+
+The Raft thread applies entries to the ``KnowledgeBase`` under a lock; every read
+here takes the same lock, so a caller never sees half an entry applied. The
+reconcile loop and the HTTP API read only through this class: they never hold the
+live object, and what they get back is a copy or an immutable value.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+from contextlib import AbstractContextManager
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, TypeVar
+
+from qonnect_gitops.kb.state import KnowledgeBase
+from qonnect_gitops.model.observed import Observed
+from qonnect_gitops.model.plan import CurrentPlacement
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class ClusterAdmission:
+    """What the report endpoint checks about a cluster before queueing its report."""
+
+    declared: bool | None  # None: no goals loaded yet, any cluster may report
+    grace_seconds: float
+    interval_seconds: float | None
+
+
+class KBReader:
+    """Reads of one replica; ``lock`` is the state machine's, ``current`` returns the KB
+    in force (it is replaced wholesale when a full dump is loaded)."""
+
+    def __init__(self, lock: AbstractContextManager[Any], current: Callable[[], KnowledgeBase]) -> None:
+        self._lock = lock
+        self._current = current
+
+    def read(self, fn: Callable[[KnowledgeBase], T]) -> T:
+        """Run ``fn(kb)`` under the lock; ``fn`` must copy what it returns."""
+        with self._lock:
+            return fn(self._current())
+
+    # ------------------------------------------------------------ the planner's inputs
+
+    def snapshot(self, now: datetime) -> Observed:
+        """The planner's frozen view of the fleet at ``now``."""
+        return self.read(lambda kb: kb.snapshot(now))
+
+    def current_placement(self) -> CurrentPlacement:
+        """The placement in force as the planner's ``current`` input."""
+        return self.read(lambda kb: kb.current_placement())
+
+    def placements(self) -> dict[str, dict[str, int]]:
+        """A copy of the placement in force."""
+        return self.read(lambda kb: copy.deepcopy(kb.placements))
+
+    def is_empty(self) -> bool:
+        """No placement was ever recorded (a group rebuilt from scratch)."""
+        return self.read(lambda kb: kb.generation == 0 and not kb.placements)
+
+    # ------------------------------------------------------------------ goals records
+
+    def last_good_commit(self) -> str | None:
+        return self.read(lambda kb: str(kb.last_good["commit"]) if kb.last_good else None)
+
+    def last_failed_commit(self) -> str | None:
+        return self.read(lambda kb: str(kb.last_failed["commit"]) if kb.last_failed else None)
+
+    def leader_term(self) -> int:
+        return self.read(lambda kb: kb.leader_term)
+
+    # ---------------------------------------------------------------------- timing
+
+    def latency_window(self) -> float:
+        """Seconds a latency breach must hold before the planner sees it."""
+        return self.read(lambda kb: kb.latency_window)
+
+    def next_failover(self, seen_at: float) -> float | None:
+        """Seconds after ``seen_at`` when the first cluster fresh at ``seen_at`` passes the
+        heartbeat grace; None when none is fresh (nothing to wait for)."""
+
+        def earliest(kb: KnowledgeBase) -> float | None:
+            grace = kb.grace_seconds
+            ages = [kb.heartbeat_age(name, seen_at) for name in kb.inventory]
+            left = [grace - age for age in ages if age is not None and age <= grace]
+            return min(left) if left else None
+
+        return self.read(earliest)
+
+    # -------------------------------------------------------------------- reports
+
+    def admission(self, cluster: str) -> ClusterAdmission:
+        """Whether ``cluster`` may report now, and the heartbeat settings to answer with."""
+        return self.read(lambda kb: ClusterAdmission(
+            None if kb.last_good is None else cluster in kb.inventory,
+            kb.grace_seconds, kb.interval_seconds))
+
+    def cluster_generation(self, cluster: str) -> tuple[int, int]:
+        """``(generation at which the cluster's desired state last changed, plan generation)``."""
+        return self.read(lambda kb: (kb.cluster_generation(cluster), kb.generation))

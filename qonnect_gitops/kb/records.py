@@ -1,0 +1,246 @@
+"""Reports as the Raft log and the Knowledge Base carry them: small typed records.
+
+An ``AgentReport`` (pydantic, validated at the HTTP edge) becomes a ``ReportRecord``
+of frozen dataclasses with plain numbers (millicores, bytes, milliseconds) so the
+Raft thread never re-parses quantities and no reader looks values up by string
+key. ``ReportEntry`` adds what the receiving lead knows: its own receipt time (the
+only clock liveness and ordering use) and how far the agent's clock was from it.
+The dump of the KB stores records as the report's JSON (``to_json``), so a dump
+stays readable across code changes that keep the report format.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any, Literal
+
+from qonnect_gitops.model.report import (
+    AgentReport,
+    AppliedCommit,
+    ComponentHealth,
+    Latency,
+    NodeCapacity,
+    Traffic,
+)
+from qonnect_gitops.model.status import Refusal, SyncStatus
+
+
+@dataclass(frozen=True, slots=True)
+class NodeRecord:
+    """One node: allocatable and free capacity in millicores and bytes."""
+
+    name: str
+    arch: str
+    ready: bool
+    allocatable_cpu: int
+    allocatable_memory: int
+    free_cpu: int
+    free_memory: int
+
+
+@dataclass(frozen=True, slots=True)
+class ComponentRecord:
+    """A component's health on the reporting cluster."""
+
+    component: str
+    healthy: bool
+    ready_replicas: int
+    desired_replicas: int
+    completed: bool
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class LatencyRecord:
+    """Measured latency from the reporting cluster to a cluster or region."""
+
+    to: str
+    ms: float
+
+
+@dataclass(frozen=True, slots=True)
+class TrafficRecord:
+    """Requests per second the reporting cluster serves for a component, by region."""
+
+    component: str
+    region: str
+    rps: float
+
+
+@dataclass(frozen=True, slots=True)
+class SyncRecord:
+    """The agent's sync status (``model.status.SyncStatus``)."""
+
+    state: str
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class AppliedRecord:
+    """The commit the cluster runs and its plan generation."""
+
+    commit: str
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class RefusalRecord:
+    """Something the agent declined to do (``model.status.Refusal``)."""
+
+    reason: str
+    message: str
+    commit: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class ReportRecord:
+    """What one agent report says, typed. ``agent_time`` is information only. Plain
+    dataclasses all the way down: they pickle fast through the Raft log."""
+
+    cluster: str
+    agent_time: float
+    sync: SyncRecord
+    applied: AppliedRecord | None
+    attempted: str | None
+    refusals: tuple[RefusalRecord, ...]
+    components: tuple[ComponentRecord, ...]
+    nodes: tuple[NodeRecord, ...]
+    latencies: tuple[LatencyRecord, ...]
+    traffic: tuple[TrafficRecord, ...]
+
+    @classmethod
+    def from_report(cls, report: AgentReport) -> ReportRecord:
+        """The record of a validated report."""
+        return cls(
+            cluster=report.cluster,
+            agent_time=report.agent_time.timestamp(),
+            sync=SyncRecord(report.sync.state, report.sync.reason, report.sync.message),
+            applied=(AppliedRecord(report.applied.commit, report.applied.generation)
+                     if report.applied else None),
+            attempted=report.attempted,
+            refusals=tuple(RefusalRecord(r.reason, r.message, r.commit) for r in report.refusals),
+            components=tuple(
+                ComponentRecord(c.component, c.healthy, c.ready_replicas, c.desired_replicas,
+                                c.completed, c.message)
+                for c in report.components
+            ),
+            nodes=tuple(
+                NodeRecord(n.name, n.arch, n.ready, n.allocatable_cpu, n.allocatable_memory,
+                           n.free_cpu, n.free_memory)
+                for n in report.nodes
+            ),
+            latencies=tuple(LatencyRecord(lat.to, lat.ms) for lat in report.latencies),
+            traffic=tuple(TrafficRecord(t.component, t.region, t.rps) for t in report.traffic),
+        )
+
+    def to_report(self) -> AgentReport:
+        """Back to the wire model (for dumps and the API)."""
+        return AgentReport(
+            cluster=self.cluster,
+            agent_time=datetime.fromtimestamp(self.agent_time, tz=UTC),
+            applied=AppliedCommit(commit=self.applied.commit, generation=self.applied.generation)
+            if self.applied else None,
+            attempted=self.attempted,
+            sync=SyncStatus.model_validate({"state": self.sync.state, "reason": self.sync.reason,
+                                            "message": self.sync.message}),
+            refusals=tuple(Refusal.model_validate({"reason": r.reason, "message": r.message,
+                                                   "commit": r.commit}) for r in self.refusals),
+            components=tuple(
+                ComponentHealth(component=c.component, healthy=c.healthy,
+                                ready_replicas=c.ready_replicas,
+                                desired_replicas=c.desired_replicas, completed=c.completed,
+                                message=c.message)
+                for c in self.components
+            ),
+            nodes=tuple(
+                NodeCapacity.model_validate({
+                    "name": n.name, "arch": n.arch, "ready": n.ready,
+                    "allocatableCpu": f"{n.allocatable_cpu}m", "allocatableMemory": n.allocatable_memory,
+                    "freeCpu": f"{n.free_cpu}m", "freeMemory": n.free_memory,
+                })
+                for n in self.nodes
+            ),
+            latencies=tuple(Latency(to=lat.to, ms=lat.ms) for lat in self.latencies),
+            traffic=tuple(Traffic(component=t.component, region=t.region, rps=t.rps)
+                          for t in self.traffic),
+        )
+
+    def sync_json(self) -> dict[str, Any]:
+        return {"state": self.sync.state, "reason": self.sync.reason, "message": self.sync.message}
+
+    def applied_json(self) -> dict[str, Any] | None:
+        if self.applied is None:
+            return None
+        return {"commit": self.applied.commit, "generation": self.applied.generation}
+
+    def refusals_json(self) -> list[dict[str, Any]]:
+        return [{"reason": r.reason, "message": r.message, "commit": r.commit} for r in self.refusals]
+
+    def to_json(self) -> dict[str, Any]:
+        """The report's JSON (camelCase), as an agent would send it."""
+        return self.to_report().model_dump(mode="json", by_alias=True)
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> ReportRecord:
+        """Rebuild from ``to_json`` output (validated again: a dump is input too)."""
+        return cls.from_report(AgentReport.model_validate(data))
+
+
+@dataclass(frozen=True, slots=True)
+class ReportEntry:
+    """One report as it travels through the Raft log."""
+
+    cluster: str
+    received_at: float  # the receiving lead's clock: liveness and ordering use only this
+    record: ReportRecord
+    skew_seconds: float = 0.0  # agent clock minus lead clock at receipt (information)
+
+
+RefusedReport = Literal["superseded", "undeclared"]
+"""Why the KB did not store a report: a report received later is already stored, or
+the cluster left the goals between the HTTP check and the commit."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReportVerdict:
+    """What the KB did with one report entry (returned to the lead that proposed it)."""
+
+    stored: bool
+    generation: int  # the plan generation at which the cluster's desired state last changed
+    ignored: tuple[str, ...] = ()  # components whose claims were not the cluster's to make
+    refused: RefusedReport | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StoredReport:
+    """The latest report the KB holds for a cluster."""
+
+    record: ReportRecord
+    received_at: float
+    count: int
+    skew_seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class WorkloadRecord:
+    """What the KB knows of a declared component's workload (from the goals)."""
+
+    kind: str
+    digest: str  # of the workload object: a changed Job is a new Job
+
+    @property
+    def completable(self) -> bool:
+        """Whether a report may say it ran to completion."""
+        return self.kind in ("Job", "CronJob")
+
+
+@dataclass(frozen=True, slots=True)
+class CompletedJob:
+    """A Job that ran to completion on a cluster the plan placed it on."""
+
+    cluster: str
+    at: float
+    digest: str
