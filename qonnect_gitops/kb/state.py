@@ -37,6 +37,7 @@ DEFAULT_GRACE_SECONDS = 20.0
 DEFAULT_INTERVAL_SECONDS = 5.0
 MAX_GOALS_ERRORS = 100
 LATENCY_WINDOW_REPORTS = 3
+MAX_REJECTED_PROPOSALS = 256
 
 ReportEntry = tuple[str, float, dict[str, Any]]
 """``(cluster, agent_time_unix, report_json)``: one report as it travels through the log."""
@@ -105,6 +106,9 @@ class KnowledgeBase:
         # Leadership as the log saw it: who took office, in which term, when.
         self.leader: dict[str, Any] | None = None  # {id, term, since}
         self.members: dict[str, dict[str, str]] = {}  # id -> {raft, http}
+        # Proposals a reviewer closed without merging, by lead.review.rejection_key (goals
+        # commit, plan in force, decision): the same decision is not proposed again for them.
+        self.rejected_proposals: dict[str, dict[str, Any]] = {}
         # Bounded decision log, oldest first; seq numbers survive trimming.
         self.decisions: list[dict[str, Any]] = []
         self.decision_seq = 0
@@ -289,6 +293,20 @@ class KnowledgeBase:
             moves=moves,
         )
         return generation
+
+    def apply_proposal_rejected(self, key: str, proposal_id: str, goals_commit: str, url: str,
+                                now: float) -> bool:
+        """Record that a reviewer closed proposal ``proposal_id`` without merging it."""
+        if key in self.rejected_proposals:
+            return False
+        self.rejected_proposals[key] = {"proposal": proposal_id, "goalsCommit": goals_commit, "url": url,
+                                        "at": now}
+        while len(self.rejected_proposals) > MAX_REJECTED_PROPOSALS:
+            oldest = min(self.rejected_proposals, key=lambda k: self.rejected_proposals[k]["at"])
+            del self.rejected_proposals[oldest]
+        self._log(now, "proposal-rejected", f"proposal {proposal_id} rejected on the forge ({url})",
+                  proposal=proposal_id, goalsCommit=goals_commit)
+        return True
 
     def apply_leader(self, node_id: str, term: int, now: float) -> bool:
         """Record that ``node_id`` became leader in ``term``; older terms are ignored."""
@@ -479,6 +497,7 @@ class KnowledgeBase:
             "members": self.members,
             "decisions": self.decisions,
             "decisionSeq": self.decision_seq,
+            "rejectedProposals": self.rejected_proposals,
         }
 
     @classmethod
@@ -504,6 +523,7 @@ class KnowledgeBase:
         kb.members = d["members"]
         kb.decisions = d["decisions"]
         kb.decision_seq = d["decisionSeq"]
+        kb.rejected_proposals = d.get("rejectedProposals", {})  # absent in dumps before review
         return kb
 
 

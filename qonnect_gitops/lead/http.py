@@ -290,7 +290,7 @@ class LeadHandler(BaseHTTPRequestHandler):
         if service.loop is None:
             raise _Reject(409, "this lead has no goals repository configured")
         if service.node.is_leader():
-            service.loop.trigger("webhook")
+            service.loop.on_webhook(dict(self.headers.items()), body)
             log.info("webhook_accepted", forge=forge)
             self._send(202, {"accepted": True, "forge": forge, "by": service.config.node_id})
             return

@@ -40,6 +40,8 @@ from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
 from qonnect_gitops.kb import ReportEntry, heartbeat_from_goals, inventory_from_goals
 from qonnect_gitops.lead.faults import fault_point
 from qonnect_gitops.lead.raft import ProposalError
+from qonnect_gitops.lead.review import TICK_SECONDS as REVIEW_TICK_SECONDS
+from qonnect_gitops.lead.review import ReviewBridge
 from qonnect_gitops.lead.reconcile import (
     CycleHooks,
     CycleResult,
@@ -98,6 +100,9 @@ class ReconcileLoop:
                                id="poll")
         self.scheduler.add_job(self.trigger, "interval", seconds=reschedule_seconds,
                                args=["rescheduling"], id="reschedule")
+        # Forge review (pull requests, previews, commit statuses): lead/review.py.
+        self.review = ReviewBridge(service, self)
+        self.scheduler.add_job(self.review.tick, "interval", seconds=REVIEW_TICK_SECONDS, id="review")
 
     # ----------------------------------------------------------- leadership
 
@@ -188,7 +193,8 @@ class ReconcileLoop:
         now = datetime.now(tz=UTC)
         hooks = CycleHooks(on_goals=lambda c, g: self._record_goals(c, g, term),
                            before_publish=lambda r: self._fence_and_record(r, term, now),
-                           between_pushes=lambda: self._between_pushes(term))
+                           between_pushes=lambda: self._between_pushes(term),
+                           may_propose=self.review.may_propose)
         result = None
         for attempt in range(1, ATTEMPTS + 1):
             self.service.metrics.inc("qonnect_goals_fetches_total")  # one fetch per attempt
@@ -218,6 +224,7 @@ class ReconcileLoop:
         if result is None:
             return None
         self._sync_kb(term, result)
+        self.review.after_cycle(self._open_mirror(), result, term)
         self.cycles += 1
         self.last_error = None
         seconds = time.perf_counter() - start
@@ -246,6 +253,7 @@ class ReconcileLoop:
 
     def _record_goals(self, commit: str, goals: Goals, term: int) -> None:
         """Valid goals: record the inventory (once per commit) before the KB is read."""
+        self.review.on_goals(goals)
         branches = goals.fleet.spec.branches
         names = (branches.plan, branches.cluster_prefix, branches.proposal_prefix)
         if self._branches is not None and names != self._branches:
@@ -281,6 +289,7 @@ class ReconcileLoop:
             log.warning("goals_failure_not_recorded", reason=err.reason)
             return
         log.warning("goals_rejected", commit=commit, problems=len(errors))
+        self.review.after_invalid_goals(commit, errors)
 
     def _fence_and_record(self, result: CycleResult, term: int, now: datetime) -> None:
         """Before any push: record the decision in the KB, then re-check the fence."""
@@ -362,15 +371,22 @@ class ReconcileLoop:
         else:
             self.trigger_at(when, "deadline", "deadline")
 
+    def on_webhook(self, headers: dict[str, str], body: bytes) -> None:
+        """A verified webhook: goals pull requests go to the review bridge for a preview;
+        pushes and proposal pull request changes trigger a cycle."""
+        if self.review.on_webhook(headers, body):
+            self.trigger("webhook")
+
     def status(self) -> dict[str, Any]:
         """The loop's part of ``/v1/status``."""
         return {"leading": self._leading, "cycles": self.cycles, "lastCycle": self.last_cycle,
                 "lastError": self.last_error, "pollSeconds": self.poll_seconds,
-                "rescheduleSeconds": self.reschedule_seconds}
+                "rescheduleSeconds": self.reschedule_seconds, "review": self.review.status()}
 
     def close(self) -> None:
         """Stop the scheduler without waiting for a cycle in flight."""
         self._leading = False
+        self.review.close()
         self.scheduler.shutdown(wait=False)
 
 
