@@ -49,7 +49,7 @@ from qonnect_gitops.forge.events import PullAction, PullRequestEvent, parse_pull
 from qonnect_gitops.forge.preview import MARKER, preview, preview_markdown, unmet_items
 import yaml
 
-from qonnect_gitops.gitstore import GitStoreError, read_file, read_tree_files, resolve_commit
+from qonnect_gitops.gitstore import DecisionMeta, GitStoreError, read_file, read_tree_files, resolve_commit
 from qonnect_gitops.gitstore.proposals import pull_request_for
 from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env, fetch_for_review
 from qonnect_gitops.logs import get_logger
@@ -90,6 +90,7 @@ class _Placed:
     required: dict[str, int]  # cluster -> generation its branch head carries
     unmet: list[str]
     waiting_for: str | None = None  # a proposal under review, when there is one
+    rejected: str | None = None  # the pull request a reviewer closed without merging
     since: float = field(default_factory=time.time)
     sent: tuple[str, str] | None = None  # (state, description) last set on the forge
     final: bool = False
@@ -168,12 +169,33 @@ class ReviewBridge:
         try:
             self._track_placed(mirror, result)
             forge = self._client()
-            if forge is not None:
+            if forge is not None and not self._ensure_plan_branch(mirror, result, term):
                 self._sync_pulls(forge, mirror, term)
         except ForgeError as exc:
             self._error("forge_sync_failed", exc)
         except (GitStoreError, OSError, ValueError) as exc:
             self._error("review_sync_failed", exc)
+
+    def _ensure_plan_branch(self, mirror: Mirror, result: CycleResult, term: int) -> bool:
+        """A pull request needs a base branch: before the first decision of a review-mode
+        fleet, write a plan commit that places nothing (generation 0) and propose again on it.
+        True when it did (the proposal made without a base is superseded by it)."""
+        store = mirror.store
+        if store.plan_head() is not None or not any(p.base is None for p in store.list_proposals()):
+            return False
+        if not self.loop.may_write(term):
+            return False
+        empty = Plan(reason="goals-changed", components={})
+        files = {PLACEMENT_FILE: yaml.safe_dump(empty.model_dump(mode="json", by_alias=True)).encode()}
+        store.write_decision(files, summary="qonnect: plan branch created, nothing placed yet",
+                             body="Review mode with a forge: pull requests of proposals need a base branch. "
+                                  "This commit places nothing; the first proposal follows as a pull request.",
+                             meta=DecisionMeta(result.goals_commit, term, 0, "goals-changed"), clusters=(),
+                             timestamp=int(time.time()), expected_plan=None)
+        mirror.publish()
+        log.info("plan_branch_created_for_review", goals=result.goals_commit[:12])
+        self.loop.trigger("review")
+        return True
 
     def _sync_pulls(self, forge: Forge, mirror: Mirror, term: int) -> None:
         store = mirror.store
@@ -236,6 +258,9 @@ class ReviewBridge:
             node = self.service.node
             node.propose(node.state.proposal_rejected, key, proposal.id, meta.source, pull.url, time.time())
             log.info("proposal_rejected", proposal=proposal.id, number=pull.number, goals=meta.source[:12])
+        with self._lock:
+            if self._placed is not None and self._placed.goals_commit == meta.source:
+                self._placed.rejected, self._placed.final = pull.url, False
         mirror.store.close_proposal(proposal.id, f"rejected: {pull.url} was closed without merging")
 
     # ----------------------------------------------------------------- placed
@@ -252,8 +277,13 @@ class ReviewBridge:
                 head = store.cluster_head(cluster)
                 if head is not None:
                     required[cluster] = store.decision_of(head).generation
-            waiting = next((p.id for p in store.list_proposals()
-                            if p.meta.source == result.goals_commit and not p.stale), None)
+            head = store.plan_head()
+            meta = store.decision_of(head) if head is not None else None
+            in_force = meta.source if meta is not None and meta.generation > 0 else None
+            # Under review only while no plan computed from this goals commit is in force (a
+            # later rescheduling proposal does not make the running placement pending again).
+            waiting = None if in_force == result.goals_commit else next(
+                (p.id for p in store.list_proposals() if p.meta.source == result.goals_commit and not p.stale), None)
             unmet = [f"{u.get('component')}: {u.get('reason') or u.get('detail') or u.get('goal')}"
                      for u in unmet_items(result.plan)]
             current = self._placed
@@ -277,9 +307,13 @@ class ReviewBridge:
             self._send_placed(placed, state, description)
 
     def _judge(self, placed: _Placed) -> tuple[CommitState, str]:
+        if placed.rejected is not None:
+            return CommitState.FAILURE, f"placement rejected in review ({placed.rejected}); the plan in force stays"
         if placed.waiting_for is not None:
             url = (self._pulls.get(placed.waiting_for) or {}).get("url")
             return CommitState.PENDING, f"awaiting review of proposal {placed.waiting_for}" + (f" ({url})" if url else "")
+        if not placed.required:
+            return CommitState.PENDING, "no plan in force yet"
         now = time.time()
 
         def read(kb: Any) -> dict[str, Any]:

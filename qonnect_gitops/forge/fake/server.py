@@ -17,7 +17,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 import uuid
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -115,6 +115,10 @@ class FakeForge:
     def violations(self) -> list[dict[str, Any]]:
         """Requests or answers that did not conform to the descriptions."""
         return list(self.shared.violations)
+
+    def set_hooks(self, hooks: tuple[HookTarget, ...]) -> None:
+        """Point the webhooks elsewhere (the leads' addresses are known after the forge's)."""
+        self.shared.config = replace(self.shared.config, hooks=hooks)
 
     def inject(self, fault: Fault) -> None:
         with self.shared.state.lock:
