@@ -9,8 +9,18 @@ import tempfile
 from datetime import UTC, datetime
 from typing import Any
 
-from qonnect_gitops.forge.preview import current_from_plan_file, preview, preview_json, preview_markdown
-from qonnect_gitops.gitstore import GitStoreError, read_file, read_tree_files, resolve_commit
+from qonnect_gitops.forge.preview import (
+    current_from_plan_file,
+    preview,
+    preview_json,
+    preview_markdown,
+)
+from qonnect_gitops.gitstore import (
+    GitStoreError,
+    read_file,
+    read_tree_files,
+    resolve_commit,
+)
 from qonnect_gitops.gitstore.remote import credentials_from_env, fetch_for_review
 from qonnect_gitops.gitstore.store import DEFAULT_PLAN_BRANCH
 from qonnect_gitops.model import Goals, GoalsError, Observed, load_goals

@@ -18,11 +18,18 @@ import yaml
 
 from qonnect_gitops.demo.observe import FleetObserver, Observed, by_component, matches
 from qonnect_gitops.demo.stack import FORGE_REPOSITORY, Stack, git
-from qonnect_gitops.forge import CommitState, CommitStatus, Forge, PullRequest, PullRequestDraft, connect
+from qonnect_gitops.forge import (
+    CommitState,
+    CommitStatus,
+    Forge,
+    PullRequest,
+    PullRequestDraft,
+    connect,
+)
 from qonnect_gitops.forge.preview import MARKER
 from qonnect_gitops.gitstore import GitStore
-from qonnect_gitops.model.fleet import ReviewForge
 from qonnect_gitops.model import load_goals, read_directory
+from qonnect_gitops.model.fleet import ReviewForge
 from qonnect_gitops.render.render import _autoscaler_of
 
 WORKLOADS = ("Deployment", "StatefulSet")
@@ -405,8 +412,8 @@ def review(d: Demo) -> Result:
         ("qonnect.yaml", "    failover: auto        # failover may bypass review\n",
          "    failover: auto        # failover may bypass review\n" + forge_line),
         ("apps/bookinfo/app.yaml", "      calls: [ratings]\n      qos:\n        tiers: [fog, cloud]\n        maxCostPerHour: 0.05\n",
-         "      calls: [ratings]\n      qos:\n        tiers: [fog, cloud]\n        maxCostPerHour: 0.05\n"
-         "        latency:\n          - {region: eu-central, maxMs: 11}\n        migration: {cooldownSeconds: 0}\n")],
+         ("      calls: [ratings]\n      qos:\n        tiers: [fog, cloud]\n        maxCostPerHour: 0.05\n"
+          "        latency:\n          - {region: eu-central, maxMs: 11}\n        migration: {cooldownSeconds: 0}\n"))],
         "review mode through the forge; reviews-v2: eu-central within 11 ms; may move at once")
 
     def proposal_pull() -> PullRequest | None:

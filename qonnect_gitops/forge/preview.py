@@ -17,7 +17,14 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
-from qonnect_gitops.model import CurrentPlacement, Goals, GoalsError, Observed, Plan, load_goals
+from qonnect_gitops.model import (
+    CurrentPlacement,
+    Goals,
+    GoalsError,
+    Observed,
+    Plan,
+    load_goals,
+)
 from qonnect_gitops.placement import plan as make_plan
 from qonnect_gitops.render.describe import plan_markdown
 
@@ -92,7 +99,7 @@ def current_from_plan_file(raw: bytes | None) -> CurrentPlacement:
         previous = Plan.model_validate(yaml.safe_load(raw))
     except (yaml.YAMLError, ValidationError) as exc:
         raise ValueError(f"the plan in force is unreadable: {exc}") from exc
-    return CurrentPlacement(placements=previous.placements(), last_moved=previous.last_moved)
+    return CurrentPlacement.model_validate({"placements": previous.placements(), "lastMoved": previous.last_moved})
 
 
 def preview_json(p: Preview) -> str:
@@ -121,8 +128,8 @@ def preview_markdown(p: Preview, base: str | None = None, head: str | None = Non
     if base or head:
         lines += ["", f"Base `{(base or '?')[:12]}`, head `{(head or '?')[:12]}`."]
     if not p.valid:
-        lines += ["", f"The head does not validate ({len(p.errors)} problem{'s' if len(p.errors) != 1 else ''}); "
-                  "merging it would leave the plan in force unchanged and report these:", ""]
+        lines += ["", (f"The head does not validate ({len(p.errors)} problem{'s' if len(p.errors) != 1 else ''}); "
+                       "merging it would leave the plan in force unchanged and report these:"), ""]
         lines += [f"- `{_cell(e)}`" for e in p.errors[:MAX_ERRORS]]
         if len(p.errors) > MAX_ERRORS:
             lines.append(f"- ... and {len(p.errors) - MAX_ERRORS} more")

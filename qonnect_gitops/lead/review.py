@@ -32,6 +32,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import yaml
+
 from qonnect_gitops.forge import (
     CommitState,
     CommitStatus,
@@ -45,13 +47,25 @@ from qonnect_gitops.forge import (
     read_token,
 )
 from qonnect_gitops.forge.base import STATUS_DESCRIPTION_MAX, clip
-from qonnect_gitops.forge.events import PullAction, PullRequestEvent, parse_pull_request_event
+from qonnect_gitops.forge.events import (
+    PullAction,
+    PullRequestEvent,
+    parse_pull_request_event,
+)
 from qonnect_gitops.forge.preview import MARKER, preview, preview_markdown, unmet_items
-import yaml
-
-from qonnect_gitops.gitstore import DecisionMeta, GitStoreError, read_file, read_tree_files, resolve_commit
+from qonnect_gitops.gitstore import (
+    DecisionMeta,
+    GitStoreError,
+    read_file,
+    read_tree_files,
+    resolve_commit,
+)
 from qonnect_gitops.gitstore.proposals import pull_request_for
-from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env, fetch_for_review
+from qonnect_gitops.gitstore.remote import (
+    Mirror,
+    credentials_from_env,
+    fetch_for_review,
+)
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import Goals, Plan
 from qonnect_gitops.model.fleet import ReviewForge
@@ -94,6 +108,27 @@ class _Placed:
     since: float = field(default_factory=time.time)
     sent: tuple[str, str] | None = None  # (state, description) last set on the forge
     final: bool = False
+
+
+def unmet_section(mirror: Mirror, commit: str, description: str) -> str:
+    """The goals a proposed plan cannot meet (``Plan.unmet``, where the model has it), for
+    a pull request body whose table does not list them yet; "" when there are none."""
+    raw = read_file(mirror.repo, commit, PLACEMENT_FILE)
+    if raw is None or "Unmet" in description:
+        return ""
+    try:
+        proposed = Plan.model_validate(yaml.safe_load(raw))
+    except (yaml.YAMLError, ValueError):
+        return ""
+    unplaced = len(proposed.unplaced)
+    items = unmet_items(proposed)[: len(unmet_items(proposed)) - unplaced]  # unplaced: already in the table
+    if not items:
+        return ""
+    lines = ["", "", "#### Unmet goals", ""]
+    for item in items:
+        detail = item.get("reason") or item.get("detail") or item.get("message") or ""
+        lines.append(f"- `{item.get('component', '?')}` {item.get('goal', '')}: {detail}".rstrip())
+    return "\n".join(lines)
 
 
 class ReviewBridge:
@@ -227,8 +262,9 @@ class ReviewBridge:
                 changed_git = True
             elif pull is None:
                 request = pull_request_for(store, proposal)
+                body = request.body + unmet_section(mirror, proposal.commit, request.body)
                 pull = forge.open_pull_request(PullRequestDraft(request.head_branch, request.base_branch,
-                                                                request.title, request.body, (LABEL,)))
+                                                                request.title, body, (LABEL,)))
                 log.info("proposal_pull_request_opened", proposal=proposal.id, number=pull.number, url=pull.url)
             if pull is not None:
                 self._pulls[proposal.id] = {"number": pull.number, "url": pull.url, "state": pull.state.value}

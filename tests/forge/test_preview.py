@@ -43,7 +43,7 @@ def branch(work: Path, name: str, path: str, old: str, new: str, start: str = "m
 def preview(bare: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "qonnect_gitops", "preview", "--repo", str(bare), *args],
                           capture_output=True, text=True, cwd=ROOT, env={**ENV, "PYTHONPATH": str(ROOT)},
-                          timeout=120)
+                          timeout=120, check=False)
 
 
 def test_a_valid_change_lists_what_moves(goals: tuple[Path, Path]) -> None:
@@ -70,7 +70,7 @@ def test_an_invalid_head_names_file_line_column_and_field(goals: tuple[Path, Pat
     assert data["valid"] is False and data["changes"] == [] and data["unmet"] == []
     assert data["errors"] and data["errors"][0].startswith("clusters/edge-1.yaml:")
     assert "spec.tier" in data["errors"][0]
-    file_, line, column = data["errors"][0].split(":")[:3]
+    _, line, column = data["errors"][0].split(":")[:3]
     assert line.isdigit() and column.isdigit()
 
 
@@ -83,7 +83,7 @@ def test_unmet_goals_and_the_plan_in_force_as_current(goals: tuple[Path, Path]) 
     # With a plan in force, the base is planned against it: an unchanged head changes nothing.
     placed = subprocess.run([sys.executable, "-m", "qonnect_gitops", "reconcile", "--repo", str(bare), "--once"],
                             capture_output=True, text=True, cwd=ROOT, env={**ENV, "PYTHONPATH": str(ROOT)},
-                            timeout=120)
+                            timeout=120, check=False)
     assert placed.returncode == 0, placed.stderr + placed.stdout
     same = json.loads(preview(bare, "--base", "main", "--head", "main", "--format", "json").stdout)
     assert same == {"valid": True, "errors": [], "changes": [], "unmet": []}

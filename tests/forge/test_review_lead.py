@@ -20,8 +20,14 @@ from qonnect_gitops.forge.preview import MARKER
 from tests.conftest import ROOT
 from tests.forge.conftest import REPOSITORY, TOKEN, client
 from tests.goals_repo import GoalsRepo, served_goals
-from tests.lead.fleet import TEMPLATE_CLUSTERS, Agents, agent_report, fast_heartbeat, wait_for
 from tests.lead.conftest import make_group  # noqa: F401 - the fixture
+from tests.lead.fleet import (
+    TEMPLATE_CLUSTERS,
+    Agents,
+    agent_report,
+    fast_heartbeat,
+    wait_for,
+)
 from tests.lead.harness import LeadGroup, http
 
 SECRET = "hook-s3cret"
@@ -103,14 +109,15 @@ def fanned_out(goals: GoalsRepo) -> bool:
                            check=True).stdout.strip()
     for cluster in TEMPLATE_CLUSTERS:
         def tree(rev: str) -> str:
-            run = subprocess.run(["git", "-C", str(goals.bare), "rev-parse", rev], capture_output=True, text=True)
+            run = subprocess.run(["git", "-C", str(goals.bare), "rev-parse", rev], capture_output=True, text=True,
+                                 check=False)
             return run.stdout.strip() if run.returncode == 0 else empty
         if tree(f"cluster/{cluster}^{{tree}}") != tree(f"{head}:clusters/{cluster}"):
             return False
     return True
 
 
-def run_review(make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path: Path, dialect: str,
+def run_review(make_group: Callable[..., LeadGroup],  # noqa: F811 goals: GoalsRepo, tmp_path: Path, dialect: str,
                full: bool) -> None:
     fast_heartbeat(goals, interval=0.5, grace=5.0, cooldown=0)
     secret = tmp_path / "webhook-secret"
@@ -210,11 +217,11 @@ def run_review(make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path:
         assert fake.violations == []
 
 
-def test_review_through_github(make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path: Path) -> None:
+def test_review_through_github(make_group: Callable[..., LeadGroup],  # noqa: F811 goals: GoalsRepo, tmp_path: Path) -> None:
     run_review(make_group, goals, tmp_path, "github", full=True)
 
 
 @pytest.mark.parametrize("dialect", ["gitlab", "gitea"])
-def test_review_through_gitlab_and_gitea(make_group: Callable[..., LeadGroup], goals: GoalsRepo, tmp_path: Path,
+def test_review_through_gitlab_and_gitea(make_group: Callable[..., LeadGroup],  # noqa: F811 goals: GoalsRepo, tmp_path: Path,
                                          dialect: str) -> None:
     run_review(make_group, goals, tmp_path, dialect, full=False)

@@ -15,7 +15,14 @@ from datetime import UTC, datetime
 from typing import Any
 
 from qonnect_gitops.forge.fake.git import NotMergeable
-from qonnect_gitops.forge.fake.state import ForgeState, Label, Note, Pull, Repository, Status
+from qonnect_gitops.forge.fake.state import (
+    ForgeState,
+    Label,
+    Note,
+    Pull,
+    Repository,
+    Status,
+)
 
 BOT = "qonnect-bot"
 

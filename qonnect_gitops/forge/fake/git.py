@@ -43,6 +43,7 @@ class GitRepo:
         if current is None:
             raise NotMergeable(f"base branch {base} is gone")
         base_oid = current.resolve().target
+        assert isinstance(base_oid, pygit2.Oid)
         head_oid = pygit2.Oid(hex=head_sha)
         if base_oid == head_oid or repo.descendant_of(base_oid, head_oid):
             raise NotMergeable("nothing to merge: the base already contains the head")

@@ -17,7 +17,7 @@ from functools import cache
 from importlib import resources
 from typing import Any
 
-import jsonschema
+import jsonschema  # type: ignore[import-untyped]
 from referencing import Registry, Resource
 from referencing.jsonschema import DRAFT4
 

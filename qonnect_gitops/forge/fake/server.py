@@ -87,7 +87,7 @@ class FakeForge:
         self.shared = _Shared(config, ForgeState(config.repositories), specs)
         self.server = _Server((config.host, config.port), self.shared)
         host, port = self.server.server_address[:2]
-        self.url = f"http://{host}:{port}"
+        self.url = f"http://{host!s}:{port}"
         self.shared.web = self.url
         self._threads = [threading.Thread(target=self.server.serve_forever, name="fake-forge", daemon=True),
                          threading.Thread(target=self._deliver, name="fake-forge-hooks", daemon=True)]
@@ -103,7 +103,7 @@ class FakeForge:
         self.server.shutdown()
         self.server.server_close()
 
-    def __enter__(self) -> FakeForge:
+    def __enter__(self) -> FakeForge:  # noqa: PYI034 - start() returns the forge
         return self.start()
 
     def __exit__(self, *exc: object) -> None:
@@ -294,7 +294,6 @@ class _Handler(BaseHTTPRequestHandler):
         return data, bool(data.strip())
 
     def _dispatch(self, method: str) -> None:
-        shared = self.server.shared
         split = urllib.parse.urlsplit(self.path)
         path = split.path
         try:
