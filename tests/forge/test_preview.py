@@ -100,7 +100,7 @@ def test_observations_change_the_preview(goals: tuple[Path, Path], tmp_path: Pat
     run = preview(bare, "--base", "main", "--head", "more-details", "--observed", str(observed), "--format", "json")
     assert run.returncode == 0, run.stderr
     after = json.loads(run.stdout)["changes"]
-    details = [c for c in after if c["component"] == "bookinfo/details"][0]
+    details = next(c for c in after if c["component"] == "bookinfo/details")
     assert not set(details["after"]) & where  # planned away from the clusters seen failed
 
 

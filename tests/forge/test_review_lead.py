@@ -4,6 +4,7 @@ the forge's published description) delivering signed webhooks to the leads."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -43,8 +44,8 @@ class ApplyingAgents(Agents):
 
     def send_round(self) -> None:
         out = subprocess.run(["git", "-C", str(self.goals.bare), "for-each-ref", "refs/heads/cluster/",
-                              "--format=%(refname:lstrip=3) %(objectname) "
-                              "%(trailers:key=Qonnect-Generation,valueonly,separator=)"],
+                              ("--format=%(refname:lstrip=3) %(objectname) "
+                               "%(trailers:key=Qonnect-Generation,valueonly,separator=)")],
                              capture_output=True, text=True, check=False).stdout
         applied = {}
         for line in out.splitlines():
@@ -117,7 +118,8 @@ def fanned_out(goals: GoalsRepo) -> bool:
     return True
 
 
-def run_review(make_group: Callable[..., LeadGroup],  # noqa: F811 goals: GoalsRepo, tmp_path: Path, dialect: str,
+def run_review(make_group: Callable[..., LeadGroup],  # noqa: F811
+               goals: GoalsRepo, tmp_path: Path, dialect: str,
                full: bool) -> None:
     fast_heartbeat(goals, interval=0.5, grace=5.0, cooldown=0)
     secret = tmp_path / "webhook-secret"
@@ -141,6 +143,10 @@ def run_review(make_group: Callable[..., LeadGroup],  # noqa: F811 goals: GoalsR
             assert "| Component | Cluster | Replicas | Why |" in first["body"]
             # The plan branch exists (a pull request needs a base) but places nothing yet.
             assert not goals.has("cluster/edge-1") and goals.trailers("qonnect/plan")["Qonnect-Generation"] == ["0"]
+            shown = group.status(group.wait_leader()) or {}
+            review = shown["loop"]["review"]
+            assert review["forge"]["type"] == dialect and review["forge"]["connected"]
+            assert TOKEN not in json.dumps(shown)
             status = wait_for(lambda: (s := latest_status(forge, source, "qonnect/placed")) is not None
                               and "awaiting review" in s.description and s, 15, "qonnect/placed pending", group)
             assert status.state is CommitState.PENDING
@@ -167,7 +173,7 @@ def run_review(make_group: Callable[..., LeadGroup],  # noqa: F811 goals: GoalsR
                 third = wait_for(lambda: [p for p in pulls(fake) if p["state"] == "open"
                                           and p["number"] != second["number"]], 30, "a superseding pull request",
                                  group)[0]
-                wait_for(lambda: [p for p in pulls(fake) if p["number"] == second["number"]][0]["state"] == "closed",
+                wait_for(lambda: next(p for p in pulls(fake) if p["number"] == second["number"])["state"] == "closed",
                          20, "the superseded pull request closed", group)
                 notes = [c["body"] for c in comments(fake, second["number"])]
                 assert any(f"#{third['number']}" in n and "Superseded" in n for n in notes), notes
@@ -215,13 +221,17 @@ def run_review(make_group: Callable[..., LeadGroup],  # noqa: F811 goals: GoalsR
                                capture_output=True, text=True, env=env, check=True).stdout
         assert f"merged {merged.url}" in shown, shown
         assert fake.violations == []
+        for lead in group.leads:  # the token is never logged
+            assert TOKEN not in lead.log_path.read_text()
 
 
-def test_review_through_github(make_group: Callable[..., LeadGroup],  # noqa: F811 goals: GoalsRepo, tmp_path: Path) -> None:
+def test_review_through_github(make_group: Callable[..., LeadGroup],  # noqa: F811
+                               goals: GoalsRepo, tmp_path: Path) -> None:
     run_review(make_group, goals, tmp_path, "github", full=True)
 
 
 @pytest.mark.parametrize("dialect", ["gitlab", "gitea"])
-def test_review_through_gitlab_and_gitea(make_group: Callable[..., LeadGroup],  # noqa: F811 goals: GoalsRepo, tmp_path: Path,
+def test_review_through_gitlab_and_gitea(make_group: Callable[..., LeadGroup],  # noqa: F811
+                                         goals: GoalsRepo, tmp_path: Path,
                                          dialect: str) -> None:
     run_review(make_group, goals, tmp_path, dialect, full=False)
