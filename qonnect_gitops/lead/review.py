@@ -131,6 +131,26 @@ def unmet_section(mirror: Mirror, commit: str, description: str) -> str:
     return "\n".join(lines)
 
 
+def cluster_progress(entry: Any) -> tuple[int, bool, list[str]]:
+    """From a cluster's latest report in the KB: the generation it applied, whether all its
+    components are healthy, and the reasons of its refusals (``StaleGeneration`` left out:
+    that is an old branch, not a failure of this one). The one place that reads reports
+    here: it takes the KB's plain-dict entries and its typed ``StoredReport`` records."""
+    if entry is None:
+        return 0, False, []
+    record = getattr(entry, "record", None)
+    if record is not None:  # kb.records.StoredReport
+        generation = record.applied.generation if record.applied is not None else 0
+        healthy = all(c.healthy for c in record.components)
+        reasons = [str(r.reason) for r in record.refusals]
+    else:
+        report = entry.get("report") or {}
+        generation = int((report.get("applied") or {}).get("generation") or 0)
+        healthy = all(c.get("healthy", True) for c in report.get("components") or ())
+        reasons = [str(r.get("reason")) for r in report.get("refusals") or ()]
+    return generation, healthy, [r for r in reasons if r != "StaleGeneration"]
+
+
 class ReviewBridge:
     """See the module docstring. Created by the loop; every public method is safe to call
     whatever the configuration (without a forge they do nothing)."""
@@ -359,12 +379,10 @@ class ReviewBridge:
         applied, refused, waiting = [], [], []
         for cluster, generation in sorted(placed.required.items()):
             entry, healthy = seen[cluster]
-            report = (entry or {}).get("report") or {}
-            done = ((report.get("applied") or {}).get("generation") or 0) >= generation
-            components_ok = all(c.get("healthy", True) for c in report.get("components") or ())
-            refusals = [r for r in report.get("refusals") or () if r.get("reason") != "StaleGeneration"]
+            applied_generation, components_ok, refusals = cluster_progress(entry)
+            done = applied_generation >= generation
             if refusals and not done:
-                refused.append(f"{cluster}: {refusals[0].get('reason')}")
+                refused.append(f"{cluster}: {refusals[0]}")
             elif done and healthy and components_ok:
                 applied.append(cluster)
             else:
