@@ -20,6 +20,7 @@ COMMANDS: tuple[str, ...] = (
     "validate",
     "schema",
     "plan",
+    "preview",
     "reconcile",
     "proposals",
     "approve",

@@ -1,4 +1,4 @@
-"""``qonnect proposals``: list the open (and recently closed) placement proposals of a repository."""
+"""``qonnect proposals``: the placement proposals of a repository, with their pull requests."""
 
 from __future__ import annotations
 
@@ -7,7 +7,10 @@ from typing import Any
 
 from qonnect_gitops.cli._gitrepo import add_repo_arguments, open_mirror
 from qonnect_gitops.cli.table import format_table
+from qonnect_gitops.forge import ForgeError, PullRequest, connect, read_token
 from qonnect_gitops.gitstore.errors import GitStoreError
+from qonnect_gitops.gitstore.remote import Mirror
+from qonnect_gitops.model import GoalsError, load_goals
 
 
 def register(subparsers: Any) -> None:
@@ -15,11 +18,42 @@ def register(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "proposals",
         help="list placement proposals waiting for review",
-        description="List the open proposals (branches qonnect/proposals/<id>) of a goals repository.",
+        description="List the open proposals (branches qonnect/proposals/<id>) of a goals repository and, "
+        "where spec.review.forge is set and a token is at hand (tokenFile or QONNECT_FORGE_TOKEN), the "
+        "state and URL of each one's pull request.",
     )
     add_repo_arguments(parser)
-    parser.add_argument("--closed", action="store_true", help="also list approved and superseded proposals")
+    parser.add_argument("--closed", action="store_true", help="also list approved, merged, rejected and "
+                        "superseded proposals")
+    parser.add_argument("--no-forge", action="store_true", help="do not ask the forge for pull requests")
     parser.set_defaults(handler=run)
+
+
+def pull_requests(mirror: Mirror) -> tuple[dict[str, PullRequest], str | None]:
+    """Proposal id -> its newest pull request, from the forge the goals at main name; and
+    why there are none (no forge, no token, forge unreachable), or None."""
+    try:
+        goals = load_goals(mirror.read_goals())
+    except (GoalsError, GitStoreError):
+        return {}, "the goals at main do not validate: forge settings unknown"
+    settings = goals.fleet.spec.review.forge
+    if settings is None:
+        return {}, None
+    try:
+        forge = connect(settings, read_token(settings))
+        pulls = forge.find_pull_requests(only_open=False)
+    except (ForgeError, ValueError) as exc:
+        return {}, f"pull requests unknown: {exc}"
+    prefix = goals.fleet.spec.branches.proposal_prefix
+    out: dict[str, PullRequest] = {}
+    for pull in pulls:  # newest first: keep the newest per proposal
+        if pull.head_branch.startswith(prefix):
+            out.setdefault(pull.head_branch[len(prefix):], pull)
+    return out, None
+
+
+def _pull_cell(pull: PullRequest | None) -> str | None:
+    return None if pull is None else f"{pull.state.value} {pull.url}"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -30,6 +64,7 @@ def run(args: argparse.Namespace) -> int:
             proposals = store.list_proposals()
             closed = store.list_closed() if args.closed else []
             plan = store.plan_head()
+            pulls, note = ({}, None) if args.no_forge else pull_requests(mirror)
     except GitStoreError as exc:
         print(f"error: {exc}")
         return 1
@@ -39,12 +74,14 @@ def run(args: argparse.Namespace) -> int:
     else:
         rows = [
             (p.id, p.meta.generation, p.meta.reason, p.commit[:12], (p.base or "")[:12] or None,
-             "stale" if p.stale else "ready", p.summary)
+             "stale" if p.stale else "ready", _pull_cell(pulls.get(p.id)), p.summary)
             for p in proposals
         ]
-        print(format_table(("ID", "GEN", "REASON", "COMMIT", "BASE", "STATE", "SUMMARY"), rows))
+        print(format_table(("ID", "GEN", "REASON", "COMMIT", "BASE", "STATE", "PULL REQUEST", "SUMMARY"), rows))
     if args.closed:
         print()
-        rows2 = [(c.id, c.commit[:12], c.note) for c in closed]
-        print(format_table(("CLOSED", "COMMIT", "NOTE"), rows2) if rows2 else "no closed proposals")
+        rows2 = [(c.id, c.commit[:12], _pull_cell(pulls.get(c.id)), c.note) for c in closed]
+        print(format_table(("CLOSED", "COMMIT", "PULL REQUEST", "NOTE"), rows2) if rows2 else "no closed proposals")
+    if note:
+        print(f"note: {note}")
     return 0

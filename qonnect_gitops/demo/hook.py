@@ -6,8 +6,10 @@ first lead that accepts it is enough, as behind a load balancer); a push to
 ``cluster/<name>`` to that cluster's agent (``POST /webhook``). Both are signed like
 GitHub's (``X-Hub-Signature-256: sha256=<HMAC-SHA256 of the body>``). CONFIG is JSON:
 ``{"secret_file", "leads": [url...], "agents": {cluster: url}, "main": "main",
-"cluster_prefix": "cluster/", "log": path}``. Imports nothing of the project: it runs
-inside every push and must start fast.
+"cluster_prefix": "cluster/", "log": path, "forge": url, "forge_repository": name}``.
+With ``forge``, every push is also announced to the fake forge (``POST /_fake/pushed``),
+which then moves the heads of its pull requests, as a forge's own receive hook does.
+Imports nothing of the project: it runs inside every push and must start fast.
 """
 
 from __future__ import annotations
@@ -64,6 +66,17 @@ def main(argv: list[str]) -> int:
                     code = post(url.rstrip("/") + "/webhook", body, secret)
                     lines.append(f"{time.time():.3f} {ref} -> {url} {code}")
                 threads.append(threading.Thread(target=to_agent))
+    if config.get("forge"):
+        def to_forge() -> None:
+            body = json.dumps({"repository": config.get("forge_repository", "")}).encode()
+            req = urllib.request.Request(config["forge"].rstrip("/") + "/_fake/pushed", data=body, method="POST",
+                                         headers={"Content-Type": "application/json"})
+            try:
+                with urllib.request.urlopen(req, timeout=2) as resp:
+                    lines.append(f"{time.time():.3f} pushed -> forge {resp.status}")
+            except OSError as exc:
+                lines.append(f"{time.time():.3f} pushed -> forge failed: {exc}")
+        threads.append(threading.Thread(target=to_forge))
     for t in threads:
         t.start()
     for t in threads:

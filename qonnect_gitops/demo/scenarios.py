@@ -9,7 +9,6 @@ triggering action (a push, a cluster going down, a SIGKILL, an approval).
 from __future__ import annotations
 
 import signal
-import subprocess
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,8 +17,19 @@ from typing import Any
 import yaml
 
 from qonnect_gitops.demo.observe import FleetObserver, Observed, by_component, matches
-from qonnect_gitops.demo.stack import Stack, git
+from qonnect_gitops.demo.stack import FORGE_REPOSITORY, Stack, git
+from qonnect_gitops.forge import (
+    CommitState,
+    CommitStatus,
+    Forge,
+    PullRequest,
+    PullRequestDraft,
+    connect,
+)
+from qonnect_gitops.forge.preview import MARKER
+from qonnect_gitops.gitstore import GitStore
 from qonnect_gitops.model import load_goals, read_directory
+from qonnect_gitops.model.fleet import ReviewForge
 from qonnect_gitops.render.render import _autoscaler_of
 
 WORKLOADS = ("Deployment", "StatefulSet")
@@ -101,9 +111,10 @@ class Demo:
         return True
 
     def plan_source(self) -> str | None:
+        """The goals commit of the plan in force (a forge's merge commit: of the merged side)."""
         if self.stack.rev("qonnect/plan") is None:
             return None
-        return (self.stack.trailers("qonnect/plan").get("Qonnect-Source") or [None])[0]
+        return GitStore(self.stack.bare).decision_of("qonnect/plan").source
 
     def wait(self, pred: Callable[[], Any], timeout: float, what: str, interval: float = 0.1) -> Any:
         deadline = time.monotonic() + timeout
@@ -385,49 +396,50 @@ def leader_kill(d: Demo) -> Result:
 
 
 def review(d: Demo) -> Result:
+    """Review mode through a forge: the proposal is a pull request on the demo's forge, a
+    reviewer merges it through the forge's API, and the clusters run it; a goals pull request
+    gets its preview comment (updated in place on a push) and ``qonnect/validate``."""
     r = Result("review")
-    plan_before = d.stack.rev("qonnect/plan")
+    stack = d.stack
+    forge = connect(ReviewForge(type="github", url=stack.forge_url, repository=FORGE_REPOSITORY),
+                    stack.forge_token_file.read_text().strip())
+    plan_before = stack.rev("qonnect/plan")
     before = by_component(d.snapshot()).get("bookinfo/reviews-v2", {})
     t0 = time.monotonic()
+    forge_line = (f"    forge: {{type: github, url: '{stack.forge_url}', repository: {FORGE_REPOSITORY}}}\n")
     commit = d.push_edits([
         ("qonnect.yaml", "mode: auto            # auto | pull-request", "mode: pull-request    # auto | pull-request"),
+        ("qonnect.yaml", "    failover: auto        # failover may bypass review\n",
+         "    failover: auto        # failover may bypass review\n" + forge_line),
         ("apps/bookinfo/app.yaml", "      calls: [ratings]\n      qos:\n        tiers: [fog, cloud]\n        maxCostPerHour: 0.05\n",
-         "      calls: [ratings]\n      qos:\n        tiers: [fog, cloud]\n        maxCostPerHour: 0.05\n"
-         "        latency:\n          - {region: eu-central, maxMs: 11}\n        migration: {cooldownSeconds: 0}\n")],
-        "review mode on; reviews-v2: eu-central within 11 ms; may move at once")
+         ("      calls: [ratings]\n      qos:\n        tiers: [fog, cloud]\n        maxCostPerHour: 0.05\n"
+          "        latency:\n          - {region: eu-central, maxMs: 11}\n        migration: {cooldownSeconds: 0}\n"))],
+        "review mode through the forge; reviews-v2: eu-central within 11 ms; may move at once")
 
-    def proposal() -> str | None:
-        refs = git("-C", d.stack.bare, "for-each-ref", "--format=%(refname:strip=4)",
-                   "refs/heads/qonnect/proposals/").split()
-        for pid in refs:
-            if d.stack.trailers(f"qonnect/proposals/{pid}").get("Qonnect-Source") == [commit]:
-                return pid
+    def proposal_pull() -> PullRequest | None:
+        for pull in forge.find_pull_requests():
+            if pull.head_branch.startswith("qonnect/proposals/") and "qonnect" in pull.labels \
+                    and stack.trailers(pull.head_sha).get("Qonnect-Source") == [commit]:
+                return pull
         return None
 
-    pid = d.wait(proposal, 60, "a proposal branch")
+    pull = d.wait(proposal_pull, 60, "a pull request of the proposal", interval=0.3)
     proposed_after = time.monotonic() - t0
-    message = git("-C", d.stack.bare, "log", "-1", "--format=%B", f"qonnect/proposals/{pid}")
-    table = [line for line in message.splitlines() if line.startswith("|")]
-    d.event(f"proposal {pid} after {proposed_after:.2f}s ({len(table)} table lines); plan untouched")
+    table = [line for line in pull.body.splitlines() if line.startswith("|")]
+    d.event(f"pull request #{pull.number} ({pull.url}) after {proposed_after:.2f}s: {pull.title}")
     problems = []
     time.sleep(1.0)
     held = by_component(d.snapshot()).get("bookinfo/reviews-v2", {})
-    if d.stack.rev("qonnect/plan") != plan_before:
-        problems.append("the plan moved before approval")
+    if stack.rev("qonnect/plan") != plan_before:
+        problems.append("the plan moved before the pull request was merged")
     if held != before:
-        problems.append(f"reviews-v2 moved before approval: {held}")
+        problems.append(f"reviews-v2 moved before the merge: {held}")
     if not table:
-        problems.append("no markdown table in the proposal")
+        problems.append("no markdown table in the pull request")
     t1 = time.monotonic()
-    run = subprocess.run(d.stack.cli("approve", pid, "--repo", d.stack.repo_url), capture_output=True, text=True,
-                         env={**__import__("os").environ, **d.stack.env}, timeout=60, check=False)
-    d.event(f"qonnect approve {pid}: exit {run.returncode}")
-    if run.returncode != 0:
-        problems.append(f"approve failed: {run.stderr.strip()[-500:]}")
-        r.passed = False
-        r.observed = {"problems": problems}
-        return r
-    d.wait(lambda: d.plan_source() == commit, 30, "the approved plan")
+    merged = forge.merge_pull_request(pull.number)  # what the reviewer's "Merge" button does
+    d.event(f"pull request #{pull.number} merged through the forge's API ({merged.state.value})")
+    d.wait(lambda: d.plan_source() == commit, 30, "the merged plan")
     seconds, observed, expected = d.wait_running(t1)
     after = by_component(observed).get("bookinfo/reviews-v2", {})
     comp = d.plan_doc()["components"]["bookinfo/reviews-v2"]
@@ -441,17 +453,86 @@ def review(d: Demo) -> Result:
     if set(after) - set(target) - draining:
         problems.append(f"reviews-v2 runs outside its target and draining: {after}")
     if after == before:
-        problems.append("reviews-v2 did not move after approval")
-    r.expected = {"proposal": "a qonnect/proposals/<id> branch with a markdown table; nothing runs differently "
-                  "until `qonnect approve`, then the clusters run it", "placement": expected}
-    r.observed = {"proposal": pid, "proposal seconds": round(proposed_after, 3), "table": table[:20],
-                  "reviews-v2 before": before, "reviews-v2 held before approval": held,
-                  "reviews-v2 after approval": after, "reviews-v2 target": target,
-                  "reviews-v2 draining": sorted(draining), "approve output": run.stdout.strip()[-800:],
-                  "problems": problems}
+        problems.append("reviews-v2 did not move after the merge")
+    placed = _status(d, forge, commit, "qonnect/placed", {CommitState.SUCCESS, CommitState.FAILURE}, 90)
+    d.event(f"qonnect/placed on {commit[:12]}: {placed.state.value if placed else None} "
+            f"({placed.description if placed else 'not set'})")
+    if placed is None or placed.state is not CommitState.SUCCESS:
+        problems.append(f"qonnect/placed on the goals commit: {placed}")
+    preview_seen, preview_problems = _goals_pull_request(d, forge)
+    problems += preview_problems
+    r.expected = {"pull request": "the proposal opened as a labelled pull request with a markdown table; nothing "
+                  "runs differently until it is merged on the forge, then the clusters run it and the goals "
+                  "commit gets qonnect/placed success", "placement": expected,
+                  "goals pull request": "one preview comment, updated in place on a push; qonnect/validate "
+                  "success on a valid head, failure on an invalid one"}
+    r.observed = {"pull request": pull.url, "proposal seconds": round(proposed_after, 3), "table": table[:20],
+                  "reviews-v2 before": before, "reviews-v2 held before merge": held,
+                  "reviews-v2 after merge": after, "reviews-v2 target": target,
+                  "reviews-v2 draining": sorted(draining),
+                  "qonnect/placed": None if placed is None else [placed.state.value, placed.description],
+                  "goals pull request": preview_seen, "problems": problems}
     r.seconds = seconds
     r.passed = not problems
     return r
+
+
+def _status(d: Demo, forge: Forge, sha: str, context: str, states: set[CommitState],
+            timeout: float) -> CommitStatus | None:
+    """The newest ``context`` status on ``sha`` once it is in ``states`` (None after the timeout)."""
+    def newest() -> CommitStatus | None:
+        for status in forge.list_statuses(sha):
+            if status.context == context:
+                return status if status.state in states else None
+        return None
+
+    try:
+        return d.wait(newest, timeout, f"{context} on {sha[:12]}", interval=0.3)  # type: ignore[no-any-return]
+    except Timeout:
+        return None
+
+
+def _goals_pull_request(d: Demo, forge: Forge) -> tuple[dict[str, Any], list[str]]:
+    """A goals change proposed as a pull request: its preview comment and qonnect/validate,
+    then a push that breaks the goals: the same comment updated, and a failure status."""
+    work, problems = d.stack.work, []
+    seen: dict[str, Any] = {}
+    git("checkout", "-q", "-b", "preview/ratings", cwd=work)
+    try:
+        ratings = work / "apps/bookinfo/manifests/ratings.yaml"
+        ratings.write_text(ratings.read_text().replace("replicas: 1", "replicas: 2", 1))
+        git("commit", "-q", "-am", "ratings: two replicas", cwd=work)
+        git("push", "-q", "origin", "preview/ratings", cwd=work)
+        pull = forge.open_pull_request(PullRequestDraft("preview/ratings", "main", "ratings: two replicas",
+                                                        "More ratings replicas."))
+        d.event(f"goals pull request #{pull.number} opened ({pull.url})")
+        valid = _status(d, forge, pull.head_sha, "qonnect/validate", {CommitState.SUCCESS, CommitState.FAILURE}, 60)
+        comments = [c for c in forge.list_comments(pull.number) if c.body.startswith(MARKER)]
+        seen["first"] = {"head": pull.head_sha, "validate": valid.state.value if valid else None,
+                         "comments": [c.id for c in comments]}
+        if valid is None or valid.state is not CommitState.SUCCESS:
+            problems.append(f"qonnect/validate on a valid head: {valid}")
+        if len(comments) != 1 or "bookinfo/ratings" not in comments[0].body:
+            problems.append(f"expected one preview comment naming bookinfo/ratings: {comments}")
+        cluster = work / "clusters/edge-1.yaml"
+        cluster.write_text(cluster.read_text().replace("tier: edge", "tier: moon", 1))
+        git("commit", "-q", "-am", "edge-1: a tier that does not exist", cwd=work)
+        git("push", "-q", "origin", "preview/ratings", cwd=work)
+        head = git("rev-parse", "HEAD", cwd=work).strip()
+        invalid = _status(d, forge, head, "qonnect/validate", {CommitState.FAILURE, CommitState.SUCCESS}, 60)
+        again = [c for c in forge.list_comments(pull.number) if c.body.startswith(MARKER)]
+        seen["second"] = {"head": head, "validate": [invalid.state.value, invalid.description] if invalid else None,
+                          "comments": [c.id for c in again]}
+        d.event(f"goals pull request #{pull.number} after a bad push: qonnect/validate "
+                f"{invalid.state.value if invalid else None}")
+        if invalid is None or invalid.state is not CommitState.FAILURE:
+            problems.append(f"qonnect/validate on an invalid head: {invalid}")
+        if [c.id for c in again] != [c.id for c in comments] or not again or "invalid" not in again[0].body:
+            problems.append("the preview comment was not updated in place")
+        forge.close_pull_request(pull.number)
+    finally:
+        git("checkout", "-q", "main", cwd=work)
+    return seen, problems
 
 
 SCENARIOS: dict[str, Callable[[Demo], Result]] = {

@@ -26,6 +26,8 @@ from qonnect_gitops.demo.template import PACKAGE, find_template
 from qonnect_gitops.gitstore.daemon import free_ports
 from qonnect_gitops.lead.tokens import create_token, read_only_subject
 
+FORGE_REPOSITORY = "demo/goals"
+
 
 def git(*args: str | Path, cwd: Path | None = None) -> str:
     env = {**os.environ, "GIT_AUTHOR_NAME": "demo operator", "GIT_AUTHOR_EMAIL": "operator@example.org",
@@ -84,6 +86,8 @@ class Stack:
         self.secret_file = self.root / "webhook-secret"
         self.tokens_file = self.root / "tokens"
         self.read_token = ""  # set once the tokens file is written (start)
+        self.forge_token_file = self.root / "forge-token"
+        self.forge_url = ""  # the fake forge (GitHub dialect) the review scenario reviews on
         self.git_port = 0
         self.env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")])),
                     "PYTHONUNBUFFERED": "1"}
@@ -114,9 +118,11 @@ class Stack:
         git("init", "-q", "--bare", "-b", "main", self.bare)
         git("-C", self.bare, "config", "receive.denyNonFastForwards", "true")
         hook_config = self.root / "hook.json"
+        self.start_forge()
         hook_config.write_text(json.dumps({
             "secret_file": str(self.secret_file), "leads": [lead.url for lead in self.leads],
-            "agents": self.agent_hooks, "log": str(self.logs / "hook.log")}))
+            "agents": self.agent_hooks, "log": str(self.logs / "hook.log"),
+            "forge": self.forge_url, "forge_repository": FORGE_REPOSITORY}))
         hook = self.bare / "hooks" / "post-receive"
         hook.write_text(f"#!/bin/sh\nPYTHONPATH='{self.env['PYTHONPATH']}' exec '{sys.executable}' "
                         f"-m qonnect_gitops.demo.hook '{hook_config}'\n")
@@ -163,6 +169,26 @@ class Stack:
         self._wait(lambda: self.leader() is not None, 60, "an elected lead", "lead-1")
         on_step(f"3 leads up, leader {getattr(self.leader(), 'node_id', None)}; 9 agents started")
 
+    def start_forge(self) -> None:
+        """The fake forge, hosting the goals repository as ``demo/goals`` and sending pull
+        request webhooks to the leads (the first that accepts, as behind a load balancer)."""
+        self.forge_token_file.write_text(secrets.token_hex(16))
+        self.forge_token_file.chmod(0o600)
+        url_file = self.root / "forge-url"
+        config = self.root / "forge.json"
+        config.write_text(json.dumps({
+            "repositories": {FORGE_REPOSITORY: str(self.bare)}, "tokenFile": str(self.forge_token_file),
+            "hooks": [{"url": ",".join(f"{lead.url}/v1/hooks/git" for lead in self.leads),
+                       "secretFile": str(self.secret_file), "dialect": "github"}],
+            "urlFile": str(url_file)}))
+        self.procs.start("forge", self.cli_module("qonnect_gitops.forge.fake", str(config)),
+                         self.logs / "forge.log", self.env)
+        self._wait(url_file.exists, 30, "the fake forge", "forge")
+        self.forge_url = url_file.read_text().strip()
+
+    def cli_module(self, module: str, *args: str) -> list[str]:
+        return [sys.executable, "-m", module, *args]
+
     def start_lead(self, lead: LeadInfo) -> None:
         self.procs.start(lead.node_id, self.cli(
             "lead", "--id", lead.node_id, "--raft", lead.raft, "--http", lead.http,
@@ -171,7 +197,7 @@ class Stack:
             "--tokens-file", str(self.tokens_file), "--webhook-secret-file", str(self.secret_file),
             "--poll-seconds", str(self.settings.poll_seconds),
             "--reschedule-seconds", str(self.settings.reschedule_seconds)),
-            self.logs / f"{lead.node_id}.log", self.env)
+            self.logs / f"{lead.node_id}.log", {**self.env, "QONNECT_FORGE_TOKEN": self.forge_token_file.read_text()})
 
     def cli(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "qonnect_gitops", *args]

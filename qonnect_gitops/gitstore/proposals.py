@@ -1,17 +1,16 @@
-"""Review mode seams: what a forge (GitHub, GitLab, Gitea) needs to open a pull request.
+"""What a forge needs to show a proposal as a pull request.
 
-The Git side of review mode lives in ``GitStore.propose/approve/list_proposals``; a
-proposal is a branch, so any forge can show it. This module turns a proposal into a
-pull-request request and defines the small ``Forge`` protocol a forge client
-implements. Merging such a pull request fast-forwards (or merges into) the plan
-branch; the leader then calls ``GitStore.fan_out(plan_head)``, which reads the
-decision trailers from the merged proposal commit.
+The Git side of review mode lives in ``GitStore.propose/approve/close_proposal``; a
+proposal is a branch, so any forge can show it. This module turns a proposal into the
+title and body of its pull request; the forge clients (``qonnect_gitops.forge``) open it
+and the leader (``lead.review``) keeps pull requests and proposals in step. Merging such
+a pull request merges into the plan branch; the leader's next cycle follows it
+(``GitStore.fan_out`` reads the decision trailers from the merged proposal commit).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
 
 from qonnect_gitops.gitstore.store import GitStore, Proposal
 
@@ -27,25 +26,17 @@ class PullRequestRequest:
     body: str
 
 
-class Forge(Protocol):
-    """A forge API client, e.g. GitHub's REST API. Implementations live outside gitstore."""
-
-    def open_pull_request(self, request: PullRequestRequest) -> str:
-        """Open (or update) the pull request for ``request.head_branch``; return its URL."""
-        ...
-
-    def close_pull_request(self, proposal_id: str, note: str) -> None:
-        """Close the pull request of a superseded proposal, leaving ``note`` as a comment."""
-        ...
-
-
 def pull_request_for(store: GitStore, proposal: Proposal) -> PullRequestRequest:
-    """The pull request that shows ``proposal`` against the plan branch."""
+    """The pull request that shows ``proposal`` against the plan branch: the decision
+    summary as title, the proposal's markdown (placement table, moves, unplaced replicas,
+    unmet goals) as body, and how to act on it."""
     heads = "refs/heads/"
     meta = proposal.meta
     footer = (
         f"\n\n---\nGeneration {meta.generation}, reason `{meta.reason}`, goals commit `{meta.source}`, "
-        f"Raft term {meta.term}. Approve with `qonnect approve {proposal.id}` or merge this pull request."
+        f"Raft term {meta.term}.\n\nMerge this pull request to put the placement in force (or run "
+        f"`qonnect approve {proposal.id}`); close it without merging to reject it: qonnect then does not "
+        f"propose the same placement again for the same goals commit."
     )
     return PullRequestRequest(
         proposal_id=proposal.id,

@@ -379,6 +379,35 @@ def narrow_fetch(
     return FetchResult(str(target), stats.received_bytes, stats.received_objects, time.perf_counter() - start)
 
 
+def fetch_for_review(
+    cache_path: str | Path,
+    url: str,
+    extra_refs: Sequence[str] = (),
+    credentials: Credentials = None,
+) -> pygit2.Repository:
+    """Fetch every branch (as ``refs/remotes/origin/heads/*``), every tag, and ``extra_refs``
+    (e.g. a pull request's ``refs/pull/7/head``, kept under ``refs/qonnect-review/``) into a
+    bare cache, so ``resolve_commit`` finds a branch, tag, commit or pull request head.
+    An extra ref the remote lacks is skipped; the caller's resolve then says what is missing."""
+    path = Path(cache_path)
+    repo = pygit2.Repository(str(path)) if (path / "HEAD").exists() else pygit2.init_repository(str(path), bare=True)
+    remote = repo.remotes.create_anonymous(url)
+    callbacks = pygit2.RemoteCallbacks(credentials=credentials)
+    try:
+        remote.fetch(["+refs/heads/*:refs/remotes/origin/heads/*", "+refs/tags/*:refs/tags/*"],
+                     callbacks=callbacks, prune=pygit2.enums.FetchPrune.PRUNE)
+    except pygit2.GitError as exc:
+        raise RemoteError(f"fetch from {url} failed: {exc}") from exc
+    for ref in extra_refs:
+        if not ref.startswith("refs/") or not pygit2.reference_is_valid_name(ref):
+            raise ValueError(f"invalid ref name {ref!r}")
+        try:
+            remote.fetch([f"+{ref}:refs/qonnect-review/{ref[len('refs/'):]}"], callbacks=callbacks)
+        except pygit2.GitError as exc:
+            log.info("review_ref_not_fetched", ref=ref, error=str(exc))
+    return repo
+
+
 def fetch_branch(
     cache_path: str | Path,
     url: str,

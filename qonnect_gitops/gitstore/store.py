@@ -513,6 +513,11 @@ class GitStore:
             closed_proposals=tuple(closed),
         )
 
+    def close_proposal(self, proposal_id: str, note: str, timestamp: int | None = None) -> list[str]:
+        """Close an open proposal without approving it (merged or rejected on a forge, or
+        stale), keeping ``refs/qonnect/closed/<id>`` with ``note``; [] when it was not open."""
+        return self._close(proposal_id, note, int(time.time()) if timestamp is None else timestamp)
+
     # ---------------------------------------------------------------- helpers
 
     def _prepare(

@@ -57,6 +57,7 @@ DEFAULT_GRACE_SECONDS = 20.0
 DEFAULT_INTERVAL_SECONDS = 5.0
 MAX_GOALS_ERRORS = 100
 LATENCY_WINDOW_REPORTS = 3
+MAX_REJECTED_PROPOSALS = 256
 
 
 def iso(ts: float | None) -> str | None:
@@ -142,6 +143,9 @@ class KnowledgeBase:
         # Leadership as the log saw it: who took office, in which term, when.
         self.leader: dict[str, Any] | None = None  # {id, term, since}
         self.members: dict[str, dict[str, str]] = {}  # id -> {raft, http}
+        # Proposals a reviewer closed without merging, by lead.review.rejection_key (goals
+        # commit, plan in force, decision): the same decision is not proposed again for them.
+        self.rejected_proposals: dict[str, dict[str, Any]] = {}
         # Bounded decision log, oldest first; seq numbers survive trimming.
         self.decisions: list[dict[str, Any]] = []
         self.decision_seq = 0
@@ -384,6 +388,20 @@ class KnowledgeBase:
         )
         return generation
 
+    def apply_proposal_rejected(self, key: str, proposal_id: str, goals_commit: str, url: str,
+                                now: float) -> bool:
+        """Record that a reviewer closed proposal ``proposal_id`` without merging it."""
+        if key in self.rejected_proposals:
+            return False
+        self.rejected_proposals[key] = {"proposal": proposal_id, "goalsCommit": goals_commit, "url": url,
+                                        "at": now}
+        while len(self.rejected_proposals) > MAX_REJECTED_PROPOSALS:
+            oldest = min(self.rejected_proposals, key=lambda k: self.rejected_proposals[k]["at"])
+            del self.rejected_proposals[oldest]
+        self._log(now, "proposal-rejected", f"proposal {proposal_id} rejected on the forge ({url})",
+                  proposal=proposal_id, goalsCommit=goals_commit)
+        return True
+
     def apply_leader(self, node_id: str, term: int, now: float) -> bool:
         """Record that ``node_id`` became leader in ``term``; older terms are ignored."""
         if term <= self.leader_term:
@@ -584,6 +602,7 @@ class KnowledgeBase:
             "members": self.members,
             "decisions": self.decisions,
             "decisionSeq": self.decision_seq,
+            "rejectedProposals": self.rejected_proposals,
         }
 
     @classmethod
@@ -619,6 +638,7 @@ class KnowledgeBase:
         kb.members = d["members"]
         kb.decisions = d["decisions"]
         kb.decision_seq = d["decisionSeq"]
+        kb.rejected_proposals = d.get("rejectedProposals", {})  # absent in dumps before review
         return kb
 
 

@@ -58,7 +58,7 @@ log = get_logger(__name__)
 
 _FORWARDED = "X-Qonnect-Forwarded-By"
 _HOOK_HEADERS = {"content-type", "x-hub-signature-256", "x-gitea-signature", "x-gitlab-token",
-                 "x-github-event", "x-gitea-event", "x-gitlab-event"}
+                 "x-github-event", "x-gitea-event", "x-forgejo-event", "x-gitlab-event"}
 _REPORT_PATH = re.compile(r"^/v1/clusters/([^/]+)/report$")
 _MAX_ERRORS_SHOWN = 10
 _MAX_INT_DIGITS = 20  # JSON integers beyond this are refused before Python converts them
@@ -246,7 +246,7 @@ class LeadAPI:
         if service.loop is None:
             raise HTTPError(409, "this lead has no goals repository configured")
         if service.node.is_leader():
-            service.loop.trigger("webhook")
+            service.loop.on_webhook(dict(request.headers.items()), request.body)
             log.info("webhook_accepted", forge=forge)
             return Response.json(202, {"accepted": True, "forge": forge, "by": service.config.node_id})
         leader = service.leader_info()

@@ -62,6 +62,8 @@ from qonnect_gitops.kb import (
 from qonnect_gitops.lead.faults import fault_point
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode
+from qonnect_gitops.lead.review import TICK_SECONDS as REVIEW_TICK_SECONDS
+from qonnect_gitops.lead.review import ReviewBridge
 from qonnect_gitops.lead.reconcile import (
     CycleHooks,
     CycleResult,
@@ -95,6 +97,7 @@ class LoopConfig:
     mirror_dir: Path
     poll_seconds: float = 10.0
     reschedule_seconds: float = 60.0
+    api_url: str | None = None  # this lead's advertised API URL (links in forge statuses)
 
 
 @dataclass
@@ -144,6 +147,9 @@ class ReconcileLoop:
                                id="poll")
         self.scheduler.add_job(self.trigger, "interval", seconds=config.reschedule_seconds,
                                args=["rescheduling"], id="reschedule")
+        # Forge review (pull requests, previews, commit statuses): lead/review.py.
+        self.review = ReviewBridge(node, kb, self)
+        self.scheduler.add_job(self.review.tick, "interval", seconds=REVIEW_TICK_SECONDS, id="review")
 
     # ----------------------------------------------------------- leadership
 
@@ -249,7 +255,8 @@ class ReconcileLoop:
         now = datetime.now(tz=UTC)
         hooks = CycleHooks(on_goals=lambda c, g: self._record_goals(c, g, term),
                            before_publish=lambda r: self._fence_and_record(r, term, now),
-                           between_pushes=lambda: self._between_pushes(term))
+                           between_pushes=lambda: self._between_pushes(term),
+                           may_propose=self.review.may_propose)
         result = None
         for attempt in range(1, ATTEMPTS + 1):
             self.metrics.inc("qonnect_goals_fetches_total")  # one fetch per attempt
@@ -281,6 +288,7 @@ class ReconcileLoop:
         if result is None:
             return None
         self._sync_kb(term, result)
+        self.review.after_cycle(self._open_mirror(), result, term)
         self.cycles += 1
         self.failures = 0
         self.last_error = None
@@ -317,6 +325,7 @@ class ReconcileLoop:
 
     def _record_goals(self, commit: str, goals: Goals, term: int) -> None:
         """Valid goals: record the inventory (once per commit) before the KB is read."""
+        self.review.on_goals(goals)
         branches = goals.fleet.spec.branches
         names = (branches.plan, branches.cluster_prefix, branches.proposal_prefix)
         if self._branches is not None and names != self._branches:
@@ -350,6 +359,7 @@ class ReconcileLoop:
             log.warning("goals_failure_not_recorded", reason=err.reason)
             return
         log.warning("goals_rejected", commit=commit, problems=len(errors))
+        self.review.after_invalid_goals(commit, errors)
 
     def _fence_and_record(self, result: CycleResult, term: int, now: datetime) -> None:
         """Before any push: record the decision in the KB, then re-check the fence."""
@@ -422,16 +432,24 @@ class ReconcileLoop:
         else:
             self.trigger_at(when, "deadline", "deadline")
 
+    def on_webhook(self, headers: dict[str, str], body: bytes) -> None:
+        """A verified webhook: goals pull requests go to the review bridge for a preview;
+        pushes and proposal pull request changes trigger a cycle."""
+        if self.review.on_webhook(headers, body):
+            self.trigger("webhook")
+
     def status(self) -> dict[str, Any]:
         """The loop's part of ``/v1/status``."""
         return {"leading": self._leading, "cycles": self.cycles, "lastCycle": self.last_cycle,
                 "lastError": self.last_error, "failures": self.failures,
                 "degraded": self.degraded, "healthy": self.healthy(),
-                "pollSeconds": self.poll_seconds, "rescheduleSeconds": self.reschedule_seconds}
+                "pollSeconds": self.poll_seconds, "rescheduleSeconds": self.reschedule_seconds,
+                "review": self.review.status()}
 
     def close(self) -> None:
         """Stop the scheduler without waiting for a cycle in flight."""
         self._leading = False
+        self.review.close()
         self.scheduler.shutdown(wait=False)
 
 

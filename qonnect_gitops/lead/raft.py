@@ -99,6 +99,12 @@ class ReplicatedKB(SyncObjConsumer):
             return self.kb.apply_plan(placements, reasons, reason, goals_commit, term, now)
 
     @replicated
+    def proposal_rejected(self, key: str, proposal_id: str, goals_commit: str, url: str,
+                          now: float) -> bool:
+        with self.lock:
+            return self.kb.apply_proposal_rejected(key, proposal_id, goals_commit, url, now)
+
+    @replicated
     def leader(self, node_id: str, term: int, now: float) -> bool:
         with self.lock:
             return self.kb.apply_leader(node_id, term, now)

@@ -64,11 +64,14 @@ class CycleHooks:
       leadership and records the decision in the KB here.
     * ``between_pushes()``: after the plan branch was pushed and before the fan-out push
       (a test fault point: the fan-out must be finishable by the next leader).
+    * ``may_propose(goals_commit, plan_head, plan)``: review mode only; False withholds the
+      proposal (a reviewer rejected this decision for these inputs: ``lead.review``).
     """
 
     on_goals: Callable[[str, Goals], None] | None = None
     before_publish: Callable[[CycleResult], None] | None = None
     between_pushes: Callable[[], None] | None = None
+    may_propose: Callable[[str, str | None, Plan], bool] | None = None
 
 
 @dataclass(frozen=True)
@@ -249,7 +252,7 @@ def reconcile_once(
     common = dict(summary=decision_summary(decision), meta=meta, clusters=rendered.clusters,
                   timestamp=int(now.timestamp()), prune_limits=prune_limits(mirror, head, rendered),
                   expected_plan=head)
-    result = CycleResult(goals_commit, decision, generation)
+    result = CycleResult(goals_commit, decision, generation, degraded=degraded)
     review = needs_review(goals, decision.reason)
     open_proposals = [p for p in mirror.store.list_proposals() if p.base == head] if review else []
     baseline = open_proposals[-1].commit if open_proposals else head
@@ -260,6 +263,12 @@ def reconcile_once(
             # fast-forwarded (a merged proposal); current_placement validated it above.
             mirror.store.catch_up()
         result = CycleResult(goals_commit, decision, generation, degraded=degraded)
+        published = _publish(mirror, result, hooks) if mirror.pending() else None
+        return CycleResult(goals_commit, decision, generation, published=published, degraded=degraded)
+    if review and hooks.may_propose is not None and not hooks.may_propose(goals_commit, head, decision):
+        log.info("proposal_withheld", goals=goals_commit[:12], reason="rejected-by-reviewer")
+        if head is not None:
+            mirror.store.catch_up()
         published = _publish(mirror, result, hooks) if mirror.pending() else None
         return CycleResult(goals_commit, decision, generation, published=published, degraded=degraded)
     if review:

@@ -97,7 +97,8 @@ class LeadService:
         if config.repo:
             self.loop = ReconcileLoop(self.node, self.kb, self.metrics, LoopConfig(
                 repo=config.repo, mirror_dir=Path(config.data_dir) / MIRROR_DIR,
-                poll_seconds=config.poll_seconds, reschedule_seconds=config.reschedule_seconds))
+                poll_seconds=config.poll_seconds, reschedule_seconds=config.reschedule_seconds,
+                api_url=config.url))
             self.node.state.report_listener = self.loop.on_reports
         self._threads = [
             threading.Thread(target=self._watch_leadership, name="leadership", daemon=True),

@@ -22,6 +22,50 @@ def _ref_fragment(value: str) -> str:
 RefFragment = Annotated[str, AfterValidator(_ref_fragment)]
 
 
+_REPOSITORY = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$|^[0-9]+$"
+_HTTP_URL = r"^https?://[^\s/?#@]+(/[^\s?#]*)?$"
+
+
+class ReviewForge(UserModel):
+    """The forge that shows proposals as pull requests, previews goals changes and carries
+    commit statuses. The API token comes from ``tokenFile`` on the lead's disk, or from the
+    ``QONNECT_FORGE_TOKEN`` environment variable; it never appears in goals."""
+
+    type: Literal["github", "gitlab", "gitea"] = Field(
+        description="`github` (github.com or GitHub Enterprise Server), `gitlab`, or `gitea` "
+        "(Gitea and Forgejo)."
+    )
+    url: str | None = Field(
+        None,
+        max_length=512,
+        pattern=_HTTP_URL,
+        description="Base URL of the forge (`https://github.com`, `https://ghe.example.com`, "
+        "`https://gitlab.example.com`, `https://gitea.example.com`); the API path is added. "
+        "Default: github.com or gitlab.com; required for gitea.",
+    )
+    repository: str = Field(
+        max_length=256,
+        pattern=_REPOSITORY,
+        description="`owner/name` (GitLab: `group/subgroup/project` or the numeric project id).",
+    )
+    token_file: str | None = Field(
+        None, max_length=4096, description="File on each lead holding the API token."
+    )
+    status_url: str | None = Field(
+        None,
+        max_length=512,
+        pattern=_HTTP_URL,
+        description="Public URL of the lead group's HTTP API; commit statuses link to "
+        "`<statusUrl>/v1/status`. Default: the leader's advertised HTTP address.",
+    )
+
+    @model_validator(mode="after")
+    def _gitea_needs_url(self) -> ReviewForge:
+        if self.type == "gitea" and self.url is None:
+            raise ValueError("a gitea forge needs its url (there is no public default)")
+        return self
+
+
 class Review(UserModel):
     """How decisions reach the plan branch."""
 
@@ -34,6 +78,11 @@ class Review(UserModel):
         "auto",
         description="`auto` lets failover decisions bypass review: a failed cluster cannot "
         "wait for a human.",
+    )
+    forge: ReviewForge | None = Field(
+        None,
+        description="Where pull requests, previews and commit statuses go. Without it, review "
+        "works on branches and `qonnect approve`.",
     )
 
 

@@ -1,0 +1,39 @@
+"""Forge clients: pull requests, comments and commit statuses on GitHub, GitLab and Gitea/Forgejo.
+
+One small interface (``Forge`` in ``base``) with one thin HTTP client per dialect
+(``github``, ``gitlab``, ``gitea``) on a shared transport (``http``: timeouts, bounded
+answers, retries with backoff on 5xx and rate limits). ``connect(settings, token)``
+builds the right client from ``spec.review.forge``. ``fake`` is an in-memory forge
+speaking all three dialects, validated against their published OpenAPI descriptions,
+for tests and the demo. See ``docs/review.md``.
+"""
+
+from qonnect_gitops.forge.base import (
+    Comment,
+    CommitState,
+    CommitStatus,
+    Forge,
+    ForgeError,
+    ForgeKind,
+    ForgeRateLimited,
+    PullRequest,
+    PullRequestDraft,
+    PullState,
+)
+from qonnect_gitops.forge.connect import TOKEN_ENV, connect, read_token
+
+__all__ = [
+    "TOKEN_ENV",
+    "Comment",
+    "CommitState",
+    "CommitStatus",
+    "Forge",
+    "ForgeError",
+    "ForgeKind",
+    "ForgeRateLimited",
+    "PullRequest",
+    "PullRequestDraft",
+    "PullState",
+    "connect",
+    "read_token",
+]

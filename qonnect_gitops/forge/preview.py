@@ -1,0 +1,157 @@
+"""What a goals change would do, before it is merged (pure: files and observations in).
+
+``preview(base_files, head_files, current, observe)`` validates the head, plans base and
+head on the same observed state with the plan in force as the current placement, and
+lists the components whose placement differs and the goals the head cannot meet. The
+JSON and markdown renderings are what ``qonnect preview`` prints and what the leader
+comments on a goals pull request.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from qonnect_gitops.model import (
+    CurrentPlacement,
+    Goals,
+    GoalsError,
+    Observed,
+    Plan,
+    load_goals,
+)
+from qonnect_gitops.placement import plan as make_plan
+from qonnect_gitops.render.describe import plan_markdown
+
+MARKER = "<!-- qonnect-preview -->"
+MAX_ERRORS = 50
+MAX_ROWS = 200
+
+
+@dataclass(frozen=True)
+class Change:
+    """A component whose replicas per cluster differ between base and head."""
+
+    component: str
+    before: dict[str, int]
+    after: dict[str, int]
+
+
+@dataclass(frozen=True)
+class Preview:
+    valid: bool
+    errors: tuple[str, ...] = ()
+    changes: tuple[Change, ...] = ()
+    unmet: tuple[dict[str, Any], ...] = ()
+    base_valid: bool = True
+    head_plan: Plan | None = field(default=None, compare=False)
+
+
+def preview(base_files: Mapping[str, bytes], head_files: Mapping[str, bytes], current: CurrentPlacement,
+            observe: Callable[[Goals], Observed]) -> Preview:
+    """Validate the head; plan base and head on ``observe(goals)`` with ``current`` in force.
+
+    An invalid base (the change repairs it) is compared against the placement in force."""
+    try:
+        head = load_goals(dict(head_files))
+    except GoalsError as exc:
+        return Preview(valid=False, errors=tuple(str(p) for p in exc.problems))
+    head_plan = make_plan(head, observe(head), current)
+    try:
+        base = load_goals(dict(base_files))
+    except GoalsError:
+        before, base_valid = dict(current.placements), False
+    else:
+        before, base_valid = make_plan(base, observe(base), current).placements(), True
+    after = head_plan.placements()
+    changes = tuple(
+        Change(key, dict(before.get(key, {})), dict(after.get(key, {})))
+        for key in sorted(set(before) | set(after))
+        if {c: n for c, n in before.get(key, {}).items() if n} != {c: n for c, n in after.get(key, {}).items() if n}
+    )
+    return Preview(valid=True, changes=changes, unmet=unmet_items(head_plan), base_valid=base_valid,
+                   head_plan=head_plan)
+
+
+def unmet_items(p: Plan) -> tuple[dict[str, Any], ...]:
+    """The goals a plan cannot meet: its ``unmet`` entries where the model has them, and
+    replicas that fit nowhere."""
+    items: list[dict[str, Any]] = []
+    for entry in getattr(p, "unmet", ()) or ():
+        dump = getattr(entry, "model_dump", None)
+        items.append(dump(mode="json", by_alias=True) if dump else dict(entry))
+    for u in p.unplaced:
+        items.append({"component": u.component, "goal": "replicas", "replicas": u.replicas, "reason": u.reason})
+    return tuple(items)
+
+
+def current_from_plan_file(raw: bytes | None) -> CurrentPlacement:
+    """The placement in force from a plan commit's ``placement.yaml`` (empty when absent).
+    Raises ``ValueError`` for a file that cannot be read: guessing "nothing runs" is wrong."""
+    if raw is None:
+        return CurrentPlacement()
+    try:
+        previous = Plan.model_validate(yaml.safe_load(raw))
+    except (yaml.YAMLError, ValidationError) as exc:
+        raise ValueError(f"the plan in force is unreadable: {exc}") from exc
+    return CurrentPlacement.model_validate({"placements": previous.placements(), "lastMoved": previous.last_moved})
+
+
+def preview_json(p: Preview) -> str:
+    """``{"valid", "errors", "changes", "unmet"}`` as sorted, indented JSON."""
+    data = {
+        "valid": p.valid,
+        "errors": list(p.errors),
+        "changes": [{"component": c.component, "before": c.before, "after": c.after} for c in p.changes],
+        "unmet": list(p.unmet),
+    }
+    return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
+
+
+def _cell(text: object) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _where(placement: Mapping[str, int]) -> str:
+    return ", ".join(f"{c}={n}" for c, n in sorted(placement.items()) if n) or "-"
+
+
+def preview_markdown(p: Preview, base: str | None = None, head: str | None = None) -> str:
+    """The comment a goals pull request gets (one comment, updated in place: ``MARKER`` finds it)."""
+    title = "valid" if p.valid else "invalid"
+    lines = [MARKER, f"### qonnect preview: {title}"]
+    if base or head:
+        lines += ["", f"Base `{(base or '?')[:12]}`, head `{(head or '?')[:12]}`."]
+    if not p.valid:
+        lines += ["", (f"The head does not validate ({len(p.errors)} problem{'s' if len(p.errors) != 1 else ''}); "
+                       "merging it would leave the plan in force unchanged and report these:"), ""]
+        lines += [f"- `{_cell(e)}`" for e in p.errors[:MAX_ERRORS]]
+        if len(p.errors) > MAX_ERRORS:
+            lines.append(f"- ... and {len(p.errors) - MAX_ERRORS} more")
+        return "\n".join(lines)
+    if not p.base_valid:
+        lines += ["", "The base does not validate; the change is compared with the placement in force."]
+    lines.append("")
+    if p.changes:
+        lines += [f"{len(p.changes)} component{'s' if len(p.changes) != 1 else ''} would change placement:", "",
+                  "| Component | Before | After |", "|---|---|---|"]
+        lines += [f"| `{c.component}` | {_cell(_where(c.before))} | {_cell(_where(c.after))} |"
+                  for c in p.changes[:MAX_ROWS]]
+        if len(p.changes) > MAX_ROWS:
+            lines.append(f"| ... | {len(p.changes) - MAX_ROWS} more | |")
+    else:
+        lines.append("No placement changes.")
+    if p.unmet:
+        lines += ["", "#### Goals the head cannot meet", ""]
+        for item in p.unmet[:MAX_ROWS]:
+            detail = item.get("reason") or item.get("detail") or item.get("message") or ""
+            lines.append(f"- `{_cell(item.get('component', '?'))}` {_cell(item.get('goal', ''))}: {_cell(detail)}")
+    if p.head_plan is not None:
+        lines += ["", "<details><summary>Placement at the head</summary>", "", plan_markdown(p.head_plan), "",
+                  "</details>"]
+    return "\n".join(lines)
