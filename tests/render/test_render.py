@@ -10,7 +10,8 @@ import yaml
 
 from qonnect_gitops.model import load_goals
 from qonnect_gitops.model.plan import Assignment, ComponentPlan, Draining, Plan
-from qonnect_gitops.render import ANNOTATION_DIGEST, LABEL_COMPONENT, LABEL_MANAGED_BY, render
+from qonnect_gitops.model.labels import COMPONENT_LABEL, DIGEST_ANNOTATION, MANAGED_BY_LABEL
+from qonnect_gitops.render import render
 
 PLACEMENT = {
     "bookinfo/productpage": {"edge-1": 1, "edge-2": 1},
@@ -83,8 +84,8 @@ def test_workload_gets_per_cluster_replicas_namespace_and_ownership(rendered) ->
     assert (on_edge1["spec"]["replicas"], on_edge2["spec"]["replicas"]) == (4, 2)
     for obj in objects(rendered, "edge-1").values():
         labels = obj["metadata"]["labels"]
-        assert labels[LABEL_MANAGED_BY] == "qonnect"
-        assert obj["metadata"]["annotations"][ANNOTATION_DIGEST].startswith("sha256:")
+        assert labels[MANAGED_BY_LABEL] == "qonnect"
+        assert obj["metadata"]["annotations"][DIGEST_ANNOTATION].startswith("sha256:")
         if obj["kind"] != "Namespace":
             assert labels["qonnect.io/app"] in ("bookinfo", "sensor-pipeline")
             assert obj["metadata"]["namespace"] in ("bookinfo", "sensors")
@@ -118,7 +119,7 @@ def test_callers_get_the_service_made_global(rendered) -> None:
     service = find(rendered, "edge-2", "Service", "details")
     assert service["metadata"]["annotations"]["service.cilium.io/global"] == "true"
     assert service["metadata"]["annotations"]["service.cilium.io/shared"] == "false"
-    assert service["metadata"]["labels"][LABEL_COMPONENT] == "details"
+    assert service["metadata"]["labels"][COMPONENT_LABEL] == "details"
     assert not [o for o in objects(rendered, "edge-2").values()
                 if o["kind"] == "Deployment" and o["metadata"]["name"] == "details-v1"]
     hosted = find(rendered, "edge-1", "Service", "details")
