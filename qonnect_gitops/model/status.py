@@ -51,6 +51,7 @@ class SyncReason(StrEnum):
     HEALTH_CHECK_FAILED = "HealthCheckFailed"
     SOURCE_UNAVAILABLE = "SourceUnavailable"
     API_UNAVAILABLE = "ApiUnavailable"
+    INVENTORY_UNREADABLE = "InventoryUnreadable"
     APPLY_FAILED = "ApplyFailed"
     PRUNE_FAILED = "PruneFailed"
     STALE_GENERATION = "StaleGeneration"
