@@ -54,7 +54,7 @@ def parse_quantity(value: Any) -> Decimal:
     suffix = match["suffix"] or ""
     # Bound the digits and the exponent before any arithmetic: `1e999999999` must not
     # become a billion-digit integer.
-    exponent = int(suffix[1:]) if suffix[:1] in ("e", "E") else 0
+    exponent = int(suffix[1:]) if suffix not in _BINARY and suffix not in _DECIMAL else 0
     if len(match["number"]) > 40 or abs(exponent) > 40:
         raise ValueError(f"'{_short(text)}' is out of range for a Kubernetes quantity")
     try:
