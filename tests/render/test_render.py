@@ -214,3 +214,35 @@ def test_service_goes_where_its_backends_run(goals) -> None:
     # ratings is called from fog-2 now, so its Service is there too, as a consumer only.
     ratings = find(rendered, "fog-2", "Service", "ratings")
     assert ratings["metadata"]["annotations"]["service.cilium.io/shared"] == "false"
+
+
+def test_scope_comes_from_the_schema_not_a_list(template_files) -> None:
+    """An APIService (cluster-scoped in 1.37, once missing from a hand-kept list) lands in
+    _cluster without a namespace; a Role stays in the app's namespace."""
+    files = dict(template_files)
+    files["apps/bookinfo/manifests/details.yaml"] += (
+        b"---\napiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata:\n  name: v1.details.example.org\n"
+        b"  namespace: bookinfo\nspec:\n  group: details.example.org\n  version: v1\n"
+        b"  groupPriorityMinimum: 100\n  versionPriority: 10\n"
+        b"---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: details:reader\nrules: []\n")
+    goals = load_goals(files)
+    tree = render(goals, make_plan(goals)).cluster_files("edge-1")
+    api_service = yaml.safe_load(tree["_cluster/apiservice-v1.details.example.org.yaml"])
+    assert "namespace" not in api_service["metadata"]
+    role = yaml.safe_load(tree["bookinfo/details/role-details:reader.yaml"])
+    assert role["metadata"]["namespace"] == "bookinfo"
+
+
+def test_adopting_an_existing_namespace_is_an_explicit_opt_in(template_files) -> None:
+    files = dict(template_files)
+    goals = load_goals(files)
+    namespace = yaml.safe_load(render(goals, make_plan(goals)).cluster_files("edge-1")["_cluster/namespace-bookinfo.yaml"])
+    assert "qonnect.io/adopt" not in namespace["metadata"]["annotations"]
+    files["apps/bookinfo/app.yaml"] = files["apps/bookinfo/app.yaml"].replace(
+        b"  namespace: bookinfo\n", b"  namespace: bookinfo\n  adoptNamespace: true\n")
+    goals = load_goals(files)
+    tree = render(goals, make_plan(goals)).cluster_files("edge-1")
+    assert yaml.safe_load(tree["_cluster/namespace-bookinfo.yaml"])["metadata"]["annotations"][
+        "qonnect.io/adopt"] == "enabled"
+    assert "qonnect.io/adopt" not in yaml.safe_load(tree["_cluster/namespace-sensors.yaml"])["metadata"].get(
+        "annotations", {})
