@@ -117,8 +117,9 @@ def prune(kube: Kube, candidates: Iterable[ObjKey], rules: PruneRules = PruneRul
         waves.setdefault(wave, []).append(key)
     with ThreadPoolExecutor(max(1, rules.workers), thread_name_prefix="prune") as pool:
         for wave in sorted(waves):
+            listed = _list_live(kube, waves[wave])
             for key, (verdict, detail) in zip(waves[wave], pool.map(
-                    lambda k: _prune_one(kube, k, rules, dry_run), waves[wave]), strict=True):
+                    lambda k: _prune_one(kube, k, rules, dry_run, listed), waves[wave]), strict=True):
                 if verdict == "deleted":
                     out.deleted.append(key)
                 elif verdict == "kept":
@@ -130,7 +131,34 @@ def prune(kube: Kube, candidates: Iterable[ObjKey], rules: PruneRules = PruneRul
     return out
 
 
-def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool) -> tuple[str, str]:
+_LIST_ABOVE = 3  # more candidates than this of one kind in one namespace: one LIST instead of GETs
+
+
+def _list_live(kube: Kube, keys: list[ObjKey]) -> dict[ObjKey, dict[str, Any] | None]:
+    """The live objects of ``keys`` read with one LIST per kind and namespace where many share
+    them (items of a list carry no apiVersion or kind, so both are filled in). Keys whose
+    list failed are left out: they are read one by one."""
+    groups: dict[tuple[str, str, str, str], list[ObjKey]] = {}
+    for key in keys:
+        groups.setdefault(key[:4], []).append(key)
+    out: dict[ObjKey, dict[str, Any] | None] = {}
+    for (group, version, kind, ns), members in groups.items():
+        if len(members) <= _LIST_ABOVE:
+            continue
+        api_version = f"{group}/{version}" if group else version
+        try:
+            items = kube.list(kube.resource(api_version, kind), ns or None)
+        except KubeError as exc:
+            log.warning("prune_list_failed", kind=kind, namespace=ns, error=str(exc))
+            continue
+        by_name = {i["metadata"]["name"]: {**i, "apiVersion": api_version, "kind": kind} for i in items}
+        for key in members:
+            out[key] = by_name.get(key[4])
+    return out
+
+
+def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
+               listed: dict[ObjKey, dict[str, Any] | None]) -> tuple[str, str]:
     """One candidate: ("deleted" | "kept" | "error" | a RefusalReason value, detail)."""
     group, version, kind, ns, name = key
     if ns in rules.protected_namespaces or ((group, kind) == ("", "Namespace") and name in rules.protected_namespaces):
@@ -141,7 +169,8 @@ def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool) -> tup
         if attempt:
             time.sleep(rules.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.0))
         try:
-            return _try_delete(kube, key, rules, dry_run)
+            # The listed copy serves the first attempt; a retry reads the object afresh.
+            return _try_delete(kube, key, rules, dry_run, listed if attempt == 0 else {})
         except KubeError as exc:
             last = str(exc)
             if not exc.transient:
@@ -150,7 +179,8 @@ def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool) -> tup
     return "error", last
 
 
-def _try_delete(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool) -> tuple[str, str]:
+def _try_delete(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
+                listed: dict[ObjKey, dict[str, Any] | None]) -> tuple[str, str]:
     group, version, kind, ns, name = key
     try:
         res = kube.resource(f"{group}/{version}" if group else version, kind)
@@ -158,7 +188,7 @@ def _try_delete(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool) -> tu
         if exc.not_found:
             return "kept", "kind no longer served"
         raise
-    live = kube.get(res, ns or None, name)
+    live = listed[key] if key in listed else kube.get(res, ns or None, name)
     if live is None:
         return "kept", "already gone"
     decision = _decide(key, live, rules)
