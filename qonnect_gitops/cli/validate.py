@@ -7,7 +7,7 @@ import sys
 import tempfile
 from typing import Any
 
-from qonnect_gitops.gitstore import GitStoreError, RemoteError, resolve_commit
+from qonnect_gitops.gitstore import GitStoreError, RemoteError, read_tree_files, resolve_commit
 from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
 from qonnect_gitops.model import GoalsError, Goals, Problem, load_goals
 from qonnect_gitops.model.source import scan_directory
@@ -53,7 +53,11 @@ def _read(args: argparse.Namespace) -> tuple[str, dict[str, bytes], list[Problem
             raise RemoteError(f"{args.repo} has no main branch")
         commit = resolve_commit(mirror.repo, rev)
         # Git trees keep symlinks and submodules as entries; they are never read as goals.
-        return f"{args.repo}@{str(commit.id)[:12]}", mirror.read_goals(str(commit.id)), []
+        ignored: list[str] = []
+        files = read_tree_files(mirror.repo, str(commit.id), skipped=ignored)
+        skipped = [Problem(path, None, None, "", "skipped: a symlink or submodule (never followed)")
+                   for path in ignored]
+        return f"{args.repo}@{str(commit.id)[:12]}", files, skipped
 
 
 def run(args: argparse.Namespace) -> int:
