@@ -77,13 +77,13 @@ def _prune_benchmark(count: int, fault_rate: float, workers: int) -> dict[str, A
     labels = {"app.kubernetes.io/managed-by": "qonnect", "qonnect.io/app": "bench", "qonnect.io/component": "c"}
 
     def publish(generation: int, n: int) -> None:
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench", "labels": labels}}
         files = {"placement.yaml": f"g: {generation}\n".encode(),
-                 "clusters/edge-1/_cluster/namespace-bench.yaml": yaml.safe_dump(
-                     {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench", "labels": labels}}).encode()}
+                 "clusters/edge-1/_cluster/namespace-bench.yaml": yaml.safe_dump(ns).encode()}
         for i in range(n):
+            meta = {"name": f"cm{i}", "namespace": "bench", "labels": labels}
             files[f"clusters/edge-1/bench/c/configmap-cm{i}.yaml"] = yaml.safe_dump(
-                {"apiVersion": "v1", "kind": "ConfigMap",
-                 "metadata": {"name": f"cm{i}", "namespace": "bench", "labels": labels}, "data": {"i": str(i)}}).encode()
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"i": str(i)}}).encode()
         store.write_decision(files, summary=f"bench {generation}", body="", clusters=["edge-1"],
                              timestamp=1_800_000_000 + generation, prune_limits={"edge-1": 100_000},
                              meta=DecisionMeta(source="0" * 40, term=1, generation=generation, reason="scaling"))

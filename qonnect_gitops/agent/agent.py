@@ -59,7 +59,12 @@ from qonnect_gitops.agent.sync import (
     normalise_namespaces,
 )
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.model.report import MAX_REFUSALS, AgentReport, AppliedCommit, ComponentHealth
+from qonnect_gitops.model.report import (
+    MAX_REFUSALS,
+    AgentReport,
+    AppliedCommit,
+    ComponentHealth,
+)
 from qonnect_gitops.model.status import (
     CHANGED_ACTIONS,
     MAX_MESSAGE,
@@ -314,7 +319,8 @@ class Agent:
         result.objects = self.syncer.sync(p.desired, apply=apply, known=p.known)
         failed = [r for r in result.objects if r.action == Action.FAILED]
         found = drift.drifted(result.objects)
-        self.metrics.inc("qonnect_agent_objects_applied_total", sum(r.action in CHANGED_ACTIONS for r in result.objects))
+        changed = sum(r.action in CHANGED_ACTIONS for r in result.objects)
+        self.metrics.inc("qonnect_agent_objects_applied_total", changed)
         healed = drift.corrections(result.objects, head, inv.commit, self.last_good_commit)
         if healed:
             self.metrics.inc("qonnect_agent_drift_corrections_total", len(healed))
@@ -333,8 +339,7 @@ class Agent:
                     inv.objects -= never
                 except KubeError as exc:
                     log.warning("inventory_save_failed", error=str(exc))
-            refusals = [refusal(r.reason if r.reason in _REFUSED_ON_APPLY else RefusalReason.INVALID_MANIFEST,
-                                f"{r.name}: {r.message}", head)
+            refusals = [refusal(_apply_refusal(r.reason), f"{r.name}: {r.message}", head)
                         for r in failed if r.reason in _REFUSED_ON_APPLY or r.reason == "ImmutableField"]
             names = "; ".join(f"{r.name}: {r.message}" for r in failed[:5])
             return self._stall(p, SyncReason.APPLY_FAILED, f"{len(failed)} of {len(p.desired)} objects failed: "
@@ -386,14 +391,13 @@ class Agent:
         for obj, path in zip(p.desired, p.rev.paths, strict=True):
             ident = identity(key_of(obj))
             if ident in first:
-                refusals.append(refusal(RefusalReason.DUPLICATE_OBJECT, f"{describe(key_of(obj))} is defined in "
-                                        f"{first[ident]} and again in {path}", p.head))
+                message = f"{describe(key_of(obj))} is defined in {first[ident]} and again in {path}"
+                refusals.append(refusal(RefusalReason.DUPLICATE_OBJECT, message, p.head))
             first.setdefault(ident, path)
         if not refusals:
             return None
         return (RefusalReason.DUPLICATE_OBJECT, refusals,
-                f"{len(refusals)} objects are defined more than once, e.g. {refusals[0].message}; "
-                "nothing applied")
+                f"{len(refusals)} objects are defined more than once, e.g. {refusals[0].message}; nothing applied")
 
     def _protected(self, p: _Pass) -> tuple[RefusalReason, list[Refusal], str] | None:
         """Objects in (or of) a reserved namespace: refused whatever the branch says."""
@@ -402,14 +406,13 @@ class Agent:
         for key in sorted(p.keys):
             group, _, kind, ns, name = key
             if ns in reserved or ((group, kind) == ("", "Namespace") and name in reserved):
-                refusals.append(refusal(RefusalReason.PROTECTED_NAMESPACE, f"{describe(key)}: the namespace is "
-                                        f"reserved ({', '.join(sorted(reserved))}); the agent never touches it",
-                                        p.head))
+                message = (f"{describe(key)}: the namespace is reserved ({', '.join(sorted(reserved))}); "
+                           "the agent never touches it")
+                refusals.append(refusal(RefusalReason.PROTECTED_NAMESPACE, message, p.head))
         if not refusals:
             return None
-        return (RefusalReason.PROTECTED_NAMESPACE, refusals,
-                f"{len(refusals)} objects are in or of a reserved namespace, e.g. {refusals[0].message}; "
-                "nothing applied")
+        summary = f"{len(refusals)} objects are in or of a reserved namespace, e.g. {refusals[0].message}"
+        return RefusalReason.PROTECTED_NAMESPACE, refusals, f"{summary}; nothing applied"
 
     # -- endings -------------------------------------------------------------------------
 
@@ -455,8 +458,8 @@ class Agent:
         else:
             pruned = len(result.pruned.deleted)
             result.state, result.reason = SyncState.READY, SyncReason.RECONCILIATION_SUCCEEDED
-            result.message = f"applied {commit} (generation {result.generation}); {len(result.health)} objects healthy" + \
-                (f", {pruned} pruned" if pruned else "")
+            result.message = (f"applied {commit} (generation {result.generation}); {len(result.health)} objects "
+                              "healthy" + (f", {pruned} pruned" if pruned else ""))
         if result.refusals and result.state == SyncState.READY:
             result.message += f"; {len(result.refusals)} refusals"
         return result
@@ -656,6 +659,11 @@ def _applied(inv: Inventory) -> AppliedCommit | None:
 
 def describe_keys(keys: list[ObjKey]) -> str:
     return ", ".join(describe(k) for k in keys)
+
+
+def _apply_refusal(reason: str) -> RefusalReason:
+    """The refusal an object that failed to apply is reported under."""
+    return RefusalReason(reason) if reason in _REFUSED_ON_APPLY else RefusalReason.INVALID_MANIFEST
 
 
 def _prune_refusal_message(key: ObjKey, why: RefusalReason) -> str:

@@ -15,7 +15,12 @@ from typing import Any
 
 from qonnect_gitops.agent.config import INVENTORY_NAME
 from qonnect_gitops.agent.kube import Kube, split_api_version
-from qonnect_gitops.model.labels import MANAGED_BY_LABEL, MANAGED_BY_VALUE, NAME_LABEL, PART_OF_LABEL
+from qonnect_gitops.model.labels import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    NAME_LABEL,
+    PART_OF_LABEL,
+)
 
 ObjKey = tuple[str, str, str, str, str]
 """(group, version, kind, namespace, name); namespace is "" for cluster-scoped objects."""

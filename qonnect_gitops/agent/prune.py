@@ -23,6 +23,7 @@ lift it: it only says that an empty tree is intended).
 
 from __future__ import annotations
 
+import functools
 import random
 import time
 from collections.abc import Iterable
@@ -31,7 +32,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qonnect_gitops.agent.config import DEFAULT_PROTECTED_KINDS, FIELD_MANAGER
-from qonnect_gitops.agent.inventory import Inventory, ObjKey, describe, field_managers, identity, owned
+from qonnect_gitops.agent.inventory import (
+    Inventory,
+    ObjKey,
+    describe,
+    field_managers,
+    identity,
+    owned,
+)
 from qonnect_gitops.agent.kube import Kube, KubeError, Resource
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.labels import DISABLED, ENABLED, PRUNE_ANNOTATION
@@ -118,8 +126,8 @@ def prune(kube: Kube, candidates: Iterable[ObjKey], rules: PruneRules = PruneRul
     with ThreadPoolExecutor(max(1, rules.workers), thread_name_prefix="prune") as pool:
         for wave in sorted(waves):
             listed = _list_live(kube, waves[wave])
-            for key, (verdict, detail) in zip(waves[wave], pool.map(
-                    lambda k: _prune_one(kube, k, rules, dry_run, listed), waves[wave]), strict=True):
+            one = functools.partial(_prune_one, kube, rules=rules, dry_run=dry_run, listed=listed)
+            for key, (verdict, detail) in zip(waves[wave], pool.map(one, waves[wave]), strict=True):
                 if verdict == "deleted":
                     out.deleted.append(key)
                 elif verdict == "kept":
@@ -160,7 +168,7 @@ def _list_live(kube: Kube, keys: list[ObjKey]) -> dict[ObjKey, dict[str, Any] | 
 def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
                listed: dict[ObjKey, dict[str, Any] | None]) -> tuple[str, str]:
     """One candidate: ("deleted" | "kept" | "error" | a RefusalReason value, detail)."""
-    group, version, kind, ns, name = key
+    group, _, kind, ns, name = key
     if ns in rules.protected_namespaces or ((group, kind) == ("", "Namespace") and name in rules.protected_namespaces):
         log.warning("prune_refused", object=describe(key), reason=RefusalReason.PROTECTED_NAMESPACE)
         return RefusalReason.PROTECTED_NAMESPACE.value, ""
@@ -194,7 +202,7 @@ def _try_delete(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
     decision = _decide(key, live, rules)
     if decision == RefusalReason.PROTECTED_KIND:
         log.warning("prune_refused", object=describe(key), reason=decision)
-        return decision.value, ""
+        return RefusalReason.PROTECTED_KIND.value, ""
     if decision:
         log.info("prune_skipped", object=describe(key), why=decision)
         return "kept", decision

@@ -72,7 +72,8 @@ def read_revision(cache: Path, commit: str) -> Revision:
     except (KeyError, ValueError, pygit2.GitError) as exc:
         raise SourceError(f"commit {commit[:12]} unreadable: {exc}") from exc
     for path in ignored:
-        log.warning("branch_entry_skipped", commit=commit[:12], path=path, why="not a regular file (symlink or submodule)")
+        log.warning("branch_entry_skipped", commit=commit[:12], path=path,
+                    why="not a regular file (symlink or submodule)")
     too_big = check_tree(files, f"commit {commit[:12]}")
     if too_big:
         raise SourceError("; ".join(p.message for p in too_big))

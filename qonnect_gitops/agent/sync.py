@@ -28,7 +28,14 @@ from typing import Any
 from qonnect_gitops.agent import diff
 from qonnect_gitops.agent.config import FIELD_MANAGER
 from qonnect_gitops.agent.health import HEALTHY, health_of
-from qonnect_gitops.agent.inventory import ObjKey, describe, field_managers, identity, key_of, owned
+from qonnect_gitops.agent.inventory import (
+    ObjKey,
+    describe,
+    field_managers,
+    identity,
+    key_of,
+    owned,
+)
 from qonnect_gitops.agent.kube import Kube, KubeError
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.labels import (

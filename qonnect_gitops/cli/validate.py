@@ -7,9 +7,14 @@ import sys
 import tempfile
 from typing import Any
 
-from qonnect_gitops.gitstore import GitStoreError, RemoteError, read_tree_files, resolve_commit
+from qonnect_gitops.gitstore import (
+    GitStoreError,
+    RemoteError,
+    read_tree_files,
+    resolve_commit,
+)
 from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
-from qonnect_gitops.model import GoalsError, Goals, Problem, load_goals
+from qonnect_gitops.model import Goals, GoalsError, Problem, load_goals
 from qonnect_gitops.model.source import scan_directory
 
 

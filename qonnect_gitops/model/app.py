@@ -22,7 +22,13 @@ from qonnect_gitops.model.limits import (
     MAX_WEIGHT,
     RESERVED_NAMESPACES,
 )
-from qonnect_gitops.model.quantity import Bytes, MilliCPU, at_most, format_bytes, format_millicores
+from qonnect_gitops.model.quantity import (
+    Bytes,
+    MilliCPU,
+    at_most,
+    format_bytes,
+    format_millicores,
+)
 
 
 class LatencyGoal(UserModel):

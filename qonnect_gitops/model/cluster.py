@@ -19,7 +19,13 @@ from qonnect_gitops.model.limits import (
     MAX_SECONDS,
     MAX_WATTS_PER_CPU,
 )
-from qonnect_gitops.model.quantity import Bytes, MilliCPU, at_most, format_bytes, format_millicores
+from qonnect_gitops.model.quantity import (
+    Bytes,
+    MilliCPU,
+    at_most,
+    format_bytes,
+    format_millicores,
+)
 
 NodeCPU = Annotated[MilliCPU, at_most(MAX_NODE_CPU, format_millicores, "per-node CPU")]
 NodeMemory = Annotated[Bytes, at_most(MAX_NODE_MEMORY, format_bytes, "per-node memory")]

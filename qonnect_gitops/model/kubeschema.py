@@ -21,10 +21,11 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-from jsonschema import Draft202012Validator
-from jsonschema.exceptions import ValidationError
+from jsonschema import Draft202012Validator  # type: ignore[import-untyped]
+from jsonschema.exceptions import ValidationError  # type: ignore[import-untyped]
 
 from qonnect_gitops.model.kube_scopes import CLUSTER_SCOPED, NOT_STORED
+from qonnect_gitops.model.yamlpos import show_value
 
 KUBERNETES_VERSION = "1.37"
 _SCHEMA_DIR = "kubernetes-json-schema/v1.37.0-local-strict"
@@ -273,11 +274,13 @@ def name_problem(group: str, kind: str, name: str) -> str | None:
     Namespaces are DNS labels, Services RFC 1035 labels, RBAC objects path segments,
     CronJobs subdomains of at most 52 characters, everything else DNS subdomains."""
     if kind == "Namespace" and group == "":
-        ok, rule = len(name) <= 63 and bool(_DNS_LABEL_RE.match(name)), "an RFC 1123 label: at most 63 " \
-            "lowercase letters, digits and '-', starting and ending with a letter or digit"
+        ok = len(name) <= 63 and bool(_DNS_LABEL_RE.match(name))
+        rule = ("an RFC 1123 label: at most 63 lowercase letters, digits and '-', starting and ending with a "
+                "letter or digit")
     elif kind == "Service" and group == "":
-        ok, rule = len(name) <= 63 and bool(_DNS1035_RE.match(name)), "an RFC 1035 label: at most 63 " \
-            "lowercase letters, digits and '-', starting with a letter and ending with a letter or digit"
+        ok = len(name) <= 63 and bool(_DNS1035_RE.match(name))
+        rule = ("an RFC 1035 label: at most 63 lowercase letters, digits and '-', starting with a letter and "
+                "ending with a letter or digit")
     elif group == "rbac.authorization.k8s.io":
         ok = bool(name) and name not in (".", "..") and "/" not in name and "%" not in name
         rule = "a path segment: not '.' or '..' and without '/' or '%'"
@@ -354,14 +357,14 @@ def _finding(error: ValidationError) -> Finding:
                 break
         return Finding(loc, f"required field '{missing}' is missing")
     if error.validator == "type":
-        return Finding(loc, f"got {_show(value)}; expected {_types(error.validator_value)}")
+        return Finding(loc, f"got {show_value(value)}; expected {_types(error.validator_value)}")
     if error.validator == "enum":
-        allowed = ", ".join(repr(v) for v in error.validator_value if v is not None)
-        return Finding(loc, f"got {_show(value)}; expected one of: {allowed}")
+        choices = ", ".join(repr(v) for v in error.validator_value if v is not None)
+        return Finding(loc, f"got {show_value(value)}; expected one of: {choices}")
     if error.validator in ("oneOf", "anyOf"):
         kinds = [_types(s.get("type")) for s in error.validator_value if isinstance(s, Mapping) and "type" in s]
         if kinds:
-            return Finding(loc, f"got {_show(value)}; expected {' or '.join(kinds)}")
+            return Finding(loc, f"got {show_value(value)}; expected {' or '.join(kinds)}")
     return Finding(loc, _clip(error.message, 200))
 
 
@@ -370,16 +373,6 @@ def _types(spec: Any) -> str:
              "object": "a mapping", "array": "a list", "null": "nothing"}
     types = [spec] if isinstance(spec, str) else [t for t in (spec or []) if t != "null"]
     return " or ".join(names.get(t, str(t)) for t in types) or "a value"
-
-
-def _show(value: Any) -> str:
-    if isinstance(value, Mapping):
-        return "a mapping"
-    if isinstance(value, list):
-        return "a list"
-    if value is None:
-        return "nothing (null)"
-    return _clip(repr(value), 60)
 
 
 def _clip(text: str, most: int = 80) -> str:

@@ -25,10 +25,20 @@ from qonnect_gitops.model.goals import (
 )
 from qonnect_gitops.model.kubeschema import KindCatalog, custom_kinds, split_api_version
 from qonnect_gitops.model.labels import ADOPT_ANNOTATION, PRUNE_ANNOTATION
-from qonnect_gitops.model.limits import MAX_NODE_CPU, MAX_NODE_MEMORY, MAX_REPLICAS, RESERVED_NAMESPACES
+from qonnect_gitops.model.limits import (
+    MAX_NODE_CPU,
+    MAX_NODE_MEMORY,
+    MAX_REPLICAS,
+    RESERVED_NAMESPACES,
+)
 from qonnect_gitops.model.network import Network, latency_table
 from qonnect_gitops.model.parsing import check_tree, load_documents
-from qonnect_gitops.model.quantity import format_bytes, format_millicores, to_bytes, to_millicores
+from qonnect_gitops.model.quantity import (
+    format_bytes,
+    format_millicores,
+    to_bytes,
+    to_millicores,
+)
 from qonnect_gitops.model.secrets import is_sops_encrypted, plain_secrets
 from qonnect_gitops.model.yamlpos import YamlDocument, parse_yaml, validate_document
 

@@ -106,7 +106,7 @@ def check_structure(path: str, text: str) -> None:
                 if event.anchor is not None:
                     anchors[event.anchor] = size
             elif isinstance(event, yaml.AliasEvent):
-                size = anchors.get(event.anchor, 1)
+                size = anchors.get(event.anchor or "", 1)
                 if total + size > MAX_DOCUMENT_BYTES or done_before + total + size > MAX_FILE_BYTES:
                     whole = "document" if total + size > MAX_DOCUMENT_BYTES else "file"
                     limit = MAX_DOCUMENT_BYTES if whole == "document" else MAX_FILE_BYTES

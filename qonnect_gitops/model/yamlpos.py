@@ -215,11 +215,12 @@ def problems_from_validation(
 def _describe(msg: str, value: Any) -> str:
     prefix = "Input should be "
     if msg.startswith(prefix):
-        return f"got {_show(value)}; expected {msg[len(prefix):]}"
-    return f"{msg} (got {_show(value)})"
+        return f"got {show_value(value)}; expected {msg[len(prefix):]}"
+    return f"{msg} (got {show_value(value)})"
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """A short description of a value for messages: its kind for collections, else its repr."""
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):

@@ -3,7 +3,7 @@
 The labels and annotations it writes are defined in ``qonnect_gitops.model.labels``.
 """
 
-from qonnect_gitops.render.render import RenderError, RenderedPlan, render
+from qonnect_gitops.render.render import RenderedPlan, RenderError, render
 
 __all__ = [
     "RenderError",

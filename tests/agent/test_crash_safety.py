@@ -67,10 +67,10 @@ def test_kill_9_at_random_points_leaves_nothing_unprunable(sim: SimCluster, bran
             mode = rng.choice(["apply", "apply", "prune", "time"]) if rnd else "apply"
             if mode == "apply":
                 want = rng.randint(1, PER_ROUND - 1)
-                _until(lambda: len(_ours(core) & set(names)) >= want, proc, 30)
+                _until(lambda names=set(names), want=want: len(_ours(core) & names) >= want, proc, 30)
             elif mode == "prune":
                 left = rng.randint(1, PER_ROUND - 1)
-                _until(lambda: len(_ours(core) & previous) <= left, proc, 30)
+                _until(lambda previous=previous, left=left: len(_ours(core) & previous) <= left, proc, 30)
             else:
                 time.sleep(rng.uniform(0.2, 3.0))
             proc.send_signal(signal.SIGKILL)

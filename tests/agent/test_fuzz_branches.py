@@ -19,7 +19,12 @@ from kubernetes import client
 
 from qonnect_gitops.gitstore import trailers as tr
 from qonnect_gitops.model.limits import RESERVED_NAMESPACES
-from qonnect_gitops.model.status import MAX_MESSAGE, RefusalReason, SyncReason, SyncState
+from qonnect_gitops.model.status import (
+    MAX_MESSAGE,
+    RefusalReason,
+    SyncReason,
+    SyncState,
+)
 from tests.agent.conftest import LABELS, Branch, configmap, namespace
 from tests.agent.test_hostile_branches import _commit
 from tests.fuzz import max_rss_mib, plausible_files, yaml_files
@@ -57,8 +62,8 @@ def _adopts(files: dict[str, bytes]) -> set[tuple[str, str]]:
     for body in files.values():
         try:
             docs = list(yaml.safe_load_all(body))
-        except Exception:  # noqa: BLE001 - hostile files need not parse
-            continue
+        except (yaml.YAMLError, ValueError, RecursionError):  # hostile files need not parse
+            docs = []
         for doc in docs:
             meta = doc.get("metadata") if isinstance(doc, dict) else None
             if isinstance(meta, dict) and (meta.get("annotations") or {}).get("qonnect.io/adopt") == "enabled":

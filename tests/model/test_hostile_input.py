@@ -71,8 +71,8 @@ def test_a_file_over_the_limit_is_refused_before_parsing(template_files: dict[st
         load_goals(_with_manifest(template_files, big))
     assert time.perf_counter() - start < 10
     assert [str(p) for p in caught.value.problems] == [
-        f"apps/bookinfo/manifests/extra.yaml: is larger than 4 MiB (at least {len(big):,} bytes); split it, "
-        "or keep large data out of the repository"]
+        (f"apps/bookinfo/manifests/extra.yaml: is larger than 4 MiB (at least {len(big):,} bytes); split it, "
+         "or keep large data out of the repository")]
 
 
 def test_an_object_over_the_limit_is_refused(template_files: dict[str, bytes]) -> None:
@@ -141,10 +141,11 @@ def test_custom_resources_pass_with_a_warning_and_crds_in_the_goals_give_scope_a
     unknown = b"apiVersion: example.org/v1\nkind: Gadget\nmetadata: {name: g1}\nspec: {anything: [1, 2]}\n"
     goals = load_goals(_with_manifest(template_files, unknown))
     assert [str(w) for w in goals.warnings] == [
-        "apps/bookinfo/manifests/extra.yaml:1:13: apiVersion: custom resource Gadget of example.org/v1: its "
-        "CustomResourceDefinition is not in the goals, so only its name and labels were checked"]
-    crd = (b"apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\nmetadata: {name: widgets.example.org}\n"
-           b"spec:\n  group: example.org\n  scope: Cluster\n  names: {plural: widgets, singular: widget, kind: Widget}\n"
+        ("apps/bookinfo/manifests/extra.yaml:1:13: apiVersion: custom resource Gadget of example.org/v1: its "
+         "CustomResourceDefinition is not in the goals, so only its name and labels were checked")]
+    crd = (b"apiVersion: apiextensions.k8s.io/v1\nkind: CustomResourceDefinition\n"
+           b"metadata: {name: widgets.example.org}\nspec:\n  group: example.org\n  scope: Cluster\n"
+           b"  names: {plural: widgets, singular: widget, kind: Widget}\n"
            b"  versions:\n    - name: v1\n      served: true\n      storage: true\n      schema:\n"
            b"        openAPIV3Schema:\n          type: object\n          properties:\n            spec:\n"
            b"              type: object\n              properties:\n                size: {type: integer}\n")

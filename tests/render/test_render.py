@@ -236,7 +236,8 @@ def test_scope_comes_from_the_schema_not_a_list(template_files) -> None:
 def test_adopting_an_existing_namespace_is_an_explicit_opt_in(template_files) -> None:
     files = dict(template_files)
     goals = load_goals(files)
-    namespace = yaml.safe_load(render(goals, make_plan(goals)).cluster_files("edge-1")["_cluster/namespace-bookinfo.yaml"])
+    tree = render(goals, make_plan(goals)).cluster_files("edge-1")
+    namespace = yaml.safe_load(tree["_cluster/namespace-bookinfo.yaml"])
     assert "qonnect.io/adopt" not in namespace["metadata"]["annotations"]
     files["apps/bookinfo/app.yaml"] = files["apps/bookinfo/app.yaml"].replace(
         b"  namespace: bookinfo\n", b"  namespace: bookinfo\n  adoptNamespace: true\n")
