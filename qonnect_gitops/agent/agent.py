@@ -39,6 +39,7 @@ from qonnect_gitops.agent.inventory import (
     ObjKey,
     describe,
     identity,
+    in_namespaces,
     key_of,
 )
 from qonnect_gitops.agent.kube import Kube, KubeError, api_client_from
@@ -80,7 +81,8 @@ log = get_logger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_UNHEALTHY = 0, 1, 2
 _COMPONENT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
-_REFUSED_ON_APPLY = frozenset({RefusalReason.INVALID_MANIFEST, RefusalReason.OWNERSHIP_CONFLICT})
+_REFUSED_ON_APPLY = frozenset({RefusalReason.INVALID_MANIFEST, RefusalReason.OWNERSHIP_CONFLICT,
+                               RefusalReason.PROTECTED_NAMESPACE})
 
 
 @dataclass
@@ -168,7 +170,8 @@ class Agent:
         self.cache = cfg.cache_dir / f"{cfg.cluster}.git"
         self.store = InventoryStore(self.kube, cfg.namespace)
         self.syncer = Syncer(self.kube, workers=cfg.workers, ready_timeout=cfg.ready_timeout,
-                             reserved=frozenset({("", "v1", "ConfigMap", cfg.namespace, INVENTORY_NAME)}))
+                             reserved=frozenset({("", "v1", "ConfigMap", cfg.namespace, INVENTORY_NAME)}),
+                             protected_namespaces=cfg.reserved_namespaces)
         self.prune_rules = PruneRules(protected_kinds=frozenset(cfg.protected_kinds),
                                       protected_namespaces=cfg.reserved_namespaces,
                                       workers=cfg.prune_workers, backoff=cfg.api_backoff)
@@ -404,8 +407,7 @@ class Agent:
         reserved = self.cfg.reserved_namespaces
         refusals = []
         for key in sorted(p.keys):
-            group, _, kind, ns, name = key
-            if ns in reserved or ((group, kind) == ("", "Namespace") and name in reserved):
+            if in_namespaces(key, reserved):
                 message = (f"{describe(key)}: the namespace is reserved ({', '.join(sorted(reserved))}); "
                            "the agent never touches it")
                 refusals.append(refusal(RefusalReason.PROTECTED_NAMESPACE, message, p.head))

@@ -98,6 +98,12 @@ class InventoryStore:
         }, manager="qonnect-agent-inventory")
 
 
+def in_namespaces(key: ObjKey, namespaces: frozenset[str]) -> bool:
+    """Whether the object lives in one of ``namespaces``, or is the Namespace of one."""
+    group, _, kind, ns, name = key
+    return ns in namespaces or ((group, kind) == ("", "Namespace") and name in namespaces)
+
+
 def owned(live: dict[str, Any]) -> bool:
     """Carries our ownership label."""
     return ((live.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE

@@ -38,6 +38,7 @@ from qonnect_gitops.agent.inventory import (
     describe,
     field_managers,
     identity,
+    in_namespaces,
     owned,
 )
 from qonnect_gitops.agent.kube import Kube, KubeError, Resource
@@ -168,8 +169,7 @@ def _list_live(kube: Kube, keys: list[ObjKey]) -> dict[ObjKey, dict[str, Any] | 
 def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
                listed: dict[ObjKey, dict[str, Any] | None]) -> tuple[str, str]:
     """One candidate: ("deleted" | "kept" | "error" | a RefusalReason value, detail)."""
-    group, _, kind, ns, name = key
-    if ns in rules.protected_namespaces or ((group, kind) == ("", "Namespace") and name in rules.protected_namespaces):
+    if in_namespaces(key, rules.protected_namespaces):
         log.warning("prune_refused", object=describe(key), reason=RefusalReason.PROTECTED_NAMESPACE)
         return RefusalReason.PROTECTED_NAMESPACE.value, ""
     last = ""

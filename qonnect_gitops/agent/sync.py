@@ -33,6 +33,7 @@ from qonnect_gitops.agent.inventory import (
     describe,
     field_managers,
     identity,
+    in_namespaces,
     key_of,
     owned,
 )
@@ -104,9 +105,11 @@ def normalise_namespaces(kube: Kube, objects: list[dict[str, Any]]) -> list[dict
 
 class Syncer:
     def __init__(self, kube: Kube, *, workers: int = 8, ready_timeout: float = 30.0,
-                 reserved: frozenset[ObjKey] = frozenset()) -> None:
+                 reserved: frozenset[ObjKey] = frozenset(), protected_namespaces: frozenset[str] = frozenset()) -> None:
         self.kube = kube
         self.reserved = reserved  # objects the agent itself owns (its inventory): never applied from Git
+        # Checked again per object: a kind served only once its CRD is applied gets its namespace here.
+        self.protected_namespaces = protected_namespaces
         self.workers = max(1, workers)
         self.ready_timeout = ready_timeout
 
@@ -145,6 +148,9 @@ class Syncer:
         if key in self.reserved:
             return ObjectResult(key, Action.FAILED, "reserved for the agent's own inventory; rename the object",
                                 RefusalReason.INVALID_MANIFEST)
+        if in_namespaces(key, self.protected_namespaces):
+            return ObjectResult(key, Action.FAILED, "in a reserved namespace; the agent never touches it",
+                                RefusalReason.PROTECTED_NAMESPACE)
         if _annotation(obj, PRUNE_ANNOTATION) == ENABLED:
             # Protection from pruning is the agent's configuration: a branch cannot lift it.
             del meta["annotations"][PRUNE_ANNOTATION]

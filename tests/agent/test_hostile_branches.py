@@ -199,3 +199,23 @@ def test_the_same_object_in_two_files_is_refused(make_agent, branch: Branch, cor
     assert [r.message for r in result.refusals] == [
         "ConfigMap/shop/a is defined in shop/other/configmap-a.yaml and again in shop/web/configmap-a.yaml"]
     assert core.read_namespaced_config_map("a", "shop").data == {"k": "a"}
+
+
+def test_a_custom_resource_whose_kind_arrives_with_it_cannot_land_in_default(make_agent, branch: Branch, api):
+    """Its scope is unknown until its CRD is applied in the same pass, so the guard sees no
+    namespace; the per-object check after the CRD is served still refuses ``default``."""
+    crd = {"apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+           "metadata": {"name": "widgets.example.org", "labels": dict(LABELS)},
+           "spec": {"group": "example.org", "scope": "Namespaced",
+                    "names": {"plural": "widgets", "singular": "widget", "kind": "Widget"},
+                    "versions": [{"name": "v1", "served": True, "storage": True, "schema": {"openAPIV3Schema": {
+                        "type": "object", "x-kubernetes-preserve-unknown-fields": True}}}]}}
+    widget = {"apiVersion": "example.org/v1", "kind": "Widget", "metadata": {"name": "w1", "labels": dict(LABELS)}}
+    files = _files([namespace("shop"), configmap("a"), crd]) | {"shop/web/widget-w1.yaml": yaml.safe_dump(widget).encode()}
+    _commit(branch, files, generation=1)
+    result = make_agent().sync()
+    assert {r.key[2]: (r.action, r.reason) for r in result.objects}["Widget"] == ("failed", "ProtectedNamespace")
+    assert result.reason == "ApplyFailed"
+    assert [r.reason for r in result.refusals] == ["ProtectedNamespace"]
+    widgets = client.CustomObjectsApi(api).list_namespaced_custom_object("example.org", "v1", "default", "widgets")
+    assert widgets["items"] == []
