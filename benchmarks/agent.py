@@ -11,8 +11,14 @@ all of them), and the time until every Deployment is Ready: the sim has four nod
 its fake kubelet starts a pod 1 s after it is bound, as the demo runs it. Finally the
 agent's RSS and CPU while idle.
 
+``--prune N`` measures pruning instead: N ConfigMaps are applied, then a commit removes
+them all while the sim answers ``--fault-rate`` of API requests (default 30 %) with 500
+(its seeded fault injection); the figure is the time of the pass that deletes them
+(parallel deletes, per-object backoff), and the passes needed until none is left.
+
     python benchmarks/agent.py            # readable table
     python benchmarks/agent.py --json     # one JSON object
+    python benchmarks/agent.py --prune 2300 --fault-rate 0.3
 """
 
 from __future__ import annotations
@@ -45,8 +51,78 @@ def _serve(conn: Any) -> None:
     cluster = SimCluster(name="edge-1", nodes=nodes, startup_delay=1.0)
     cluster.start()
     conn.send(cluster.kubeconfig_yaml())
+    conn.send(cluster.admin_url)
     conn.recv()
     cluster.stop()
+
+
+def _prune_benchmark(count: int, fault_rate: float, workers: int) -> dict[str, Any]:
+    """Apply ``count`` ConfigMaps, then time the pass that prunes them all under faults."""
+    import yaml
+
+    from qonnect_gitops.agent.agent import Agent
+    from qonnect_gitops.agent.config import AgentConfig
+    from qonnect_gitops.gitstore.daemon import GitDaemon
+    from qonnect_gitops.gitstore.store import GitStore
+    from qonnect_gitops.gitstore.trailers import DecisionMeta
+
+    tmp = Path(tempfile.mkdtemp(prefix="qonnect-bench-prune-"))
+    parent, child = mp.Pipe()
+    sim = mp.Process(target=_serve, args=(child,), daemon=True)
+    sim.start()
+    kubeconfig, admin = yaml.safe_load(parent.recv()), parent.recv()
+    (tmp / "srv").mkdir()
+    store = GitStore.init_bare(tmp / "srv" / "goals.git")
+    daemon = GitDaemon(tmp / "srv").start()
+    labels = {"app.kubernetes.io/managed-by": "qonnect", "qonnect.io/app": "bench", "qonnect.io/component": "c"}
+
+    def publish(generation: int, n: int) -> None:
+        ns = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "bench", "labels": labels}}
+        files = {"placement.yaml": f"g: {generation}\n".encode(),
+                 "clusters/edge-1/_cluster/namespace-bench.yaml": yaml.safe_dump(ns).encode()}
+        for i in range(n):
+            meta = {"name": f"cm{i}", "namespace": "bench", "labels": labels}
+            files[f"clusters/edge-1/bench/c/configmap-cm{i}.yaml"] = yaml.safe_dump(
+                {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": {"i": str(i)}}).encode()
+        store.write_decision(files, summary=f"bench {generation}", body="", clusters=["edge-1"],
+                             timestamp=1_800_000_000 + generation, prune_limits={"edge-1": 100_000},
+                             meta=DecisionMeta(source="0" * 40, term=1, generation=generation, reason="scaling"))
+
+    def faults(rate: float) -> None:
+        body = json.dumps({"rate": rate, "code": 500, "seed": 15}).encode()
+        urllib.request.urlopen(urllib.request.Request(f"{admin}/_sim/faults/errors", data=body, method="PUT"),
+                               timeout=10).read()
+
+    try:
+        agent = Agent(AgentConfig(cluster="edge-1", repo=daemon.url("goals.git"), kubeconfig=kubeconfig,
+                                  cache_dir=tmp / "cache", prune_workers=workers))
+        publish(1, count)
+        start = time.perf_counter()
+        applied = agent.sync()
+        t_apply = time.perf_counter() - start
+        assert applied.state == "Ready", applied.message
+        publish(2, 0)
+        faults(fault_rate)
+        start = time.perf_counter()
+        first = agent.sync()
+        t_first = time.perf_counter() - start
+        deleted, passes = len(first.pruned.deleted), 1
+        while first.pruned.errors and passes < 10:
+            again = agent.sync()
+            deleted += len(again.pruned.deleted)
+            passes += 1
+            first = again
+        t_all = time.perf_counter() - start
+        faults(0.0)
+        return {"objects": count, "fault_rate": fault_rate, "workers": workers,
+                "apply_seconds": round(t_apply, 2), "prune_pass_seconds": round(t_first, 2),
+                "deleted_in_first_pass": len(agent.last.pruned.deleted) if passes == 1 else None,
+                "passes_until_all_deleted": passes, "all_deleted_seconds": round(t_all, 2),
+                "deleted": deleted, "final_state": str(first.state), "retried_requests": agent.kube.retried}
+    finally:
+        daemon.stop()
+        parent.send("done")
+        sim.join(10)
 
 
 def _objects(n: int, tag: str) -> list[dict[str, Any]]:
@@ -94,7 +170,22 @@ def main() -> int:
     parser.add_argument("--sizes", default="10,500")
     parser.add_argument("--idle-seconds", type=float, default=30.0)
     parser.add_argument("--interval", type=float, default=10.0, help="the agent's poll interval")
+    parser.add_argument("--prune", type=int, default=0, metavar="N",
+                        help="measure pruning N objects under injected 500s instead")
+    parser.add_argument("--fault-rate", type=float, default=0.3, help="with --prune: share of requests failing")
+    parser.add_argument("--workers", type=int, default=16, help="with --prune: parallel deletes")
     args = parser.parse_args()
+    if args.prune:
+        figures = _prune_benchmark(args.prune, args.fault_rate, args.workers)
+        if args.json:
+            print(json.dumps(figures, indent=2))
+        else:
+            print(f"prune benchmark: {figures['objects']} objects applied in {figures['apply_seconds']}s; with "
+                  f"{figures['fault_rate']:.0%} of API requests answered 500, the prune pass took "
+                  f"{figures['prune_pass_seconds']}s ({figures['workers']} parallel deletes); all "
+                  f"{figures['deleted']} deleted after {figures['passes_until_all_deleted']} pass(es), "
+                  f"{figures['all_deleted_seconds']}s; {figures['retried_requests']} requests retried")
+        return 0
 
     import yaml
     from kubernetes import client, config
@@ -109,6 +200,7 @@ def main() -> int:
     sim.start()
     kubeconfig = tmp / "kubeconfig"
     kubeconfig.write_text(parent.recv())
+    parent.recv()  # the admin URL (faults), unused here
     api = config.new_client_from_config(config_file=str(kubeconfig))
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     (tmp / "srv").mkdir()

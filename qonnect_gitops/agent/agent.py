@@ -1,10 +1,14 @@
-"""The agent loop: fetch → trust → guards → apply → inventory → prune → health → report.
+"""The agent loop, one pass as named phases (as Flux's kustomize-controller reads):
 
-``Agent.sync(full=...)`` is one pass and returns a ``SyncResult``; ``Agent.run()``
-repeats it on the poll interval (with jitter), runs a full dry-run comparison on
-the drift interval, and syncs at once when a lead says a newer generation exists
-or a verified push webhook arrives. Nothing here knows whether the API server is
-a real cluster or the simulation.
+fetch → load inventory → read → trust → guards → apply → prune → settle.
+
+``Agent.sync(full=...)`` is one pass and returns a ``SyncResult``; every phase either
+hands on to the next or ends the pass through ``_stall`` (the one refusal helper: it
+records the refusals within the report's limits, counts, logs, observes what runs, and
+sets ``Stalled`` with a reason from ``model.status``). ``Agent.run()`` repeats passes on
+the poll interval (with jitter), runs a full dry-run comparison on the drift interval,
+and syncs at once when a lead says a newer generation exists or a verified push webhook
+arrives. Nothing here knows whether the API server is a real cluster or the simulation.
 """
 
 from __future__ import annotations
@@ -13,8 +17,10 @@ import random
 import re
 import threading
 import time
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from enum import Enum
 from typing import Any
 
 from qonnect_gitops.agent import capacity, drift, prometheus
@@ -32,12 +38,16 @@ from qonnect_gitops.agent.inventory import (
     InventoryStore,
     ObjKey,
     describe,
+    identity,
+    in_namespaces,
     key_of,
 )
 from qonnect_gitops.agent.kube import Kube, KubeError, api_client_from
 from qonnect_gitops.agent.metrics import Metrics, serve
 from qonnect_gitops.agent.prune import (
+    GuardRefusal,
     PruneResult,
+    PruneRules,
     check_guards,
     prune,
     removal_candidates,
@@ -45,19 +55,34 @@ from qonnect_gitops.agent.prune import (
 from qonnect_gitops.agent.report import Reporter
 from qonnect_gitops.agent.source import Revision, SourceError, fetch, read_revision
 from qonnect_gitops.agent.sync import (
-    CHANGED,
     ObjectResult,
     Syncer,
     normalise_namespaces,
 )
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.model.report import AgentReport, AppliedCommit, ComponentHealth
-from qonnect_gitops.model.status import Refusal, SyncStatus
+from qonnect_gitops.model.report import (
+    MAX_REFUSALS,
+    AgentReport,
+    AppliedCommit,
+    ComponentHealth,
+)
+from qonnect_gitops.model.status import (
+    CHANGED_ACTIONS,
+    MAX_MESSAGE,
+    Action,
+    Refusal,
+    RefusalReason,
+    SyncReason,
+    SyncState,
+    SyncStatus,
+)
 
 log = get_logger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_UNHEALTHY = 0, 1, 2
 _COMPONENT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+_REFUSED_ON_APPLY = frozenset({RefusalReason.INVALID_MANIFEST, RefusalReason.OWNERSHIP_CONFLICT,
+                               RefusalReason.PROTECTED_NAMESPACE})
 
 
 @dataclass
@@ -68,8 +93,8 @@ class SyncResult:
     generation: int | None = None
     term: int | None = None
     applied: AppliedCommit | None = None  # what the cluster runs after this pass
-    state: str = "Reconciling"
-    reason: str = "Progressing"
+    state: SyncState = SyncState.RECONCILING
+    reason: str = SyncReason.PROGRESSING
     message: str = ""
     objects: list[ObjectResult] = field(default_factory=list)
     pruned: PruneResult = field(default_factory=PruneResult)
@@ -82,7 +107,7 @@ class SyncResult:
 
     @property
     def failed(self) -> bool:
-        return self.state == "Stalled"
+        return self.state == SyncState.STALLED
 
     @property
     def healthy(self) -> bool:
@@ -90,12 +115,51 @@ class SyncResult:
 
     @property
     def exit_code(self) -> int:
-        if self.failed and self.reason != "HealthCheckFailed":
+        if self.failed and self.reason != SyncReason.HEALTH_CHECK_FAILED:
             return EXIT_FAILED
-        return EXIT_OK if self.healthy and self.state == "Ready" else EXIT_UNHEALTHY
+        return EXIT_OK if self.healthy and self.state == SyncState.READY else EXIT_UNHEALTHY
 
     def status(self) -> SyncStatus:
-        return SyncStatus(state=self.state, reason=self.reason, message=self.message[:1024])  # type: ignore[arg-type]
+        return SyncStatus(state=self.state, reason=self.reason, message=self.message[:MAX_MESSAGE])
+
+    def refuse(self, refusals: Iterable[Refusal]) -> None:
+        """Record refusals within the report's bound (``MAX_REFUSALS``; later ones are dropped)."""
+        for refusal in refusals:
+            if len(self.refusals) < MAX_REFUSALS:
+                self.refusals.append(refusal)
+
+
+def refusal(reason: RefusalReason, message: str, commit: str | None) -> Refusal:
+    """A refusal with its message cut to the report's limit."""
+    return Refusal(reason=reason, message=message[:MAX_MESSAGE], commit=commit)
+
+
+class Observe(Enum):
+    """Which health a stalled pass reports."""
+
+    NOTHING = "nothing"  # the cluster could not be read: no health
+    KEEP = "keep"  # what this pass observed already
+    RUNNING = "running"  # the revision the cluster runs (or the inventory's objects)
+    INVENTORY = "inventory"  # the inventory's objects
+    BRANCH = "branch"  # the objects of the branch head
+
+
+@dataclass
+class _Pass:
+    """What one pass has found so far: each phase reads what the earlier ones left."""
+
+    full: bool
+    result: SyncResult = field(default_factory=SyncResult)
+    head: str | None = None
+    inv: Inventory = field(default_factory=Inventory)
+    rev: Revision | None = None
+    desired: list[dict[str, Any]] = field(default_factory=list)
+    keys: set[ObjKey] = field(default_factory=set)
+    before: frozenset[ObjKey] = frozenset()  # the inventory's objects before this pass
+    known: frozenset[tuple[str, str, str, str]] = frozenset()  # their identities
+
+
+Phase = Callable[[_Pass], SyncResult | None]
 
 
 class Agent:
@@ -106,7 +170,11 @@ class Agent:
         self.cache = cfg.cache_dir / f"{cfg.cluster}.git"
         self.store = InventoryStore(self.kube, cfg.namespace)
         self.syncer = Syncer(self.kube, workers=cfg.workers, ready_timeout=cfg.ready_timeout,
-                             reserved=frozenset({("", "v1", "ConfigMap", cfg.namespace, INVENTORY_NAME)}))
+                             reserved=frozenset({("", "v1", "ConfigMap", cfg.namespace, INVENTORY_NAME)}),
+                             protected_namespaces=cfg.reserved_namespaces)
+        self.prune_rules = PruneRules(protected_kinds=frozenset(cfg.protected_kinds),
+                                      protected_namespaces=cfg.reserved_namespaces,
+                                      workers=cfg.prune_workers, backoff=cfg.api_backoff)
         self.metrics = Metrics()
         self.wake = threading.Event()
         self.stopping = threading.Event()
@@ -121,6 +189,8 @@ class Agent:
             self.reporter = Reporter.from_config(cfg, on_response=self._on_lead_response)
         self._lock = threading.Lock()  # one sync at a time
         self._announced: int | None = None  # newest generation a lead announced
+        self.phases: tuple[Phase, ...] = (self._fetch, self._load_inventory, self._read, self._trust,
+                                          self._guards, self._apply, self._prune)
 
     # ------------------------------------------------------------ one pass
 
@@ -139,80 +209,121 @@ class Agent:
             return result
 
     def _sync(self, full: bool) -> SyncResult:
-        cfg = self.cfg
-        result = SyncResult()
-        # 1. fetch (only our branch); on failure keep what runs and say the source is stale
+        p = _Pass(full)
+        for phase in self.phases:
+            ended = phase(p)
+            if ended is not None:
+                return ended
+        return self._settle(p.result)
+
+    # -- phases: each returns None to go on, or the pass's result ---------------------------
+
+    def _fetch(self, p: _Pass) -> SyncResult | None:
+        """Fetch only our branch; on failure keep what runs (the read phase says so)."""
         try:
-            head = fetch(self.cache, cfg.repo, cfg.branch, cfg.git_credentials)
+            p.head = fetch(self.cache, self.cfg.repo, self.cfg.branch, self.cfg.git_credentials)
             self.source_error, self.source_stale_since = None, None
         except SourceError as exc:
             self.source_error = str(exc)
             self.source_stale_since = self.source_stale_since or time.time()
             self.metrics.inc("qonnect_agent_errors_total", kind="fetch")
-            log.warning("fetch_failed", branch=cfg.branch, error=str(exc))
-            head = None
-        # 2. what runs now (the inventory in the cluster)
+            log.warning("fetch_failed", branch=self.cfg.branch, error=str(exc))
+        return None
+
+    def _load_inventory(self, p: _Pass) -> SyncResult | None:
+        """What runs now: the inventory kept in the cluster."""
         try:
-            inv = self.store.load()
+            p.inv = self.store.load()
         except KubeError as exc:
-            self.metrics.inc("qonnect_agent_errors_total", kind="apply")
-            return self._stalled(result, "ApiUnavailable", f"cannot read the inventory: {exc}")
-        result.applied = _applied(inv)
-        if head is None:
-            result.source_stale = True
-            result.refusals.append(Refusal(reason="BranchUnreadable", commit=None,
-                                           message=(self.source_error or "")[:1024]))
-            self._observe(result, inv, self._running(inv))
-            return self._stalled(result, "SourceUnavailable",
-                                 f"cannot fetch {cfg.branch}: {self.source_error}; keeping "
-                                 f"{(inv.commit or 'nothing')[:12]} running", keep_health=True)
-        result.commit = head
+            return self._stall(p, SyncReason.API_UNAVAILABLE, f"cannot read the inventory: {exc}", kind="apply")
+        except (ValueError, TypeError) as exc:
+            return self._stall(p, SyncReason.INVENTORY_UNREADABLE, f"the inventory ConfigMap "
+                               f"{self.cfg.namespace}/{INVENTORY_NAME} is not what the agent wrote ({exc}); "
+                               "refusing to apply or prune without it", kind="apply")
+        p.before = frozenset(p.inv.objects)
+        p.known = frozenset(identity(k) for k in p.inv.objects)
+        p.result.applied = _applied(p.inv)
+        return None
+
+    def _read(self, p: _Pass) -> SyncResult | None:
+        """Parse the fetched head within the parsing limits; an unreadable head changes nothing."""
+        if p.head is None:
+            p.result.source_stale = True
+            return self._stall(p, SyncReason.SOURCE_UNAVAILABLE,
+                               f"cannot fetch {self.cfg.branch}: {self.source_error}; keeping "
+                               f"{(p.inv.commit or 'nothing')[:12]} running",
+                               [refusal(RefusalReason.BRANCH_UNREADABLE, self.source_error or "", None)],
+                               observe=Observe.RUNNING, kind=None)
+        p.result.commit = p.head
         try:
-            rev = read_revision(self.cache, head)
+            p.rev = read_revision(self.cache, p.head)
         except SourceError as exc:
-            result.refusals.append(Refusal(reason="BranchUnreadable", message=str(exc)[:1024], commit=head))
-            self._observe(result, inv, self._running(inv))
-            return self._stalled(result, "BranchUnreadable", str(exc), keep_health=True)
-        result.generation, result.term = rev.generation, rev.term
-        # 3. trust: the generation never goes backwards from what was applied
+            return self._stall(p, SyncReason.BRANCH_UNREADABLE, f"{exc}; keeping "
+                               f"{(p.inv.commit or 'nothing')[:12]} running",
+                               [refusal(RefusalReason.BRANCH_UNREADABLE, str(exc), p.head)], observe=Observe.RUNNING)
+        p.result.generation, p.result.term = p.rev.generation, p.rev.term
+        return None
+
+    def _trust(self, p: _Pass) -> SyncResult | None:
+        """The generation never goes backwards; then the objects as the API will name them."""
+        inv, rev, head = p.inv, p.rev, p.head
+        assert rev is not None and head is not None
         if inv.generation is not None and (rev.generation is None or rev.generation < inv.generation):
             msg = (f"commit {head[:12]} has generation {rev.generation}, older than the applied "
                    f"generation {inv.generation} (commit {(inv.commit or '')[:12]}); refusing a rollback "
                    f"(late write of a deposed leader?)")
-            result.refusals.append(Refusal(reason="StaleGeneration", message=msg, commit=head))
-            self.metrics.inc("qonnect_agent_errors_total", kind="refusal")
-            log.warning("refused", reason="StaleGeneration", commit=head, generation=rev.generation,
-                        applied_generation=inv.generation)
-            self._observe(result, inv, None)
-            return self._stalled(result, "StaleGeneration", msg, keep_health=True)
+            return self._stall(p, SyncReason.STALE_GENERATION, msg,
+                               [refusal(RefusalReason.STALE_GENERATION, msg, head)], observe=Observe.INVENTORY)
         self.revision = rev
         try:
-            desired = normalise_namespaces(self.kube, list(rev.objects))
+            p.desired = normalise_namespaces(self.kube, list(rev.objects))
         except KubeError as exc:
-            return self._stalled(result, "ApiUnavailable", f"discovery failed: {exc}")
-        desired_keys = {key_of(o) for o in desired}
-        # 4. unchanged head: nothing to apply (drift runs on its own interval)
-        if not full and head == inv.commit and head == self.last_good_commit:
-            result.skipped_apply = True
-            self._observe(result, inv, rev)
-            return self._settle(result)
-        # 5. whole-commit guards
-        refusal = check_guards(desired_keys, inv, allow_empty=rev.allow_empty, prune_limit=rev.prune_limit,
-                               fraction=cfg.prune_fraction)
-        if refusal is not None:
-            result.refusals.append(Refusal(reason=refusal.reason, message=refusal.message[:1024], commit=head))  # type: ignore[arg-type]
-            self.metrics.inc("qonnect_agent_errors_total", kind="refusal")
-            log.warning("refused", reason=refusal.reason, commit=head, message=refusal.message)
-            self._observe(result, inv, None)
-            return self._stalled(result, refusal.reason, refusal.message, keep_health=True)
-        # 6. dry-run and apply (report-only drift mode: compare only when the head is already applied)
-        apply = drift.should_apply(cfg.drift, head, inv.commit)
+            return self._stall(p, SyncReason.API_UNAVAILABLE, f"discovery failed: {exc}", kind="apply")
+        p.keys = {key_of(o) for o in p.desired}
+        if not p.full and head == inv.commit and head == self.last_good_commit:
+            # unchanged head: nothing to apply (drift runs on its own interval)
+            p.result.skipped_apply = True
+            self._observe(p.result, inv, rev)
+            return self._settle(p.result)
+        return None
+
+    def _guards(self, p: _Pass) -> SyncResult | None:
+        """Whole-commit guards: a refused commit applies nothing and deletes nothing."""
+        assert p.rev is not None
+        found = self._duplicates(p) or self._protected(p)
+        if found:
+            reason, refusals, message = found
+            return self._stall(p, SyncReason(reason), message, refusals, observe=Observe.INVENTORY)
+        guard: GuardRefusal | None = check_guards(p.keys, p.inv, allow_empty=p.rev.allow_empty,
+                                                  prune_limit=p.rev.prune_limit, fraction=self.cfg.prune_fraction)
+        if guard is not None:
+            return self._stall(p, SyncReason(guard.reason), guard.message,
+                               [refusal(guard.reason, guard.message, p.head)], observe=Observe.INVENTORY)
+        return None
+
+    def _apply(self, p: _Pass) -> SyncResult | None:
+        """Record what this pass may create, then dry-run and apply (report-only drift mode:
+        compare only when the head is already applied)."""
+        result, inv, head, rev = p.result, p.inv, p.head, p.rev
+        assert head is not None and rev is not None
+        apply = drift.should_apply(self.cfg.drift, head, inv.commit)
         result.drift_report_only = not apply
-        result.objects = self.syncer.sync(desired, apply=apply)
-        applied_now = [r for r in result.objects if r.action in CHANGED]
-        failed = [r for r in result.objects if r.action == "failed"]
+        if apply and not p.keys <= inv.objects:
+            # Crash safety: the inventory lists every object before it can exist, so a pass
+            # killed mid-apply leaves nothing a later commit cannot prune. Commit and
+            # generation stay those of what runs until the pass completes.
+            intended = Inventory(inv.commit, inv.generation, inv.term, inv.objects | p.keys)
+            try:
+                self.store.save(intended)
+            except KubeError as exc:
+                return self._stall(p, SyncReason.API_UNAVAILABLE,
+                                   f"cannot record the objects about to be applied: {exc}", kind="apply")
+            p.inv = inv = intended
+        result.objects = self.syncer.sync(p.desired, apply=apply, known=p.known)
+        failed = [r for r in result.objects if r.action == Action.FAILED]
         found = drift.drifted(result.objects)
-        self.metrics.inc("qonnect_agent_objects_applied_total", len(applied_now))
+        changed = sum(r.action in CHANGED_ACTIONS for r in result.objects)
+        self.metrics.inc("qonnect_agent_objects_applied_total", changed)
         healed = drift.corrections(result.objects, head, inv.commit, self.last_good_commit)
         if healed:
             self.metrics.inc("qonnect_agent_drift_corrections_total", len(healed))
@@ -222,56 +333,111 @@ class Agent:
             if r.took_over:
                 log.info("conflicts_taken_over", object=r.name, managers=",".join(r.took_over))
         if failed:
-            # never prune after a failed apply; remember what was created so it can be pruned later
-            self.metrics.inc("qonnect_agent_errors_total", len(failed), kind="apply")
-            inv.objects |= {r.key for r in result.objects if r.action != "failed" and r.live is not None}
-            try:
-                self.store.save(inv)
-            except KubeError as exc:
-                log.warning("inventory_save_failed", error=str(exc))
-            for r in failed:
-                if r.reason in ("InvalidManifest", "ImmutableField") and len(result.refusals) < 32:
-                    result.refusals.append(Refusal(reason="InvalidManifest", message=f"{r.name}: {r.message}"[:1024],
-                                                   commit=head))
-            self._observe(result, inv, rev)
+            # Never prune after a failed apply. What was created is in the inventory already;
+            # objects this pass intended but never wrote, and that do not exist, leave it again.
+            never = {r.key for r in failed if r.live is None and not r.wrote} - p.before
+            if never:
+                try:
+                    self.store.save(Inventory(inv.commit, inv.generation, inv.term, inv.objects - never))
+                    inv.objects -= never
+                except KubeError as exc:
+                    log.warning("inventory_save_failed", error=str(exc))
+            refusals = [refusal(_apply_refusal(r.reason), f"{r.name}: {r.message}", head)
+                        for r in failed if r.reason in _REFUSED_ON_APPLY or r.reason == "ImmutableField"]
             names = "; ".join(f"{r.name}: {r.message}" for r in failed[:5])
-            return self._stalled(result, "ApplyFailed", f"{len(failed)} of {len(desired)} objects failed: {names}",
-                                 keep_health=True)
+            return self._stall(p, SyncReason.APPLY_FAILED, f"{len(failed)} of {len(p.desired)} objects failed: "
+                               f"{names}", refusals, observe=Observe.BRANCH, kind="apply", errors=len(failed))
         if not apply:
             self._observe(result, inv, rev)
             if found:
-                result.state, result.reason = "Reconciling", "DriftDetected"
+                result.state, result.reason = SyncState.RECONCILING, SyncReason.DRIFT_DETECTED
                 result.message = drift.describe(found)
                 log.warning("drift_detected", objects=",".join(r.name for r in found))
                 return result
             return self._settle(result)
-        # 7. inventory first (pending prunes stay listed), then prune, then the final inventory
-        candidates = removal_candidates(desired_keys, inv)
-        new_inv = Inventory(head, rev.generation, rev.term, set(desired_keys) | set(candidates))
+        return None
+
+    def _prune(self, p: _Pass) -> SyncResult | None:
+        """Inventory first (pending prunes stay listed), then prune, then the final inventory."""
+        result, head, rev = p.result, p.head, p.rev
+        assert head is not None and rev is not None
+        candidates = removal_candidates(p.keys, p.inv)
+        new_inv = Inventory(head, rev.generation, rev.term, set(p.keys) | set(candidates))
         try:
             self.store.save(new_inv)
-            result.pruned = prune(self.kube, candidates)
-            new_inv.objects = set(desired_keys) | result.pruned.remaining()
+            result.pruned = prune(self.kube, candidates, self.prune_rules)
+            new_inv.objects = set(p.keys) | result.pruned.remaining()
             self.store.save(new_inv)
         except KubeError as exc:
-            self.metrics.inc("qonnect_agent_errors_total", kind="prune")
-            return self._stalled(result, "ApiUnavailable", f"inventory or prune failed: {exc}")
+            return self._stall(p, SyncReason.API_UNAVAILABLE, f"inventory or prune failed: {exc}", kind="prune")
         self.metrics.inc("qonnect_agent_objects_pruned_total", len(result.pruned.deleted))
-        for key in result.pruned.protected:
-            if len(result.refusals) < 32:
-                result.refusals.append(Refusal(reason="ProtectedKind", commit=head, message=(
-                    f"{describe(key)} left the branch but is a protected kind; annotate it "
-                    f"qonnect.io/prune: enabled to let the agent delete it")[:1024]))
+        result.refuse(refusal(why, _prune_refusal_message(key, why), head) for key, why in result.pruned.refused)
         result.applied = _applied(new_inv)
         self.last_good_commit = head
         self.metrics.set("qonnect_agent_last_applied_info", 1, replace=True, commit=head,
                          generation=str(rev.generation))
         self._observe(result, new_inv, rev)
         if result.pruned.errors:
-            self.metrics.inc("qonnect_agent_errors_total", len(result.pruned.errors), kind="prune")
-            return self._stalled(result, "PruneFailed", "; ".join(f"{describe(k)}: {e}" for k, e in result.pruned.errors[:5]),
-                                 keep_health=True)
-        return self._settle(result)
+            return self._stall(p, SyncReason.PRUNE_FAILED, "; ".join(f"{describe(k)}: {e}"
+                                                                      for k, e in result.pruned.errors[:5]),
+                               observe=Observe.KEEP, kind="prune", errors=len(result.pruned.errors))
+        return None
+
+    # -- guards on what the branch holds ---------------------------------------------------
+
+    def _duplicates(self, p: _Pass) -> tuple[RefusalReason, list[Refusal], str] | None:
+        """The same object (group, kind, namespace, name) in two files: which one wins would
+        flip on every sync, so the commit is refused."""
+        assert p.rev is not None
+        first: dict[tuple[str, str, str, str], str] = {}
+        refusals = []
+        for obj, path in zip(p.desired, p.rev.paths, strict=True):
+            ident = identity(key_of(obj))
+            if ident in first:
+                message = f"{describe(key_of(obj))} is defined in {first[ident]} and again in {path}"
+                refusals.append(refusal(RefusalReason.DUPLICATE_OBJECT, message, p.head))
+            first.setdefault(ident, path)
+        if not refusals:
+            return None
+        return (RefusalReason.DUPLICATE_OBJECT, refusals,
+                f"{len(refusals)} objects are defined more than once, e.g. {refusals[0].message}; nothing applied")
+
+    def _protected(self, p: _Pass) -> tuple[RefusalReason, list[Refusal], str] | None:
+        """Objects in (or of) a reserved namespace: refused whatever the branch says."""
+        reserved = self.cfg.reserved_namespaces
+        refusals = []
+        for key in sorted(p.keys):
+            if in_namespaces(key, reserved):
+                message = (f"{describe(key)}: the namespace is reserved ({', '.join(sorted(reserved))}); "
+                           "the agent never touches it")
+                refusals.append(refusal(RefusalReason.PROTECTED_NAMESPACE, message, p.head))
+        if not refusals:
+            return None
+        summary = f"{len(refusals)} objects are in or of a reserved namespace, e.g. {refusals[0].message}"
+        return RefusalReason.PROTECTED_NAMESPACE, refusals, f"{summary}; nothing applied"
+
+    # -- endings -------------------------------------------------------------------------
+
+    def _stall(self, p: _Pass, reason: SyncReason, message: str, refusals: Sequence[Refusal] = (), *,
+               observe: Observe = Observe.NOTHING, kind: str | None = "refusal", errors: int = 1) -> SyncResult:
+        """End the pass ``Stalled``: the one place refusals are recorded, counted and logged.
+        Nothing was deleted; what runs keeps running."""
+        result = p.result
+        result.refuse(refusals)
+        if kind is not None:
+            self.metrics.inc("qonnect_agent_errors_total", errors, kind=kind)
+        log.warning("refused" if refusals else "sync_stalled", reason=str(reason), commit=p.head,
+                    refusals=len(refusals), message=message[:MAX_MESSAGE])
+        if observe is Observe.NOTHING:
+            result.health = []
+        elif observe is Observe.RUNNING:
+            self._observe(result, p.inv, self._running(p.inv))
+        elif observe is Observe.INVENTORY:
+            self._observe(result, p.inv, None)
+        elif observe is Observe.BRANCH:
+            self._observe(result, p.inv, p.rev)
+        result.state, result.reason, result.message = SyncState.STALLED, reason, message
+        return result
 
     def _running(self, inv: Inventory) -> Revision | None:
         """The revision that runs (the inventory's commit), if it was read in this process;
@@ -279,31 +445,24 @@ class Agent:
         rev = self.revision
         return rev if rev is not None and rev.commit == inv.commit else None
 
-    def _stalled(self, result: SyncResult, reason: str, message: str, keep_health: bool = False) -> SyncResult:
-        result.state, result.reason, result.message = "Stalled", reason, message
-        if not keep_health:
-            result.health = []
-        return result
-
     def _settle(self, result: SyncResult) -> SyncResult:
         """Ready when every object is healthy, Reconciling while some progress, Stalled on Degraded."""
         bad = [(o, h) for o, h in result.health if h[0] != HEALTHY]
         commit = (result.commit or "")[:12]
         if any(h[0] == DEGRADED for _, h in bad):
             o, h = next((o, h) for o, h in bad if h[0] == DEGRADED)
-            result.state, result.reason = "Stalled", "HealthCheckFailed"
+            result.state, result.reason = SyncState.STALLED, SyncReason.HEALTH_CHECK_FAILED
             result.message = f"{o['kind']} {o['metadata']['name']}: {h[1]}"
         elif bad:
-            result.state, result.reason = "Reconciling", "Progressing"
+            result.state, result.reason = SyncState.RECONCILING, SyncReason.PROGRESSING
             result.message = f"applied {commit}; {len(bad)} objects not ready yet, e.g. " + \
                 f"{bad[0][0]['kind']} {bad[0][0]['metadata']['name']}: {bad[0][1][1]}"
         else:
             pruned = len(result.pruned.deleted)
-            result.state, result.reason = "Ready", "ReconciliationSucceeded"
-            result.message = f"applied {commit} (generation {result.generation}); {len(result.health)} objects healthy" + \
-                (f", {pruned} pruned" if pruned else "")
-        if result.refusals and result.state == "Ready":
-            result.reason = "ReconciliationSucceeded"
+            result.state, result.reason = SyncState.READY, SyncReason.RECONCILIATION_SUCCEEDED
+            result.message = (f"applied {commit} (generation {result.generation}); {len(result.health)} objects "
+                              "healthy" + (f", {pruned} pruned" if pruned else ""))
+        if result.refusals and result.state == SyncState.READY:
             result.message += f"; {len(result.refusals)} refusals"
         return result
 
@@ -358,7 +517,7 @@ class Agent:
     def _wait_health(self, result: SyncResult, timeout: float) -> None:
         """Re-check health until every object is healthy, one is Degraded, or ``timeout`` passes."""
         deadline = time.monotonic() + timeout
-        while result.state == "Reconciling" and result.reason == "Progressing" \
+        while result.state == SyncState.RECONCILING and result.reason == SyncReason.PROGRESSING \
                 and time.monotonic() < deadline and not self.stopping.is_set():
             time.sleep(min(0.5, max(0.05, deadline - time.monotonic())))
             self._observe(result, Inventory(), self.revision)
@@ -368,8 +527,8 @@ class Agent:
         self.metrics.set("qonnect_agent_last_sync_timestamp_seconds", time.time())
         self.metrics.inc("qonnect_agent_syncs_total", result=result.reason)
         log.info("sync_done", cluster=self.cfg.cluster, commit=(result.commit or "")[:12], state=result.state,
-                 reason=result.reason, applied=sum(r.action in CHANGED for r in result.objects),
-                 pruned=len(result.pruned.deleted), failed=sum(r.action == "failed" for r in result.objects))
+                 reason=result.reason, applied=sum(r.action in CHANGED_ACTIONS for r in result.objects),
+                 pruned=len(result.pruned.deleted), failed=sum(r.action == Action.FAILED for r in result.objects))
         if self.reporter is not None:
             try:
                 self.reporter.submit(self.build_report(result))
@@ -402,7 +561,7 @@ class Agent:
         status = result.status()
         if result.source_stale and self.source_stale_since:
             age = int(time.time() - self.source_stale_since)
-            status = SyncStatus(state=status.state, reason="SourceUnavailable",
+            status = SyncStatus(state=status.state, reason=SyncReason.SOURCE_UNAVAILABLE,
                                 message=f"source stale for {age}s: {status.message}"[:1024])
         return AgentReport(
             cluster=self.cfg.cluster, agent_time=datetime.now(UTC), applied=result.applied,
@@ -453,7 +612,7 @@ class Agent:
                 try:
                     result = self.sync(full=full)
                     full = False
-                    unhealthy_source = result.source_stale or result.reason == "ApiUnavailable"
+                    unhealthy_source = result.source_stale or result.reason == SyncReason.API_UNAVAILABLE
                 except Exception as exc:
                     log.error("sync_crashed", exc_info=True, error=str(exc))  # noqa: G201 - EventLogger API
                     self.metrics.inc("qonnect_agent_errors_total", kind="internal")
@@ -502,3 +661,15 @@ def _applied(inv: Inventory) -> AppliedCommit | None:
 
 def describe_keys(keys: list[ObjKey]) -> str:
     return ", ".join(describe(k) for k in keys)
+
+
+def _apply_refusal(reason: str) -> RefusalReason:
+    """The refusal an object that failed to apply is reported under."""
+    return RefusalReason(reason) if reason in _REFUSED_ON_APPLY else RefusalReason.INVALID_MANIFEST
+
+
+def _prune_refusal_message(key: ObjKey, why: RefusalReason) -> str:
+    if why == RefusalReason.PROTECTED_NAMESPACE:
+        return f"{describe(key)} left the branch but is in (or is) a reserved namespace; it stays"
+    return (f"{describe(key)} left the branch but is a protected kind; a person may annotate it "
+            f"qonnect.io/prune: enabled to let the agent delete it")

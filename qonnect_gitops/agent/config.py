@@ -6,17 +6,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-FIELD_MANAGER = "qonnect-agent"
-DEFAULT_NAMESPACE = "qonnect-system"
-INVENTORY_NAME = "qonnect-inventory"
+from qonnect_gitops.model.limits import AGENT_NAMESPACE, RESERVED_NAMESPACES
 
-MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY_VALUE = "qonnect"
-APP_LABEL = "qonnect.io/app"
-COMPONENT_LABEL = "qonnect.io/component"
-RECONCILE_ANNOTATION = "qonnect.io/reconcile"
-PRUNE_ANNOTATION = "qonnect.io/prune"
-RECREATE_ANNOTATION = "qonnect.io/recreate"
+FIELD_MANAGER = "qonnect-agent"
+DEFAULT_NAMESPACE = AGENT_NAMESPACE
+INVENTORY_NAME = "qonnect-inventory"
+# Labels and annotations: qonnect_gitops.model.labels.
+
+# Kinds never pruned unless a person annotates the live object qonnect.io/prune: enabled.
+DEFAULT_PROTECTED_KINDS = frozenset({("", "Namespace"), ("", "PersistentVolumeClaim"), ("", "PersistentVolume"),
+                                     ("apiextensions.k8s.io", "CustomResourceDefinition")})
 
 DriftMode = Literal["heal", "report"]
 
@@ -56,6 +55,15 @@ class AgentConfig:
     webhook_addr: str | None = None
     webhook_secret: bytes | None = None
     git_credentials: Any = None
+    # What the agent protects whatever its branch says (a branch cannot switch these off).
+    protected_namespaces: frozenset[str] = RESERVED_NAMESPACES  # the agent's own namespace is added
+    protected_kinds: frozenset[tuple[str, str]] = DEFAULT_PROTECTED_KINDS  # (group, kind)
+    prune_workers: int = 16
+
+    @property
+    def reserved_namespaces(self) -> frozenset[str]:
+        """Namespaces the agent never applies to or deletes from: the protected ones and its own."""
+        return frozenset(self.protected_namespaces) | {self.namespace}
 
     def __post_init__(self) -> None:
         if not self.branch:

@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from qonnect_gitops.agent.config import DriftMode
-from qonnect_gitops.agent.sync import CHANGED, ObjectResult
+from qonnect_gitops.agent.sync import ObjectResult
+from qonnect_gitops.model.status import CHANGED_ACTIONS, Action
 
-DRIFT_ACTIONS = frozenset({"drifted", "missing"})
+DRIFT_ACTIONS = frozenset({Action.DRIFTED, Action.MISSING})
 
 
 def should_apply(mode: DriftMode, head: str, applied_commit: str | None) -> bool:
@@ -32,7 +33,7 @@ def corrections(results: Sequence[ObjectResult], head: str, applied_commit: str 
     (Writes on a new head, or retries after a failed pass, are not drift.)"""
     if head != applied_commit or head != last_good:
         return []
-    return [r for r in results if r.action in CHANGED]
+    return [r for r in results if r.action in CHANGED_ACTIONS]
 
 
 def describe(found: Sequence[ObjectResult], limit: int = 5) -> str:

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from qonnect_gitops.agent.config import APP_LABEL, COMPONENT_LABEL
+from qonnect_gitops.model.labels import APP_LABEL, COMPONENT_LABEL
 
 HealthStatus = Literal["Healthy", "Progressing", "Degraded", "Unknown"]
 Health = tuple[HealthStatus, str]

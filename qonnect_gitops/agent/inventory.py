@@ -13,8 +13,14 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
-from qonnect_gitops.agent.config import INVENTORY_NAME, MANAGED_BY, MANAGED_BY_VALUE
+from qonnect_gitops.agent.config import INVENTORY_NAME
 from qonnect_gitops.agent.kube import Kube, split_api_version
+from qonnect_gitops.model.labels import (
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+    NAME_LABEL,
+    PART_OF_LABEL,
+)
 
 ObjKey = tuple[str, str, str, str, str]
 """(group, version, kind, namespace, name); namespace is "" for cluster-scoped objects."""
@@ -87,12 +93,32 @@ class InventoryStore:
         self.kube.apply(res, {
             "apiVersion": "v1", "kind": "ConfigMap",
             "metadata": {"name": INVENTORY_NAME, "namespace": self.namespace,
-                         "labels": {"app.kubernetes.io/name": "qonnect-agent",
-                                    "app.kubernetes.io/part-of": MANAGED_BY_VALUE}},
+                         "labels": {NAME_LABEL: "qonnect-agent", PART_OF_LABEL: MANAGED_BY_VALUE}},
             "data": {"inventory": inv.to_json()},
         }, manager="qonnect-agent-inventory")
 
 
+def in_namespaces(key: ObjKey, namespaces: frozenset[str]) -> bool:
+    """Whether the object lives in one of ``namespaces``, or is the Namespace of one."""
+    group, _, kind, ns, name = key
+    return ns in namespaces or ((group, kind) == ("", "Namespace") and name in namespaces)
+
+
 def owned(live: dict[str, Any]) -> bool:
     """Carries our ownership label."""
-    return ((live.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY) == MANAGED_BY_VALUE
+    return ((live.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE
+
+
+def field_managers(live: dict[str, Any], path: tuple[str, ...] = ()) -> set[str]:
+    """The field managers of a live object (``metadata.managedFields``); with ``path``, only
+    those owning that field (e.g. ``("metadata", "annotations", "qonnect.io/prune")``)."""
+    out = set()
+    for entry in (live.get("metadata") or {}).get("managedFields") or []:
+        if not isinstance(entry, dict):
+            continue
+        node: Any = entry.get("fieldsV1") or {}
+        for part in path:
+            node = node.get(f"f:{part}") if isinstance(node, dict) else None
+        if node is not None:
+            out.add(str(entry.get("manager", "")))
+    return out

@@ -1,53 +1,79 @@
 """Prune guards, and deleting what left the branch.
 
-An object is deleted only when all of these hold: it is in the inventory, it is
-no longer on the branch, the live object still carries our ownership label, it is
-not annotated ``qonnect.io/prune: disabled``, and it is not a protected kind
-(Namespace, PersistentVolumeClaim, CustomResourceDefinition) unless annotated
-``qonnect.io/prune: enabled``. Pruning happens only after a fully successful apply.
+An object is deleted only when all of these hold: it is in the inventory, it is no
+longer on the branch, the live object still carries our ownership label and was
+applied by the agent (its field manager ``qonnect-agent`` is among the object's
+managers), it is not annotated ``qonnect.io/prune: disabled``, it is not in (or one of)
+the protected namespaces, and it is not a protected kind (Namespace,
+PersistentVolumeClaim, PersistentVolume, CustomResourceDefinition by default: agent
+configuration) unless a person annotated the live object ``qonnect.io/prune: enabled``
+(the agent never takes that annotation from a branch, and does not count it when its
+own field manager set it). Pruning happens only after a fully successful apply.
+
+Deletes run in parallel (``workers`` at a time), namespaced objects first, then
+cluster-scoped ones, Namespaces and CRDs last; every object retries on its own with
+exponential backoff, so one slow or failing object does not hold the others up.
 
 Guards that refuse a whole commit (nothing is applied, nothing deleted):
 ``EmptyDesiredSet`` (an empty branch without ``Qonnect-Allow-Empty: true``) and
 ``PruneLimitExceeded`` (removing more than a fraction of the inventory without a
-``Qonnect-Prune-Limit`` trailer covering the count).
+``Qonnect-Prune-Limit`` trailer covering the count; ``Qonnect-Allow-Empty`` does not
+lift it: it only says that an empty tree is intended).
 """
 
 from __future__ import annotations
 
+import functools
+import random
+import time
+from collections.abc import Iterable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
-from qonnect_gitops.agent.config import PRUNE_ANNOTATION
-from qonnect_gitops.agent.inventory import Inventory, ObjKey, describe, identity, owned
+from qonnect_gitops.agent.config import DEFAULT_PROTECTED_KINDS, FIELD_MANAGER
+from qonnect_gitops.agent.inventory import (
+    Inventory,
+    ObjKey,
+    describe,
+    field_managers,
+    identity,
+    in_namespaces,
+    owned,
+)
 from qonnect_gitops.agent.kube import Kube, KubeError, Resource
 from qonnect_gitops.logs import get_logger
+from qonnect_gitops.model.labels import DISABLED, ENABLED, PRUNE_ANNOTATION
+from qonnect_gitops.model.status import RefusalReason
 
 log = get_logger(__name__)
 
-PROTECTED_KINDS = frozenset({("", "Namespace"), ("", "PersistentVolumeClaim"),
-                             ("apiextensions.k8s.io", "CustomResourceDefinition")})
+_LAST_KINDS = frozenset({("", "Namespace"), ("apiextensions.k8s.io", "CustomResourceDefinition")})
 
 
 @dataclass(frozen=True)
 class GuardRefusal:
-    reason: str
+    reason: RefusalReason
     message: str
 
 
 def check_guards(desired: set[ObjKey], inventory: Inventory, *, allow_empty: bool,
                  prune_limit: int | None, fraction: float) -> GuardRefusal | None:
-    """The whole-commit guards; None when the commit may proceed."""
+    """The whole-commit guards; None when the commit may proceed.
+
+    ``allow_empty`` (the ``Qonnect-Allow-Empty`` trailer) only lets an empty tree through;
+    a non-empty tree is held to the prune fraction like any other."""
     if not desired and not allow_empty:
-        return GuardRefusal("EmptyDesiredSet",
+        return GuardRefusal(RefusalReason.EMPTY_DESIRED_SET,
                             f"the branch holds no objects and its commit lacks 'Qonnect-Allow-Empty: true'; "
                             f"refusing to prune the {len(inventory.objects)} objects applied")
     removed = removal_candidates(desired, inventory)
     total = len(inventory.objects)
-    if total and len(removed) > fraction * total and not allow_empty \
+    if desired and total and len(removed) > fraction * total \
             and (prune_limit is None or prune_limit < len(removed)):
         covered = "no Qonnect-Prune-Limit trailer" if prune_limit is None else \
             f"Qonnect-Prune-Limit: {prune_limit} does not cover it"
-        return GuardRefusal("PruneLimitExceeded",
+        return GuardRefusal(RefusalReason.PRUNE_LIMIT_EXCEEDED,
                             f"this commit removes {len(removed)} of {total} objects (more than "
                             f"{fraction:.0%}) and has {covered}")
     return None
@@ -63,63 +89,154 @@ def removal_candidates(desired: set[ObjKey], inventory: Inventory) -> list[ObjKe
 class PruneResult:
     deleted: list[ObjKey] = field(default_factory=list)
     kept: list[tuple[ObjKey, str]] = field(default_factory=list)  # left alone, with why
-    protected: list[ObjKey] = field(default_factory=list)  # refused: ProtectedKind
+    refused: list[tuple[ObjKey, RefusalReason]] = field(default_factory=list)  # ProtectedKind/Namespace
     errors: list[tuple[ObjKey, str]] = field(default_factory=list)
 
+    @property
+    def protected(self) -> list[ObjKey]:
+        """Objects refused as a protected kind."""
+        return [k for k, why in self.refused if why == RefusalReason.PROTECTED_KIND]
+
     def remaining(self) -> set[ObjKey]:
-        """What stays in the inventory: refused and failed ones (to retry and keep reporting)."""
-        return set(self.protected) | {k for k, _ in self.errors}
+        """What stays in the inventory: protected kinds (a person may allow them later) and
+        failed ones, to retry and keep reporting. Objects in reserved namespaces leave it:
+        nothing can ever make the agent delete them."""
+        return {k for k, why in self.refused if why == RefusalReason.PROTECTED_KIND} | {k for k, _ in self.errors}
 
 
-def prune(kube: Kube, candidates: list[ObjKey], *, dry_run: bool = False) -> PruneResult:
+@dataclass(frozen=True)
+class PruneRules:
+    """What the agent's configuration protects; nothing on a branch changes these."""
+
+    protected_kinds: frozenset[tuple[str, str]] = DEFAULT_PROTECTED_KINDS
+    protected_namespaces: frozenset[str] = frozenset()
+    workers: int = 16
+    attempts: int = 4  # per object, on top of the client's own retries
+    backoff: float = 0.2
+
+
+def prune(kube: Kube, candidates: Iterable[ObjKey], rules: PruneRules = PruneRules(), *,
+          dry_run: bool = False) -> PruneResult:
+    """Delete the candidates the rules allow; namespaced first, then cluster-scoped, Namespaces
+    and CRDs last, each wave in parallel."""
     out = PruneResult()
-    # Delete namespaced objects before cluster-scoped ones (Namespaces, CRDs last).
-    for key in sorted(candidates, key=lambda k: (k[3] == "", k)):
-        group, version, kind, ns, name = key
-        try:
-            res = kube.resource(f"{group}/{version}" if group else version, kind)
-        except KubeError as exc:
-            if exc.not_found:
-                out.kept.append((key, "kind no longer served"))
-                continue
-            out.errors.append((key, str(exc)))
-            continue
-        try:
-            live = kube.get(res, ns or None, name)
-            if live is None:
-                out.kept.append((key, "already gone"))
-                continue
-            decision = _decide(key, live)
-            if decision == "protected":
-                out.protected.append(key)
-                log.warning("prune_refused", object=describe(key), reason="ProtectedKind")
-                continue
-            if decision:
-                out.kept.append((key, decision))
-                log.info("prune_skipped", object=describe(key), why=decision)
-                continue
-            if not dry_run:
-                _delete(kube, res, live)
-            out.deleted.append(key)
-            log.info("pruned", object=describe(key), dry_run=dry_run)
-        except KubeError as exc:
-            out.errors.append((key, str(exc)))
-            log.warning("prune_failed", object=describe(key), error=str(exc))
+    waves: dict[int, list[ObjKey]] = {}
+    for key in sorted(set(candidates)):
+        wave = 2 if (key[0], key[2]) in _LAST_KINDS else 1 if key[3] == "" else 0
+        waves.setdefault(wave, []).append(key)
+    with ThreadPoolExecutor(max(1, rules.workers), thread_name_prefix="prune") as pool:
+        for wave in sorted(waves):
+            listed = _list_live(kube, waves[wave])
+            one = functools.partial(_prune_one, kube, rules=rules, dry_run=dry_run, listed=listed)
+            for key, (verdict, detail) in zip(waves[wave], pool.map(one, waves[wave]), strict=True):
+                if verdict == "deleted":
+                    out.deleted.append(key)
+                elif verdict == "kept":
+                    out.kept.append((key, detail))
+                elif verdict == "error":
+                    out.errors.append((key, detail))
+                else:
+                    out.refused.append((key, RefusalReason(verdict)))
     return out
 
 
-def _decide(key: ObjKey, live: dict[str, Any]) -> str:
-    """'' to delete; otherwise why not ('protected' for a refused protected kind)."""
+_LIST_ABOVE = 3  # more candidates than this of one kind in one namespace: one LIST instead of GETs
+
+
+def _list_live(kube: Kube, keys: list[ObjKey]) -> dict[ObjKey, dict[str, Any] | None]:
+    """The live objects of ``keys`` read with one LIST per kind and namespace where many share
+    them (items of a list carry no apiVersion or kind, so both are filled in). Keys whose
+    list failed are left out: they are read one by one."""
+    groups: dict[tuple[str, str, str, str], list[ObjKey]] = {}
+    for key in keys:
+        groups.setdefault(key[:4], []).append(key)
+    out: dict[ObjKey, dict[str, Any] | None] = {}
+    for (group, version, kind, ns), members in groups.items():
+        if len(members) <= _LIST_ABOVE:
+            continue
+        api_version = f"{group}/{version}" if group else version
+        try:
+            items = kube.list(kube.resource(api_version, kind), ns or None)
+        except KubeError as exc:
+            log.warning("prune_list_failed", kind=kind, namespace=ns, error=str(exc))
+            continue
+        by_name = {i["metadata"]["name"]: {**i, "apiVersion": api_version, "kind": kind} for i in items}
+        for key in members:
+            out[key] = by_name.get(key[4])
+    return out
+
+
+def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
+               listed: dict[ObjKey, dict[str, Any] | None]) -> tuple[str, str]:
+    """One candidate: ("deleted" | "kept" | "error" | a RefusalReason value, detail)."""
+    if in_namespaces(key, rules.protected_namespaces):
+        log.warning("prune_refused", object=describe(key), reason=RefusalReason.PROTECTED_NAMESPACE)
+        return RefusalReason.PROTECTED_NAMESPACE.value, ""
+    last = ""
+    for attempt in range(max(1, rules.attempts)):
+        if attempt:
+            time.sleep(rules.backoff * 2 ** (attempt - 1) * random.uniform(0.5, 1.0))
+        try:
+            # The listed copy serves the first attempt; a retry reads the object afresh.
+            return _try_delete(kube, key, rules, dry_run, listed if attempt == 0 else {})
+        except KubeError as exc:
+            last = str(exc)
+            if not exc.transient:
+                break
+    log.warning("prune_failed", object=describe(key), error=last)
+    return "error", last
+
+
+def _try_delete(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
+                listed: dict[ObjKey, dict[str, Any] | None]) -> tuple[str, str]:
+    group, version, kind, ns, name = key
+    try:
+        res = kube.resource(f"{group}/{version}" if group else version, kind)
+    except KubeError as exc:
+        if exc.not_found:
+            return "kept", "kind no longer served"
+        raise
+    live = listed[key] if key in listed else kube.get(res, ns or None, name)
+    if live is None:
+        return "kept", "already gone"
+    decision = _decide(key, live, rules)
+    if decision == RefusalReason.PROTECTED_KIND:
+        log.warning("prune_refused", object=describe(key), reason=decision)
+        return RefusalReason.PROTECTED_KIND.value, ""
+    if decision:
+        log.info("prune_skipped", object=describe(key), why=decision)
+        return "kept", decision
+    if not dry_run:
+        gone = _delete(kube, res, live)
+        if gone:
+            return "kept", gone
+    log.info("pruned", object=describe(key), dry_run=dry_run)
+    return "deleted", ""
+
+
+def _decide(key: ObjKey, live: dict[str, Any], rules: PruneRules) -> str:
+    """'' to delete; otherwise why not (``RefusalReason.PROTECTED_KIND`` for a protected kind)."""
     if not owned(live):
         return "no longer carries the ownership label"
+    if FIELD_MANAGER not in field_managers(live):
+        return f"not applied by the agent (no {FIELD_MANAGER} field manager): someone else owns it"
     annotation = ((live.get("metadata") or {}).get("annotations") or {}).get(PRUNE_ANNOTATION, "")
-    if annotation == "disabled":
-        return "annotated qonnect.io/prune: disabled"
-    if (key[0], key[2]) in PROTECTED_KINDS and annotation != "enabled":
-        return "protected"
+    if annotation == DISABLED:
+        return f"annotated {PRUNE_ANNOTATION}: {DISABLED}"
+    if (key[0], key[2]) in rules.protected_kinds:
+        by_person = field_managers(live, ("metadata", "annotations", PRUNE_ANNOTATION)) - {FIELD_MANAGER}
+        if annotation != ENABLED or not by_person:
+            return RefusalReason.PROTECTED_KIND
     return ""
 
 
-def _delete(kube: Kube, res: Resource, live: dict[str, Any]) -> None:
+def _delete(kube: Kube, res: Resource, live: dict[str, Any]) -> str:
+    """Delete exactly the object that was read (UID precondition); '' when it was deleted,
+    otherwise why it was not there to delete."""
     meta = live["metadata"]
-    kube.delete(res, meta.get("namespace"), meta["name"], uid=meta.get("uid"))
+    try:
+        return "" if kube.delete(res, meta.get("namespace"), meta["name"], uid=meta.get("uid")) else "already gone"
+    except KubeError as exc:
+        if exc.status == 409:  # a new object took the name since the read: not ours to delete
+            return "replaced by another object since it was read"
+        raise

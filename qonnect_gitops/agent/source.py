@@ -3,8 +3,14 @@
 Only that one branch is fetched into a local bare cache. The head commit's trailers
 carry the plan generation (must never go backwards), the Raft term (recorded for
 information), ``Qonnect-Allow-Empty`` and ``Qonnect-Prune-Limit``. Every ``*.yaml``
-file holds one object (the render layout); ``sops-*`` files are encrypted and are
-skipped and counted, since this agent has no decryption keys.
+file holds Kubernetes objects (one per file in the render layout); ``sops-*`` files are
+encrypted and are skipped and counted, since this agent has no decryption keys.
+
+The branch is hostile until checked: files are parsed through ``model.parsing`` with
+the same limits as goals (file and tree size, alias expansion, nesting), symlinks and
+submodule entries are never followed (skipped, with a warning), and every document must
+be an object with string ``apiVersion``, ``kind`` and ``metadata.name``. Anything else
+makes the whole commit unreadable (``BranchUnreadable``): nothing of it is applied.
 """
 
 from __future__ import annotations
@@ -14,16 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import pygit2
-import yaml
 
 from qonnect_gitops.gitstore import trailers as tr
 from qonnect_gitops.gitstore.remote import narrow_fetch
 from qonnect_gitops.gitstore.tree import read_tree_files
+from qonnect_gitops.logs import get_logger
+from qonnect_gitops.model.errors import GoalsError
+from qonnect_gitops.model.parsing import check_tree, load_documents
 
-try:
-    _Loader: Any = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _Loader = yaml.SafeLoader
+log = get_logger(__name__)
+MAX_PROBLEMS_SHOWN = 5
 
 
 class SourceError(Exception):
@@ -42,6 +48,8 @@ class Revision:
     prune_limit: int | None
     objects: tuple[dict[str, Any], ...]
     skipped: tuple[str, ...] = field(default=())
+    paths: tuple[str, ...] = field(default=())  # the file of each object, aligned with ``objects``
+    ignored: tuple[str, ...] = field(default=())  # symlinks and submodules: never read
 
 
 def fetch(cache: Path, url: str, branch: str, credentials: Any = None) -> str:
@@ -56,16 +64,24 @@ def fetch(cache: Path, url: str, branch: str, credentials: Any = None) -> str:
 
 def read_revision(cache: Path, commit: str) -> Revision:
     """Parse the commit's trailers and manifests. Raises ``SourceError`` on unreadable content."""
+    ignored: list[str] = []
     try:
         repo = pygit2.Repository(str(cache))
         obj = repo[commit].peel(pygit2.Commit)
-        files = read_tree_files(repo, commit)
+        files = read_tree_files(repo, commit, skipped=ignored)
     except (KeyError, ValueError, pygit2.GitError) as exc:
         raise SourceError(f"commit {commit[:12]} unreadable: {exc}") from exc
+    for path in ignored:
+        log.warning("branch_entry_skipped", commit=commit[:12], path=path,
+                    why="not a regular file (symlink or submodule)")
+    too_big = check_tree(files, f"commit {commit[:12]}")
+    if too_big:
+        raise SourceError("; ".join(p.message for p in too_big))
     found: dict[str, str] = {}
     for key, value in tr.parse_trailers(obj.message):
         found[key] = value
     objects: list[dict[str, Any]] = []
+    paths: list[str] = []
     skipped: list[str] = []
     for path in sorted(files):
         base = path.rsplit("/", 1)[-1]
@@ -75,14 +91,15 @@ def read_revision(cache: Path, commit: str) -> Revision:
             skipped.append(path)
             continue
         try:
-            docs = [d for d in yaml.load_all(files[path], Loader=_Loader) if d is not None]
-        except yaml.YAMLError as exc:
-            raise SourceError(f"{path}: not valid YAML: {exc}") from exc
+            docs = load_documents(path, files[path])
+        except GoalsError as exc:
+            raise SourceError("; ".join(str(p) for p in exc.problems[:MAX_PROBLEMS_SHOWN])) from exc
         for doc in docs:
-            if not isinstance(doc, dict) or not doc.get("apiVersion") or not doc.get("kind") \
-                    or not (doc.get("metadata") or {}).get("name"):
-                raise SourceError(f"{path}: not a Kubernetes object (needs apiVersion, kind, metadata.name)")
+            why = _not_an_object(doc)
+            if why:
+                raise SourceError(f"{path}: not a Kubernetes object ({why})")
             objects.append(doc)
+            paths.append(path)
     return Revision(
         commit=commit,
         generation=_int(found.get(tr.GENERATION)),
@@ -92,7 +109,23 @@ def read_revision(cache: Path, commit: str) -> Revision:
         prune_limit=_int(found.get(tr.PRUNE_LIMIT)),
         objects=tuple(objects),
         skipped=tuple(skipped),
+        paths=tuple(paths),
+        ignored=tuple(ignored),
     )
+
+
+def _not_an_object(doc: Any) -> str:
+    """'' for a mapping with string apiVersion, kind, metadata.name (and namespace, if any)."""
+    if not isinstance(doc, dict):
+        return "a mapping is needed"
+    meta = doc.get("metadata")
+    if not isinstance(doc.get("apiVersion"), str) or not doc["apiVersion"] or not isinstance(doc.get("kind"), str) \
+            or not doc["kind"] or not isinstance(meta, dict) or not isinstance(meta.get("name"), str) \
+            or not meta["name"]:
+        return "needs apiVersion, kind and metadata.name, all strings"
+    if meta.get("namespace") is not None and not isinstance(meta["namespace"], str):
+        return "metadata.namespace must be a string"
+    return ""
 
 
 def _int(value: str | None) -> int | None:

@@ -9,6 +9,12 @@ Per object: ``dryRun=All`` apply; if the result equals the live object (ignoring
 write-time metadata) nothing is written; otherwise the object is applied for real
 under field manager ``qonnect-agent`` with ``force=true``, and every other manager
 whose fields shrank is recorded as a conflict taken over.
+
+No adoption without consent: a live object is applied to only when the agent created
+it (its field manager is among the object's managers, or the inventory lists it and it
+carries the ownership label) or the branch's manifest opts in with
+``qonnect.io/adopt: enabled``; otherwise it fails with ``OwnershipConflict`` and is
+left untouched. ``qonnect.io/prune: enabled`` is never taken from a branch.
 """
 
 from __future__ import annotations
@@ -20,11 +26,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qonnect_gitops.agent import diff
-from qonnect_gitops.agent.config import RECONCILE_ANNOTATION, RECREATE_ANNOTATION
+from qonnect_gitops.agent.config import FIELD_MANAGER
 from qonnect_gitops.agent.health import HEALTHY, health_of
-from qonnect_gitops.agent.inventory import ObjKey, describe, key_of
+from qonnect_gitops.agent.inventory import (
+    ObjKey,
+    describe,
+    field_managers,
+    identity,
+    in_namespaces,
+    key_of,
+    owned,
+)
 from qonnect_gitops.agent.kube import Kube, KubeError
 from qonnect_gitops.logs import get_logger
+from qonnect_gitops.model.labels import (
+    ADOPT_ANNOTATION,
+    DISABLED,
+    ENABLED,
+    PRUNE_ANNOTATION,
+    RECONCILE_ANNOTATION,
+    RECREATE_ANNOTATION,
+)
+from qonnect_gitops.model.status import CHANGED_ACTIONS, Action, RefusalReason
 
 log = get_logger(__name__)
 
@@ -33,18 +56,19 @@ FIRST = frozenset({("apiextensions.k8s.io", "CustomResourceDefinition"), ("", "N
 LAST = frozenset({("admissionregistration.k8s.io", "MutatingWebhookConfiguration"),
                   ("admissionregistration.k8s.io", "ValidatingWebhookConfiguration")})
 
-# Actions: created, configured, unchanged, skipped, recreated, drifted (report-only), failed
-CHANGED = frozenset({"created", "configured", "recreated"})
+CHANGED = CHANGED_ACTIONS
+IMMUTABLE_FIELD, API_ERROR, NOT_READY = "ImmutableField", "ApiError", "NotReady"
 
 
 @dataclass
 class ObjectResult:
     key: ObjKey
-    action: str
+    action: Action
     message: str = ""
-    reason: str = ""  # for failures: ImmutableField, InvalidManifest, ApiError, NotReady
+    reason: str = ""  # for failures: ImmutableField, InvalidManifest, OwnershipConflict, ApiError, NotReady
     took_over: list[str] = field(default_factory=list)
     live: dict[str, Any] | None = None
+    wrote: bool = False  # a real (not dry-run) write was attempted: the object may exist now
 
     @property
     def name(self) -> str:
@@ -81,21 +105,25 @@ def normalise_namespaces(kube: Kube, objects: list[dict[str, Any]]) -> list[dict
 
 class Syncer:
     def __init__(self, kube: Kube, *, workers: int = 8, ready_timeout: float = 30.0,
-                 reserved: frozenset[ObjKey] = frozenset()) -> None:
+                 reserved: frozenset[ObjKey] = frozenset(), protected_namespaces: frozenset[str] = frozenset()) -> None:
         self.kube = kube
         self.reserved = reserved  # objects the agent itself owns (its inventory): never applied from Git
+        # Checked again per object: a kind served only once its CRD is applied gets its namespace here.
+        self.protected_namespaces = protected_namespaces
         self.workers = max(1, workers)
         self.ready_timeout = ready_timeout
 
-    def sync(self, objects: list[dict[str, Any]], *, apply: bool = True) -> list[ObjectResult]:
-        """Apply (or, with ``apply=False``, only compare) every object, stage by stage."""
+    def sync(self, objects: list[dict[str, Any]], *, apply: bool = True,
+             known: frozenset[tuple[str, str, str, str]] = frozenset()) -> list[ObjectResult]:
+        """Apply (or, with ``apply=False``, only compare) every object, stage by stage.
+        ``known``: identities the inventory lists (see the adoption rule above)."""
         results: list[ObjectResult] = []
         stages: dict[int, list[dict[str, Any]]] = {}
         for obj in objects:
             stages.setdefault(stage_of(obj), []).append(obj)
         with ThreadPoolExecutor(self.workers, thread_name_prefix="apply") as pool:
             for stage in sorted(stages):
-                batch = list(pool.map(lambda o: self._one(o, apply), stages[stage]))
+                batch = list(pool.map(lambda o: self._one(o, apply, known), stages[stage]))
                 if stage == 0 and apply:
                     self._wait_ready(batch)
                     if any(r.key[2] == "CustomResourceDefinition" for r in batch):
@@ -103,14 +131,14 @@ class Syncer:
                 results += batch
         return results
 
-    def _one(self, obj: dict[str, Any], apply: bool) -> ObjectResult:
+    def _one(self, obj: dict[str, Any], apply: bool, known: frozenset[tuple[str, str, str, str]]) -> ObjectResult:
         obj = copy.deepcopy(obj)
         key = key_of(obj)
         try:
             res = self.kube.resource(obj["apiVersion"], obj["kind"])
         except KubeError as exc:
-            reason = "InvalidManifest" if exc.not_found else "ApiError"
-            return ObjectResult(key, "failed", exc.message or str(exc), reason)
+            reason = RefusalReason.INVALID_MANIFEST if exc.not_found else API_ERROR
+            return ObjectResult(key, Action.FAILED, exc.message or str(exc), reason)
         meta = obj.setdefault("metadata", {})
         if res.namespaced and not meta.get("namespace"):
             meta["namespace"] = "default"
@@ -118,60 +146,79 @@ class Syncer:
             meta.pop("namespace", None)
         key = key_of(obj)
         if key in self.reserved:
-            return ObjectResult(key, "failed", "reserved for the agent's own inventory; rename the object",
-                                "InvalidManifest")
+            return ObjectResult(key, Action.FAILED, "reserved for the agent's own inventory; rename the object",
+                                RefusalReason.INVALID_MANIFEST)
+        if in_namespaces(key, self.protected_namespaces):
+            return ObjectResult(key, Action.FAILED, "in a reserved namespace; the agent never touches it",
+                                RefusalReason.PROTECTED_NAMESPACE)
+        if _annotation(obj, PRUNE_ANNOTATION) == ENABLED:
+            # Protection from pruning is the agent's configuration: a branch cannot lift it.
+            del meta["annotations"][PRUNE_ANNOTATION]
+            if not meta["annotations"]:
+                del meta["annotations"]
+            log.warning("prune_annotation_ignored", object=describe(key), annotation=PRUNE_ANNOTATION)
+        wrote = False
         try:
             live = self.kube.get(res, meta.get("namespace"), meta["name"])
-            if _annotation(obj, RECONCILE_ANNOTATION) == "disabled" or \
-                    (live is not None and _annotation(live, RECONCILE_ANNOTATION) == "disabled"):
-                return ObjectResult(key, "skipped", "annotated qonnect.io/reconcile: disabled", live=live)
+            if live is not None and not _ours(key, live, obj, known):
+                return ObjectResult(key, Action.FAILED, (
+                    f"exists and was not created by the agent; annotate the manifest "
+                    f"{ADOPT_ANNOTATION}: {ENABLED} in the goals to take it over"), RefusalReason.OWNERSHIP_CONFLICT,
+                    live=live)
+            if _annotation(obj, RECONCILE_ANNOTATION) == DISABLED or \
+                    (live is not None and _annotation(live, RECONCILE_ANNOTATION) == DISABLED):
+                return ObjectResult(key, Action.SKIPPED, f"annotated {RECONCILE_ANNOTATION}: {DISABLED}", live=live)
             try:
                 dry = self.kube.apply(res, obj, dry_run=True)
             except KubeError as exc:
                 if exc.immutable and live is not None:
+                    wrote = apply
                     return self._immutable(res, obj, key, live, exc, apply)
                 raise
             if not diff.differs(dry, live):
-                return ObjectResult(key, "unchanged", live=live)
+                return ObjectResult(key, Action.UNCHANGED, live=live)
             paths = ", ".join(diff.changed_paths(dry, live))
             took = diff.managers_losing_fields(live, dry)
             if not apply:
-                return ObjectResult(key, "drifted" if live is not None else "missing", paths, took_over=took, live=live)
+                return ObjectResult(key, Action.DRIFTED if live is not None else Action.MISSING, paths, took_over=took,
+                                    live=live)
+            wrote = True
             after = self.kube.apply(res, obj)
-            action = "created" if live is None else "configured"
+            action = Action.CREATED if live is None else Action.CONFIGURED
             if took:
                 log.warning("conflict_taken_over", object=describe(key), managers=",".join(took))
             log.info("applied", object=describe(key), action=action, changed=paths)
             return ObjectResult(key, action, paths, took_over=took, live=after)
         except KubeError as exc:
-            reason = "ApiError" if exc.transient else "InvalidManifest"
+            reason = API_ERROR if exc.transient else RefusalReason.INVALID_MANIFEST
             log.warning("apply_failed", object=describe(key), status=exc.status, error=exc.message)
-            return ObjectResult(key, "failed", f"{exc.status} {exc.reason}: {exc.message}"[:1000], reason)
+            return ObjectResult(key, Action.FAILED, f"{exc.status} {exc.reason}: {exc.message}"[:1000], reason,
+                                wrote=wrote)
 
     def _immutable(self, res: Any, obj: dict[str, Any], key: ObjKey, live: dict[str, Any], exc: KubeError,
                    apply: bool) -> ObjectResult:
-        if _annotation(obj, RECREATE_ANNOTATION) != "enabled":
-            return ObjectResult(key, "failed", f"immutable field changed: {exc.message} "
-                                "(annotate qonnect.io/recreate: enabled to allow delete and re-create)"[:1000],
-                                "ImmutableField", live=live)
+        if _annotation(obj, RECREATE_ANNOTATION) != ENABLED:
+            return ObjectResult(key, Action.FAILED, f"immutable field changed: {exc.message} "
+                                f"(annotate {RECREATE_ANNOTATION}: {ENABLED} to allow delete and re-create)"[:1000],
+                                IMMUTABLE_FIELD, live=live)
         if not apply:
-            return ObjectResult(key, "drifted", "immutable field changed; would re-create", live=live)
+            return ObjectResult(key, Action.DRIFTED, "immutable field changed; would re-create", live=live)
         meta = live["metadata"]
         self.kube.delete(res, meta.get("namespace"), meta["name"], uid=meta.get("uid"), propagation="Foreground")
         deadline = time.monotonic() + self.ready_timeout
         while self.kube.get(res, meta.get("namespace"), meta["name"]) is not None:
             if time.monotonic() > deadline:
-                return ObjectResult(key, "failed", "deleted for re-create but still present", "ApiError")
+                return ObjectResult(key, Action.FAILED, "deleted for re-create but still present", API_ERROR)
             time.sleep(0.1)
         after = self.kube.apply(res, obj)
         log.info("recreated", object=describe(key))
-        return ObjectResult(key, "recreated", "immutable field changed", live=after)
+        return ObjectResult(key, Action.RECREATED, "immutable field changed", live=after)
 
     def _wait_ready(self, batch: list[ObjectResult]) -> None:
         """CRDs Established and Namespaces Active before the next stage."""
         deadline = time.monotonic() + self.ready_timeout
         for result in batch:
-            if result.action == "failed" or result.key[2] not in ("CustomResourceDefinition", "Namespace"):
+            if result.action == Action.FAILED or result.key[2] not in ("CustomResourceDefinition", "Namespace"):
                 continue
             group, version, kind, ns, name = result.key
             res = self.kube.resource(f"{group}/{version}" if group else version, kind)
@@ -185,10 +232,20 @@ class Syncer:
                     result.live = live
                     break
                 if time.monotonic() > deadline:
-                    result.action, result.reason = "failed", "NotReady"
+                    result.action, result.reason = Action.FAILED, NOT_READY
                     result.message = f"{kind} {name} not ready within {self.ready_timeout:.0f}s"
                     break
                 time.sleep(0.1)
+
+
+def _ours(key: ObjKey, live: dict[str, Any], desired: dict[str, Any],
+          known: frozenset[tuple[str, str, str, str]]) -> bool:
+    """Whether the agent may apply to an existing object (see the module docstring)."""
+    if FIELD_MANAGER in field_managers(live):
+        return True
+    if identity(key) in known and owned(live):
+        return True
+    return _annotation(desired, ADOPT_ANNOTATION) == ENABLED
 
 
 def _annotation(obj: dict[str, Any], name: str) -> str:

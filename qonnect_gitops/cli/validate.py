@@ -4,21 +4,28 @@ from __future__ import annotations
 
 import argparse
 import sys
+import tempfile
 from typing import Any
 
-import tempfile
-
-from qonnect_gitops.gitstore import GitStoreError, RemoteError, resolve_commit
+from qonnect_gitops.gitstore import (
+    GitStoreError,
+    RemoteError,
+    read_tree_files,
+    resolve_commit,
+)
 from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
-from qonnect_gitops.model import GoalsError, Goals, load_goals, read_directory
+from qonnect_gitops.model import Goals, GoalsError, Problem, load_goals
+from qonnect_gitops.model.source import scan_directory
 
 
 def register(sub: Any) -> None:
     parser = sub.add_parser(
         "validate",
         help="check a goals repository",
-        description="Validate every file of a goals repository. Exit 0 with a one-line "
-        "summary when valid; exit 1 listing every problem as file:line:column: field: message.",
+        description="Validate every file of a goals repository, including every Kubernetes "
+        "object against the 1.37 API. Exit 0 with a one-line summary when valid; exit 1 listing "
+        "every problem as file:line:column: field: message. Warnings (files skipped, custom "
+        "resources that could not be checked) are printed as 'warning: ...' either way.",
     )
     parser.add_argument("dir", nargs="?", default=".", help="the goals tree (default: .)")
     parser.add_argument("--repo", metavar="URL",
@@ -38,10 +45,11 @@ def summary(goals: Goals) -> str:
     )
 
 
-def _read(args: argparse.Namespace) -> tuple[str, dict[str, bytes]]:
-    """The goals files and how to name where they came from."""
+def _read(args: argparse.Namespace) -> tuple[str, dict[str, bytes], list[Problem]]:
+    """The goals files, how to name where they came from, and what was skipped reading them."""
     if args.repo is None:
-        return args.dir, read_directory(args.dir)
+        tree = scan_directory(args.dir)
+        return args.dir, tree.files, tree.skipped
     with tempfile.TemporaryDirectory(prefix="qonnect-validate-") as cache:
         mirror = Mirror(cache, args.repo, credentials_from_env())
         mirror.fetch()
@@ -49,15 +57,22 @@ def _read(args: argparse.Namespace) -> tuple[str, dict[str, bytes]]:
         if rev is None:
             raise RemoteError(f"{mirror.display_url} has no main branch")
         commit = resolve_commit(mirror.repo, rev)
-        return f"{mirror.display_url}@{str(commit.id)[:12]}", mirror.read_goals(str(commit.id))
+        # Git trees keep symlinks and submodules as entries; they are never read as goals.
+        ignored: list[str] = []
+        files = read_tree_files(mirror.repo, str(commit.id), skipped=ignored)
+        skipped = [Problem(path, None, None, "", "skipped: a symlink or submodule (never followed)")
+                   for path in ignored]
+        return f"{mirror.display_url}@{str(commit.id)[:12]}", files, skipped
 
 
 def run(args: argparse.Namespace) -> int:
     try:
-        where, files = _read(args)
+        where, files, skipped = _read(args)
     except (FileNotFoundError, GitStoreError) as exc:
         print(f"qonnect validate: {exc}", file=sys.stderr)
         return 1
+    for problem in skipped:
+        print(f"warning: {problem}", file=sys.stderr)
     try:
         goals = load_goals(files)
     except GoalsError as exc:
@@ -66,5 +81,7 @@ def run(args: argparse.Namespace) -> int:
         count = len(exc.problems)
         print(f"{where}: invalid: {count} problem{'s' if count != 1 else ''}", file=sys.stderr)
         return 1
+    for problem in goals.warnings:
+        print(f"warning: {problem}", file=sys.stderr)
     print(f"{where}: valid: {summary(goals)}")
     return 0

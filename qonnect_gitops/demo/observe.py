@@ -9,7 +9,7 @@ from typing import Any
 
 from kubernetes import client, config
 
-from qonnect_gitops.render.render import LABEL_APP, LABEL_COMPONENT
+from qonnect_gitops.model.labels import APP_LABEL, COMPONENT_LABEL
 
 Observed = dict[str, dict[str, int] | None]  # cluster -> {app/component: ready replicas}, None: unreachable
 
@@ -30,10 +30,10 @@ class ClusterReader:
         try:
             for lister in (self.apps.list_deployment_for_all_namespaces,
                            self.apps.list_stateful_set_for_all_namespaces):
-                items = lister(label_selector=LABEL_COMPONENT, _request_timeout=2).items
+                items = lister(label_selector=COMPONENT_LABEL, _request_timeout=2).items
                 for obj in items:
                     labels = obj.metadata.labels or {}
-                    key = f"{labels.get(LABEL_APP)}/{labels.get(LABEL_COMPONENT)}"
+                    key = f"{labels.get(APP_LABEL)}/{labels.get(COMPONENT_LABEL)}"
                     out[key] = out.get(key, 0) + int(obj.status.ready_replicas or 0)
         except Exception as exc:  # noqa: BLE001 - any failure means "cannot see it now"
             self.last_error = f"{type(exc).__name__}: {exc}"[:300]

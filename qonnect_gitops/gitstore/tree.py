@@ -142,11 +142,12 @@ def subtree_id(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> pygit2.
     return entry.id
 
 
-def read_tree_files(repo: RepoLike, rev: str, prefix: str = "") -> dict[str, bytes]:
+def read_tree_files(repo: RepoLike, rev: str, prefix: str = "", skipped: list[str] | None = None) -> dict[str, bytes]:
     """Every regular file under ``prefix`` at commit ``rev``, as repo-relative path -> bytes.
 
     Reads the object database only (works on bare mirrors). Symlinks and submodule
-    entries are skipped: goals are plain files. A missing ``prefix`` gives ``{}``.
+    entries are skipped (never followed): goals are plain files; their paths are appended
+    to ``skipped`` when given. A missing ``prefix`` gives ``{}``.
     """
     r = open_repo(repo)
     commit = resolve_commit(r, rev)
@@ -157,7 +158,7 @@ def read_tree_files(repo: RepoLike, rev: str, prefix: str = "") -> dict[str, byt
     if start is None:
         return {}
     out: dict[str, bytes] = {}
-    _collect(r, _tree(r, start), prefix, out)
+    _collect(r, _tree(r, start), prefix, out, skipped)
     return out
 
 
@@ -175,16 +176,19 @@ def read_file(repo: RepoLike, rev: str, path: str) -> bytes | None:
     return blob.data if isinstance(blob, pygit2.Blob) else None
 
 
-def _collect(repo: pygit2.Repository, tree: pygit2.Tree, base: str, out: dict[str, bytes]) -> None:
+def _collect(repo: pygit2.Repository, tree: pygit2.Tree, base: str, out: dict[str, bytes],
+             skipped: list[str] | None = None) -> None:
     for entry in tree:
         name = entry.name or ""
         path = f"{base}/{name}" if base else name
         if entry.filemode == pygit2.enums.FileMode.TREE:
-            _collect(repo, _tree(repo, entry.id), path, out)
+            _collect(repo, _tree(repo, entry.id), path, out, skipped)
         elif entry.filemode in _BLOB_MODES:
             blob = repo[entry.id]
             assert isinstance(blob, pygit2.Blob)
             out[path] = blob.data
+        elif skipped is not None:
+            skipped.append(path)
 
 
 def _tree(repo: pygit2.Repository, oid: pygit2.Oid) -> pygit2.Tree:

@@ -2,30 +2,49 @@
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, GetJsonSchemaHandler, model_validator
+from pydantic import AfterValidator, Field, GetJsonSchemaHandler, model_validator
 from pydantic.json_schema import JsonSchemaValue
 from pydantic_core import core_schema
 
 from qonnect_gitops.model.base import Arch, Header, Metadata, Name, Tier, UserModel
-from qonnect_gitops.model.quantity import Bytes, MilliCPU
+from qonnect_gitops.model.limits import (
+    MAX_COST_CAP,
+    MAX_DISRUPTION_BUDGET,
+    MAX_LATENCY_MS,
+    MAX_MIN_CLUSTERS,
+    MAX_NODE_CPU,
+    MAX_NODE_MEMORY,
+    MAX_REPLICAS,
+    MAX_RPS,
+    MAX_SECONDS,
+    MAX_WEIGHT,
+    RESERVED_NAMESPACES,
+)
+from qonnect_gitops.model.quantity import (
+    Bytes,
+    MilliCPU,
+    at_most,
+    format_bytes,
+    format_millicores,
+)
 
 
 class LatencyGoal(UserModel):
     """Requests from ``region`` must reach the component within ``maxMs``."""
 
     region: Name
-    max_ms: float = Field(gt=0)
+    max_ms: float = Field(gt=0, le=MAX_LATENCY_MS)
 
 
 class Objective(UserModel):
     """Relative weights of what the planner minimises. Written as a mapping of weights or,
     for a single objective, just its name (``objective: cost``)."""
 
-    latency: float = Field(0.0, ge=0)
-    cost: float = Field(0.0, ge=0)
-    energy: float = Field(0.0, ge=0)
+    latency: float = Field(0.0, ge=0, le=MAX_WEIGHT)
+    cost: float = Field(0.0, ge=0, le=MAX_WEIGHT)
+    energy: float = Field(0.0, ge=0, le=MAX_WEIGHT)
 
     @model_validator(mode="before")
     @classmethod
@@ -58,7 +77,7 @@ class Objective(UserModel):
 
 
 class Availability(UserModel):
-    min_clusters: int = Field(1, ge=1, description="Run on at least this many clusters.")
+    min_clusters: int = Field(1, ge=1, le=MAX_MIN_CLUSTERS, description="Run on at least this many clusters.")
     spread: bool = Field(
         False, description="Distribute replicas as evenly as possible over the chosen clusters."
     )
@@ -148,9 +167,9 @@ class Toleration(UserModel):
 class Scaling(UserModel):
     """Replicas follow the observed load: ``ceil(rps / targetRpsPerReplica)`` within bounds."""
 
-    min_replicas: int = Field(1, ge=0)
-    max_replicas: int = Field(ge=1)
-    target_rps_per_replica: float = Field(gt=0)
+    min_replicas: int = Field(1, ge=0, le=MAX_REPLICAS)
+    max_replicas: int = Field(ge=1, le=MAX_REPLICAS)
+    target_rps_per_replica: float = Field(gt=0, le=MAX_RPS)
 
     @model_validator(mode="after")
     def _bounds(self) -> Scaling:
@@ -164,9 +183,9 @@ class Scaling(UserModel):
 class Migration(UserModel):
     """Per-component overrides of the fleet's stability settings."""
 
-    cooldown_seconds: float | None = Field(None, ge=0)
+    cooldown_seconds: float | None = Field(None, ge=0, le=MAX_SECONDS)
     min_improvement: float | None = Field(None, ge=0, le=1)
-    disruption_budget: int | None = Field(None, ge=1)
+    disruption_budget: int | None = Field(None, ge=1, le=MAX_DISRUPTION_BUDGET)
     allow_stateful: bool = Field(
         False,
         description="Let rescheduling and failover move a StatefulSet (its data does not move).",
@@ -186,7 +205,7 @@ class QoS(UserModel):
     objective: Objective = Field(default_factory=lambda: Objective(latency=1.0))
     availability: Availability = Field(default_factory=Availability)
     max_cost_per_hour: float | None = Field(
-        None, gt=0, description="Cap on what all replicas of the component cost per hour."
+        None, gt=0, le=MAX_COST_CAP, description="Cap on what all replicas of the component cost per hour."
     )
     placement: Placement = Field(default_factory=Placement)
     cluster_selector: ClusterSelector = Field(default_factory=ClusterSelector)
@@ -212,9 +231,13 @@ class QoS(UserModel):
         return defaults.model_copy(update={f: getattr(self, f) for f in self.model_fields_set})
 
 
+ReplicaCPU = Annotated[MilliCPU, at_most(MAX_NODE_CPU, format_millicores, "per-replica CPU")]
+ReplicaMemory = Annotated[Bytes, at_most(MAX_NODE_MEMORY, format_bytes, "per-replica memory")]
+
+
 class Resources(UserModel):
-    cpu: MilliCPU
-    memory: Bytes
+    cpu: ReplicaCPU
+    memory: ReplicaMemory
 
 
 class ComponentSpec(UserModel):
@@ -225,7 +248,8 @@ class ComponentSpec(UserModel):
         min_length=1, description="Kubernetes YAML files, relative to the app folder."
     )
     replicas: int | None = Field(
-        None, ge=0, description="Total replicas; defaults to the workload's `spec.replicas`."
+        None, ge=0, le=MAX_REPLICAS,
+        description="Total replicas; defaults to the workload's `spec.replicas`.",
     )
     resources: Resources | None = Field(
         None, description="Per replica; defaults to the workload's container requests."
@@ -243,8 +267,26 @@ class AppDefaults(UserModel):
     qos: QoS = Field(default_factory=QoS)
 
 
+def _not_reserved(namespace: str) -> str:
+    if namespace in RESERVED_NAMESPACES:
+        raise ValueError(f"namespace '{namespace}' is reserved (one of {', '.join(sorted(RESERVED_NAMESPACES))}); "
+                         "agents never touch it; expected a namespace of the app's own")
+    return namespace
+
+
+AppNamespace = Annotated[Name, AfterValidator(_not_reserved)]
+
+
 class QoSAppSpec(UserModel):
-    namespace: Name = Field(description="The Kubernetes namespace the app runs in everywhere.")
+    namespace: AppNamespace = Field(
+        description="The Kubernetes namespace the app runs in everywhere; not a reserved one "
+        "(kube-system, kube-public, kube-node-lease, default, qonnect-system)."
+    )
+    adopt_namespace: bool = Field(
+        False,
+        description="Let agents take over the app's Namespace where it already exists without "
+        "having been created by qonnect (otherwise they refuse it: `OwnershipConflict`).",
+    )
     defaults: AppDefaults = Field(default_factory=AppDefaults)
     allow_plain_secrets: bool = Field(
         False,

@@ -49,6 +49,8 @@ class UserModel(BaseModel):
         alias_generator=to_camel,
         populate_by_name=True,
         str_strip_whitespace=False,
+        # Infinity and NaN pass every `ge`/`le` check in odd ways and break arithmetic later.
+        allow_inf_nan=False,
     )
 
 

@@ -2,12 +2,33 @@
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import Field, HttpUrl
+from pydantic import Field, HttpUrl, model_validator
 
 from qonnect_gitops.model.base import Arch, Header, Metadata, Name, Tier, UserModel
-from qonnect_gitops.model.quantity import Bytes, MilliCPU
+from qonnect_gitops.model.limits import (
+    MAX_CARBON_INTENSITY,
+    MAX_NODE_CPU,
+    MAX_NODE_GROUPS,
+    MAX_NODE_MEMORY,
+    MAX_NODES_PER_CLUSTER,
+    MAX_NODES_PER_GROUP,
+    MAX_PODS_PER_NODE,
+    MAX_PRICE,
+    MAX_SECONDS,
+    MAX_WATTS_PER_CPU,
+)
+from qonnect_gitops.model.quantity import (
+    Bytes,
+    MilliCPU,
+    at_most,
+    format_bytes,
+    format_millicores,
+)
+
+NodeCPU = Annotated[MilliCPU, at_most(MAX_NODE_CPU, format_millicores, "per-node CPU")]
+NodeMemory = Annotated[Bytes, at_most(MAX_NODE_MEMORY, format_bytes, "per-node memory")]
 
 # Labels every cluster carries implicitly, so selectors can use them.
 LABEL_NAME = "qonnect.io/cluster"
@@ -19,10 +40,10 @@ LABEL_DISTRIBUTION = "qonnect.io/distribution"
 class NodeShape(UserModel):
     """``count`` identical nodes. A replica must fit on one node."""
 
-    count: int = Field(ge=1)
-    cpu: MilliCPU = Field(description="Allocatable CPU of one node, e.g. `4` or `3500m`.")
-    memory: Bytes = Field(description="Allocatable memory of one node, e.g. `8Gi`.")
-    pods: int = Field(110, ge=1, description="Most pods one node runs.")
+    count: int = Field(ge=1, le=MAX_NODES_PER_GROUP, description="How many such nodes (at most 10,000).")
+    cpu: NodeCPU = Field(description="Allocatable CPU of one node, e.g. `4` or `3500m` (at most 4096).")
+    memory: NodeMemory = Field(description="Allocatable memory of one node, e.g. `8Gi` (at most 64Ti).")
+    pods: int = Field(110, ge=1, le=MAX_PODS_PER_NODE, description="Most pods one node runs.")
     arch: Arch = "amd64"
 
 
@@ -37,18 +58,21 @@ class Taint(UserModel):
 class Cost(UserModel):
     """Prices in the fleet's currency."""
 
-    cpu_hour: float = Field(ge=0, description="Price of one CPU core for one hour.")
+    cpu_hour: float = Field(ge=0, le=MAX_PRICE, description="Price of one CPU core for one hour.")
     memory_gib_hour: float = Field(
-        0.0, ge=0, alias="memoryGiBHour", description="Price of one GiB for one hour."
+        0.0, ge=0, le=MAX_PRICE, alias="memoryGiBHour", description="Price of one GiB for one hour."
     )
 
 
 class Energy(UserModel):
     """What running here costs the planet."""
 
-    watts_per_cpu: float = Field(ge=0, description="Power drawn per busy CPU core, in watts.")
+    watts_per_cpu: float = Field(
+        ge=0, le=MAX_WATTS_PER_CPU, description="Power drawn per busy CPU core, in watts."
+    )
     carbon_intensity: float = Field(
-        ge=0, description="Grid carbon intensity where the cluster runs, in gCO2/kWh."
+        ge=0, le=MAX_CARBON_INTENSITY,
+        description="Grid carbon intensity where the cluster runs, in gCO2/kWh.",
     )
 
 
@@ -58,7 +82,9 @@ class AgentEndpoint(UserModel):
     webhook_url: HttpUrl | None = Field(
         None, description="The agent's optional push-event endpoint."
     )
-    poll_seconds: float = Field(30.0, gt=0, description="How often the agent polls its branch.")
+    poll_seconds: float = Field(
+        30.0, gt=0, le=MAX_SECONDS, description="How often the agent polls its branch."
+    )
 
 
 class ClusterSpec(UserModel):
@@ -68,10 +94,18 @@ class ClusterSpec(UserModel):
     distribution: Literal["k8s", "k3s"] = "k8s"
     region: Name = Field(description="Where the cluster is, e.g. `eu-central`.")
     taints: tuple[Taint, ...] = ()
-    nodes: tuple[NodeShape, ...] = Field(min_length=1)
+    nodes: tuple[NodeShape, ...] = Field(min_length=1, max_length=MAX_NODE_GROUPS)
     cost: Cost
     energy: Energy
     agent: AgentEndpoint = Field(default_factory=AgentEndpoint)
+
+    @model_validator(mode="after")
+    def _node_total(self) -> ClusterSpec:
+        total = sum(group.count for group in self.nodes)
+        if total > MAX_NODES_PER_CLUSTER:
+            raise ValueError(f"{total:,} nodes in all; expected at most {MAX_NODES_PER_CLUSTER:,} "
+                             "per cluster (Kubernetes supports 5,000)")
+        return self
 
 
 class Cluster(Header):

@@ -8,6 +8,7 @@ from typing import Annotated, Literal
 from pydantic import AfterValidator, Field, model_validator
 
 from qonnect_gitops.model.base import Header, Metadata, Name, UserModel
+from qonnect_gitops.model.limits import MAX_DISRUPTION_BUDGET, MAX_SECONDS
 
 # Characters git forbids in ref names, plus what would make a prefix ambiguous.
 _BAD_REF = re.compile(r"(\.\.|[\x00-\x20~^:?*\[\\]|@\{|//|^/|\.lock(/|$)|^\.|/\.)")
@@ -86,8 +87,19 @@ class Review(UserModel):
     )
 
 
+GOALS_BRANCH = "main"
+"""The branch users push goals to and the leads read; no branch qonnect writes may touch it."""
+
+
+def branches_collide(a: str, b: str) -> bool:
+    """Whether Git cannot hold both branches, or they are the same: equal, or one is a
+    directory of the other (``x`` and ``x/y``)."""
+    return a == b or a.startswith(b + "/") or b.startswith(a + "/")
+
+
 class Branches(UserModel):
-    """Names of the branches the leader writes."""
+    """Names of the branches the leader writes. None may equal or nest with another, nor with
+    the goals branch ``main``; a cluster whose branch would is refused in its own file."""
 
     plan: RefFragment = Field("qonnect/plan", description="The branch holding every decision.")
     cluster_prefix: RefFragment = Field(
@@ -99,6 +111,9 @@ class Branches(UserModel):
 
     @model_validator(mode="after")
     def _distinct(self) -> Branches:
+        if branches_collide(self.plan, GOALS_BRANCH):
+            raise ValueError(f"plan branch '{self.plan}' collides with the goals branch '{GOALS_BRANCH}' "
+                             "(the leader would overwrite the goals); expected another name, e.g. qonnect/plan")
         names = {self.plan, self.cluster_prefix, self.proposal_prefix}
         if len(names) != 3:
             raise ValueError("plan, clusterPrefix and proposalPrefix must all differ")
@@ -107,25 +122,44 @@ class Branches(UserModel):
                 f"plan branch '{self.plan}' must not start with a cluster or proposal prefix"
             )
         # Git cannot hold both `a` and `a/x` as branches.
-        for prefix in (self.cluster_prefix, self.proposal_prefix):
-            if prefix.startswith(self.plan + "/") or prefix.rstrip("/") == self.plan:
-                raise ValueError(
-                    f"prefix '{prefix}' would nest branches under the plan branch '{self.plan}'"
-                )
+        for fixed, what in ((self.plan, "the plan branch"), (GOALS_BRANCH, "the goals branch")):
+            for prefix in (self.cluster_prefix, self.proposal_prefix):
+                if prefix.startswith(fixed + "/") or prefix.rstrip("/") == fixed:
+                    raise ValueError(
+                        f"prefix '{prefix}' would nest branches under {what} '{fixed}'"
+                    )
+        if GOALS_BRANCH.startswith(self.proposal_prefix):
+            raise ValueError(f"proposalPrefix '{self.proposal_prefix}' is the start of the goals branch "
+                             f"'{GOALS_BRANCH}'; a proposal could overwrite it")
         for a, b in ((self.cluster_prefix, self.proposal_prefix),
                      (self.proposal_prefix, self.cluster_prefix)):
             if a.startswith(b):
                 raise ValueError(f"prefix '{a}' lies inside prefix '{b}'; branches would collide")
         return self
 
+    def cluster_branch(self, cluster: str) -> str:
+        """The branch the agent of ``cluster`` follows."""
+        return f"{self.cluster_prefix}{cluster}"
+
+    def cluster_branch_conflict(self, cluster: str) -> str | None:
+        """Why ``cluster``'s branch would collide with the goals or plan branch, or None."""
+        branch = self.cluster_branch(cluster)
+        for fixed, what in ((GOALS_BRANCH, "the goals branch"), (self.plan, "the plan branch")):
+            if branches_collide(branch, fixed):
+                return (f"cluster '{cluster}' would follow branch '{branch}' (clusterPrefix "
+                        f"'{self.cluster_prefix}' + name), which collides with {what} '{fixed}'; "
+                        "rename the cluster or change spec.branches.clusterPrefix in qonnect.yaml")
+        return None
+
 
 class Heartbeat(UserModel):
     """How often agents report, and how long silence is tolerated before failover."""
 
-    interval_seconds: float = Field(5.0, gt=0, description="Agents report this often.")
+    interval_seconds: float = Field(5.0, gt=0, le=MAX_SECONDS, description="Agents report this often.")
     grace_seconds: float = Field(
         20.0,
         gt=0,
+        le=MAX_SECONDS,
         description="A cluster silent for longer is treated as failed and its replicas move.",
     )
 
@@ -143,7 +177,7 @@ class Stability(UserModel):
     """Guardrails against thrash; components may override them under ``qos.migration``."""
 
     cooldown_seconds: float = Field(
-        300.0, ge=0, description="A component that moved does not move again for this long."
+        300.0, ge=0, le=MAX_SECONDS, description="A component that moved does not move again for this long."
     )
     min_improvement: float = Field(
         0.1,
@@ -154,6 +188,7 @@ class Stability(UserModel):
     disruption_budget: int = Field(
         1,
         ge=1,
+        le=MAX_DISRUPTION_BUDGET,
         description="At most this many replicas of one component move in one rescheduling "
         "cycle (failover is exempt).",
     )

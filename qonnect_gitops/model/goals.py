@@ -13,6 +13,7 @@ from typing import Any, Literal
 
 from qonnect_gitops.model.app import QoS, QoSApp
 from qonnect_gitops.model.cluster import Cluster
+from qonnect_gitops.model.errors import Problem
 from qonnect_gitops.model.fleet import Fleet
 from qonnect_gitops.model.network import Network
 
@@ -34,6 +35,11 @@ class Manifest:
     raw: bytes
     objects: tuple[Mapping[str, Any], ...]  # plain dicts in the user's field order
     encrypted: bool  # a SOPS-encrypted file: rendered through untouched
+    namespaced: tuple[bool, ...] = ()  # per object: lives in a namespace (from the 1.37 API or a CRD)
+
+    def is_namespaced(self, index: int) -> bool:
+        """Whether ``objects[index]`` lives in a namespace (namespaced when unknown)."""
+        return self.namespaced[index] if index < len(self.namespaced) else True
 
 
 @dataclass(frozen=True)
@@ -92,6 +98,7 @@ class Goals:
     network: Network | None
     apps: Mapping[str, App]  # sorted by name
     latencies: Mapping[tuple[str, str], float] = field(default_factory=dict)
+    warnings: tuple[Problem, ...] = ()  # worth knowing, not wrong: e.g. custom resources not checked
 
     def components(self) -> Iterator[Component]:
         """Every component of every app, in app then component order."""

@@ -23,9 +23,23 @@ from qonnect_gitops.model.goals import (
     Manifest,
     StabilityRules,
 )
+from qonnect_gitops.model.kubeschema import KindCatalog, custom_kinds, split_api_version
+from qonnect_gitops.model.labels import ADOPT_ANNOTATION, PRUNE_ANNOTATION
+from qonnect_gitops.model.limits import (
+    MAX_NODE_CPU,
+    MAX_NODE_MEMORY,
+    MAX_REPLICAS,
+    RESERVED_NAMESPACES,
+)
 from qonnect_gitops.model.network import Network, latency_table
-from qonnect_gitops.model.quantity import to_bytes, to_millicores
-from qonnect_gitops.model.secrets import has_plain_secret_data, is_sops_encrypted
+from qonnect_gitops.model.parsing import check_tree, load_documents
+from qonnect_gitops.model.quantity import (
+    format_bytes,
+    format_millicores,
+    to_bytes,
+    to_millicores,
+)
+from qonnect_gitops.model.secrets import is_sops_encrypted, plain_secrets
 from qonnect_gitops.model.yamlpos import YamlDocument, parse_yaml, validate_document
 
 FLEET_FILE = "qonnect.yaml"
@@ -34,25 +48,11 @@ CLUSTERS_DIR = "clusters/"
 APPS_DIR = "apps/"
 APP_FILE = "app.yaml"
 
-# Kinds that live outside any namespace: a namespace on them is ignored by the API.
-CLUSTER_SCOPED_KINDS = frozenset(
-    {
-        "Namespace",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "CustomResourceDefinition",
-        "PriorityClass",
-        "StorageClass",
-        "PersistentVolume",
-        "IngressClass",
-        "ValidatingWebhookConfiguration",
-        "MutatingWebhookConfiguration",
-    }
-)
-
 
 def load_goals(files: Mapping[str, bytes]) -> Goals:
-    """Validate and resolve a goals tree. Raises GoalsError listing every problem found."""
+    """Validate and resolve a goals tree. Raises GoalsError listing every problem found.
+
+    Warnings (custom resources that could not be checked) are on ``Goals.warnings``."""
     return _Loader(files).load()
 
 
@@ -60,8 +60,10 @@ class _Loader:
     def __init__(self, files: Mapping[str, bytes]) -> None:
         self.files = files
         self.problems: list[Problem] = []
+        self.warnings: list[Problem] = []
         self.docs: dict[str, YamlDocument] = {}
         self.manifest_docs: dict[str, list[YamlDocument]] = {}
+        self.kinds = KindCatalog()
 
     # -- parsing ---------------------------------------------------------------------------
 
@@ -76,6 +78,10 @@ class _Loader:
             return None
 
     def load(self) -> Goals:
+        tree = check_tree(self.files, "the goals tree")
+        if tree:
+            raise GoalsError(tree)  # nothing is parsed from a tree over the limits
+        self.kinds = KindCatalog(self._custom_kinds())
         fleet = self._load_fleet()
         network = self._document(NETWORK_FILE, Network) if NETWORK_FILE in self.files else None
         clusters = self._load_clusters()
@@ -104,6 +110,7 @@ class _Loader:
                     apps[name] = app
             self._check_calls(apps_docs, apps)
             self._check_unique_objects(apps)
+            self._check_cluster_branches(fleet, clusters)
         if self.problems:
             raise GoalsError(self.problems)
         assert fleet is not None
@@ -113,7 +120,22 @@ class _Loader:
             network=network,
             apps=dict(sorted(apps.items())),
             latencies=latencies,
+            warnings=tuple(sorted(set(self.warnings))),
         )
+
+    def _custom_kinds(self) -> dict[tuple[str, str], Any]:
+        """Kinds the CustomResourceDefinitions in the app folders define. Only files that
+        mention the kind are read (with libyaml); unreadable ones are reported later, when the
+        component that lists them is loaded."""
+        crds: list[Any] = []
+        for path, raw in sorted(self.files.items()):
+            if path.startswith(APPS_DIR) and path.endswith((".yaml", ".yml")) \
+                    and b"CustomResourceDefinition" in raw:
+                try:
+                    crds += load_documents(path, raw)
+                except GoalsError:
+                    continue
+        return custom_kinds(crds)
 
     def _load_fleet(self) -> Fleet | None:
         if FLEET_FILE not in self.files:
@@ -259,7 +281,8 @@ class _Loader:
                                      f"component of this app or 'app/component' ({_names(known)})")
 
     def _check_unique_objects(self, apps: dict[str, App]) -> None:
-        seen: dict[tuple[str, str, str], str] = {}
+        """The same object (group, kind, namespace, name) may be defined once in all the goals."""
+        seen: dict[tuple[str, str, str, str], str] = {}
         for app in apps.values():
             for component in app.components:
                 for manifest in component.manifests:
@@ -268,14 +291,24 @@ class _Loader:
                     for obj_doc in self.manifest_docs[manifest.path]:
                         obj = obj_doc.data
                         kind = str(obj["kind"])
-                        ns = "" if kind in CLUSTER_SCOPED_KINDS else app.namespace
-                        ident = (kind, ns, str(obj["metadata"]["name"]))
+                        group = split_api_version(str(obj["apiVersion"]))[0]
+                        ns = app.namespace if self.kinds.namespaced(str(obj["apiVersion"]), kind) else ""
+                        ident = (group, kind, ns, str(obj["metadata"]["name"]))
                         if ident in seen:
                             self.problems.append(obj_doc.problem(
                                 ("metadata", "name"),
-                                f"{kind} '{ident[2]}' is also defined in {seen[ident]}; "
+                                f"{kind} '{ident[3]}' is also defined in {seen[ident]}; "
                                 "each object must be defined once"))
                         seen.setdefault(ident, manifest.path)
+
+    def _check_cluster_branches(self, fleet: Fleet, clusters: dict[str, Cluster]) -> None:
+        """A cluster whose branch would be (or nest with) the goals or plan branch is refused."""
+        for name in clusters:
+            why = fleet.spec.branches.cluster_branch_conflict(name)
+            if why:
+                path = next(p for p in (f"{CLUSTERS_DIR}{name}.yaml", f"{CLUSTERS_DIR}{name}.yml")
+                            if p in self.docs)
+                self._report(path, ("metadata", "name"), why)
 
     # -- apps and components ---------------------------------------------------------------
 
@@ -330,15 +363,44 @@ class _Loader:
             if not isinstance(d.data, dict):
                 self.problems.append(d.problem((), "expected a Kubernetes object (a mapping)"))
                 continue
+            well_formed = True
             for field in ("apiVersion", "kind"):
                 if not isinstance(d.data.get(field), str) or not d.data[field]:
                     self.problems.append(d.problem((field,), f"every object needs a '{field}' string"))
+                    well_formed = False
             meta = d.data.get("metadata")
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
                 self.problems.append(d.problem(("metadata",), "every object needs metadata.name"))
+                well_formed = False
+            if well_formed and not encrypted:
+                self._check_object(d)
             objects.append(d)
         self.manifest_docs[path] = objects
-        return Manifest(path, self.files[path], tuple(d.data for d in objects), encrypted), objects
+        namespaced = tuple(
+            self.kinds.namespaced(str(d.data.get("apiVersion", "")), str(d.data.get("kind", ""))) for d in objects
+        )
+        return Manifest(path, self.files[path], tuple(d.data for d in objects), encrypted, namespaced), objects
+
+    def _check_object(self, doc: YamlDocument) -> None:
+        """The object as the Kubernetes API would check it, and qonnect's own rules for it."""
+        obj = doc.data
+        for finding in self.kinds.check(obj):
+            problem = doc.problem(finding.loc, finding.message, key=finding.key)
+            (self.warnings if finding.warning else self.problems).append(problem)
+        name = obj["metadata"]["name"]
+        if obj["kind"] == "Namespace" and split_api_version(obj["apiVersion"])[0] == "" \
+                and name in RESERVED_NAMESPACES:
+            self.problems.append(doc.problem(("metadata", "name"), f"namespace '{name}' is reserved "
+                                 f"({', '.join(sorted(RESERVED_NAMESPACES))}); agents never touch it"))
+        annotations = obj["metadata"].get("annotations")
+        if isinstance(annotations, dict) and annotations.get(PRUNE_ANNOTATION) == "enabled":
+            self.warnings.append(doc.problem(
+                ("metadata", "annotations", PRUNE_ANNOTATION),
+                f"{PRUNE_ANNOTATION}: enabled has no effect in goals: agents never take it from a "
+                "branch; a person sets it on the live object to let a protected kind be deleted"))
+        if isinstance(annotations, dict) and annotations.get(ADOPT_ANNOTATION) not in (None, "enabled"):
+            self.problems.append(doc.problem(("metadata", "annotations", ADOPT_ANNOTATION),
+                                 f"got {annotations[ADOPT_ANNOTATION]!r}; expected 'enabled' (or leave it out)"))
 
     def _resolve_component(
         self, app_path: str, loc: tuple[int | str, ...], doc: QoSApp, spec: ComponentSpec,
@@ -359,18 +421,19 @@ class _Loader:
                 continue
             used_files[manifest.path] = spec.name
             manifests.append(manifest)
-            for d in object_docs:
+            for d, namespaced in zip(object_docs, manifest.namespaced, strict=True):
                 obj = d.data
                 ns = (obj.get("metadata") or {}).get("namespace") if isinstance(obj.get("metadata"), dict) else None
-                if ns is not None and ns != doc.spec.namespace and obj.get("kind") not in CLUSTER_SCOPED_KINDS:
+                if ns is not None and ns != doc.spec.namespace and namespaced:
                     self.problems.append(d.problem(("metadata", "namespace"),
                                          f"'{ns}' differs from the app namespace; expected "
                                          f"'{doc.spec.namespace}' or no namespace"))
-                if has_plain_secret_data(obj) and not doc.spec.allow_plain_secrets:
-                    self.problems.append(d.problem(("kind",),
-                                         f"Secret '{obj['metadata']['name']}' holds plain data that "
-                                         "would be written unencrypted to cluster branches; encrypt "
-                                         "the file with SOPS, or set spec.allowPlainSecrets: true"))
+                if not doc.spec.allow_plain_secrets:
+                    for where in plain_secrets(obj):
+                        self.problems.append(d.problem(where + ("kind",),
+                                             f"Secret '{_secret_name(obj, where)}' holds plain data that "
+                                             "would be written unencrypted to cluster branches; encrypt "
+                                             "the file with SOPS, or set spec.allowPlainSecrets: true"))
                 if obj.get("kind") in WORKLOAD_KINDS and not manifest.encrypted:
                     workloads.append((d, obj))
         if len(self.problems) > before:
@@ -446,9 +509,10 @@ class _Loader:
         if spec.replicas is not None:
             return spec.replicas
         declared = (workload.get("spec") or {}).get("replicas", 1)
-        if isinstance(declared, bool) or not isinstance(declared, int) or declared < 0:
+        if isinstance(declared, bool) or not isinstance(declared, int) or not 0 <= declared <= MAX_REPLICAS:
             self.problems.append(wdoc.problem(("spec", "replicas"),
-                                 f"got {declared!r}; expected a whole number of replicas >= 0"))
+                                 f"got {declared!r}; expected a whole number of replicas from 0 to "
+                                 f"{MAX_REPLICAS:,}"))
             return None
         return declared
 
@@ -491,7 +555,20 @@ class _Loader:
                          "request; set resources on the component or resources.requests on its "
                          "containers, so the planner knows what a replica needs")
             return None
-        return max(totals["cpu"], init_peak["cpu"]), max(totals["memory"], init_peak["memory"])
+        cpu, memory = max(totals["cpu"], init_peak["cpu"]), max(totals["memory"], init_peak["memory"])
+        if cpu > MAX_NODE_CPU or memory > MAX_NODE_MEMORY:
+            self._report(app_path, loc, f"component '{spec.name}' requests {format_millicores(cpu)} CPU and "
+                         f"{format_bytes(memory)} memory per replica; expected at most "
+                         f"{format_millicores(MAX_NODE_CPU)} CPU and {format_bytes(MAX_NODE_MEMORY)} (one node)")
+            return None
+        return cpu, memory
+
+
+def _secret_name(obj: Any, where: tuple[int | str, ...]) -> str:
+    for part in where:
+        obj = obj[part]
+    meta = obj.get("metadata")
+    return str(meta.get("name", "?")) if isinstance(meta, dict) else "?"
 
 
 def _pod_spec_loc(kind: str) -> tuple[str, ...]:

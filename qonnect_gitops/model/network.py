@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from qonnect_gitops.model.base import Header, Metadata, Name, UserModel
+from qonnect_gitops.model.limits import MAX_LATENCY_MS
 
 
 class Link(UserModel):
@@ -14,7 +15,7 @@ class Link(UserModel):
 
     from_: Name = Field(alias="from", description="A cluster.")
     to: Name = Field(description="A cluster or a user region.")
-    ms: float = Field(ge=0, description="Round-trip latency in milliseconds.")
+    ms: float = Field(ge=0, le=MAX_LATENCY_MS, description="Round-trip latency in milliseconds.")
 
 
 class NetworkSpec(UserModel):

@@ -11,7 +11,9 @@ import re
 from decimal import ROUND_CEILING, Decimal, InvalidOperation
 from typing import Annotated, Any
 
-from pydantic import BeforeValidator, PlainSerializer, WithJsonSchema
+from pydantic import AfterValidator, BeforeValidator, PlainSerializer, WithJsonSchema
+
+from qonnect_gitops.model.limits import MAX_QUANTITY
 
 _QUANTITY = re.compile(
     r"^(?P<number>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
@@ -49,20 +51,31 @@ def parse_quantity(value: Any) -> Decimal:
             f"'{text}' is not a Kubernetes quantity; expected a number with an optional "
             "suffix such as '500m', '2', '1.5', '256Mi' or '1G'"
         )
+    suffix = match["suffix"] or ""
+    # Bound the digits and the exponent before any arithmetic: `1e999999999` must not
+    # become a billion-digit integer.
+    exponent = int(suffix[1:]) if suffix not in _BINARY and suffix not in _DECIMAL else 0
+    if len(match["number"]) > 40 or abs(exponent) > 40:
+        raise ValueError(f"'{_short(text)}' is out of range for a Kubernetes quantity")
     try:
         number = Decimal(match["number"])
     except InvalidOperation:  # pragma: no cover - the regex admits only decimals
         raise ValueError(f"'{text}' is not a Kubernetes quantity") from None
-    suffix = match["suffix"] or ""
     if suffix in _BINARY:
         result = number * _BINARY[suffix]
     elif suffix in _DECIMAL:
         result = number * _DECIMAL[suffix]
     else:  # exponent form, e.g. 1e3
-        result = number * (Decimal(10) ** int(suffix[1:]))
+        result = number * (Decimal(10) ** exponent)
     if result < 0:
         raise ValueError(f"'{text}' is negative; expected a quantity of zero or more")
+    if result * 1000 > MAX_QUANTITY:
+        raise ValueError(f"'{_short(text)}' is out of range for a Kubernetes quantity")
     return result
+
+
+def _short(text: str) -> str:
+    return text if len(text) <= 40 else text[:37] + "..."
 
 
 def to_millicores(value: Any) -> int:
@@ -73,6 +86,17 @@ def to_millicores(value: Any) -> int:
 def to_bytes(value: Any) -> int:
     """A memory quantity as whole bytes, rounded up."""
     return int(parse_quantity(value).to_integral_value(rounding=ROUND_CEILING))
+
+
+def at_most(limit: int, show: Any, what: str) -> AfterValidator:
+    """A validator refusing a parsed quantity above ``limit``, shown with ``show``."""
+
+    def check(value: int) -> int:
+        if value > limit:
+            raise ValueError(f"{show(value)} is more than the {what} limit of {show(limit)}")
+        return value
+
+    return AfterValidator(check)
 
 
 def format_millicores(millicores: int) -> str:

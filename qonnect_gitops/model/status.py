@@ -2,30 +2,81 @@
 
 A sync is ``Ready`` (the cluster matches its branch), ``Reconciling`` (work in
 progress) or ``Stalled`` (it cannot progress without help), always with a
-CamelCase ``reason`` machines switch on and a ``message`` humans read.
+CamelCase ``reason`` machines switch on and a ``message`` humans read. The enums
+below are the only spellings; they are ``str`` enums, so they compare equal to
+(and serialise as) their values.
 """
 
 from __future__ import annotations
 
-from typing import Literal
+from enum import StrEnum
 
 from pydantic import Field
 
 from qonnect_gitops.model.base import UserModel
 
-SyncState = Literal["Ready", "Reconciling", "Stalled"]
-SYNC_STATES: tuple[SyncState, ...] = ("Ready", "Reconciling", "Stalled")
+MAX_MESSAGE = 1024
+"""Longest message a status or refusal carries (longer ones are cut)."""
 
-RefusalReason = Literal[
-    "StaleGeneration",  # the branch is older than what was already applied
-    "EmptyDesiredSet",  # the branch is empty: applying it would prune everything
-    "PruneLimitExceeded",  # too large a share of objects would be removed at once
-    "BranchUnreadable",  # the branch could not be fetched or parsed
-    "OwnershipConflict",  # an object exists without our ownership label
-    "InvalidManifest",  # the API server rejected an object
-    "ProtectedKind",  # a Namespace, PVC or CRD left the branch; deleting it needs qonnect.io/prune: enabled
-]
-"""Why an agent refused to apply what its branch says (invariant: never prune on error)."""
+
+class SyncState(StrEnum):
+    READY = "Ready"
+    RECONCILING = "Reconciling"
+    STALLED = "Stalled"
+
+
+SYNC_STATES: tuple[SyncState, ...] = tuple(SyncState)
+
+
+class RefusalReason(StrEnum):
+    """Why an agent refused to apply what its branch says (invariant: never prune on error)."""
+
+    STALE_GENERATION = "StaleGeneration"  # the branch is older than what was already applied
+    EMPTY_DESIRED_SET = "EmptyDesiredSet"  # the branch is empty: applying it would prune everything
+    PRUNE_LIMIT_EXCEEDED = "PruneLimitExceeded"  # too large a share of objects would be removed at once
+    BRANCH_UNREADABLE = "BranchUnreadable"  # the branch could not be fetched, parsed, or is over a limit
+    OWNERSHIP_CONFLICT = "OwnershipConflict"  # a live object the agent did not create, and no opt-in
+    INVALID_MANIFEST = "InvalidManifest"  # the API server rejected an object
+    PROTECTED_KIND = "ProtectedKind"  # a protected kind (Namespace, PVC, CRD...) left the branch
+    PROTECTED_NAMESPACE = "ProtectedNamespace"  # an object in (or of) a reserved namespace
+    DUPLICATE_OBJECT = "DuplicateObject"  # the same object in two files of the branch
+
+
+class SyncReason(StrEnum):
+    """The ``reason`` of a sync state. Refusals that stop a whole commit use the refusal's name."""
+
+    RECONCILIATION_SUCCEEDED = "ReconciliationSucceeded"
+    PROGRESSING = "Progressing"
+    DRIFT_DETECTED = "DriftDetected"
+    HEALTH_CHECK_FAILED = "HealthCheckFailed"
+    SOURCE_UNAVAILABLE = "SourceUnavailable"
+    API_UNAVAILABLE = "ApiUnavailable"
+    INVENTORY_UNREADABLE = "InventoryUnreadable"
+    APPLY_FAILED = "ApplyFailed"
+    PRUNE_FAILED = "PruneFailed"
+    STALE_GENERATION = "StaleGeneration"
+    EMPTY_DESIRED_SET = "EmptyDesiredSet"
+    PRUNE_LIMIT_EXCEEDED = "PruneLimitExceeded"
+    BRANCH_UNREADABLE = "BranchUnreadable"
+    PROTECTED_NAMESPACE = "ProtectedNamespace"
+    DUPLICATE_OBJECT = "DuplicateObject"
+
+
+class Action(StrEnum):
+    """What the agent did with one object of its branch."""
+
+    CREATED = "created"
+    CONFIGURED = "configured"
+    RECREATED = "recreated"
+    UNCHANGED = "unchanged"
+    SKIPPED = "skipped"  # annotated qonnect.io/reconcile: disabled
+    DRIFTED = "drifted"  # report-only drift mode: differs, left alone
+    MISSING = "missing"  # report-only drift mode: absent, not created
+    FAILED = "failed"
+
+
+CHANGED_ACTIONS = frozenset({Action.CREATED, Action.CONFIGURED, Action.RECREATED})
+"""Actions that wrote to the cluster."""
 
 _REASON_PATTERN = r"^[A-Z][A-Za-z0-9]{0,63}$"
 
@@ -34,13 +85,13 @@ class SyncStatus(UserModel):
     """Where a sync stands, with a machine reason and a human message."""
 
     state: SyncState
-    reason: str = Field(pattern=_REASON_PATTERN, description="CamelCase, e.g. `ApplySucceeded`.")
-    message: str = Field("", max_length=1024)
+    reason: str = Field(pattern=_REASON_PATTERN, description="CamelCase, e.g. `ReconciliationSucceeded`.")
+    message: str = Field("", max_length=MAX_MESSAGE)
 
 
 class Refusal(UserModel):
     """One thing the agent declined to do, and why."""
 
     reason: RefusalReason
-    message: str = Field("", max_length=1024)
+    message: str = Field("", max_length=MAX_MESSAGE)
     commit: str | None = Field(None, pattern=r"^[0-9a-f]{7,64}$")

@@ -20,6 +20,8 @@ from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
 from ruamel.yaml.error import MarkedYAMLError
 
 from qonnect_gitops.model.errors import GoalsError, Problem
+from qonnect_gitops.model.limits import MAX_DOCUMENT_BYTES
+from qonnect_gitops.model.parsing import checked_text, size_text
 
 M = TypeVar("M", bound=BaseModel)
 Loc = Sequence[int | str]
@@ -86,12 +88,10 @@ def _yaml() -> YAML:
 def parse_yaml(path: str, raw: bytes, multi: bool = False) -> list[YamlDocument]:
     """Parse ``raw`` as YAML (all documents when ``multi``; else exactly one).
 
+    The file passes the limits of ``model.parsing`` first (size, alias expansion, depth).
     Raises GoalsError naming the file, line and what the parser found.
     """
-    try:
-        text = raw.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise GoalsError([Problem(path, None, None, "", f"not UTF-8 text ({exc.reason})")]) from None
+    text = checked_text(path, raw)
     try:
         nodes = list(_yaml().load_all(text))
     except MarkedYAMLError as exc:
@@ -105,7 +105,7 @@ def parse_yaml(path: str, raw: bytes, multi: bool = False) -> list[YamlDocument]
     for node in nodes:
         line = node.lc.line + 1 if isinstance(node, (CommentedMap, CommentedSeq)) else 1
         try:
-            data = to_plain(node)
+            data = to_plain(node, _Budget(MAX_DOCUMENT_BYTES))
         except ValueError as exc:
             raise GoalsError([Problem(path, line, 1, "", str(exc))]) from None
         docs.append(YamlDocument(path, data, node, line))
@@ -120,18 +120,34 @@ def parse_yaml(path: str, raw: bytes, multi: bool = False) -> list[YamlDocument]
     return docs
 
 
-def to_plain(node: Any, _active: frozenset[int] = frozenset()) -> Any:
-    """ruamel's round-trip nodes as plain dicts, lists, str, int, float, bool and None."""
+class _Budget:
+    """What is left of a document's size as it is expanded (a backstop to ``check_structure``)."""
+
+    def __init__(self, left: int) -> None:
+        self.left = left
+
+    def spend(self, amount: int) -> None:
+        self.left -= amount
+        if self.left < 0:
+            raise ValueError(f"this YAML document expands past {size_text(MAX_DOCUMENT_BYTES)}")
+
+
+def to_plain(node: Any, budget: _Budget | None = None, _active: frozenset[int] = frozenset()) -> Any:
+    """ruamel's round-trip nodes as plain dicts, lists, str, int, float, bool and None.
+
+    With ``budget``, raises ValueError once the expanded document outgrows it."""
+    if budget is not None:
+        budget.spend(1 + (len(node) if isinstance(node, str) else 0))
     if isinstance(node, dict):
         if id(node) in _active:
             raise ValueError("a YAML alias refers to a mapping that contains it")
         inner = _active | {id(node)}
-        return {_plain_key(k): to_plain(v, inner) for k, v in node.items()}
+        return {_plain_key(k): to_plain(v, budget, inner) for k, v in node.items()}
     if isinstance(node, list):
         if id(node) in _active:
             raise ValueError("a YAML alias refers to a sequence that contains it")
         inner = _active | {id(node)}
-        return [to_plain(v, inner) for v in node]
+        return [to_plain(v, budget, inner) for v in node]
     if isinstance(node, TaggedScalar):
         return str(node.value)
     if isinstance(node, bool) or node is None:
@@ -199,11 +215,12 @@ def problems_from_validation(
 def _describe(msg: str, value: Any) -> str:
     prefix = "Input should be "
     if msg.startswith(prefix):
-        return f"got {_show(value)}; expected {msg[len(prefix):]}"
-    return f"{msg} (got {_show(value)})"
+        return f"got {show_value(value)}; expected {msg[len(prefix):]}"
+    return f"{msg} (got {show_value(value)})"
 
 
-def _show(value: Any) -> str:
+def show_value(value: Any) -> str:
+    """A short description of a value for messages: its kind for collections, else its repr."""
     if isinstance(value, dict):
         return "a mapping"
     if isinstance(value, list):

@@ -1,22 +1,11 @@
-"""Rendering (pure): a plan and the goals' manifests into the files of every cluster branch."""
+"""Rendering (pure): a plan and the goals' manifests into the files of every cluster branch.
 
-from qonnect_gitops.render.render import (
-    LABEL_APP,
-    LABEL_COMPONENT,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
-    ANNOTATION_DIGEST,
-    RenderError,
-    RenderedPlan,
-    render,
-)
+The labels and annotations it writes are defined in ``qonnect_gitops.model.labels``.
+"""
+
+from qonnect_gitops.render.render import RenderedPlan, RenderError, render
 
 __all__ = [
-    "ANNOTATION_DIGEST",
-    "LABEL_APP",
-    "LABEL_COMPONENT",
-    "LABEL_MANAGED_BY",
-    "MANAGED_BY",
     "RenderError",
     "RenderedPlan",
     "render",

@@ -25,15 +25,18 @@ from typing import Any
 import yaml
 
 from qonnect_gitops.model.goals import Component, Goals
-from qonnect_gitops.model.loader import CLUSTER_SCOPED_KINDS
+from qonnect_gitops.model.labels import (
+    ADOPT_ANNOTATION,
+    APP_LABEL,
+    COMPONENT_LABEL,
+    DIGEST_ANNOTATION,
+    ENABLED,
+    MANAGED_BY_LABEL,
+    MANAGED_BY_VALUE,
+)
 from qonnect_gitops.model.plan import Plan
-from qonnect_gitops.model.secrets import has_plain_secret_data
+from qonnect_gitops.model.secrets import plain_secrets
 
-LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
-MANAGED_BY = "qonnect"
-LABEL_APP = "qonnect.io/app"
-LABEL_COMPONENT = "qonnect.io/component"
-ANNOTATION_DIGEST = "qonnect.io/digest"
 CILIUM_GLOBAL = "service.cilium.io/global"
 CILIUM_SHARED = "service.cilium.io/shared"
 SERVICE_EXPORT_API = "multicluster.x-k8s.io/v1alpha1"
@@ -70,13 +73,17 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
         for cluster, path, body in _service_files(goals, component, hosts, callers_on):
             files[f"clusters/{cluster}/{path}"] = body
     objects: dict[str, int] = {}
+    adopted = {app.namespace for app in goals.apps.values() if app.document.spec.adopt_namespace}
     for cluster in goals.clusters:
         prefix = f"clusters/{cluster}/"
         namespaces = sorted({p.split("/")[2] for p in files
                              if p.startswith(prefix) and p.split("/")[2] != "_cluster"})
         for ns in namespaces:
+            meta: dict[str, Any] = {"name": ns}
+            if ns in adopted:
+                meta["annotations"] = {ADOPT_ANNOTATION: ENABLED}
             files[f"{prefix}_cluster/namespace-{ns}.yaml"] = _dump(_owned(
-                {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}, None, None))
+                {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}, None, None))
         objects[cluster] = sum(1 for p in files if p.startswith(prefix))
     return RenderedPlan(dict(sorted(files.items())), tuple(goals.clusters), objects)
 
@@ -102,12 +109,12 @@ def _component_files(
             name = posixpath.basename(manifest.path)
             out.append((f"{component.namespace}/{component.name}/sops-{name}", manifest.raw))
             continue
-        for source in manifest.objects:
+        for index, source in enumerate(manifest.objects):
             if source.get("kind") == "Service":
                 continue
-            if has_plain_secret_data(source) and not goals.apps[component.app].document.spec.allow_plain_secrets:
+            if plain_secrets(source) and not goals.apps[component.app].document.spec.allow_plain_secrets:
                 raise RenderError(
-                    f"{manifest.path}: Secret '{source['metadata']['name']}' holds plain data; "
+                    f"{manifest.path}: a Secret in '{source['metadata']['name']}' holds plain data; "
                     "refusing to write it to cluster branches"
                 )
             obj = copy.deepcopy(dict(source))
@@ -115,7 +122,7 @@ def _component_files(
                 _set_replicas(obj, component, replicas, autoscaled=hpa is not None)
             elif hpa is not None and _same_object(source, hpa):
                 _split_autoscaler(obj, replicas, total)
-            out.append(_object_file(obj, component))
+            out.append(_object_file(obj, component, manifest.is_namespaced(index)))
     return out
 
 
@@ -144,10 +151,10 @@ def _service_files(
                 obj = copy.deepcopy(dict(source))
                 hosted = cluster in hosting
                 _mark_for_mesh(obj, mesh, hosted=hosted)
-                path, body = _object_file(obj, component)
+                path, body = _object_file(obj, component, namespaced=True)
                 out.append((cluster, path, body))
                 if mesh == "mcs" and hosted:
-                    path, body = _object_file(_service_export(obj), component)
+                    path, body = _object_file(_service_export(obj), component, namespaced=True)
                     out.append((cluster, path, body))
     return out
 
@@ -176,10 +183,10 @@ def _same_object(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
     return a.get("kind") == b.get("kind") and a["metadata"]["name"] == b["metadata"]["name"]
 
 
-def _object_file(obj: dict[str, Any], component: Component) -> tuple[str, bytes]:
+def _object_file(obj: dict[str, Any], component: Component, namespaced: bool) -> tuple[str, bytes]:
     kind = obj["kind"]
     name = obj["metadata"]["name"]
-    if kind in CLUSTER_SCOPED_KINDS:
+    if not namespaced:
         obj["metadata"].pop("namespace", None)
         folder = "_cluster"
     else:
@@ -193,20 +200,20 @@ def _owned(obj: dict[str, Any], app: str | None, component: str | None) -> dict[
     """Add the ownership labels and the digest annotation (of everything else)."""
     meta = obj["metadata"]
     labels = dict(meta.get("labels") or {})
-    labels[LABEL_MANAGED_BY] = MANAGED_BY
+    labels[MANAGED_BY_LABEL] = MANAGED_BY_VALUE
     if app is not None:
-        labels[LABEL_APP] = app
+        labels[APP_LABEL] = app
     if component is not None:
-        labels[LABEL_COMPONENT] = component
+        labels[COMPONENT_LABEL] = component
     meta["labels"] = labels
     annotations = dict(meta.get("annotations") or {})
-    annotations.pop(ANNOTATION_DIGEST, None)
+    annotations.pop(DIGEST_ANNOTATION, None)
     if annotations:
         meta["annotations"] = annotations
     else:
         meta.pop("annotations", None)
     canonical = json.dumps(obj, sort_keys=True, separators=(",", ":"), default=str)
-    annotations[ANNOTATION_DIGEST] = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
+    annotations[DIGEST_ANNOTATION] = "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()
     meta["annotations"] = annotations
     return obj
 

@@ -116,7 +116,8 @@ def test_metrics_and_signed_webhook(make_agent, branch: Branch, core) -> None:
     assert urllib.request.urlopen(good, timeout=5).status == 202
     wait_for(lambda: {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"b"},
              timeout=5, what="sync after push")
-    text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
-    assert "qonnect_agent_objects_pruned_total 1" in text
+    # The object is gone before the pass ends (the final inventory, then the counters): wait for them.
+    wait_for(lambda: "qonnect_agent_objects_pruned_total 1"
+             in urllib.request.urlopen(base + "/metrics", timeout=5).read().decode(), timeout=5, what="pruned counted")
     agent.stop()
     thread.join(5)

@@ -86,6 +86,9 @@ def test_reconcile_disabled_and_prune_disabled_annotations(make_agent, branch: B
     assert result.pruned.deleted == []
 
 
+ADOPT = {"qonnect.io/adopt": "enabled"}
+
+
 def test_conflicting_field_manager_is_taken_over_and_recorded(make_agent, branch: Branch, core):
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="shop")))
     # kubectl-style server-side apply by another manager owns data.k
@@ -94,7 +97,8 @@ def test_conflicting_field_manager_is_taken_over_and_recorded(make_agent, branch
     dyn = dynamic.DynamicClient(core.api_client)
     dyn.resources.get(api_version="v1", kind="ConfigMap").server_side_apply(
         body=body, namespace="shop", field_manager="kubectl", force_conflicts=True)
-    branch.publish([namespace("shop"), configmap("a", data={"k": "ours"})])
+    # The goals opt both objects in: the agent may take over what it did not create.
+    branch.publish([namespace("shop", annotations=ADOPT), configmap("a", data={"k": "ours"}, annotations=ADOPT)])
     result = make_agent().sync()
     a = next(r for r in result.objects if r.key[4] == "a")
     assert a.action == "configured" and a.took_over == ["kubectl"]
@@ -180,18 +184,21 @@ def test_schema_errors_are_not_retried(make_agent, branch: Branch, sim):
     assert "field not declared in schema" in result.message
 
 
-def test_manifest_without_namespace_lands_in_default_and_is_pruned_from_there(make_agent, branch: Branch, core):
-    bare = configmap("plain")
-    del bare["metadata"]["namespace"]
-    branch.publish([namespace("shop"), configmap("a"), bare])
+def test_manifest_without_namespace_lands_in_default_which_is_refused(make_agent, branch: Branch, core):
+    """A namespaced object without a namespace would land in ``default``: a reserved namespace
+    the agent never touches, so the whole commit is refused and nothing changes."""
+    branch.publish([namespace("shop"), configmap("a")])
     agent = make_agent()
     assert agent.sync().state == "Ready"
-    assert core.read_namespaced_config_map("plain", "default").metadata.labels["qonnect.io/app"] == "shop"
-    assert ["", "v1", "ConfigMap", "default", "plain"] in _inventory(core)["objects"]
-    assert {r.action for r in agent.sync(full=True).objects} == {"unchanged"}
-    branch.publish([namespace("shop"), configmap("a")])
+    bare = configmap("plain")
+    del bare["metadata"]["namespace"]
+    branch.publish([namespace("shop"), configmap("a"), configmap("b"), bare])
     result = agent.sync()
-    assert [k[3:] for k in result.pruned.deleted] == [("default", "plain")]
+    assert result.state == "Stalled" and result.reason == "ProtectedNamespace"
+    assert [(r.reason, r.message.split(":")[0]) for r in result.refusals] == [
+        ("ProtectedNamespace", "ConfigMap/default/plain")]
+    assert "plain" not in {c.metadata.name for c in core.list_namespaced_config_map("default").items}
+    assert _names(core) == {"a"} and result.applied.generation == 1
 
 
 def test_a_branch_cannot_overwrite_the_inventory(make_agent, branch: Branch, core):
@@ -201,6 +208,6 @@ def test_a_branch_cannot_overwrite_the_inventory(make_agent, branch: Branch, cor
     fake = configmap("qonnect-inventory", ns="qonnect-system", data={"inventory": '{"generation": 0, "objects": []}'})
     branch.publish([namespace("shop"), configmap("a"), fake])
     result = agent.sync()
-    assert {r.key[4]: r.action for r in result.objects}["qonnect-inventory"] == "failed"
-    assert result.reason == "ApplyFailed"
+    assert result.reason == "ProtectedNamespace" and result.objects == []
+    assert [r.reason for r in result.refusals] == ["ProtectedNamespace"]
     assert _inventory(core)["generation"] == 1 and len(_inventory(core)["objects"]) == 2

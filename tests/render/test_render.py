@@ -10,7 +10,8 @@ import yaml
 
 from qonnect_gitops.model import load_goals
 from qonnect_gitops.model.plan import Assignment, ComponentPlan, Draining, Plan
-from qonnect_gitops.render import ANNOTATION_DIGEST, LABEL_COMPONENT, LABEL_MANAGED_BY, render
+from qonnect_gitops.model.labels import COMPONENT_LABEL, DIGEST_ANNOTATION, MANAGED_BY_LABEL
+from qonnect_gitops.render import render
 
 PLACEMENT = {
     "bookinfo/productpage": {"edge-1": 1, "edge-2": 1},
@@ -83,8 +84,8 @@ def test_workload_gets_per_cluster_replicas_namespace_and_ownership(rendered) ->
     assert (on_edge1["spec"]["replicas"], on_edge2["spec"]["replicas"]) == (4, 2)
     for obj in objects(rendered, "edge-1").values():
         labels = obj["metadata"]["labels"]
-        assert labels[LABEL_MANAGED_BY] == "qonnect"
-        assert obj["metadata"]["annotations"][ANNOTATION_DIGEST].startswith("sha256:")
+        assert labels[MANAGED_BY_LABEL] == "qonnect"
+        assert obj["metadata"]["annotations"][DIGEST_ANNOTATION].startswith("sha256:")
         if obj["kind"] != "Namespace":
             assert labels["qonnect.io/app"] in ("bookinfo", "sensor-pipeline")
             assert obj["metadata"]["namespace"] in ("bookinfo", "sensors")
@@ -118,7 +119,7 @@ def test_callers_get_the_service_made_global(rendered) -> None:
     service = find(rendered, "edge-2", "Service", "details")
     assert service["metadata"]["annotations"]["service.cilium.io/global"] == "true"
     assert service["metadata"]["annotations"]["service.cilium.io/shared"] == "false"
-    assert service["metadata"]["labels"][LABEL_COMPONENT] == "details"
+    assert service["metadata"]["labels"][COMPONENT_LABEL] == "details"
     assert not [o for o in objects(rendered, "edge-2").values()
                 if o["kind"] == "Deployment" and o["metadata"]["name"] == "details-v1"]
     hosted = find(rendered, "edge-1", "Service", "details")
@@ -213,3 +214,36 @@ def test_service_goes_where_its_backends_run(goals) -> None:
     # ratings is called from fog-2 now, so its Service is there too, as a consumer only.
     ratings = find(rendered, "fog-2", "Service", "ratings")
     assert ratings["metadata"]["annotations"]["service.cilium.io/shared"] == "false"
+
+
+def test_scope_comes_from_the_schema_not_a_list(template_files) -> None:
+    """An APIService (cluster-scoped in 1.37, once missing from a hand-kept list) lands in
+    _cluster without a namespace; a Role stays in the app's namespace."""
+    files = dict(template_files)
+    files["apps/bookinfo/manifests/details.yaml"] += (
+        b"---\napiVersion: apiregistration.k8s.io/v1\nkind: APIService\nmetadata:\n  name: v1.details.example.org\n"
+        b"  namespace: bookinfo\nspec:\n  group: details.example.org\n  version: v1\n"
+        b"  groupPriorityMinimum: 100\n  versionPriority: 10\n"
+        b"---\napiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata:\n  name: details:reader\nrules: []\n")
+    goals = load_goals(files)
+    tree = render(goals, make_plan(goals)).cluster_files("edge-1")
+    api_service = yaml.safe_load(tree["_cluster/apiservice-v1.details.example.org.yaml"])
+    assert "namespace" not in api_service["metadata"]
+    role = yaml.safe_load(tree["bookinfo/details/role-details:reader.yaml"])
+    assert role["metadata"]["namespace"] == "bookinfo"
+
+
+def test_adopting_an_existing_namespace_is_an_explicit_opt_in(template_files) -> None:
+    files = dict(template_files)
+    goals = load_goals(files)
+    tree = render(goals, make_plan(goals)).cluster_files("edge-1")
+    namespace = yaml.safe_load(tree["_cluster/namespace-bookinfo.yaml"])
+    assert "qonnect.io/adopt" not in namespace["metadata"]["annotations"]
+    files["apps/bookinfo/app.yaml"] = files["apps/bookinfo/app.yaml"].replace(
+        b"  namespace: bookinfo\n", b"  namespace: bookinfo\n  adoptNamespace: true\n")
+    goals = load_goals(files)
+    tree = render(goals, make_plan(goals)).cluster_files("edge-1")
+    assert yaml.safe_load(tree["_cluster/namespace-bookinfo.yaml"])["metadata"]["annotations"][
+        "qonnect.io/adopt"] == "enabled"
+    assert "qonnect.io/adopt" not in yaml.safe_load(tree["_cluster/namespace-sensors.yaml"])["metadata"].get(
+        "annotations", {})

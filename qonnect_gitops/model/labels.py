@@ -1,0 +1,39 @@
+"""The labels and annotations qonnect writes on Kubernetes objects and reads back.
+
+One home for the vocabulary: the renderer writes these keys into every object of a
+cluster branch, the agent reads them on live objects (ownership, prune and reconcile
+switches), and users may set the annotations in their manifests. Keys are the label
+or annotation names; ``*_VALUE`` constants are the values qonnect compares against.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- labels (the renderer writes them on every object) -------------------------------------
+
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+"""Ownership: objects qonnect rendered carry ``MANAGED_BY_LABEL: MANAGED_BY_VALUE``."""
+MANAGED_BY_VALUE: Final = "qonnect"
+PART_OF_LABEL: Final = "app.kubernetes.io/part-of"
+NAME_LABEL: Final = "app.kubernetes.io/name"
+APP_LABEL: Final = "qonnect.io/app"
+COMPONENT_LABEL: Final = "qonnect.io/component"
+
+# -- annotations -----------------------------------------------------------------------------
+
+DIGEST_ANNOTATION: Final = "qonnect.io/digest"
+"""Written by the renderer: the digest of the object's own rendered content."""
+RECONCILE_ANNOTATION: Final = "qonnect.io/reconcile"
+"""``disabled`` on a manifest or a live object: the agent neither applies nor heals it."""
+PRUNE_ANNOTATION: Final = "qonnect.io/prune"
+"""On a live object: ``disabled`` keeps it forever; ``enabled``, set by a person (never taken
+from a branch), lets the agent delete a protected kind when it leaves the branch."""
+RECREATE_ANNOTATION: Final = "qonnect.io/recreate"
+"""``enabled`` on a manifest: an immutable-field change deletes and re-creates the object."""
+ADOPT_ANNOTATION: Final = "qonnect.io/adopt"
+"""``enabled`` on a manifest in the goals: the agent may take over a live object of that
+name that it did not create. Without it such an object is refused (``OwnershipConflict``)."""
+
+ENABLED: Final = "enabled"
+DISABLED: Final = "disabled"

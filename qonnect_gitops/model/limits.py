@@ -1,0 +1,68 @@
+"""Every bound qonnect puts on what it reads from outside, in one place.
+
+Goals files and cluster-branch files are parsed through ``model.parsing`` with the
+size limits below; goal documents declare their numeric ranges with the bounds below.
+``docs/qos-reference.md`` lists them for users; change both together.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+MiB: Final = 1024 * 1024
+
+# -- files and trees (goals repositories and cluster branches) -------------------------------
+
+MAX_FILE_BYTES: Final = 4 * MiB
+"""Largest file that is parsed (a manifest file may hold several objects)."""
+MAX_DOCUMENT_BYTES: Final = 1 * MiB
+"""Largest YAML document (one object) once aliases are expanded: scalar bytes plus one byte
+per node. Kubernetes stores at most about 1.5 MiB per object, and qonnect adds labels."""
+MAX_TREE_FILES: Final = 20_000
+"""Most files in one goals tree or one cluster branch."""
+MAX_TREE_BYTES: Final = 64 * MiB
+"""Most bytes in one goals tree or one cluster branch, all files together."""
+MAX_DEPTH: Final = 100
+"""Deepest nesting of mappings and sequences in one YAML document."""
+
+# -- numbers in goals ---------------------------------------------------------------------------
+
+MAX_NODES_PER_GROUP: Final = 10_000
+"""Nodes in one node group (``spec.nodes[].count``)."""
+MAX_NODES_PER_CLUSTER: Final = 10_000
+"""Nodes of one cluster, all groups together (Kubernetes supports 5,000)."""
+MAX_NODE_GROUPS: Final = 100
+MAX_NODE_CPU: Final = 4096 * 1000
+"""Allocatable CPU of one node, in millicores (4,096 cores)."""
+MAX_NODE_MEMORY: Final = 64 * 1024**4
+"""Allocatable memory of one node, in bytes (64 TiB)."""
+MAX_PODS_PER_NODE: Final = 10_000
+MAX_REPLICAS: Final = 100_000
+"""Replicas of one component (and ``scaling.maxReplicas``)."""
+MAX_MIN_CLUSTERS: Final = 1_000
+MAX_LATENCY_MS: Final = 600_000.0
+"""Latency goals and measured or declared latencies: at most ten minutes."""
+MAX_PRICE: Final = 1e6
+"""A price per CPU hour or GiB hour, in the fleet's currency."""
+MAX_COST_CAP: Final = 1e9
+"""``maxCostPerHour`` of a component."""
+MAX_WATTS_PER_CPU: Final = 10_000.0
+MAX_CARBON_INTENSITY: Final = 10_000.0
+"""gCO2 per kWh (the dirtiest grids are near 1,000)."""
+MAX_WEIGHT: Final = 1e6
+"""An objective weight."""
+MAX_RPS: Final = 1e9
+"""``targetRpsPerReplica``."""
+MAX_SECONDS: Final = 365 * 24 * 3600.0
+"""Any duration in goals (cooldowns, heartbeat, poll interval): at most a year."""
+MAX_DISRUPTION_BUDGET: Final = MAX_REPLICAS
+MAX_QUANTITY: Final = 2**63 - 1
+"""Largest Kubernetes quantity in base units (millicores, bytes): the API's int64."""
+
+# -- namespaces ----------------------------------------------------------------------------------
+
+AGENT_NAMESPACE: Final = "qonnect-system"
+"""The agent's own namespace (its inventory lives there) unless configured otherwise."""
+RESERVED_NAMESPACES: Final = frozenset({"kube-system", "kube-public", "kube-node-lease", "default",
+                                        AGENT_NAMESPACE})
+"""Namespaces goals may not target and agents never touch."""
