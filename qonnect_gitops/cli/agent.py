@@ -30,6 +30,8 @@ _ENV = {
     "webhook_addr": "QONNECT_WEBHOOK_ADDR", "webhook_secret_file": "QONNECT_WEBHOOK_SECRET_FILE",
     "latency_metric": "QONNECT_LATENCY_METRIC", "traffic_metric": "QONNECT_TRAFFIC_METRIC",
     "log_level": "QONNECT_LOG_LEVEL", "once": "QONNECT_ONCE", "lead_ca": "QONNECT_LEAD_CA",
+    "protect_namespace": "QONNECT_PROTECT_NAMESPACES", "protect_kind": "QONNECT_PROTECT_KINDS",
+    "prune_workers": "QONNECT_PRUNE_WORKERS",
 }
 
 
@@ -62,6 +64,15 @@ def register(sub: Any) -> None:
                    help="heartbeat seconds (default 15)")
     p.add_argument("--prune-fraction", type=float, default=float(e(_ENV["prune_fraction"], "0.5")),
                    help="largest share of the inventory one sync may delete without Qonnect-Prune-Limit (default 0.5)")
+    p.add_argument("--protect-namespace", action="append", default=_csv(e(_ENV["protect_namespace"])),
+                   metavar="NS", help="a namespace never applied to or pruned, besides kube-system, kube-public, "
+                   "kube-node-lease, default and --namespace (repeatable) [QONNECT_PROTECT_NAMESPACES, comma-separated]")
+    p.add_argument("--protect-kind", action="append", default=_csv(e(_ENV["protect_kind"])),
+                   metavar="[GROUP/]KIND", help="a kind never pruned, besides Namespace, PersistentVolumeClaim, "
+                   "PersistentVolume and CustomResourceDefinition (repeatable; apps/Deployment, ConfigMap) "
+                   "[QONNECT_PROTECT_KINDS, comma-separated]")
+    p.add_argument("--prune-workers", type=int, default=int(e(_ENV["prune_workers"], "16")),
+                   help="deletes in flight at once while pruning (default 16) [QONNECT_PRUNE_WORKERS]")
     p.add_argument("--wait-timeout", type=float, default=float(e(_ENV["wait_timeout"], "60")),
                    help="--once: seconds to wait for health (default 60; 0: do not wait)")
     p.add_argument("--metrics-addr", default=e(_ENV["metrics_addr"]), help="host:port for /metrics [QONNECT_METRICS_ADDR]")
@@ -73,8 +84,21 @@ def register(sub: Any) -> None:
     p.set_defaults(handler=run)
 
 
+def _csv(value: str | None) -> list[str]:
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _kind(text: str) -> tuple[str, str]:
+    """``apps/Deployment`` -> ("apps", "Deployment"); a bare kind is of the core group."""
+    group, _, kind = text.rpartition("/")
+    if not kind or not kind[0].isupper() or not kind.isalnum():
+        raise SystemExit(f"qonnect agent: --protect-kind {text!r}: expected [GROUP/]Kind, e.g. apps/Deployment")
+    return group, kind
+
+
 def build_config(args: argparse.Namespace) -> Any:
-    from qonnect_gitops.agent.config import AgentConfig
+    from qonnect_gitops.agent.config import DEFAULT_PROTECTED_KINDS, AgentConfig
+    from qonnect_gitops.model.limits import RESERVED_NAMESPACES
     from qonnect_gitops.gitstore.remote import credentials_from_env
 
     missing = [f"--{n} ({_ENV[n]})" for n in ("cluster", "repo") if not getattr(args, n)]
@@ -87,6 +111,8 @@ def build_config(args: argparse.Namespace) -> Any:
     leads = tuple(u.strip() for u in (args.lead or "").split(",") if u.strip())
     if args.webhook_addr and not args.webhook_secret_file:
         raise SystemExit("qonnect agent: --webhook-addr needs --webhook-secret-file")
+    if not 1 <= args.prune_workers <= 256:
+        raise SystemExit("qonnect agent: --prune-workers must be between 1 and 256")
     cache = args.cache_dir or Path(tempfile.gettempdir()) / "qonnect-agent"
     return AgentConfig(
         cluster=args.cluster, repo=args.repo, branch=args.branch, kubeconfig=args.kubeconfig,
@@ -97,7 +123,10 @@ def build_config(args: argparse.Namespace) -> Any:
         prune_fraction=args.prune_fraction, wait_timeout=args.wait_timeout, metrics_addr=args.metrics_addr,
         webhook_addr=args.webhook_addr,
         webhook_secret=args.webhook_secret_file.read_bytes().strip() if args.webhook_secret_file else None,
-        git_credentials=credentials_from_env())
+        git_credentials=credentials_from_env(),
+        protected_namespaces=RESERVED_NAMESPACES | frozenset(args.protect_namespace),
+        protected_kinds=DEFAULT_PROTECTED_KINDS | frozenset(_kind(k) for k in args.protect_kind),
+        prune_workers=args.prune_workers)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -121,3 +121,28 @@ def test_metrics_and_signed_webhook(make_agent, branch: Branch, core) -> None:
              in urllib.request.urlopen(base + "/metrics", timeout=5).read().decode(), timeout=5, what="pruned counted")
     agent.stop()
     thread.join(5)
+
+
+def test_protection_options_add_to_the_defaults(branch: Branch, kubeconfig: Path, tmp_path: Path, capsys) -> None:
+    """--protect-namespace is refused like kube-system; the defaults stay protected."""
+    branch.publish([namespace("shop"), configmap("a")])
+    assert _once(branch, kubeconfig, tmp_path, "--protect-namespace", "shop") == 1
+    out = capsys.readouterr().out
+    assert "REFUSED ProtectedNamespace" in out and "created" not in out
+
+
+def test_protection_options_are_parsed_strictly(monkeypatch) -> None:
+    import argparse
+
+    from qonnect_gitops.cli.agent import build_config, register
+
+    monkeypatch.setenv("QONNECT_PROTECT_KINDS", "apps/Deployment, ConfigMap")  # read when the parser is built
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    args = parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--protect-namespace", "billing"])
+    cfg = build_config(args)
+    assert {("apps", "Deployment"), ("", "ConfigMap"), ("", "Namespace")} <= cfg.protected_kinds
+    assert {"billing", "kube-system", "default", cfg.namespace} <= cfg.reserved_namespaces
+    for bad in (["--protect-kind", "apps/"], ["--protect-kind", "deployment"], ["--prune-workers", "0"]):
+        with pytest.raises(SystemExit):
+            build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", *bad]))
