@@ -161,38 +161,54 @@ class ApiCore:
     def list(self, rt: ResourceType, ns: str | None, label_selector: str | None = None,
              field_selector: str | None = None, limit: int | None = None,
              continue_token: str | None = None) -> dict[str, Any]:
-        """A ``<Kind>List`` of matching objects, in one namespace or all, with paging."""
+        """A ``<Kind>List`` of matching objects, in one namespace or all, with paging.
+
+        Like the API's storage, a page ends after ``limit`` matches and carries a
+        ``continue`` token while more keys follow; ``remainingItemCount`` is given only
+        for unfiltered lists (counting matches would mean reading them all).
+        """
         match = self.matcher(rt, label_selector, field_selector)
+        filtered = bool((label_selector or "").strip() or (field_selector or "").strip())
+        gr = self._gr(rt)
+        ns_filter = ns if rt.namespaced else None
+        start: tuple[Any, ...] | None = None
         with self.store.lock:
             rv = self.store.resource_version
-            objs = self.store.list(self._gr(rt), ns if rt.namespaced else None)
-        start: tuple[str, str] | None = None
-        if continue_token:
-            try:
-                token = json.loads(base64.urlsafe_b64decode(continue_token.encode()))
-                start, rv = tuple(token["start"]), token["rv"]  # type: ignore[assignment]
-            except (ValueError, KeyError, TypeError):
-                raise errors.bad_request("continue key is not valid: malformed token") from None
-        items = []
-        for o in objs:
-            m = _meta(o)
-            if start is not None and (m.get("namespace", ""), m["name"]) <= start:
-                continue
-            if match(o):
-                items.append(o)
-        meta: dict[str, Any] = {"resourceVersion": str(rv)}
-        if limit and len(items) > limit:
-            last = _meta(items[limit - 1])
-            meta["continue"] = base64.urlsafe_b64encode(json.dumps(
-                {"rv": rv, "start": [last.get("namespace", ""), last["name"]]}).encode()).decode()
-            meta["remainingItemCount"] = len(items) - limit
-            items = items[:limit]
+            if continue_token:
+                start, rv = self._decode_continue(continue_token)
+            items: builtins.list[dict[str, Any]] = []
+            last: tuple[Any, ...] | None = None
+            more = False
+            for skey, o in self.store.scan(gr, ns_filter, start):
+                if limit and len(items) >= limit:
+                    more = True
+                    break
+                if match(o):
+                    items.append(o)
+                    last = skey
+            meta: dict[str, Any] = {"resourceVersion": str(rv)}
+            if more and last is not None:
+                meta["continue"] = base64.urlsafe_b64encode(json.dumps(
+                    {"rv": rv, "start": builtins.list(last)}).encode()).decode()
+                if not filtered:
+                    meta["remainingItemCount"] = self.store.count_after(gr, ns_filter, last)
         if rt.builtin:
             # Lists of built-in kinds carry no apiVersion/kind on their items, like the real API.
             items = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in items]
         else:
             items = [self._present(rt, o) for o in items]
         return {"kind": rt.list_kind, "apiVersion": rt.group_version, "metadata": meta, "items": items}
+
+    @staticmethod
+    def _decode_continue(token: str) -> tuple[tuple[Any, ...], int]:
+        try:
+            doc = json.loads(base64.urlsafe_b64decode(token.encode()))
+            start, rv = doc["start"], doc["rv"]
+            if not isinstance(start, builtins.list) or not isinstance(rv, int) or len(start) > 8:
+                raise ValueError("bad token")
+            return tuple(start), rv
+        except (ValueError, KeyError, TypeError):
+            raise errors.bad_request("continue key is not valid: malformed token") from None
 
     def watch(self, rt: ResourceType, ns: str | None, label_selector: str | None = None,
               field_selector: str | None = None, resource_version: str | None = None,
@@ -211,7 +227,7 @@ class ApiCore:
             current = self.store.resource_version
             initial: builtins.list[dict[str, Any]] = []
             if resource_version in (None, "", "0") or send_initial_events:
-                initial = [o for o in self.store.list(gr, ns_filter) if match(o)]
+                initial = [o for _, o in self.store.scan(gr, ns_filter) if match(o)]
                 start = current
             else:
                 try:
@@ -683,6 +699,20 @@ class ApiCore:
             if live is None:
                 merged = typed.merge(base, merged, root)
             return self._commit(rt, ns, live, merged, opts, subresource, managers=managers)
+
+    def render_stored(self, rt: ResourceType, obj: dict[str, Any], status: dict[str, Any] | None,
+                      manager: str) -> dict[str, Any]:
+        """What creating ``obj`` and then writing ``status`` would store, without storing it.
+
+        Node pools use it for the template their virtual nodes are generated from.
+        """
+        opts = WriteOptions(field_manager=manager, dry_run=True)
+        with self.store.lock:
+            created = self._commit(rt, "", None, copy.deepcopy(obj), opts).body
+            created["metadata"]["resourceVersion"] = str(self.store.next_rv())
+            if status is None:
+                return created
+            return self._commit(rt, "", created, dict(created, status=status), opts, "status").body
 
     # ------------------------------------------------------------------ scale
 

@@ -251,6 +251,10 @@ class Controllers:
         log.warning("sim_controllers_not_settled", cluster=self.core.cluster_name, passes=MAX_PASSES)
         return before
 
+    def _all_nodes(self) -> list[dict[str, Any]]:
+        with self.store.lock:
+            return [o for _, o in self.store.scan(("", "nodes"))]
+
     # ------------------------------------------------------------------ writes
 
     def _opts(self, manager: str) -> WriteOptions:
@@ -541,7 +545,7 @@ class Controllers:
     # ------------------------------------------------------------------ DaemonSets
 
     def _daemonsets(self) -> None:
-        node_list = self.store.list(("", "nodes"))
+        node_list = self._all_nodes()
         for ds in self.store.list(("apps", "daemonsets")):
             if _terminating(ds):
                 continue
@@ -638,7 +642,7 @@ class Controllers:
     # ------------------------------------------------------------------ scheduler
 
     def _schedule(self) -> None:
-        node_list = self.store.list(("", "nodes"))
+        node_list = self._all_nodes()
         rooms = {_meta(n)["name"]: scheduling.NodeRoom.of(n) for n in node_list}
         pending = []
         for p in self.store.list(_PODS):
@@ -708,7 +712,7 @@ class Controllers:
         return f"10.244.{n // 250}.{n % 250 + 2}"
 
     def _kubelet(self) -> None:
-        nodes = {_meta(n)["name"]: n for n in self.store.list(("", "nodes"))}
+        nodes = {_meta(n)["name"]: n for n in self._all_nodes()}
         now = time.monotonic()
         alive: set[str] = set()
         for p in self.store.list(_PODS):
@@ -817,7 +821,7 @@ class Controllers:
 
     def _endpoints(self) -> None:
         services = {(_meta(s)["namespace"], _meta(s)["name"]): s for s in self.store.list(("", "services"))}
-        nodes = {_meta(n)["name"]: n for n in self.store.list(("", "nodes"))}
+        nodes = {_meta(n)["name"]: n for n in self._all_nodes()}
         pods_by_ns: dict[str, list[dict[str, Any]]] = {}
         for p in self.store.list(_PODS):
             if not _terminating(p) and (p.get("status") or {}).get("podIP") and \

@@ -129,7 +129,7 @@ class SimFleet:
 
     def rows(self) -> list[tuple[str, str, str, str, int]]:
         """``(name, API URL, Prometheus URL, admin URL, nodes)`` per cluster, for tables."""
-        return [(name, sim.url, sim.prometheus_url, sim.admin_url + "/_sim/", len(sim.node_names()))
+        return [(name, sim.url, sim.prometheus_url, sim.admin_url + "/_sim/", sim.node_count())
                 for name, sim in self.clusters.items()]
 
     def __enter__(self) -> Self:

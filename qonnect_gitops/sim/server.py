@@ -344,8 +344,10 @@ class Handler(BaseHTTPRequestHandler):
                     "priority": 0}
         age_col = {"name": "Age", "type": "string", "format": "",
                    "description": "Time since the object was created", "priority": 0}
+        list_meta = body.get("metadata", {}) if is_list else {}
+        table_meta = {k: list_meta[k] for k in ("continue", "remainingItemCount") if k in list_meta}
         return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-                "metadata": {"resourceVersion": body.get("metadata", {}).get("resourceVersion", "")},
+                "metadata": {"resourceVersion": body.get("metadata", {}).get("resourceVersion", ""), **table_meta},
                 "columnDefinitions": [name_col, *(extra if extra else [age_col])],
                 "rows": rows}
 
