@@ -25,7 +25,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.sim import defaults, errors, schema, selectors, ssa, typed
+from qonnect_gitops.sim import defaults, errors, schema, selectors, ssa, subresources, typed
+from qonnect_gitops.sim.admission import Admission
+from qonnect_gitops.sim.authz import ADMIN_GROUPS, Authorizer, User, Users
 from qonnect_gitops.sim import fieldpath as fp
 from qonnect_gitops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
 from qonnect_gitops.sim.resources import Registry, ResourceType
@@ -53,6 +55,9 @@ _DNS1035_MSG = ("a DNS-1035 label must consist of lower case alphanumeric charac
                 "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
 _GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# Namespaces the API server refuses to delete (NamespaceLifecycle's immortal namespaces).
+IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")
+MAX_NAME = 253
 
 
 @dataclass
@@ -111,11 +116,15 @@ class ApiCore:
         self.registry = registry or Registry()
         self.store = store or Store()
         self._ip_lock = threading.Lock()
-        self._next_ip = 1
+        self._next_ip = 0
+        self.admission = Admission(self)
+        self.users = Users(admin_token=f"sim-{cluster_name}", admin=User("kubernetes-admin", ADMIN_GROUPS))
+        self.authz = Authorizer(self.store)
         for ns in SYSTEM_NAMESPACES:
             self.create(self._type("", "v1", "namespaces"), "", {
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
                 WriteOptions(field_manager="kube-apiserver"))
+        self.sync_apiservices()
 
     # ------------------------------------------------------------------ lookup helpers
 
@@ -127,9 +136,18 @@ class ApiCore:
 
     @staticmethod
     def _gr(rt: ResourceType) -> tuple[str, str]:
-        return (rt.group, rt.plural)
+        return rt.storage_gr
+
+    def storage_type(self, rt: ResourceType) -> ResourceType:
+        """The type whose objects ``rt`` shows (itself, or the stored version of a converted one)."""
+        if rt.storage is None:
+            return rt
+        stored = self.registry.by_kind(rt.storage[0], "v1", rt.kind)
+        return stored or rt
 
     def _present(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        if rt.from_storage is not None:
+            return rt.from_storage(obj)  # type: ignore[no-any-return]
         if obj.get("apiVersion") == rt.group_version and obj.get("kind") == rt.kind:
             return obj
         out = dict(obj)
@@ -152,8 +170,14 @@ class ApiCore:
         """A predicate for label and field selectors (400 BadRequest when they do not parse)."""
         try:
             labels = selectors.parse_label_selector(label_selector)
-            fields = selectors.parse_field_selector(
-                field_selector, ("metadata.name", "metadata.namespace") + rt.extra_field_selectors)
+            supported = ("metadata.name", "metadata.namespace") + rt.extra_field_selectors
+            fields = selectors.parse_field_selector(field_selector, supported)
+            if rt.field_aliases and field_selector:
+                # Selectors name the fields of this version; objects are stored in another.
+                for here, there in rt.field_aliases:
+                    field_selector = field_selector.replace(here, there)
+                    supported = tuple(p.replace(here, there) for p in supported)
+                fields = selectors.parse_field_selector(field_selector, supported)
         except selectors.SelectorError as exc:
             raise errors.bad_request(str(exc)) from None
         return lambda o: labels(_meta(o).get("labels") or {}) and fields(o)
@@ -194,7 +218,8 @@ class ApiCore:
                     meta["remainingItemCount"] = self.store.count_after(gr, ns_filter, last)
         if rt.builtin:
             # Lists of built-in kinds carry no apiVersion/kind on their items, like the real API.
-            items = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in items]
+            items = [{k: v for k, v in self._present(rt, o).items() if k not in ("apiVersion", "kind")}
+                     for o in items]
         else:
             items = [self._present(rt, o) for o in items]
         return {"kind": rt.list_kind, "apiVersion": rt.group_version, "metadata": meta, "items": items}
@@ -324,6 +349,10 @@ class ApiCore:
                     "may not contain '/' or '%'"
             elif rt.kind == "Namespace":
                 ok, msg = bool(_LABEL.match(name)) and len(name) <= 63, _LABEL_MSG
+            elif rt.kind == "APIService":
+                spec = obj.get("spec") or {}
+                want = f"{spec.get('version', '')}.{spec.get('group', '')}"
+                ok, msg = name == want, f"must be {want}"
             elif rt.kind == "Service":
                 ok, msg = bool(_DNS1035.match(name)) and len(name) <= 63, _DNS1035_MSG
             else:
@@ -466,6 +495,8 @@ class ApiCore:
         else:
             candidate = copy.deepcopy(candidate)
         self._default(rt, candidate, live)
+        if not subresource:
+            self.admission.mutate(rt, candidate, live, ns)
         if rt.builtin and root is not None:
             candidate = typed.drop_empty(candidate, root)
             if live is None and "status" in rt.subresources and "status" not in candidate:
@@ -491,6 +522,8 @@ class ApiCore:
             self._validate_update(rt, live, candidate)
         if live is not None and self._same(live, candidate):
             return Result(self._present(rt, live), 200, warnings)
+        if not subresource or subresource == "status":
+            self.admission.validate(rt, candidate, live, ns)
         if opts.dry_run:
             if live is None:
                 meta.pop("resourceVersion", None)
@@ -502,6 +535,7 @@ class ApiCore:
             if meta.get("deletionTimestamp") and not meta.get("finalizers"):
                 self._finalize(rt, stored)
             self._after_write(rt, stored, live)
+            self.admission.written(rt, stored, live, subresource)
         return Result(self._present(rt, stored), 201 if live is None else 200, warnings)
 
     @staticmethod
@@ -520,6 +554,15 @@ class ApiCore:
     def _after_write(self, rt: ResourceType, stored: dict[str, Any], live: dict[str, Any] | None) -> None:
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
             self._crd_changed(stored)
+            self.sync_apiservices()
+        elif rt.kind == "Namespace" and rt.group == "" and live is None:
+            subresources.namespace_defaults(self, _meta(stored)["name"])
+        elif rt.kind == "APIService" and rt.group == "apiregistration.k8s.io":
+            subresources.apiservice_status(self, stored)
+
+    def sync_apiservices(self) -> None:
+        """Local APIServices for every served group version, as the API server's autoregistration keeps them."""
+        subresources.sync_apiservices(self)
 
     def _crd_changed(self, crd: dict[str, Any]) -> None:
         """Serve the CRD's kinds and report it Established, as the apiextensions controllers do."""
@@ -563,6 +606,8 @@ class ApiCore:
 
     def create(self, rt: ResourceType, ns: str, body: Any, opts: WriteOptions) -> Result:
         """POST: create an object (201), honouring generateName and dryRun."""
+        if rt.to_storage is not None:
+            return self._converted(rt, self.create(self.storage_type(rt), ns, self._to_storage(rt, body), opts))
         obj, warnings = self._prepare_body(rt, body, opts.field_validation)
         meta = dict(_meta(obj))
         if rt.namespaced:
@@ -582,6 +627,17 @@ class ApiCore:
                 raise errors.already_exists(rt.group, rt.plural, name)
             return self._commit(rt, ns, None, obj, opts, warnings=warnings)
 
+    def _to_storage(self, rt: ResourceType, body: Any) -> Any:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request was in an unknown format")
+        if body.get("apiVersion") not in (None, rt.group_version) or body.get("kind") not in (None, rt.kind):
+            self._prepare_body(rt, body, "Ignore")  # the API's mismatch errors
+        return rt.to_storage(body)
+
+    def _converted(self, rt: ResourceType, res: Result) -> Result:
+        return Result(self._present(rt, res.body) if res.body.get("kind") != "Status" else res.body,
+                      res.code, res.warnings)
+
     def _check_rv(self, rt: ResourceType, live: dict[str, Any], wanted: str | None) -> None:
         if wanted and wanted != _meta(live).get("resourceVersion"):
             raise errors.conflict(rt.group, rt.plural, _meta(live)["name"], errors.STALE)
@@ -591,6 +647,9 @@ class ApiCore:
         """PUT: replace an object (409 on a stale resourceVersion)."""
         if subresource == "scale":
             return self._write_scale(rt, ns, name, lambda scale: body, opts, update=True)
+        if rt.to_storage is not None:
+            return self._converted(rt, self.replace(self.storage_type(rt), ns, name, self._to_storage(rt, body),
+                                                    opts, subresource))
         obj, warnings = self._prepare_body(rt, body, opts.field_validation)
         meta = _meta(obj)
         if meta.get("name") and meta["name"] != name:
@@ -639,6 +698,11 @@ class ApiCore:
             live = self._must_get(rt, ns, name)
             current = self._present(rt, live)
             new = patched(copy.deepcopy(current), rt.schema_root())
+            if rt.to_storage is not None:
+                if isinstance(new, dict):
+                    new.setdefault("metadata", {})["resourceVersion"] = _meta(live).get("resourceVersion")
+                return self._converted(rt, self.replace(self.storage_type(rt), ns, name,
+                                                        self._to_storage(rt, new), opts, subresource))
             if not isinstance(new, dict):
                 raise errors.bad_request("the patch did not produce an object")
             nm = _meta(new)
@@ -666,6 +730,9 @@ class ApiCore:
             raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
         if subresource == "scale":
             return self._write_scale(rt, ns, name, lambda scale: typed.merge(scale, config, None), opts, update=False)
+        if rt.to_storage is not None:
+            return self._converted(rt, self.apply(self.storage_type(rt), ns, name, self._to_storage(rt, config),
+                                                  opts, subresource))
         root = rt.schema_root()
         if config.get("apiVersion") != rt.group_version or config.get("kind") != rt.kind:
             raise errors.bad_request(
@@ -773,6 +840,9 @@ class ApiCore:
                dry_run: bool = False) -> Result:
         """DELETE: honours preconditions, propagationPolicy and finalizers."""
         options = options or {}
+        if (rt.group, rt.kind) == ("", "Namespace") and name in IMMORTAL_NAMESPACES:
+            raise errors.ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be '
+                                  "deleted", {"name": name, "kind": "namespaces"})
         with self.store.lock:
             live = self._must_get(rt, ns, name)
             pre = options.get("preconditions") or {}
@@ -869,9 +939,11 @@ class ApiCore:
     def _finalize(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         """Remove an object for good, then collect what it owned and finish its namespace if it was the last."""
         gone = self.store.remove(self._gr(rt), obj)
+        self.admission.written(rt, None, obj)
         meta = _meta(obj)
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
             self._drop_crd(obj)
+            self.sync_apiservices()
         # Background propagation: dependents whose owners are all gone are deleted.
         for drt, dep in self._dependents(obj):
             owners = [r.get("uid") for r in _meta(dep).get("ownerReferences") or []]

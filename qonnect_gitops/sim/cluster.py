@@ -15,8 +15,9 @@ import yaml
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.cluster import Cluster, NodeShape, Taint
 from qonnect_gitops.sim.admin import admin_route
-from qonnect_gitops.sim.api import ApiCore, WriteOptions
-from qonnect_gitops.sim.controllers import Controllers
+from qonnect_gitops.sim.api import ApiCore
+from qonnect_gitops.sim.bootstrap import bootstrap
+from qonnect_gitops.sim.control import Controllers
 from qonnect_gitops.sim.faults import Faults
 from qonnect_gitops.sim.nodes import NodePool, build_node, node_ready
 from qonnect_gitops.sim.server import SimHTTPServer, serve
@@ -83,6 +84,7 @@ class SimCluster:
         self.port = port
         self.region = region
         self.core = ApiCore(name, store=Store(history=history), namespace_delay=namespace_delay)
+        bootstrap(self.core, distribution)
         self.server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.faults = Faults(name)
@@ -265,20 +267,32 @@ class SimCluster:
                 "faults": self.faults.describe(), "nodes": nodes, "nodeCount": self.node_count(),
                 "signals": self.signals.describe()}
 
-    def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
-        """A kubeconfig for this cluster (plain HTTP, a static token the sim accepts)."""
+    def add_user(self, name: str, groups: Sequence[str] = ()) -> str:
+        """A restricted user: its token (the same on every call); RBAC objects in the cluster decide what it may do."""
+        if not name or name.startswith("system:"):
+            raise ValueError(f"invalid user name {name!r}")
+        return self.core.users.add(name, tuple(groups))
+
+    def kubeconfig(self, namespace: str = "default", user: str | None = None) -> dict[str, Any]:
+        """A kubeconfig for this cluster (plain HTTP, a static token the sim accepts).
+
+        Without ``user`` it is the cluster's admin; with ``user`` it is that restricted
+        user (see ``add_user``), whose requests RBAC authorises.
+        """
+        user_name = f"{self.name}-{user}" if user else f"{self.name}-admin"
+        token = self.add_user(user) if user else self.core.users.admin_token
         return {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
             "clusters": [{"name": self.name, "cluster": {"server": self.url}}],
-            "users": [{"name": f"{self.name}-admin", "user": {"token": f"sim-{self.name}"}}],
-            "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": f"{self.name}-admin",
+            "users": [{"name": user_name, "user": {"token": token}}],
+            "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": user_name,
                                                           "namespace": namespace}}],
             "current-context": self.name,
         }
 
-    def kubeconfig_yaml(self, namespace: str = "default") -> str:
+    def kubeconfig_yaml(self, namespace: str = "default", user: str | None = None) -> str:
         """``kubeconfig()`` as YAML, for ``kubectl --kubeconfig``."""
-        return yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False)
+        return yaml.safe_dump(self.kubeconfig(namespace, user), sort_keys=False)
 
     def __enter__(self) -> Self:
         self.start()

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import bisect
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -214,19 +214,20 @@ class NodePool:
         """How many nodes are virtual (neither stored nor deleted)."""
         return self.total - len(self._excluded)
 
-    def fresh_indices(self, used: Callable[[int], bool], limit: int) -> Iterator[int]:
-        """Up to ``limit`` virtual indices per shape-and-zone that ``used`` rejects not, lowest first."""
-        for pool in self.shapes:
-            for zone in range(3):
-                found = 0
-                start = pool.first + ((zone - pool.first) % 3)
-                for index in range(start, pool.first + pool.count, 3):
-                    if index in self._state or used(index):
-                        continue
-                    yield index
-                    found += 1
-                    if found >= limit:
-                        break
+    def is_virtual(self, index: int) -> bool:
+        """Whether node ``index`` is generated on read (neither stored nor deleted)."""
+        return index not in self._state
+
+    def excluded(self) -> list[int]:
+        """Indices of stored or deleted nodes, ascending."""
+        return list(self._excluded)
+
+    def shape_number(self, index: int) -> int:
+        """Which shape (0-based, in Cluster file order) node ``index`` belongs to."""
+        for n, p in enumerate(self.shapes):
+            if p.first <= index < p.first + p.count:
+                return n
+        raise IndexError(index)
 
 
 def ready_conditions(ready: bool) -> list[dict[str, Any]]:
