@@ -37,7 +37,7 @@ def node_names(cluster: str, shapes: Sequence[NodeShape]) -> list[str]:
 
 def _internal_ip(index: int) -> str:
     if index < 250 * 256:
-        return f"192.168.{index // 250}.{index % 250 + 10}"
+        return f"192.168.{index // 250}.{index % 250 + 2}"
     # Beyond 64,000 nodes: the shared address space 100.64.0.0/10 holds four million more.
     return f"100.{64 + (index >> 16)}.{(index >> 8) & 255}.{index & 255}"
 

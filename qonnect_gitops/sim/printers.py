@@ -146,8 +146,10 @@ def _event(o: dict[str, Any], age: str) -> Cells:
                      or (o.get("metadata") or {}).get("creationTimestamp"))
     source = o.get("source") or o.get("deprecatedSource") or {}
     first = human_age(o.get("firstTimestamp") or o.get("deprecatedFirstTimestamp") or o.get("eventTime"))
-    return [last, o.get("type", ""), o.get("reason", ""), _event_object(o),
-            o.get("reportingComponent") or o.get("reportingController") or source.get("component", ""),
+    ref = o.get("involvedObject") or o.get("regarding") or {}
+    return [last, o.get("type", ""), o.get("reason", ""), _event_object(o), ref.get("fieldPath", ""),
+            ", ".join(x for x in (o.get("reportingComponent") or o.get("reportingController")
+                                  or source.get("component", ""), source.get("host", "")) if x),
             o.get("message") or o.get("note") or "", first, o.get("count") or o.get("deprecatedCount") or 1,
             (o.get("metadata") or {}).get("name", "")]
 
@@ -312,6 +314,12 @@ def _revision(o: dict[str, Any], age: str) -> Cells:
     return [text, o.get("revision", 0), age]
 
 
+# Events have no leading NAME column: the name is the last, wide one.
+_EVENT_COLUMNS: list[Column] = [("Last Seen", "string", 0), ("Type", "string", 0), ("Reason", "string", 0),
+                                ("Object", "string", 0), ("Subobject", "string", 1), ("Source", "string", 1),
+                                ("Message", "string", 0), ("First Seen", "string", 1), ("Count", "string", 1),
+                                ("Name", "string", 1)]
+NO_NAME_COLUMN = frozenset({("", "Event"), ("events.k8s.io", "Event")})
 _WIDE_WORKLOAD: list[Column] = [("Containers", "string", 1), ("Images", "string", 1), ("Selector", "string", 1)]
 _AGE: Column = ("Age", "string", 0)
 _CREATED: list[Column] = [("Created At", "date", 0)]
@@ -343,12 +351,8 @@ PRINTERS: dict[tuple[str, str], tuple[list[Column], Callable[[dict[str, Any], st
     ("", "Namespace"): ([("Status", "string", 0), _AGE], _namespace),
     ("", "Service"): ([("Type", "string", 0), ("Cluster-IP", "string", 0), ("External-IP", "string", 0),
                        ("Port(s)", "string", 0), _AGE, ("Selector", "string", 1)], _service),
-    ("", "Event"): ([("Last Seen", "string", 0), ("Type", "string", 0), ("Reason", "string", 0),
-                     ("Object", "string", 0), ("Source", "string", 1), ("Message", "string", 0),
-                     ("First Seen", "string", 1), ("Count", "string", 1), ("Name", "string", 1)], _event),
-    ("events.k8s.io", "Event"): ([("Last Seen", "string", 0), ("Type", "string", 0), ("Reason", "string", 0),
-                                  ("Object", "string", 0), ("Source", "string", 1), ("Message", "string", 0),
-                                  ("First Seen", "string", 1), ("Count", "string", 1), ("Name", "string", 1)],
+    ("", "Event"): (_EVENT_COLUMNS, _event),
+    ("events.k8s.io", "Event"): (_EVENT_COLUMNS,
                                  _event),
     ("", "ReplicationController"): ([("Desired", "integer", 0), ("Current", "integer", 0), ("Ready", "integer", 0),
                                      _AGE, *_WIDE_WORKLOAD], _rc),
@@ -513,14 +517,18 @@ def table(rt: ResourceType, body: dict[str, Any], is_list: bool) -> dict[str, An
         meta = o.get("metadata", {})
         partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
         age = human_age(meta.get("creationTimestamp"))
-        if builtin:
+        if builtin and (rt.group, rt.kind) in NO_NAME_COLUMN:
+            row = cells(rt.group, rt.kind, o, age)
+        elif builtin:
             row = [display_name(rt.group, rt.kind, o), *cells(rt.group, rt.kind, o, age)]
         elif custom:
             row = [meta.get("name"), *(_custom_cell(o, c) for c in custom)]
         else:
             row = [meta.get("name"), age]
         rows.append({"cells": row, "object": partial})
-    if builtin:
+    if builtin and (rt.group, rt.kind) in NO_NAME_COLUMN:
+        defs = list(builtin)
+    elif builtin:
         defs = [_NAME_COLUMN, *builtin]
     elif custom:
         defs = [_NAME_COLUMN, *({"name": c["name"], "type": c.get("type", "string"), "format": c.get("format", ""),
