@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.sim import defaults, errors, schema, selectors, ssa, subresources, typed
+from qonnect_gitops.sim import crdvalidation, defaults, errors, schema, selectors, ssa, subresources, typed
 from qonnect_gitops.sim.admission import Admission
 from qonnect_gitops.sim.authz import ADMIN_GROUPS, Authorizer, User, Users
 from qonnect_gitops.sim import fieldpath as fp
@@ -325,7 +325,8 @@ class ApiCore:
 
     def _decode_problems(self, rt: ResourceType, problems: typed.Problems, mode: str) -> builtins.list[str]:
         prefix = f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-        if problems.types:
+        if problems.types and rt.builtin:
+            # Custom resources decode as plain JSON; their schema's types are checked by validation (422).
             raise errors.bad_request(prefix + "; ".join(problems.types))
         if not problems.unknown:
             return []
@@ -366,6 +367,8 @@ class ApiCore:
                 if path.startswith(("metadata.", "status.")):
                     continue
                 causes.append({"reason": "FieldValueRequired", "message": "Required value", "field": path})
+        elif root is not None and rt.crd_name:
+            causes += crdvalidation.validate({k: v for k, v in obj.items() if k != "metadata"}, root)
         if causes:
             raise errors.invalid(rt.group, rt.kind, name, causes)
 
@@ -422,6 +425,20 @@ class ApiCore:
                 old = ((live or {}).get("spec") or {}).get("clusterIP")
                 spec["clusterIP"] = old or self._allocate_ip()
                 spec["clusterIPs"] = [spec["clusterIP"]]
+
+    @staticmethod
+    def _initial_status(rt: ResourceType) -> dict[str, Any]:
+        """The status a new object starts with: its kind's zero status, required fields included."""
+        status = defaults.initial_status(rt.kind)
+        root = rt.schema_root()
+        node = schema.describe(root).fields.get("status") if root is not None else None
+        if node is not None:
+            info = schema.describe(node)
+            for name in info.required:
+                kinds = schema.describe(info.fields.get(name)).scalar_types
+                zero: Any = 0 if kinds & {"integer", "number"} else False if "boolean" in kinds else ""
+                status.setdefault(name, zero)
+        return status
 
     def _allocate_ip(self) -> str:
         with self._ip_lock:
@@ -481,7 +498,7 @@ class ApiCore:
             elif live is not None:
                 candidate.pop("status", None)
             elif rt.builtin and rt.kind != "CustomResourceDefinition":
-                candidate["status"] = defaults.initial_status(rt.kind)
+                candidate["status"] = self._initial_status(rt)
             else:
                 candidate.pop("status", None)
         if live is None and rt.kind == "Namespace":
@@ -495,12 +512,14 @@ class ApiCore:
         else:
             candidate = copy.deepcopy(candidate)
         self._default(rt, candidate, live)
+        if rt.crd_name and not rt.builtin and root is not None:
+            candidate = crdvalidation.apply_defaults(candidate, root)
         if not subresource:
             self.admission.mutate(rt, candidate, live, ns)
         if rt.builtin and root is not None:
             candidate = typed.drop_empty(candidate, root)
             if live is None and "status" in rt.subresources and "status" not in candidate:
-                candidate["status"] = defaults.initial_status(rt.kind)
+                candidate["status"] = self._initial_status(rt)
         if managers is None:
             managers = ssa.update(live, candidate, root, opts.manager(), rt.group_version, subresource,
                                   self._ignored(rt, subresource), zero=self._zero(rt))

@@ -293,6 +293,9 @@ class Handler(BaseHTTPRequestHandler):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else ""
+        if rt.kind == "Pod" and not rt.group and sub in ("exec", "attach", "portforward", "proxy"):
+            raise errors.bad_request(f"pods/{sub} is not available: the simulated cluster's kubelet runs no "
+                                     "processes")
         if len(rest) > 3 or (sub and sub not in rt.subresources):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
         if rt.namespaced and name is not None and ns is None:
@@ -425,8 +428,6 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Type", wire.PROTOBUF_STREAM if proto else "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
-        # The stream ends with the connection: say so, so clients do not try to reuse it.
-        self.send_header("Connection", "close")
         self.end_headers()
         try:
             table = "as=Table" in self.headers.get("Accept", "")
@@ -446,7 +447,9 @@ class Handler(BaseHTTPRequestHandler):
             close = getattr(events, "close", None)
             if close is not None:
                 close()
-        self.close_connection = True
+        # As a Go server does, a watch that ended (its timeout) leaves the connection open for the
+        # next request: the final chunk ended the response. Only a server going away closes it.
+        self.close_connection = core.store.closed
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
