@@ -58,6 +58,13 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # Namespaces the API server refuses to delete (NamespaceLifecycle's immortal namespaces).
 IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")
 MAX_NAME = 253
+RETURN_DELETED = frozenset({
+    ("", "Pod"), ("", "Service"), ("", "PersistentVolumeClaim"), ("", "PersistentVolume"), ("", "PodTemplate"),
+    ("", "ResourceQuota"), ("", "ServiceAccount"), ("storage.k8s.io", "CSIDriver"), ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "StorageClass"), ("storage.k8s.io", "VolumeAttachment"),
+    ("storage.k8s.io", "VolumeAttributesClass"), ("resource.k8s.io", "DeviceClass"),
+    ("resource.k8s.io", "ResourceClaim"), ("resource.k8s.io", "ResourceClaimTemplate"),
+    ("resource.k8s.io", "ResourceSlice")})
 
 
 @dataclass
@@ -905,9 +912,9 @@ class ApiCore:
         return Result(self._present(rt, remaining), 200)
 
     def _deleted_status(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        # Pods and Services answer a delete with the deleted object (their storage's
-        # ReturnDeletedObject), as do custom resources; other built-ins with a Status.
-        if not rt.builtin or (rt.group == "" and rt.kind in ("Pod", "Service")):
+        # Kinds whose storage sets ReturnDeletedObject answer a delete with the object, as do
+        # custom resources; other built-ins with a Status.
+        if not rt.builtin or (rt.group, rt.kind) in RETURN_DELETED:
             return self._present(rt, obj)
         details: dict[str, Any] = {"name": _meta(obj)["name"]}
         if rt.group:

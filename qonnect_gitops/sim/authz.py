@@ -5,7 +5,9 @@
   request without credentials is treated the same way, so plain ``curl`` keeps working
   against the simulated cluster.
 * ``Users.add(name, groups)`` makes a restricted user with a token of its own (what
-  ``SimCluster.kubeconfig(user=...)`` and ``qonnect sim --user`` hand out), and a
+  ``SimCluster.kubeconfig(user=...)`` and ``qonnect sim --user`` hand out; those
+  kubeconfigs also say ``as: <user>``, because kubectl sends no bearer token over plain
+  HTTP: it impersonates the user instead, ``Impersonate-User``), and a
   ServiceAccount token (``serviceaccounts/<name>/token``) authenticates as
   ``system:serviceaccount:<ns>:<name>``. Their requests are authorised against the
   Roles, ClusterRoles and bindings stored in the cluster, with the default cluster
@@ -205,6 +207,15 @@ class Authorizer:
         details["kind"] = attrs.resource
         raise errors.ApiError(403, "Forbidden", f'{subject} is forbidden: User "{user.name}" cannot {attrs.verb} '
                               f'resource "{attrs.resource_path}" in API group "{attrs.group}" {scope}', details)
+
+    def impersonate(self, user: User, name: str | None, groups: list[str]) -> User:
+        """The user a request acts as: ``Impersonate-User``/``-Group`` if ``user`` may impersonate them."""
+        if not name or name == user.name:
+            return user
+        self.check(user, Attributes("impersonate", "", "users", "", "", name))
+        for group in groups:
+            self.check(user, Attributes("impersonate", "", "groups", "", "", group))
+        return User(name, tuple(dict.fromkeys((*groups, "system:authenticated"))))
 
     def rules(self, user: User, namespace: str) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         """``(resourceRules, nonResourceRules)`` of a SelfSubjectRulesReview."""

@@ -284,7 +284,8 @@ class SimCluster:
         return {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
             "clusters": [{"name": self.name, "cluster": {"server": self.url}}],
-            "users": [{"name": user_name, "user": {"token": token}}],
+            # kubectl sends no bearer token over plain HTTP: ``as`` makes it impersonate the user instead.
+            "users": [{"name": user_name, "user": {"token": token, **({"as": user} if user else {})}}],
             "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": user_name,
                                                           "namespace": namespace}}],
             "current-context": self.name,

@@ -137,6 +137,10 @@ def _event_from_core(obj: dict[str, Any]) -> dict[str, Any]:
         if k == "count" and not v:
             continue
         out[back.get(k, k)] = v
+    if not out.get("eventTime"):
+        # Events written through the core API may have no eventTime; this version requires one.
+        first = str(obj.get("firstTimestamp") or (obj.get("metadata") or {}).get("creationTimestamp") or "")
+        out["eventTime"] = first[:-1] + ".000000Z" if first.endswith("Z") else first or None
     out["apiVersion"], out["kind"] = "events.k8s.io/v1", "Event"
     return out
 

@@ -30,6 +30,7 @@ except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _YamlLoader = yaml.SafeLoader
 
 MAX_BODY = 3 * 1024 * 1024  # the API server's limit on a request body
+DRAIN_LIMIT = 64 * 1024 * 1024  # oversized bodies up to this are read and dropped before answering 413
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -160,8 +161,18 @@ class Handler(BaseHTTPRequestHandler):
         except ValueError:
             raise errors.bad_request("invalid Content-Length") from None
         if length > MAX_BODY:
-            self.close_connection = True  # the unread body cannot be skipped safely
+            # Read (and drop) a moderately oversized body so the client gets the answer, not a broken pipe;
+            # past DRAIN_LIMIT the connection is closed instead.
             self._body_read = True
+            if length <= DRAIN_LIMIT:
+                left = length
+                while left > 0:
+                    chunk = self.rfile.read(min(left, 1 << 16))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+            else:
+                self.close_connection = True
             raise errors.ApiError(413, "RequestEntityTooLarge",
                                   f"Request entity too large: limit is {MAX_BODY}", {})
         return self.rfile.read(length) if length > 0 else b""
@@ -246,6 +257,8 @@ class Handler(BaseHTTPRequestHandler):
         self._body_read = False
         core = self.server.core
         user = core.users.authenticate(self.headers.get("Authorization"))
+        user = core.authz.impersonate(user, self.headers.get("Impersonate-User"),
+                                      self.headers.get_all("Impersonate-Group") or [])
         accept = self.headers.get("Accept", "")
         path = path.rstrip("/") or "/"  # "/version/" and "/apis/" are served like the API does
         parts = [p for p in path.split("/") if p]

@@ -30,6 +30,12 @@ EVENT_TTL = 3600.0
 MAX_EVENTS = 5000
 
 
+def micro_now() -> str:
+    """The current time as a MicroTime (``2026-01-01T10:00:00.123456Z``)."""
+    now = time.time()
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1_000_000):06d}Z"
+
+
 class Recorder:
     """Writes Events through the API (best effort: a refused write is logged, never raised)."""
 
@@ -78,7 +84,7 @@ class Recorder:
                 "involvedObject": {k: v for k, v in involved.items() if v},
                 "reason": reason, "message": message, "type": "Warning" if warning else "Normal",
                 "source": {"component": component, **({"host": host} if host else {})},
-                "firstTimestamp": now, "lastTimestamp": now, "count": 1, "eventTime": None,
+                "firstTimestamp": now, "lastTimestamp": now, "count": 1, "eventTime": micro_now(),
                 "reportingComponent": component, "reportingInstance": host or component,
             }
             try:

@@ -52,7 +52,8 @@ class Volumes:
             ref = (ev.obj.get("spec") or {}).get("claimRef") or {}
             if ev.type != "DELETED" and ref.get("name"):
                 self._volume_of[(ref.get("namespace", ""), ref["name"])] = meta(ev.obj)["name"]
-            return sorted(self._pending)
+            # A volume's own key has no namespace (claims always have one).
+            return [("", meta(ev.obj)["name"]), *sorted(self._pending)]
         if ev.gr == CLASSES:
             return sorted(self._pending)
         return ()
@@ -63,10 +64,16 @@ class Volumes:
             ref = (pv.get("spec") or {}).get("claimRef") or {}
             if ref.get("name"):
                 self._volume_of[(ref.get("namespace", ""), ref["name"])] = meta(pv)["name"]
-        return [key_of(c) for c in self.ctx.store.list(PVCS)]
+        return [*(key_of(v) for v in self.ctx.store.list(PVS)), *(key_of(c) for c in self.ctx.store.list(PVCS))]
 
     def sync(self, key: ObjKey) -> None:
-        """Bind (or provision for) a pending claim; reclaim the volume of a claim that went."""
+        """Bind (or provision for) a pending claim; reclaim the volume of a claim that went; new volumes Available."""
+        if not key[0]:
+            pv = self.ctx.get(PVS, key)
+            if pv is not None and not (pv.get("status") or {}).get("phase"):
+                phase = "Bound" if (pv.get("spec") or {}).get("claimRef") else "Available"
+                self.ctx.set_status(self.rt_pv, pv, {"phase": phase}, "persistentvolume-controller")
+            return
         pvc = self.ctx.get(PVCS, key)
         if pvc is None or terminating(pvc):
             self._pending.discard(key)
