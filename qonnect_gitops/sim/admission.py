@@ -24,7 +24,11 @@ from collections.abc import Iterable
 from decimal import Decimal
 from typing import TYPE_CHECKING, Any
 
-from qonnect_gitops.model.quantity import format_bytes, format_millicores, parse_quantity
+from qonnect_gitops.model.quantity import (
+    format_bytes,
+    format_millicores,
+    parse_quantity,
+)
 from qonnect_gitops.sim import errors
 from qonnect_gitops.sim.resources import ResourceType
 

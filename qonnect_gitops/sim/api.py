@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import builtins
 import copy
+import itertools
 import json
 import random
 import re
@@ -25,11 +26,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.sim import crdvalidation, defaults, errors, schema, selectors, ssa, subresources, typed
+from qonnect_gitops.sim import (
+    crdvalidation,
+    defaults,
+    errors,
+    schema,
+    selectors,
+    ssa,
+    subresources,
+    typed,
+)
+from qonnect_gitops.sim import fieldpath as fp
 from qonnect_gitops.sim.admission import Admission
 from qonnect_gitops.sim.authz import ADMIN_GROUPS, Authorizer, User, Users
-from qonnect_gitops.sim import fieldpath as fp
-from qonnect_gitops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
+from qonnect_gitops.sim.patch import (
+    PatchError,
+    json_merge_patch,
+    json_patch,
+    strategic_merge_patch,
+)
 from qonnect_gitops.sim.resources import Registry, ResourceType
 from qonnect_gitops.sim.store import Expired, Store
 
@@ -257,9 +272,9 @@ class ApiCore:
         deadline = time.monotonic() + timeout
         with self.store.lock:
             current = self.store.resource_version
-            initial: builtins.list[dict[str, Any]] = []
+            initial: Iterator[dict[str, Any]] = iter(())
             if resource_version in (None, "", "0") or send_initial_events:
-                initial = [o for _, o in self.store.scan(gr, ns_filter) if match(o)]
+                initial = self._scan_batches(gr, ns_filter, match)
                 start = current
             else:
                 try:
@@ -309,6 +324,17 @@ class ApiCore:
                 next_bookmark = time.monotonic() + bookmark_interval
             elif time.monotonic() >= next_bookmark:
                 next_bookmark = time.monotonic() + bookmark_interval
+
+    def _scan_batches(self, gr: tuple[str, str], ns: str | None, match: Any) -> Iterator[dict[str, Any]]:
+        """Matching objects in list order, read a page at a time (a pool of nodes is never read whole)."""
+        after: tuple[Any, ...] | None = None
+        while True:
+            with self.store.lock:
+                batch = builtins.list(itertools.islice(self.store.scan(gr, ns, after), 500))
+            if not batch:
+                return
+            after = batch[-1][0]
+            yield from (o for _, o in batch if match(o))
 
     def _bookmark(self, rt: ResourceType, rv: int, initial_end: bool = False) -> dict[str, Any]:
         meta: dict[str, Any] = {"resourceVersion": str(rv)}

@@ -242,8 +242,8 @@ class Authorizer:
             return out
         if kind == "TokenReview":
             found = users.lookup(str(spec.get("token") or ""))
-            out["status"] = {"authenticated": True, "user": found.info(), "audiences": ["https://kubernetes.default"
-                                                                                        ".svc.cluster.local"]} \
+            audience = "https://kubernetes.default.svc.cluster.local"
+            out["status"] = {"authenticated": True, "user": found.info(), "audiences": [audience]} \
                 if found else {"user": {}, "error": "invalid bearer token"}
             return out
         if kind == "SelfSubjectRulesReview":

@@ -56,9 +56,9 @@ def apply_defaults(obj: Any, node: dict[str, Any] | None) -> Any:
                 out[name] = apply_defaults(out[name], sub)
         extra = node.get("additionalProperties")
         if isinstance(extra, dict):
-            for name in out:
+            for name, value in out.items():
                 if name not in props:
-                    out[name] = apply_defaults(out[name], extra)
+                    out[name] = apply_defaults(value, extra)
         return out
     if isinstance(obj, list) and isinstance(node.get("items"), dict):
         return [apply_defaults(item, node["items"]) for item in obj]

@@ -33,7 +33,7 @@ def _container(c: dict[str, Any]) -> None:
                     values[name] = _quantity(value)
 
 
-def _quantity(value: int | float) -> str:
+def _quantity(value: float) -> str:
     if float(value).is_integer():
         return str(int(value))
     return f"{round(value * 1000)}m"

@@ -80,7 +80,7 @@ def metrics(store: Store, plural: str, ns: str | None) -> Iterator[dict[str, Any
                 if node and _running(pod):
                     used.setdefault(node, []).append(pod)
             for n in nodes:
-                name = (n.get("metadata") or {}).get("name")
+                name = str((n.get("metadata") or {}).get("name"))
                 cpu, memory = SYSTEM_CPU_M, SYSTEM_MEMORY
                 for pod in used.get(name, []):
                     for c in (pod.get("spec") or {}).get("containers") or []:

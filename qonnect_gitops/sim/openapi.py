@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from qonnect_gitops.sim import schema
-from qonnect_gitops.sim.resources import ALL_VERBS, Registry, ResourceType
+from qonnect_gitops.sim.resources import Registry, ResourceType
 
 SUB_VERBS = ["get", "patch", "update"]
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."

@@ -456,8 +456,7 @@ def jsonpath(obj: Any, path: str) -> list[Any]:
     text = path.strip()
     if text.startswith("{") and text.endswith("}"):
         text = text[1:-1]
-    if text.startswith("$"):
-        text = text[1:]
+    text = text.removeprefix("$")
     current = [obj]
     pos = 0
     while pos < len(text):

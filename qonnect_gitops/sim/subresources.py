@@ -238,4 +238,4 @@ def pod_log(core: ApiCore, ns: str, name: str, container: str | None) -> str:
     running = ((status or {}).get("state") or {}).get("running")
     if not running:
         raise errors.bad_request(f'container "{wanted}" in pod "{name}" is waiting to start: ContainerCreating')
-    return f"{running.get('startedAt')} simulated container {wanted} started (image {status.get('image')})\n"
+    return f"{running.get('startedAt')} simulated container {wanted} started (image {(status or {}).get('image')})\n"

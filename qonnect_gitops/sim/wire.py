@@ -120,7 +120,7 @@ def compile_protos(root: Path) -> dict[str, Message]:
     messages: dict[str, Message] = {}
     pending: list[tuple[str, Message, list[tuple[str, str, int, bool, str | None]]]] = []
     for path in sorted(root.rglob("*.proto")):
-        text = re.sub(r"/\*.*?\*/", "", path.read_text(encoding="utf-8"), flags=re.S)
+        text = re.sub(r"/\*.*?\*/", "", path.read_text(encoding="utf-8"), flags=re.DOTALL)
         text = re.sub(r"//[^\n]*", "", text)
         tokens = _TOKEN.findall(text)
         package, i = "", 0
@@ -231,7 +231,7 @@ def message_for(api_version: str, kind: str) -> Message | None:
                 "PartialObjectMetadataList", "CreateOptions", "PatchOptions", "UpdateOptions", "GetOptions",
                 "ListOptions"):
         return msgs.get(META + kind)
-    base = kind[:-4] if kind.endswith("List") else kind
+    base = kind.removesuffix("List")
     name = schema.definition_for(group, version, base)
     if name is None:
         return None
@@ -292,6 +292,7 @@ def _fields(data: bytes) -> list[tuple[int, int, Any]]:
     while pos < len(data):
         tag, pos = _read_varint(data, pos)
         number, wire = tag >> 3, tag & 7
+        value: Any
         if wire == 0:
             value, pos = _read_varint(data, pos)
         elif wire == 1:
@@ -546,7 +547,7 @@ def _encode_message(msg: Message, obj: Any) -> bytes:
     if msg.wrapper:
         obj = {"items": obj}
     if not isinstance(obj, dict):
-        raise ValueError(f"{name}: expected an object")
+        raise TypeError(f"{name}: expected an object")
     out = bytearray()
     for f in msg.by_number.values():
         if f.inline:
@@ -556,9 +557,10 @@ def _encode_message(msg: Message, obj: Any) -> bytes:
             if part:
                 out += _message_field(f.number, messages()[f.type], part)
     for key, value in obj.items():
-        f = msg.by_json.get(key)
-        if f is None or value is None or f.inline:
+        named = msg.by_json.get(key)
+        if named is None or value is None or named.inline:
             continue
+        f = named
         if f.map_key is not None:
             for k, v in (value or {}).items():
                 entry = _scalar_field(1, f.map_key, k) + _typed_field(2, f.type, v)

@@ -12,7 +12,15 @@ from kubernetes.client.rest import ApiException
 
 from qonnect_gitops.sim import SimCluster
 from tests.sim.conftest import Kubectl
-from tests.sim.kubelet_helpers import clients, deployment, make_sim, pods_of, ready, shape, wait_for
+from tests.sim.kubelet_helpers import (
+    clients,
+    deployment,
+    make_sim,
+    pods_of,
+    ready,
+    shape,
+    wait_for,
+)
 
 
 @pytest.fixture

@@ -12,7 +12,15 @@ from kubernetes.client.rest import ApiException
 
 from qonnect_gitops.sim import SimCluster
 from tests.sim.conftest import Kubectl
-from tests.sim.kubelet_helpers import clients, deployment, make_sim, pods_of, ready, shape, wait_for
+from tests.sim.kubelet_helpers import (
+    clients,
+    deployment,
+    make_sim,
+    pods_of,
+    ready,
+    shape,
+    wait_for,
+)
 
 
 @pytest.fixture
@@ -83,7 +91,7 @@ def test_apiservices_local_and_created(kubectl: Kubectl, api: client.ApiClient) 
         'apiregistration.k8s.io \\"v1alpha1.wardle.example.com\\" already exists","reason":"AlreadyExists",'
         '"details":{"name":"v1alpha1.wardle.example.com","group":"apiregistration.k8s.io","kind":"apiservices"},'
         '"code":409}\n')
-    line = [r for r in rows(kubectl, "apiservices") if r[0] == "v1alpha1.wardle.example.com"][0]
+    line = next(r for r in rows(kubectl, "apiservices") if r[0] == "v1alpha1.wardle.example.com")
     assert line[1:3] == ["wardle/api", "False"]
 
 
@@ -138,7 +146,7 @@ def test_ingress_and_ingress_classes(kubectl: Kubectl, api: client.ApiClient) ->
 
 def test_statefulset_claims_bind_to_the_default_storage_class(cluster: tuple[SimCluster, Kubectl]) -> None:
     sim, kubectl = cluster
-    core, apps, _, api = clients(sim)
+    core, apps, *_ = clients(sim)
     assert rows(kubectl, "storageclass")[1][:3] == ["standard", "(default)", "rancher.io/local-path"]
     apps.create_namespaced_stateful_set("default", {"metadata": {"name": "db"}, "spec": {
         "replicas": 2, "serviceName": "db", "selector": {"matchLabels": {"app": "db"}},
@@ -289,15 +297,13 @@ def test_custom_resources_validated_defaulted_with_status_and_columns(kubectl: K
     created = custom.create_namespaced_custom_object("cluster.example.com", "v1beta2", "default", "machinepools",
                                                      body)
     assert created["spec"] == {"clusterName": "prod", "replicas": 1, "mode": "cheap"}  # schema defaults
+    negative = "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal to 0"
+    wrong_type = 'spec.replicas: Invalid value: "two": spec.replicas in body must be of type integer: "string"'
     for spec, message in (({"replicas": 2}, "spec.clusterName: Required value"),
-                          ({"clusterName": "x", "replicas": -1},
-                           "spec.replicas: Invalid value: -1: spec.replicas in body should be greater than or equal "
-                           "to 0"),
+                          ({"clusterName": "x", "replicas": -1}, negative),
                           ({"clusterName": "x", "mode": "slow"},
                            'spec.mode: Unsupported value: "slow": supported values: "fast", "cheap"'),
-                          ({"clusterName": "x", "replicas": "two"},
-                           'spec.replicas: Invalid value: "two": spec.replicas in body must be of type integer: '
-                           '"string"')):
+                          ({"clusterName": "x", "replicas": "two"}, wrong_type)):
         with pytest.raises(ApiException) as err:
             custom.create_namespaced_custom_object("cluster.example.com", "v1beta2", "default", "machinepools",
                                                    {**body, "metadata": {"name": "bad"}, "spec": spec})

@@ -135,7 +135,7 @@ def test_request_bodies_are_bounded_and_tokens_checked(sim: SimCluster) -> None:
     code, _, body = _raw(sim, "POST", "/api/v1/namespaces/default/configmaps", big,
                          {"Content-Type": "application/json"})
     assert code == 413 and json.loads(body)["reason"] == "RequestEntityTooLarge"
-    code, headers, body = _raw(sim, "GET", "/api/v1/namespaces", headers={"Authorization": "Bearer forged"})
+    code, _, body = _raw(sim, "GET", "/api/v1/namespaces", headers={"Authorization": "Bearer forged"})
     assert code == 401 and json.loads(body)["reason"] == "Unauthorized"
     code, _, _ = _raw(sim, "GET", "/api/v1/namespaces", headers={"Authorization": f"Bearer sim-{sim.name}"})
     assert code == 200

@@ -28,13 +28,25 @@ import time
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.sim import scheduling
 from qonnect_gitops.sim.api import ApiCore
-from qonnect_gitops.sim.control.base import PODS, Context, Controller, meta, template_hash
+from qonnect_gitops.sim.control.base import (
+    PODS,
+    Context,
+    Controller,
+    meta,
+    template_hash,
+)
 from qonnect_gitops.sim.control.kubelet import Kubelet
 from qonnect_gitops.sim.control.namespaces import Namespaces
 from qonnect_gitops.sim.control.scheduler import NodeUsage, Scheduler
 from qonnect_gitops.sim.control.services import Services
 from qonnect_gitops.sim.control.storage import Volumes
-from qonnect_gitops.sim.control.workloads import DaemonSets, Deployments, Jobs, ReplicaSets, StatefulSets
+from qonnect_gitops.sim.control.workloads import (
+    DaemonSets,
+    Deployments,
+    Jobs,
+    ReplicaSets,
+    StatefulSets,
+)
 from qonnect_gitops.sim.nodes import ready_conditions
 from qonnect_gitops.sim.ssa import now_rfc3339
 from qonnect_gitops.sim.store import NODES, Expired, ObjKey
@@ -68,6 +80,7 @@ class Controllers:
         self._stopping = False
         self._thread: threading.Thread | None = None
         self.rounds = 0  # how many times the loop woke up and reconciled (tests check idleness)
+        self.syncs = 0  # keys synced so far, all controllers (tests check the work a write causes)
 
     def add(self, controller: Controller) -> None:
         """Register another controller (it runs after the ones before it in each pass)."""
@@ -173,6 +186,7 @@ class Controllers:
                     queue.clear()
                 for key in keys:
                     with self.store.lock:
+                        self.syncs += 1
                         try:
                             c.sync(key)
                         except Exception:

@@ -18,7 +18,6 @@ from collections.abc import Callable, Iterable
 from typing import Any, Protocol
 
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.sim.admission import qos_class
 from qonnect_gitops.sim.api import ApiCore, WriteOptions
 from qonnect_gitops.sim.control.events import Recorder
 from qonnect_gitops.sim.errors import ApiError

@@ -25,6 +25,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from qonnect_gitops.sim import nodes as simnodes
+from qonnect_gitops.sim.admission import qos_class
 from qonnect_gitops.sim.control.base import (
     PODS,
     Context,
@@ -32,7 +33,6 @@ from qonnect_gitops.sim.control.base import (
     controller_ref,
     key_of,
     meta,
-    qos_class,
     terminating,
 )
 from qonnect_gitops.sim.control.scheduler import NodeUsage
@@ -133,13 +133,12 @@ class Kubelet:
         statuses = status.get("containerStatuses") or []
         waiting = [((c.get("state") or {}).get("waiting") or {}).get("reason") for c in statuses]
         if phase != "Running":
-            if uid not in self._ready_at:
-                if "ContainerCreating" not in waiting:
-                    if not self._claims_bound(pod):
-                        return
-                    self.ctx.set_status(self.rt_pod, pod, self._creating(pod, node), "kubelet")
-                    for c in (pod.get("spec") or {}).get("containers") or []:
-                        self._pulled(pod, c, node_name)
+            if uid not in self._ready_at and "ContainerCreating" not in waiting:
+                if not self._claims_bound(pod):
+                    return
+                self.ctx.set_status(self.rt_pod, pod, self._creating(pod, node), "kubelet")
+                for c in (pod.get("spec") or {}).get("containers") or []:
+                    self._pulled(pod, c, node_name)
             if self._wait(self._ready_at, uid, self.ctx.startup_delay, key):
                 return
             self._start(pod, node, status.get("startTime"))

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from qonnect_gitops.sim.control.base import Context, key_of, meta, terminating
 from qonnect_gitops.sim import subresources
+from qonnect_gitops.sim.control.base import Context, key_of, meta, terminating
 from qonnect_gitops.sim.defaults import ROOT_CA
 from qonnect_gitops.sim.store import Event, ObjKey
 

@@ -19,7 +19,15 @@ from typing import Any
 
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.sim import scheduling
-from qonnect_gitops.sim.control.base import PODS, Context, condition, key_of, meta, pod_active, qos_class
+from qonnect_gitops.sim.admission import qos_class
+from qonnect_gitops.sim.control.base import (
+    PODS,
+    Context,
+    condition,
+    key_of,
+    meta,
+    pod_active,
+)
 from qonnect_gitops.sim.nodes import NodePool
 from qonnect_gitops.sim.store import NODES, Event, ObjKey, natural_key
 

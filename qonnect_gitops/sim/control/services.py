@@ -11,7 +11,15 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from qonnect_gitops.sim.control.base import PODS, Context, key_of, meta, owner_ref, pod_ready, terminating
+from qonnect_gitops.sim.control.base import (
+    PODS,
+    Context,
+    key_of,
+    meta,
+    owner_ref,
+    pod_ready,
+    terminating,
+)
 from qonnect_gitops.sim.store import NODES, Event, ObjKey
 
 SERVICES = ("", "services")
@@ -44,7 +52,7 @@ class Services:
     def _remember(self, key: ObjKey, svc: dict[str, Any] | None) -> None:
         old = self._selectors.pop(key, None)
         if old:
-            k, v = sorted(old.items())[0]
+            k, v = min(old.items())
             names = self._index.get((key[0], k, v))
             if names is not None:
                 names.discard(key[1])
@@ -53,7 +61,7 @@ class Services:
         selector = ((svc or {}).get("spec") or {}).get("selector") or {}
         if svc is not None and selector:
             self._selectors[key] = dict(selector)
-            k, v = sorted(selector.items())[0]
+            k, v = min(selector.items())
             self._index.setdefault((key[0], k, v), set()).add(key[1])
 
     def keys(self, ev: Event) -> Iterable[ObjKey]:
