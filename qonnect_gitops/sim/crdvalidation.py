@@ -18,23 +18,9 @@ import json
 import re
 from typing import Any
 
+from qonnect_gitops.sim.typed import json_type
+
 Cause = dict[str, str]
-
-
-def _jtype(value: Any) -> str:
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
-        return "integer"
-    if isinstance(value, float):
-        return "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    return "object"
 
 
 def _show(value: Any) -> str:
@@ -85,7 +71,7 @@ def _check(value: Any, node: dict[str, Any] | None, path: str, causes: list[Caus
                                                       f'type {node["type"]}: "null"')
         return
     want = node.get("type")
-    have = _jtype(value)
+    have = json_type(value)
     int_or_string = node.get("x-kubernetes-int-or-string")
     if int_or_string:
         if have not in ("integer", "string"):

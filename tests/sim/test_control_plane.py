@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from kubernetes import client
@@ -15,21 +13,10 @@ from tests.sim.conftest import Kubectl
 from tests.sim.kubelet_helpers import (
     clients,
     deployment,
-    make_sim,
     pods_of,
     ready,
-    shape,
     wait_for,
 )
-
-
-@pytest.fixture
-def cluster(tmp_path: Path) -> Iterator[tuple[SimCluster, Kubectl]]:
-    """A cluster with nodes and controllers, and kubectl on it."""
-    with make_sim(shape(3, "4")) as sim:
-        path = tmp_path / "kubeconfig"
-        path.write_text(sim.kubeconfig_yaml())
-        yield sim, Kubectl(path, tmp_path / "cache")
 
 
 def pod(name: str, **spec: object) -> dict[str, object]:
