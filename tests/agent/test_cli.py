@@ -125,7 +125,8 @@ def test_metrics_and_signed_webhook(make_agent, branch: Branch, core) -> None:
     assert urllib.request.urlopen(good, timeout=5).status == 202
     wait_for(lambda: configmap_names(core) == {"b"},
              timeout=5, what="sync after push")
-    text = urllib.request.urlopen(base + "/metrics", timeout=5).read().decode()
-    assert "qonnect_agent_objects_pruned_total 1" in text
+    # The counter moves after the pass that deleted "a" ends (one more API write): wait for it.
+    wait_for(lambda: "qonnect_agent_objects_pruned_total 1" in urllib.request.urlopen(
+        base + "/metrics", timeout=5).read().decode(), timeout=5, what="pruned counter")
     agent.stop()
     thread.join(5)

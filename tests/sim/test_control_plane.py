@@ -65,6 +65,22 @@ def test_pods_get_their_service_account_and_its_token_volume(api: client.ApiClie
                                                      'default/robot: serviceaccount "robot" not found')
 
 
+def test_pods_refused_for_a_missing_service_account_are_made_once_it_exists(
+        cluster: tuple[SimCluster, Kubectl]) -> None:
+    sim, _ = cluster
+    core, apps, *_ = clients(sim)
+    apps.create_namespaced_deployment("default", deployment("web", 2, pod_spec={"serviceAccountName": "web"}))
+
+    def refusal() -> list[str]:
+        return [e.message for e in core.list_namespaced_event("default", field_selector="reason=FailedCreate").items]
+
+    messages = wait_for(refusal, what="FailedCreate")
+    assert messages[0].startswith('Error creating: pods "web-') and messages[0].endswith(
+        'is forbidden: error looking up service account default/web: serviceaccount "web" not found')
+    core.create_namespaced_service_account("default", {"metadata": {"name": "web"}})
+    wait_for(lambda: len([p for p in pods_of(core, "web") if ready(p)]) == 2, what="pods made after the retry")
+
+
 def test_system_namespaces_cannot_be_deleted(kubectl: Kubectl, api: client.ApiClient) -> None:
     for ns in ("kube-system", "default", "kube-public"):
         out = kubectl("delete", "namespace", ns, check=False)

@@ -30,6 +30,7 @@ log = get_logger(__name__)
 
 _HASH_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 PODS = ("", "pods")
+RETRY_FIRST, RETRY_MAX = 0.5, 30.0  # seconds: the back-off of a key whose write was refused
 
 
 class Controller(Protocol):
@@ -160,6 +161,8 @@ class Context:
         self.startup_delay = startup_delay
         self.recorder = Recorder(core)
         self._schedule = schedule
+        self._failures: dict[tuple[str, ObjKey], int] = {}
+        self.last_refusal = ""  # the API's message for the last create it refused
 
     def rt(self, group: str, version: str, plural: str) -> ResourceType:
         """A served type (it must exist)."""
@@ -170,6 +173,17 @@ class Context:
     def after(self, delay: float, controller: str, key: ObjKey) -> None:
         """Sync ``key`` of ``controller`` again ``delay`` seconds from now."""
         self._schedule(time.monotonic() + max(0.0, delay), controller, key)
+
+    def retry(self, controller: str, key: ObjKey) -> None:
+        """A write for ``key`` was refused: sync it again after a back-off that doubles (0.5 s to 30 s), as
+        controllers' rate-limited queues do (a Pod refused for a ServiceAccount not created yet is made later)."""
+        failures = self._failures.get((controller, key), 0) + 1
+        self._failures[(controller, key)] = failures
+        self.after(min(RETRY_MAX, RETRY_FIRST * 2 ** (failures - 1)), controller, key)
+
+    def succeeded(self, controller: str, key: ObjKey) -> None:
+        """``key`` synced without a refused write: its back-off starts over."""
+        self._failures.pop((controller, key), None)
 
     def get(self, gr: tuple[str, str], key: ObjKey) -> dict[str, Any] | None:
         """The object stored under ``key``."""
@@ -196,8 +210,9 @@ class Context:
         try:
             return self.core.create(rt, ns, body, self._opts(manager)).body
         except ApiError as exc:
-            log.warning("sim_controller_write_refused", cluster=self.core.cluster_name, kind=rt.kind,
-                        code=exc.code, message=exc.message)
+            log.info("sim_controller_write_refused", cluster=self.core.cluster_name, kind=rt.kind,
+                     code=exc.code, message=exc.message)
+            self.last_refusal = exc.message
             return None
 
     def replace(self, rt: ResourceType, obj: dict[str, Any], manager: str,

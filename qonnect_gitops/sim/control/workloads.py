@@ -285,12 +285,15 @@ class ReplicaSets:
         desired = int(spec.get("replicas", 1))
         pods = [p for p in self.ctx.owned(rs, PODS) if pod_active(p)]
         template = spec.get("template") or {}
+        if len(pods) >= desired:
+            self.ctx.succeeded(self.name, key)
         for _ in range(desired - len(pods)):
             created = self.ctx.create(self.rt_pod, m["namespace"], self.ctx.pod_from_template(rs, template, {}),
                                       "kube-controller-manager")
             if created is None:
-                self.ctx.event(rs, "FailedCreate", "Error creating: the API refused the pod", self.component,
+                self.ctx.event(rs, "FailedCreate", f"Error creating: {self.ctx.last_refusal}", self.component,
                                warning=True)
+                self.ctx.retry(self.name, key)
                 break
             pods.append(created)
             self.ctx.event(rs, "SuccessfulCreate", f"Created pod: {meta(created)['name']}", self.component)
@@ -393,6 +396,7 @@ class StatefulSets:
             pod_name = f"{name}-{i}"
             claims = self._claims(sts, pod_name, i)
             if claims is None:
+                self.ctx.retry(self.name, key)
                 break
             body = self.ctx.pod_from_template(sts, template, {
                 "statefulset.kubernetes.io/pod-name": pod_name, "apps.kubernetes.io/pod-index": str(i),
@@ -408,6 +412,9 @@ class StatefulSets:
                 del body["spec"]["volumes"]
             created = self.ctx.create(self.rt_pod, ns, body, "kube-controller-manager")
             if created is None:
+                self.ctx.event(sts, "FailedCreate", f"create Pod {pod_name} in StatefulSet {name} failed",
+                               "statefulset-controller", warning=True)
+                self.ctx.retry(self.name, key)
                 break
             self.ctx.event(sts, "SuccessfulCreate", f"create Pod {pod_name} in StatefulSet {name} successful",
                            "statefulset-controller")
@@ -496,6 +503,8 @@ class DaemonSets:
                 by_node[node] = [created]
                 self.ctx.event(ds, "SuccessfulCreate", f"Created pod: {meta(created)['name']}",
                                "daemonset-controller")
+            else:
+                self.ctx.retry(self.name, key)
         pods = [ps[0] for ps in by_node.values()]
         outdated = [p for p in pods if (meta(p).get("labels") or {}).get("controller-revision-hash") != h]
         rolling = (spec.get("updateStrategy") or {}).get("type", "RollingUpdate") == "RollingUpdate"
@@ -585,6 +594,9 @@ class Jobs:
                     active.append(created)
                     self.ctx.event(job, "SuccessfulCreate", f"Created pod: {meta(created)['name']}",
                                    "job-controller")
+                else:
+                    self.ctx.retry(self.name, key)
+                    break
         if active and succeeded < target:
             status["active"] = len(active)
         status["ready"] = sum(1 for p in active if pod_ready(p)) if succeeded < target else 0
