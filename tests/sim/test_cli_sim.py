@@ -74,7 +74,7 @@ def test_qonnect_sim_rejects_a_bad_user_name(tmp_path: Path) -> None:
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.run([sys.executable, "-m", "qonnect_gitops", "sim", "--clusters", str(REPO / "repo-template"),
                            "--kubeconfig-dir", str(tmp_path), "--user", "system:admin"],
-                          capture_output=True, text=True, env=env, timeout=60)
+                          check=False, capture_output=True, text=True, env=env, timeout=60)
     assert proc.returncode == 2 and "--user 'system:admin'" in proc.stderr
 
 
