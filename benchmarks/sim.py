@@ -7,6 +7,14 @@ get, list (100 ConfigMaps) and server-side apply (a Deployment whose replicas
 change on every apply, so each one is a real write), and the sim process's
 resident memory per 1,000 applied Deployments.
 
+Cost per write against cluster size: 500 server-side applies (ConfigMaps,
+Deployments of one replica and Services, as the agent applies them) into an empty
+cluster with nodes, controllers and kubelet running (cloud-1's shape: ten nodes;
+warmed by 30 applies first),
+and the same 500 into a cluster that already holds 2,000 objects (the same mix,
+plus what the controllers made of it: ReplicaSets, Pods, Endpoints, Events...).
+The goal: the second within 1.3 times the first.
+
 Part 2 adds the idle cost of a fleet: the nine clusters of repo-template in
 one process (as ``qonnect sim`` runs them), with the Bookinfo manifests
 applied to a few of them and every Pod Ready, then the process's resident
@@ -16,6 +24,7 @@ interval.
     python benchmarks/sim.py            # readable table
     python benchmarks/sim.py --json     # one JSON object
     python benchmarks/sim.py --idle-only
+    python benchmarks/sim.py --apply-only [--apply-objects 500 --prefill 2000]
 """
 
 from __future__ import annotations
@@ -42,6 +51,83 @@ def _serve(conn: Any) -> None:
 
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def _serve_nodes(conn: Any) -> None:
+    """A cluster shaped like cloud-1 (controllers, scheduler and kubelet running); answers count requests."""
+    from qonnect_gitops.model.cluster import NodeShape
+    from qonnect_gitops.sim import SimCluster
+
+    shape = NodeShape.model_validate({"count": 10, "cpu": "32", "memory": "128Gi"})
+    cluster = SimCluster(name="bench", nodes=[shape], startup_delay=0.2)
+    cluster.start()
+    conn.send((cluster.kubeconfig(), os.getpid()))
+    while conn.recv() == "count":
+        conn.send(cluster.core.store.count())
+    cluster.stop()
+
+
+def mixed_objects(prefix: str, n: int) -> list[dict[str, Any]]:
+    """``n`` objects as the agent applies them: a ConfigMap, a Deployment, a Service selecting it, in turn."""
+    out: list[dict[str, Any]] = []
+    for i in range(n):
+        name = f"{prefix}-{i // 3}"
+        if i % 3 == 0:
+            out.append({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name, "namespace": "default"},
+                        "data": {"settings": "x" * 200}})
+        elif i % 3 == 1:
+            d = deployment(name, 1)
+            d["spec"]["template"]["spec"]["containers"][0]["resources"]["requests"] = {"cpu": "10m",
+                                                                                       "memory": "16Mi"}
+            out.append(d)
+        else:
+            out.append({"apiVersion": "v1", "kind": "Service", "metadata": {"name": name, "namespace": "default"},
+                        "spec": {"selector": {"app": name}, "ports": [{"port": 80, "targetPort": 80}]}})
+    return out
+
+
+def apply_cost(objects: int, prefill: int) -> dict[str, Any]:
+    """Seconds for ``objects`` server-side applies into an empty cluster and into one holding ``prefill`` objects."""
+    from kubernetes import config, dynamic
+
+    figures: dict[str, Any] = {"apply_objects": objects, "apply_prefill_objects": prefill}
+    for label, fill in (("empty", 0), ("full", prefill)):
+        parent, child = mp.Pipe()
+        proc = mp.get_context("spawn").Process(target=_serve_nodes, args=(child,), daemon=True)
+        proc.start()
+        kubeconfig, _ = parent.recv()
+        try:
+            api = config.new_client_from_config_dict(kubeconfig)
+            dyn = dynamic.DynamicClient(api)
+            kinds = {k: dyn.resources.get(api_version=v, kind=k)
+                     for v, k in (("v1", "ConfigMap"), ("apps/v1", "Deployment"), ("v1", "Service"))}
+
+            def apply(objs: list[dict[str, Any]], dyn: Any = dyn, kinds: dict[str, Any] = kinds) -> float:
+                started = time.perf_counter()
+                for o in objs:
+                    dyn.server_side_apply(kinds[o["kind"]], body=o, namespace="default", field_manager="bench")
+                return time.perf_counter() - started
+
+            # Warm the process first (schema caches, discovery): a few objects, so "empty" stays empty.
+            apply(mixed_objects("warm", 30))
+            parent.send("count")
+            held = parent.recv()
+            batch = 0
+            while held < fill:
+                apply(mixed_objects(f"fill{batch}", 150))
+                batch += 1
+                time.sleep(0.5)  # let the controllers catch up, as between two agent syncs
+                parent.send("count")
+                held = parent.recv()
+            time.sleep(2.0 if fill else 0.5)
+            figures[f"apply_{label}_objects_before"] = held
+            figures[f"apply_{label}_seconds"] = round(apply(mixed_objects("bench", objects)), 2)
+            api.close()
+        finally:
+            parent.send("stop")
+            proc.join(timeout=10)
+    figures["apply_full_over_empty"] = round(figures["apply_full_seconds"] / figures["apply_empty_seconds"], 2)
+    return figures
 BOOKINFO_CLUSTERS = ("cloud-1", "fog-1", "fog-2", "edge-1")
 
 
@@ -192,14 +278,29 @@ def main() -> None:
     parser.add_argument("--objects", type=int, default=2000, help="Deployments created for the memory figure")
     parser.add_argument("--idle-seconds", type=float, default=10.0, help="how long the idle fleet's CPU is measured")
     parser.add_argument("--idle-only", action="store_true", help="only the idle fleet figures")
+    parser.add_argument("--apply-only", action="store_true", help="only the apply cost against cluster size")
+    parser.add_argument("--apply-objects", type=int, default=500, help="server-side applies measured")
+    parser.add_argument("--prefill", type=int, default=2000, help="objects the full cluster holds first")
     args = parser.parse_args()
-    figures = {} if args.idle_only else run(args.seconds, args.objects)
-    figures.update(idle_fleet(args.idle_seconds))
+    figures: dict[str, Any] = {}
+    if not args.idle_only and not args.apply_only:
+        figures.update(run(args.seconds, args.objects))
+    if not args.idle_only:
+        figures.update(apply_cost(args.apply_objects, args.prefill))
+    if not args.apply_only:
+        figures.update(idle_fleet(args.idle_seconds))
     if args.json:
         print(json.dumps(figures))
         return
     rows = []
-    if not args.idle_only:
+    if "apply_empty_seconds" in figures:
+        empty = (f"{figures['apply_objects']} server-side applies, empty cluster "
+                 f"({figures['apply_empty_objects_before']} objects)")
+        full = (f"{figures['apply_objects']} server-side applies, cluster holding "
+                f"{figures['apply_full_objects_before']} objects")
+        rows += [(empty, f"{figures['apply_empty_seconds']} s"), (full, f"{figures['apply_full_seconds']} s"),
+                 ("  full / empty (goal: at most 1.3)", f"{figures['apply_full_over_empty']}")]
+    if "get_rps" in figures:
         print(f"sim: {figures['sim']}")
         rows += [("get ConfigMap", f"{figures['get_rps']} req/s"),
                  ("list 100 ConfigMaps", f"{figures['list_100_rps']} req/s"),
@@ -207,11 +308,12 @@ def main() -> None:
                  ("server-side apply (create)", f"{figures['ssa_create_rps']} req/s"),
                  ("memory per 1,000 Deployments", f"{figures['memory_per_1000_deployments_mib']} MiB"),
                  ("sim RSS at the end", f"{figures['sim_rss_mib']} MiB")]
-    fleet = (f"idle fleet: {figures['idle_fleet_clusters']} clusters, Bookinfo on "
-             f"{len(figures['idle_fleet_bookinfo_clusters'])} ({figures['idle_fleet_ready_pods']} ready pods)")
-    rows += [(fleet, ""),
-             ("  resident memory (one process)", f"{figures['idle_fleet_rss_mib']} MiB"),
-             (f"  CPU over {figures['idle_fleet_seconds']} s", f"{figures['idle_fleet_cpu_percent']} % of one core")]
+    if "idle_fleet_clusters" in figures:
+        fleet = (f"idle fleet: {figures['idle_fleet_clusters']} clusters, Bookinfo on "
+                 f"{len(figures['idle_fleet_bookinfo_clusters'])} ({figures['idle_fleet_ready_pods']} ready pods)")
+        rows += [(fleet, ""),
+                 ("  resident memory (one process)", f"{figures['idle_fleet_rss_mib']} MiB"),
+                 (f"  CPU over {figures['idle_fleet_seconds']} s", f"{figures['idle_fleet_cpu_percent']} % of one core")]
     width = max(len(r[0]) for r in rows)
     for name, value in rows:
         print(f"  {name.ljust(width)}  {value}")

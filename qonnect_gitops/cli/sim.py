@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import sys
 import threading
@@ -13,6 +14,8 @@ from typing import Any
 from qonnect_gitops.cli.table import format_table
 from qonnect_gitops.model import GoalsError
 from qonnect_gitops.sim.fleet import SimFleet
+
+USER_NAME = re.compile(r"^(?!system:)[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
 
 def register(sub: Any) -> None:
@@ -29,6 +32,9 @@ def register(sub: Any) -> None:
                         help="where <cluster>.yaml kubeconfigs are written")
     parser.add_argument("--startup-delay", type=float, default=1.0, metavar="S",
                         help="seconds from binding a Pod to reporting it Running (default: 1.0)")
+    parser.add_argument("--user", action="append", default=[], metavar="NAME",
+                        help="also write <cluster>.<NAME>.yaml: a kubeconfig of a restricted user whose requests "
+                             "the cluster's RBAC authorises (repeatable)")
     parser.set_defaults(handler=run)
 
 
@@ -37,6 +43,11 @@ def run(args: argparse.Namespace) -> int:
     if args.startup_delay < 0:
         print("qonnect sim: --startup-delay must not be negative", file=sys.stderr)
         return 2
+    for user in args.user:
+        if not USER_NAME.match(user):
+            print(f"qonnect sim: --user {user!r}: expected a name of letters, digits, '-', '_' or '.' "
+                  "(not starting with system:)", file=sys.stderr)
+            return 2
     try:
         fleet = SimFleet.from_directory(args.clusters, startup_delay=args.startup_delay)
     except GoalsError as exc:
@@ -53,10 +64,13 @@ def run(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     out = Path(args.kubeconfig_dir)
     try:
-        fleet.start(kubeconfig_dir=out)
+        fleet.start(kubeconfig_dir=out, users=args.user)
         print(format_table(("CLUSTER", "API", "PROMETHEUS", "ADMIN", "NODES"), fleet.rows()))
         print(f"\nkubeconfigs in {out}/ (kubectl --kubeconfig {out}/<cluster>.yaml get nodes); "
               "Ctrl-C stops all.", flush=True)
+        if args.user:
+            print(f"restricted users ({', '.join(args.user)}): {out}/<cluster>.<user>.yaml; grant them "
+                  "Roles and RoleBindings with the admin kubeconfig.", flush=True)
         while not stop.wait(1.0):  # a timed wait keeps the main thread responsive to signals
             pass
     finally:

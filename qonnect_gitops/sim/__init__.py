@@ -11,14 +11,24 @@ Layers, each usable on its own:
 * ``typed``     schema-aware merge, compare, removal, unknown-field checks;
 * ``ssa``       field ownership: server-side apply and ``Update`` managers;
 * ``patch``     JSON patch, JSON merge patch, strategic merge patch;
-* ``store``     objects, resourceVersions, the watch log (one lock per cluster);
+* ``store``     objects, resourceVersions, the watch log, indexes and virtual collections
+                (node pools) (one lock per cluster);
 * ``api``       ``ApiCore``: the verbs with the API's semantics, no HTTP;
+* ``admission`` service accounts, LimitRanges, priorities, default storage class, quotas;
+* ``authz``     tokens, users, impersonation, RBAC and the review kinds;
+* ``crdvalidation`` custom resources against their CRD's schema;
+* ``subresources`` eviction, binding, tokens, logs, reviews, APIServices, namespace defaults;
+* ``bootstrap`` what a new cluster holds (kubernetes Service, default classes, RBAC roles);
+* ``generated`` resource metrics and component statuses, computed when read;
+* ``wire``      protobuf bodies from the upstream ``.proto`` definitions (shipped as data);
+* ``printers``  Table responses;
 * ``openapi``   discovery and OpenAPI v2/v3 documents;
 * ``server``    the HTTP layer.
 
-Part 2 (see docs/simulated-clusters.md): ``nodes`` (Node objects from a Cluster
-file's shapes), ``scheduling`` (filters and the scheduler's messages), ``controllers``
-(workload controllers, scheduler, kubelet, endpoints: one thread per cluster),
+Part 2 (see docs/simulated-clusters.md): ``nodes`` (a Cluster file's shapes as pools of
+nodes generated on read), ``scheduling`` (filters and the scheduler's messages),
+``control`` (event-driven controllers, scheduler, kubelet, volumes, Services, Events:
+one thread per cluster),
 ``faults`` (errors and latency), ``signals`` (the Prometheus query API), ``admin``
 (the ``/_sim/`` endpoint) and ``fleet`` (``SimFleet``: one sim per Cluster file).
 

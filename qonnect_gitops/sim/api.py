@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import builtins
 import copy
+import itertools
 import json
 import random
 import re
@@ -25,9 +26,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.sim import defaults, errors, schema, selectors, ssa, typed
+from qonnect_gitops.sim import (
+    crdvalidation,
+    defaults,
+    errors,
+    schema,
+    selectors,
+    ssa,
+    subresources,
+    typed,
+)
 from qonnect_gitops.sim import fieldpath as fp
-from qonnect_gitops.sim.patch import PatchError, json_merge_patch, json_patch, strategic_merge_patch
+from qonnect_gitops.sim.admission import Admission
+from qonnect_gitops.sim.authz import ADMIN_GROUPS, Authorizer, User, Users
+from qonnect_gitops.sim.patch import (
+    PatchError,
+    json_merge_patch,
+    json_patch,
+    strategic_merge_patch,
+)
 from qonnect_gitops.sim.resources import Registry, ResourceType
 from qonnect_gitops.sim.store import Expired, Store
 
@@ -53,6 +70,16 @@ _DNS1035_MSG = ("a DNS-1035 label must consist of lower case alphanumeric charac
                 "regex used for validation is '[a-z]([-a-z0-9]*[a-z0-9])?')")
 _GENERATE_CHARS = "bcdfghjklmnpqrstvwxz2456789"
 SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
+# Namespaces the API server refuses to delete (NamespaceLifecycle's immortal namespaces).
+IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")
+MAX_NAME = 253
+RETURN_DELETED = frozenset({
+    ("", "Pod"), ("", "Service"), ("", "PersistentVolumeClaim"), ("", "PersistentVolume"), ("", "PodTemplate"),
+    ("", "ResourceQuota"), ("", "ServiceAccount"), ("storage.k8s.io", "CSIDriver"), ("storage.k8s.io", "CSINode"),
+    ("storage.k8s.io", "StorageClass"), ("storage.k8s.io", "VolumeAttachment"),
+    ("storage.k8s.io", "VolumeAttributesClass"), ("resource.k8s.io", "DeviceClass"),
+    ("resource.k8s.io", "ResourceClaim"), ("resource.k8s.io", "ResourceClaimTemplate"),
+    ("resource.k8s.io", "ResourceSlice")})
 
 
 @dataclass
@@ -111,11 +138,15 @@ class ApiCore:
         self.registry = registry or Registry()
         self.store = store or Store()
         self._ip_lock = threading.Lock()
-        self._next_ip = 1
+        self._next_ip = 0
+        self.admission = Admission(self)
+        self.users = Users(admin_token=f"sim-{cluster_name}", admin=User("kubernetes-admin", ADMIN_GROUPS))
+        self.authz = Authorizer(self.store)
         for ns in SYSTEM_NAMESPACES:
             self.create(self._type("", "v1", "namespaces"), "", {
                 "apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}},
                 WriteOptions(field_manager="kube-apiserver"))
+        self.sync_apiservices()
 
     # ------------------------------------------------------------------ lookup helpers
 
@@ -127,9 +158,18 @@ class ApiCore:
 
     @staticmethod
     def _gr(rt: ResourceType) -> tuple[str, str]:
-        return (rt.group, rt.plural)
+        return rt.storage_gr
+
+    def storage_type(self, rt: ResourceType) -> ResourceType:
+        """The type whose objects ``rt`` shows (itself, or the stored version of a converted one)."""
+        if rt.storage is None:
+            return rt
+        stored = self.registry.by_kind(rt.storage[0], "v1", rt.kind)
+        return stored or rt
 
     def _present(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
+        if rt.from_storage is not None:
+            return rt.from_storage(obj)  # type: ignore[no-any-return]
         if obj.get("apiVersion") == rt.group_version and obj.get("kind") == rt.kind:
             return obj
         out = dict(obj)
@@ -152,8 +192,14 @@ class ApiCore:
         """A predicate for label and field selectors (400 BadRequest when they do not parse)."""
         try:
             labels = selectors.parse_label_selector(label_selector)
-            fields = selectors.parse_field_selector(
-                field_selector, ("metadata.name", "metadata.namespace") + rt.extra_field_selectors)
+            supported = ("metadata.name", "metadata.namespace") + rt.extra_field_selectors
+            fields = selectors.parse_field_selector(field_selector, supported)
+            if rt.field_aliases and field_selector:
+                # Selectors name the fields of this version; objects are stored in another.
+                for here, there in rt.field_aliases:
+                    field_selector = field_selector.replace(here, there)
+                    supported = tuple(p.replace(here, there) for p in supported)
+                fields = selectors.parse_field_selector(field_selector, supported)
         except selectors.SelectorError as exc:
             raise errors.bad_request(str(exc)) from None
         return lambda o: labels(_meta(o).get("labels") or {}) and fields(o)
@@ -161,38 +207,55 @@ class ApiCore:
     def list(self, rt: ResourceType, ns: str | None, label_selector: str | None = None,
              field_selector: str | None = None, limit: int | None = None,
              continue_token: str | None = None) -> dict[str, Any]:
-        """A ``<Kind>List`` of matching objects, in one namespace or all, with paging."""
+        """A ``<Kind>List`` of matching objects, in one namespace or all, with paging.
+
+        Like the API's storage, a page ends after ``limit`` matches and carries a
+        ``continue`` token while more keys follow; ``remainingItemCount`` is given only
+        for unfiltered lists (counting matches would mean reading them all).
+        """
         match = self.matcher(rt, label_selector, field_selector)
+        filtered = bool((label_selector or "").strip() or (field_selector or "").strip())
+        gr = self._gr(rt)
+        ns_filter = ns if rt.namespaced else None
+        start: tuple[Any, ...] | None = None
         with self.store.lock:
             rv = self.store.resource_version
-            objs = self.store.list(self._gr(rt), ns if rt.namespaced else None)
-        start: tuple[str, str] | None = None
-        if continue_token:
-            try:
-                token = json.loads(base64.urlsafe_b64decode(continue_token.encode()))
-                start, rv = tuple(token["start"]), token["rv"]  # type: ignore[assignment]
-            except (ValueError, KeyError, TypeError):
-                raise errors.bad_request("continue key is not valid: malformed token") from None
-        items = []
-        for o in objs:
-            m = _meta(o)
-            if start is not None and (m.get("namespace", ""), m["name"]) <= start:
-                continue
-            if match(o):
-                items.append(o)
-        meta: dict[str, Any] = {"resourceVersion": str(rv)}
-        if limit and len(items) > limit:
-            last = _meta(items[limit - 1])
-            meta["continue"] = base64.urlsafe_b64encode(json.dumps(
-                {"rv": rv, "start": [last.get("namespace", ""), last["name"]]}).encode()).decode()
-            meta["remainingItemCount"] = len(items) - limit
-            items = items[:limit]
+            if continue_token:
+                start, rv = self._decode_continue(continue_token)
+            items: builtins.list[dict[str, Any]] = []
+            last: tuple[Any, ...] | None = None
+            more = False
+            for skey, o in self.store.scan(gr, ns_filter, start):
+                if limit and len(items) >= limit:
+                    more = True
+                    break
+                if match(o):
+                    items.append(o)
+                    last = skey
+            meta: dict[str, Any] = {"resourceVersion": str(rv)}
+            if more and last is not None:
+                meta["continue"] = base64.urlsafe_b64encode(json.dumps(
+                    {"rv": rv, "start": builtins.list(last)}).encode()).decode()
+                if not filtered:
+                    meta["remainingItemCount"] = self.store.count_after(gr, ns_filter, last)
         if rt.builtin:
             # Lists of built-in kinds carry no apiVersion/kind on their items, like the real API.
-            items = [{k: v for k, v in o.items() if k not in ("apiVersion", "kind")} for o in items]
+            items = [{k: v for k, v in self._present(rt, o).items() if k not in ("apiVersion", "kind")}
+                     for o in items]
         else:
             items = [self._present(rt, o) for o in items]
         return {"kind": rt.list_kind, "apiVersion": rt.group_version, "metadata": meta, "items": items}
+
+    @staticmethod
+    def _decode_continue(token: str) -> tuple[tuple[Any, ...], int]:
+        try:
+            doc = json.loads(base64.urlsafe_b64decode(token.encode()))
+            start, rv = doc["start"], doc["rv"]
+            if not isinstance(start, builtins.list) or not isinstance(rv, int) or len(start) > 8:
+                raise ValueError("bad token")
+            return tuple(start), rv
+        except (ValueError, KeyError, TypeError):
+            raise errors.bad_request("continue key is not valid: malformed token") from None
 
     def watch(self, rt: ResourceType, ns: str | None, label_selector: str | None = None,
               field_selector: str | None = None, resource_version: str | None = None,
@@ -209,9 +272,9 @@ class ApiCore:
         deadline = time.monotonic() + timeout
         with self.store.lock:
             current = self.store.resource_version
-            initial: builtins.list[dict[str, Any]] = []
+            initial: Iterator[dict[str, Any]] = iter(())
             if resource_version in (None, "", "0") or send_initial_events:
-                initial = [o for o in self.store.list(gr, ns_filter) if match(o)]
+                initial = self._scan_batches(gr, ns_filter, match)
                 start = current
             else:
                 try:
@@ -262,6 +325,17 @@ class ApiCore:
             elif time.monotonic() >= next_bookmark:
                 next_bookmark = time.monotonic() + bookmark_interval
 
+    def _scan_batches(self, gr: tuple[str, str], ns: str | None, match: Any) -> Iterator[dict[str, Any]]:
+        """Matching objects in list order, read a page at a time (a pool of nodes is never read whole)."""
+        after: tuple[Any, ...] | None = None
+        while True:
+            with self.store.lock:
+                batch = builtins.list(itertools.islice(self.store.scan(gr, ns, after), 500))
+            if not batch:
+                return
+            after = batch[-1][0]
+            yield from (o for _, o in batch if match(o))
+
     def _bookmark(self, rt: ResourceType, rv: int, initial_end: bool = False) -> dict[str, Any]:
         meta: dict[str, Any] = {"resourceVersion": str(rv)}
         if initial_end:
@@ -284,7 +358,8 @@ class ApiCore:
 
     def _decode_problems(self, rt: ResourceType, problems: typed.Problems, mode: str) -> builtins.list[str]:
         prefix = f'{rt.kind} in version "{rt.version}" cannot be handled as a {rt.kind}: '
-        if problems.types:
+        if problems.types and rt.builtin:
+            # Custom resources decode as plain JSON; their schema's types are checked by validation (422).
             raise errors.bad_request(prefix + "; ".join(problems.types))
         if not problems.unknown:
             return []
@@ -308,6 +383,10 @@ class ApiCore:
                     "may not contain '/' or '%'"
             elif rt.kind == "Namespace":
                 ok, msg = bool(_LABEL.match(name)) and len(name) <= 63, _LABEL_MSG
+            elif rt.kind == "APIService":
+                spec = obj.get("spec") or {}
+                want = f"{spec.get('version', '')}.{spec.get('group', '')}"
+                ok, msg = name == want, f"must be {want}"
             elif rt.kind == "Service":
                 ok, msg = bool(_DNS1035.match(name)) and len(name) <= 63, _DNS1035_MSG
             else:
@@ -321,6 +400,8 @@ class ApiCore:
                 if path.startswith(("metadata.", "status.")):
                     continue
                 causes.append({"reason": "FieldValueRequired", "message": "Required value", "field": path})
+        elif root is not None and rt.crd_name:
+            causes += crdvalidation.validate({k: v for k, v in obj.items() if k != "metadata"}, root)
         if causes:
             raise errors.invalid(rt.group, rt.kind, name, causes)
 
@@ -377,6 +458,20 @@ class ApiCore:
                 old = ((live or {}).get("spec") or {}).get("clusterIP")
                 spec["clusterIP"] = old or self._allocate_ip()
                 spec["clusterIPs"] = [spec["clusterIP"]]
+
+    @staticmethod
+    def _initial_status(rt: ResourceType) -> dict[str, Any]:
+        """The status a new object starts with: its kind's zero status, required fields included."""
+        status = defaults.initial_status(rt.kind)
+        root = rt.schema_root()
+        node = schema.describe(root).fields.get("status") if root is not None else None
+        if node is not None:
+            info = schema.describe(node)
+            for name in info.required:
+                kinds = schema.describe(info.fields.get(name)).scalar_types
+                zero: Any = 0 if kinds & {"integer", "number"} else False if "boolean" in kinds else ""
+                status.setdefault(name, zero)
+        return status
 
     def _allocate_ip(self) -> str:
         with self._ip_lock:
@@ -436,7 +531,7 @@ class ApiCore:
             elif live is not None:
                 candidate.pop("status", None)
             elif rt.builtin and rt.kind != "CustomResourceDefinition":
-                candidate["status"] = defaults.initial_status(rt.kind)
+                candidate["status"] = self._initial_status(rt)
             else:
                 candidate.pop("status", None)
         if live is None and rt.kind == "Namespace":
@@ -450,10 +545,14 @@ class ApiCore:
         else:
             candidate = copy.deepcopy(candidate)
         self._default(rt, candidate, live)
+        if rt.crd_name and not rt.builtin and root is not None:
+            candidate = crdvalidation.apply_defaults(candidate, root)
+        if not subresource:
+            self.admission.mutate(rt, candidate, live, ns)
         if rt.builtin and root is not None:
             candidate = typed.drop_empty(candidate, root)
             if live is None and "status" in rt.subresources and "status" not in candidate:
-                candidate["status"] = defaults.initial_status(rt.kind)
+                candidate["status"] = self._initial_status(rt)
         if managers is None:
             managers = ssa.update(live, candidate, root, opts.manager(), rt.group_version, subresource,
                                   self._ignored(rt, subresource), zero=self._zero(rt))
@@ -475,6 +574,8 @@ class ApiCore:
             self._validate_update(rt, live, candidate)
         if live is not None and self._same(live, candidate):
             return Result(self._present(rt, live), 200, warnings)
+        if not subresource or subresource == "status":
+            self.admission.validate(rt, candidate, live, ns)
         if opts.dry_run:
             if live is None:
                 meta.pop("resourceVersion", None)
@@ -486,6 +587,7 @@ class ApiCore:
             if meta.get("deletionTimestamp") and not meta.get("finalizers"):
                 self._finalize(rt, stored)
             self._after_write(rt, stored, live)
+            self.admission.written(rt, stored, live, subresource)
         return Result(self._present(rt, stored), 201 if live is None else 200, warnings)
 
     @staticmethod
@@ -504,6 +606,15 @@ class ApiCore:
     def _after_write(self, rt: ResourceType, stored: dict[str, Any], live: dict[str, Any] | None) -> None:
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
             self._crd_changed(stored)
+            self.sync_apiservices()
+        elif rt.kind == "Namespace" and rt.group == "" and live is None:
+            subresources.namespace_defaults(self, _meta(stored)["name"])
+        elif rt.kind == "APIService" and rt.group == "apiregistration.k8s.io":
+            subresources.apiservice_status(self, stored)
+
+    def sync_apiservices(self) -> None:
+        """Local APIServices for every served group version, as the API server's autoregistration keeps them."""
+        subresources.sync_apiservices(self)
 
     def _crd_changed(self, crd: dict[str, Any]) -> None:
         """Serve the CRD's kinds and report it Established, as the apiextensions controllers do."""
@@ -547,6 +658,8 @@ class ApiCore:
 
     def create(self, rt: ResourceType, ns: str, body: Any, opts: WriteOptions) -> Result:
         """POST: create an object (201), honouring generateName and dryRun."""
+        if rt.to_storage is not None:
+            return self._converted(rt, self.create(self.storage_type(rt), ns, self._to_storage(rt, body), opts))
         obj, warnings = self._prepare_body(rt, body, opts.field_validation)
         meta = dict(_meta(obj))
         if rt.namespaced:
@@ -566,6 +679,17 @@ class ApiCore:
                 raise errors.already_exists(rt.group, rt.plural, name)
             return self._commit(rt, ns, None, obj, opts, warnings=warnings)
 
+    def _to_storage(self, rt: ResourceType, body: Any) -> Any:
+        if not isinstance(body, dict):
+            raise errors.bad_request("the body of the request was in an unknown format")
+        if body.get("apiVersion") not in (None, rt.group_version) or body.get("kind") not in (None, rt.kind):
+            self._prepare_body(rt, body, "Ignore")  # the API's mismatch errors
+        return rt.to_storage(body)
+
+    def _converted(self, rt: ResourceType, res: Result) -> Result:
+        return Result(self._present(rt, res.body) if res.body.get("kind") != "Status" else res.body,
+                      res.code, res.warnings)
+
     def _check_rv(self, rt: ResourceType, live: dict[str, Any], wanted: str | None) -> None:
         if wanted and wanted != _meta(live).get("resourceVersion"):
             raise errors.conflict(rt.group, rt.plural, _meta(live)["name"], errors.STALE)
@@ -575,6 +699,9 @@ class ApiCore:
         """PUT: replace an object (409 on a stale resourceVersion)."""
         if subresource == "scale":
             return self._write_scale(rt, ns, name, lambda scale: body, opts, update=True)
+        if rt.to_storage is not None:
+            return self._converted(rt, self.replace(self.storage_type(rt), ns, name, self._to_storage(rt, body),
+                                                    opts, subresource))
         obj, warnings = self._prepare_body(rt, body, opts.field_validation)
         meta = _meta(obj)
         if meta.get("name") and meta["name"] != name:
@@ -623,6 +750,11 @@ class ApiCore:
             live = self._must_get(rt, ns, name)
             current = self._present(rt, live)
             new = patched(copy.deepcopy(current), rt.schema_root())
+            if rt.to_storage is not None:
+                if isinstance(new, dict):
+                    new.setdefault("metadata", {})["resourceVersion"] = _meta(live).get("resourceVersion")
+                return self._converted(rt, self.replace(self.storage_type(rt), ns, name,
+                                                        self._to_storage(rt, new), opts, subresource))
             if not isinstance(new, dict):
                 raise errors.bad_request("the patch did not produce an object")
             nm = _meta(new)
@@ -650,6 +782,9 @@ class ApiCore:
             raise errors.bad_request("the namespace of the provided object does not match the namespace sent on the request")
         if subresource == "scale":
             return self._write_scale(rt, ns, name, lambda scale: typed.merge(scale, config, None), opts, update=False)
+        if rt.to_storage is not None:
+            return self._converted(rt, self.apply(self.storage_type(rt), ns, name, self._to_storage(rt, config),
+                                                  opts, subresource))
         root = rt.schema_root()
         if config.get("apiVersion") != rt.group_version or config.get("kind") != rt.kind:
             raise errors.bad_request(
@@ -683,6 +818,20 @@ class ApiCore:
             if live is None:
                 merged = typed.merge(base, merged, root)
             return self._commit(rt, ns, live, merged, opts, subresource, managers=managers)
+
+    def render_stored(self, rt: ResourceType, obj: dict[str, Any], status: dict[str, Any] | None,
+                      manager: str) -> dict[str, Any]:
+        """What creating ``obj`` and then writing ``status`` would store, without storing it.
+
+        Node pools use it for the template their virtual nodes are generated from.
+        """
+        opts = WriteOptions(field_manager=manager, dry_run=True)
+        with self.store.lock:
+            created = self._commit(rt, "", None, copy.deepcopy(obj), opts).body
+            created["metadata"]["resourceVersion"] = str(self.store.next_rv())
+            if status is None:
+                return created
+            return self._commit(rt, "", created, dict(created, status=status), opts, "status").body
 
     # ------------------------------------------------------------------ scale
 
@@ -743,6 +892,9 @@ class ApiCore:
                dry_run: bool = False) -> Result:
         """DELETE: honours preconditions, propagationPolicy and finalizers."""
         options = options or {}
+        if (rt.group, rt.kind) == ("", "Namespace") and name in IMMORTAL_NAMESPACES:
+            raise errors.ApiError(403, "Forbidden", f'namespaces "{name}" is forbidden: this namespace may not be '
+                                  "deleted", {"name": name, "kind": "namespaces"})
         with self.store.lock:
             live = self._must_get(rt, ns, name)
             pre = options.get("preconditions") or {}
@@ -786,9 +938,9 @@ class ApiCore:
         return Result(self._present(rt, remaining), 200)
 
     def _deleted_status(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
-        # Pods and Services answer a delete with the deleted object (their storage's
-        # ReturnDeletedObject), as do custom resources; other built-ins with a Status.
-        if not rt.builtin or (rt.group == "" and rt.kind in ("Pod", "Service")):
+        # Kinds whose storage sets ReturnDeletedObject answer a delete with the object, as do
+        # custom resources; other built-ins with a Status.
+        if not rt.builtin or (rt.group, rt.kind) in RETURN_DELETED:
             return self._present(rt, obj)
         details: dict[str, Any] = {"name": _meta(obj)["name"]}
         if rt.group:
@@ -839,9 +991,11 @@ class ApiCore:
     def _finalize(self, rt: ResourceType, obj: dict[str, Any]) -> dict[str, Any]:
         """Remove an object for good, then collect what it owned and finish its namespace if it was the last."""
         gone = self.store.remove(self._gr(rt), obj)
+        self.admission.written(rt, None, obj)
         meta = _meta(obj)
         if rt.kind == "CustomResourceDefinition" and rt.group == "apiextensions.k8s.io":
             self._drop_crd(obj)
+            self.sync_apiservices()
         # Background propagation: dependents whose owners are all gone are deleted.
         for drt, dep in self._dependents(obj):
             owners = [r.get("uid") for r in _meta(dep).get("ownerReferences") or []]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import socket
 import socketserver
 import threading
@@ -14,19 +15,21 @@ import yaml
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.cluster import Cluster, NodeShape, Taint
 from qonnect_gitops.sim.admin import admin_route
-from qonnect_gitops.sim.api import ApiCore, WriteOptions
-from qonnect_gitops.sim.controllers import Controllers
+from qonnect_gitops.sim.api import ApiCore
+from qonnect_gitops.sim.bootstrap import bootstrap
+from qonnect_gitops.sim.control import Controllers
 from qonnect_gitops.sim.faults import Faults
-from qonnect_gitops.sim.nodes import build_nodes, node_ready
+from qonnect_gitops.sim.nodes import NodePool, build_node, node_ready
 from qonnect_gitops.sim.server import SimHTTPServer, serve
 from qonnect_gitops.sim.signals import JsonHTTPServer, Signals, prometheus_route
-from qonnect_gitops.sim.store import Store
+from qonnect_gitops.sim.store import NODES, Store
 
 log = get_logger(__name__)
 
 # How often an idle server loop wakes to check for shutdown. Long, so 27 idle servers (nine
 # clusters) cost next to nothing; shutdown_now() wakes a loop at once when it must stop.
 POLL_INTERVAL = 2.0
+STATUS_NODES = 1000  # nodes listed in the admin status (a pool may hold millions)
 
 
 def shutdown_now(server: socketserver.BaseServer) -> None:
@@ -81,6 +84,7 @@ class SimCluster:
         self.port = port
         self.region = region
         self.core = ApiCore(name, store=Store(history=history), namespace_delay=namespace_delay)
+        bootstrap(self.core, distribution)
         self.server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.faults = Faults(name)
@@ -91,6 +95,7 @@ class SimCluster:
         self._side: dict[str, tuple[JsonHTTPServer, threading.Thread]] = {}
         self._lock = threading.RLock()  # start/stop/down/up from the admin port and the library at once
         self.controllers: Controllers | None = None
+        self.pool: NodePool | None = None
         if controllers if controllers is not None else nodes is not None:
             self.controllers = Controllers(self.core, startup_delay)
         if nodes:
@@ -105,12 +110,16 @@ class SimCluster:
                    startup_delay=startup_delay, latencies=latencies, **kwargs)
 
     def _create_nodes(self, shapes: Sequence[NodeShape], taints: Sequence[Taint], distribution: str) -> None:
+        """The shapes' nodes as one pool: generated when read, stored only once something changes them."""
         rt = self.core.registry.find("", "v1", "nodes")
         assert rt is not None
-        opts = WriteOptions(field_manager="kubelet")
-        for obj, status in build_nodes(self.name, self.region, shapes, taints, distribution):
-            created = self.core.create(rt, "", obj, opts).body
-            self.core.replace(rt, "", obj["metadata"]["name"], dict(created, status=status), opts, "status")
+        pool = NodePool(self.name, self.region, taints, distribution)
+        for shape in shapes:
+            obj, status = build_node(self.name, self.region, shape, pool.total, taints, distribution)
+            pool.add_shape(shape, self.core.render_stored(rt, obj, status, "kubelet"))
+        with self.core.store.lock:
+            self.core.store.virtual[NODES] = pool
+            self.pool = pool
 
     @property
     def url(self) -> str:
@@ -233,34 +242,58 @@ class SimCluster:
             raise RuntimeError(f"sim cluster {self.name} runs no kubelet (no nodes)")
         self.controllers.recover_node(node)
 
-    def node_names(self) -> list[str]:
-        """Names of the cluster's nodes."""
-        return [o["metadata"]["name"] for o in self.core.store.list(("", "nodes"))]
+    def node_names(self, limit: int | None = None) -> list[str]:
+        """Names of the cluster's nodes in natural order (the first ``limit`` of them)."""
+        with self.core.store.lock:
+            scan = self.core.store.scan(NODES)
+            return [o["metadata"]["name"] for _, o in itertools.islice(scan, limit)]
+
+    def node_count(self) -> int:
+        """How many nodes the cluster has (pool nodes included)."""
+        return self.core.store.size(NODES)
 
     def status(self) -> dict[str, Any]:
-        """Where the cluster listens and what is injected (the admin endpoint's status body)."""
+        """Where the cluster listens and what is injected (the admin endpoint's status body).
+
+        ``nodes`` lists the first ``STATUS_NODES`` nodes; ``nodeCount`` says how many there are.
+        """
+        with self.core.store.lock:
+            listed = [o for _, o in itertools.islice(self.core.store.scan(NODES), STATUS_NODES)]
         nodes = [{"name": n["metadata"]["name"], "ready": node_ready(n),
-                  "arch": (n["metadata"].get("labels") or {}).get("kubernetes.io/arch")}
-                 for n in self.core.store.list(("", "nodes"))]
+                  "arch": (n["metadata"].get("labels") or {}).get("kubernetes.io/arch")} for n in listed]
         return {"name": self.name, "up": self.is_up, "api": self.url if self.port else None,
                 "prometheus": self.prometheus_url if self.prometheus_port else None,
                 "admin": self.admin_url + "/_sim/" if self.admin_port else None,
-                "faults": self.faults.describe(), "nodes": nodes, "signals": self.signals.describe()}
+                "faults": self.faults.describe(), "nodes": nodes, "nodeCount": self.node_count(),
+                "signals": self.signals.describe()}
 
-    def kubeconfig(self, namespace: str = "default") -> dict[str, Any]:
-        """A kubeconfig for this cluster (plain HTTP, a static token the sim accepts)."""
+    def add_user(self, name: str, groups: Sequence[str] = ()) -> str:
+        """A restricted user: its token (the same on every call); RBAC objects in the cluster decide what it may do."""
+        if not name or name.startswith("system:"):
+            raise ValueError(f"invalid user name {name!r}")
+        return self.core.users.add(name, tuple(groups))
+
+    def kubeconfig(self, namespace: str = "default", user: str | None = None) -> dict[str, Any]:
+        """A kubeconfig for this cluster (plain HTTP, a static token the sim accepts).
+
+        Without ``user`` it is the cluster's admin; with ``user`` it is that restricted
+        user (see ``add_user``), whose requests RBAC authorises.
+        """
+        user_name = f"{self.name}-{user}" if user else f"{self.name}-admin"
+        token = self.add_user(user) if user else self.core.users.admin_token
         return {
             "apiVersion": "v1", "kind": "Config", "preferences": {},
             "clusters": [{"name": self.name, "cluster": {"server": self.url}}],
-            "users": [{"name": f"{self.name}-admin", "user": {"token": f"sim-{self.name}"}}],
-            "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": f"{self.name}-admin",
+            # kubectl sends no bearer token over plain HTTP: ``as`` makes it impersonate the user instead.
+            "users": [{"name": user_name, "user": {"token": token, **({"as": user} if user else {})}}],
+            "contexts": [{"name": self.name, "context": {"cluster": self.name, "user": user_name,
                                                           "namespace": namespace}}],
             "current-context": self.name,
         }
 
-    def kubeconfig_yaml(self, namespace: str = "default") -> str:
+    def kubeconfig_yaml(self, namespace: str = "default", user: str | None = None) -> str:
         """``kubeconfig()`` as YAML, for ``kubectl --kubeconfig``."""
-        return yaml.safe_dump(self.kubeconfig(namespace), sort_keys=False)
+        return yaml.safe_dump(self.kubeconfig(namespace, user), sort_keys=False)
 
     def __enter__(self) -> Self:
         self.start()

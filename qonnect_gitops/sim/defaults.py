@@ -33,7 +33,7 @@ def _container(c: dict[str, Any]) -> None:
                     values[name] = _quantity(value)
 
 
-def _quantity(value: int | float) -> str:
+def _quantity(value: float) -> str:
     if float(value).is_integer():
         return str(int(value))
     return f"{round(value * 1000)}m"
@@ -137,3 +137,20 @@ _INITIAL_STATUS: dict[str, dict[str, Any]] = {
 def initial_status(kind: str) -> dict[str, Any]:
     """The status a newly created built-in object starts with."""
     return dict(_INITIAL_STATUS.get(kind, {}))
+
+
+ROOT_CA = "kube-root-ca.crt"
+# The cluster CA published in every namespace (a self-signed certificate generated once for the
+# simulated clusters; the sim serves plain HTTP, so nothing is ever verified against it).
+CA_CERT = """-----BEGIN CERTIFICATE-----
+MIIBkjCCATegAwIBAgIUNMK8f97MMWNa/X6TVO8LJbkDGQAwCgYIKoZIzj0EAwIw
+FTETMBEGA1UEAwwKa3ViZXJuZXRlczAgFw0yNjEyMDEwMjUyMTVaGA8yMTI2MTEw
+NzAyNTIxNVowFTETMBEGA1UEAwwKa3ViZXJuZXRlczBZMBMGByqGSM49AgEGCCqG
+SM49AwEHA0IABC3o/yljK+Dn6gSp3AmLQtSFWIkchVsh5EMj/bZPk5vB2ChGgkdK
+LFB54cPt1VU9ly1L+E3SW0I4k0M4GFjVXU+jYzBhMB0GA1UdDgQWBBTuqlscwr3G
+e0l8Rx7fBgR4fSFJQTAfBgNVHSMEGDAWgBTuqlscwr3Ge0l8Rx7fBgR4fSFJQTAP
+BgNVHRMBAf8EBTADAQH/MA4GA1UdDwEB/wQEAwICpDAKBggqhkjOPQQDAgNJADBG
+AiEAqQWHNobY9/SQocCYgXPbiWTAk43wo7zxB5iBeKE0zyUCIQDmAX+hZ+uc9X2F
+5Td4CfWTTt41Py5D87ZjC60i4w7qUQ==
+-----END CERTIFICATE-----
+"""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
@@ -101,17 +101,21 @@ class SimFleet:
     def __len__(self) -> int:
         return len(self.clusters)
 
-    def start(self, kubeconfig_dir: str | os.PathLike[str] | None = None) -> None:
+    def start(self, kubeconfig_dir: str | os.PathLike[str] | None = None, users: Sequence[str] = ()) -> None:
         """Start every cluster; with ``kubeconfig_dir``, write files as soon as each one listens.
 
-        ``<name>.yaml`` is the kubeconfig; ``<name>.endpoints.json`` says where the
-        cluster's API, Prometheus and admin endpoint listen (for demos and scripts that
-        configure an agent's Prometheus URL or drive faults).
+        ``<name>.yaml`` is the admin kubeconfig, ``<name>.<user>.yaml`` one per restricted
+        user in ``users`` (RBAC in the cluster decides what it may do);
+        ``<name>.endpoints.json`` says where the cluster's API, Prometheus and admin
+        endpoint listen (for demos and scripts that configure an agent's Prometheus URL or
+        drive faults).
         """
         for name, sim in self.clusters.items():
             sim.start()
             if kubeconfig_dir is not None:
                 out = Path(kubeconfig_dir)
+                for user in users:
+                    write_atomic(out / f"{name}.{user}.yaml", sim.kubeconfig_yaml(user=user))
                 write_atomic(out / f"{name}.yaml", sim.kubeconfig_yaml())
                 write_atomic(out / f"{name}.endpoints.json", json.dumps(self.endpoints(name), indent=2) + "\n")
         log.info("sim_fleet_started", clusters=len(self.clusters))
@@ -129,7 +133,7 @@ class SimFleet:
 
     def rows(self) -> list[tuple[str, str, str, str, int]]:
         """``(name, API URL, Prometheus URL, admin URL, nodes)`` per cluster, for tables."""
-        return [(name, sim.url, sim.prometheus_url, sim.admin_url + "/_sim/", len(sim.node_names()))
+        return [(name, sim.url, sim.prometheus_url, sim.admin_url + "/_sim/", sim.node_count())
                 for name, sim in self.clusters.items()]
 
     def __enter__(self) -> Self:

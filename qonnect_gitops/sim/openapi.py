@@ -14,7 +14,7 @@ import threading
 from typing import Any
 
 from qonnect_gitops.sim import schema
-from qonnect_gitops.sim.resources import ALL_VERBS, Registry, ResourceType
+from qonnect_gitops.sim.resources import Registry, ResourceType
 
 SUB_VERBS = ["get", "patch", "update"]
 META = "io.k8s.apimachinery.pkg.apis.meta.v1."
@@ -59,7 +59,7 @@ def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any
     resources: list[dict[str, Any]] = []
     for rt in types:
         entry: dict[str, Any] = {"name": rt.plural, "singularName": rt.singular, "namespaced": rt.namespaced,
-                                 "kind": rt.kind, "verbs": list(ALL_VERBS)}
+                                 "kind": rt.kind, "verbs": list(rt.verbs)}
         if rt.short_names:
             entry["shortNames"] = list(rt.short_names)
         if rt.categories:
@@ -67,12 +67,21 @@ def resource_list(registry: Registry, group: str, version: str) -> dict[str, Any
         resources.append(entry)
         for sub in rt.subresources:
             s: dict[str, Any] = {"name": f"{rt.plural}/{sub}", "singularName": "", "namespaced": rt.namespaced,
-                                 "kind": rt.kind, "verbs": SUB_VERBS}
+                                 "kind": _sub_kind(rt, sub), "verbs": list(rt.sub_verbs(sub))}
             if sub == "scale":
                 s.update(group="autoscaling", version="v1", kind="Scale")
             resources.append(s)
     return {"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": f"{group}/{version}" if group else version,
             "resources": resources}
+
+
+# Subresources whose objects are another kind (of another group).
+_SUB_KINDS = {"eviction": "Eviction", "binding": "Binding", "token": "TokenRequest", "scale": "Scale"}
+_SUB_GROUPS = {"eviction": "policy", "token": "authentication.k8s.io"}
+
+
+def _sub_kind(rt: ResourceType, sub: str) -> str:
+    return _SUB_KINDS.get(sub, rt.kind)
 
 
 AGGREGATED_CONTENT_TYPE = "application/json;g=apidiscovery.k8s.io;v=v2;as=APIGroupDiscoveryList"
@@ -93,7 +102,7 @@ def aggregated(registry: Registry, core: bool) -> dict[str, Any]:
                 entry: dict[str, Any] = {
                     "resource": rt.plural, "responseKind": {"group": rt.group, "version": rt.version, "kind": rt.kind},
                     "scope": "Namespaced" if rt.namespaced else "Cluster", "singularResource": rt.singular,
-                    "verbs": list(ALL_VERBS)}
+                    "verbs": list(rt.verbs)}
                 if rt.short_names:
                     entry["shortNames"] = list(rt.short_names)
                 if rt.categories:
@@ -101,8 +110,9 @@ def aggregated(registry: Registry, core: bool) -> dict[str, Any]:
                 subs = []
                 for sub in rt.subresources:
                     kind = {"group": "autoscaling", "version": "v1", "kind": "Scale"} if sub == "scale" else \
-                        {"group": rt.group, "version": rt.version, "kind": rt.kind}
-                    subs.append({"subresource": sub, "responseKind": kind, "verbs": SUB_VERBS})
+                        {"group": _SUB_GROUPS.get(sub, rt.group), "version": "v1" if sub in _SUB_GROUPS else rt.version,
+                         "kind": _sub_kind(rt, sub)}
+                    subs.append({"subresource": sub, "responseKind": kind, "verbs": list(rt.sub_verbs(sub))})
                 if subs:
                     entry["subresources"] = subs
                 resources.append(entry)

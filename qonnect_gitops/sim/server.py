@@ -6,7 +6,6 @@ connections); every request gets a thread, watches stream chunked JSON lines.
 
 from __future__ import annotations
 
-import calendar
 import json
 import socket
 import threading
@@ -18,9 +17,10 @@ from urllib.parse import parse_qs, urlsplit
 import yaml
 
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.sim import errors, openapi, printers
+from qonnect_gitops.sim import errors, generated, openapi, printers, subresources, wire
 from qonnect_gitops.sim.api import APPLY_PATCH, ApiCore, Result, WriteOptions
-from qonnect_gitops.sim.resources import ResourceType
+from qonnect_gitops.sim.authz import Attributes, User
+from qonnect_gitops.sim.resources import REVIEW_KINDS, ResourceType
 
 log = get_logger(__name__)
 
@@ -29,6 +29,8 @@ try:  # the C loader is ten times faster for apply bodies
 except AttributeError:  # pragma: no cover - depends on how PyYAML was built
     _YamlLoader = yaml.SafeLoader
 
+MAX_BODY = 3 * 1024 * 1024  # the API server's limit on a request body
+DRAIN_LIMIT = 64 * 1024 * 1024  # oversized bodies up to this are read and dropped before answering 413
 
 
 class SimHTTPServer(ThreadingHTTPServer):
@@ -97,9 +99,25 @@ class Handler(BaseHTTPRequestHandler):
 
     # ------------------------------------------------------------------ plumbing
 
+    def _wants_protobuf(self) -> bool:
+        """Whether the client prefers protobuf (Go clients of built-in kinds send it first in Accept)."""
+        accept = self.headers.get("Accept", "")
+        first = accept.split(",")[0].split(";")[0].strip()
+        return first == wire.PROTOBUF
+
+    def _send_object(self, code: int, body: Any, rt: ResourceType | None = None,
+                     warnings: list[str] | None = None) -> None:
+        """An API object or list, as protobuf when the client prefers it and the kind has a message."""
+        if rt is not None and self._wants_protobuf() and isinstance(body, dict):
+            data = wire.encode(body, rt)
+            if data is not None:
+                return self._send_json(code, None, wire.PROTOBUF, warnings, raw=data)
+        self._send_json(code, body, warnings=warnings)
+
     def _send_json(self, code: int, body: Any, content_type: str = "application/json",
                    warnings: list[str] | None = None, raw: bytes | None = None) -> None:
-        data = raw if raw is not None else json.dumps(body, separators=(",", ":")).encode()
+        # The API server's JSON encoder ends every document with a newline.
+        data = raw if raw is not None else json.dumps(body, separators=(",", ":")).encode() + b"\n"
         self.send_response(code)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(data)))
@@ -107,6 +125,12 @@ class Handler(BaseHTTPRequestHandler):
         for w in warnings or []:
             # The API's warning header: code 299, agent "-", quoted text.
             self.send_header("Warning", '299 - "' + w.replace("\\", "\\\\").replace('"', '\\"') + '"')
+        if code == 401:
+            self.send_header("WWW-Authenticate", 'Basic realm="kubernetes-master"')
+        if code in (429, 503) and isinstance(body, dict):
+            retry = (body.get("details") or {}).get("retryAfterSeconds")
+            if retry:
+                self.send_header("Retry-After", str(retry))
         self.end_headers()
         if self.command != "HEAD":
             self.wfile.write(data)
@@ -132,17 +156,36 @@ class Handler(BaseHTTPRequestHandler):
             self.wfile.write(data)
 
     def _body(self) -> bytes:
-        length = int(self.headers.get("Content-Length") or 0)
-        return self.rfile.read(length) if length else b""
+        try:
+            length = int(self.headers.get("Content-Length") or 0)
+        except ValueError:
+            raise errors.bad_request("invalid Content-Length") from None
+        if length > MAX_BODY:
+            # Read (and drop) a moderately oversized body so the client gets the answer, not a broken pipe;
+            # past DRAIN_LIMIT the connection is closed instead.
+            self._body_read = True
+            if length <= DRAIN_LIMIT:
+                left = length
+                while left > 0:
+                    chunk = self.rfile.read(min(left, 1 << 16))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+            else:
+                self.close_connection = True
+            raise errors.ApiError(413, "RequestEntityTooLarge",
+                                  f"Request entity too large: limit is {MAX_BODY}", {})
+        return self.rfile.read(length) if length > 0 else b""
 
-    def _parse_body(self, raw: bytes, content_type: str) -> Any:
+    def _parse_body(self, raw: bytes, content_type: str, rt: ResourceType | None = None) -> Any:
         if not raw:
             return None
-        if "protobuf" in content_type or "cbor" in content_type:
-            # Only JSON and YAML bodies are understood; a real server also takes these.
+        if content_type == wire.PROTOBUF:
+            return wire.decode(raw)
+        if "cbor" in content_type:
             raise errors.ApiError(415, "UnsupportedMediaType",
-                                  "the body of the request was in an unknown format - accepted media types "
-                                  "include: application/json, application/yaml", {})
+                                  f"the body of the request was in an unknown format - accepted media types "
+                                  f"include: application/json, application/yaml, {wire.PROTOBUF}", {})
         try:
             return json.loads(raw)
         except ValueError:
@@ -204,7 +247,7 @@ class Handler(BaseHTTPRequestHandler):
         if not getattr(self, "_body_read", False) and self.headers.get("Content-Length"):
             try:
                 self._body()
-            except OSError:
+            except (OSError, errors.ApiError):
                 pass
             self._body_read = True
 
@@ -213,9 +256,15 @@ class Handler(BaseHTTPRequestHandler):
     def _route(self, method: str, path: str, query: dict[str, list[str]]) -> None:
         self._body_read = False
         core = self.server.core
+        user = core.users.authenticate(self.headers.get("Authorization"))
+        user = core.authz.impersonate(user, self.headers.get("Impersonate-User"),
+                                      self.headers.get_all("Impersonate-Group") or [])
         accept = self.headers.get("Accept", "")
         path = path.rstrip("/") or "/"  # "/version/" and "/apis/" are served like the API does
         parts = [p for p in path.split("/") if p]
+        resource_path = len(parts) >= 3 and (parts[0] == "api" or (parts[0] == "apis" and len(parts) >= 4))
+        if not resource_path:
+            core.authz.check(user, Attributes(method.lower() if method != "GET" else "get", path=path))
         if method == "GET":
             if path in ("/healthz", "/livez", "/readyz"):
                 return self._send_json(200, None, "text/plain; charset=utf-8", raw=b"ok")
@@ -257,13 +306,21 @@ class Handler(BaseHTTPRequestHandler):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
         name = rest[1] if len(rest) > 1 else None
         sub = rest[2] if len(rest) > 2 else ""
+        if rt.kind == "Pod" and not rt.group and sub in ("exec", "attach", "portforward", "proxy"):
+            raise errors.bad_request(f"pods/{sub} is not available: the simulated cluster's kubelet runs no "
+                                     "processes")
         if len(rest) > 3 or (sub and sub not in rt.subresources):
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
         if rt.namespaced and name is not None and ns is None:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
         if not rt.namespaced and ns is not None:
             raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        self._resource(method, rt, ns or "", ns is not None, name, sub, query, accept)
+        verb = _verb(method, name, _truthy(_first(query, "watch")))
+        allowed = rt.sub_verbs(sub) if sub else rt.verbs
+        if verb not in allowed and not (verb == "watch" and "watch" in rt.verbs):
+            raise errors.method_not_allowed()
+        core.authz.check(user, Attributes(verb, group, rt.plural, sub, ns or "", name or ""))
+        self._resource(method, rt, ns or "", ns is not None, name, sub, query, accept, user)
 
     def _options(self, query: dict[str, list[str]]) -> WriteOptions:
         validation = _first(query, "fieldValidation") or "Warn"
@@ -276,21 +333,42 @@ class Handler(BaseHTTPRequestHandler):
                             dry_run=bool(dry), force=_truthy(_first(query, "force")),
                             user_agent=self.headers.get("User-Agent", ""))
 
+    def _read(self, method: str, rt: ResourceType, ns: str, has_ns: bool, name: str | None, sub: str,
+              query: dict[str, list[str]], accept: str) -> None:
+        core = self.server.core
+        if rt.group == "metrics.k8s.io" or rt.kind == "ComponentStatus":
+            body = generated_read(core, rt, ns if has_ns else None, name, _first(query, "labelSelector"))
+            return self._send_json(200, printers.table(rt, body, name is None) if "as=Table" in accept else body)
+        if name is None:
+            if _truthy(_first(query, "watch")):
+                return self._watch(rt, ns if has_ns else None, query)
+            limit = _first(query, "limit")
+            try:
+                limit_n = int(limit) if limit else None
+            except ValueError:
+                raise errors.bad_request(f"invalid limit: {limit}") from None
+            body = core.list(rt, ns if has_ns else None, _first(query, "labelSelector"),
+                             _first(query, "fieldSelector"), limit_n if limit_n and limit_n > 0 else None,
+                             _first(query, "continue"))
+            if "as=Table" in accept:
+                return self._send_json(200, printers.table(rt, body, is_list=True))
+            return self._send_object(200, body, rt)
+        if sub == "scale":
+            return self._send_object(200, core.get_scale(rt, ns, name), core.registry.by_kind(
+                "autoscaling", "v1", "Scale"))
+        if sub == "log":
+            text = subresources.pod_log(core, ns, name, _first(query, "container"))
+            return self._send_json(200, None, "text/plain", raw=text.encode())
+        obj = core.get(rt, ns, name)
+        if "as=Table" in accept:
+            return self._send_json(200, printers.table(rt, obj, is_list=False))
+        self._send_object(200, obj, rt)
+
     def _resource(self, method: str, rt: ResourceType, ns: str, has_ns: bool, name: str | None, sub: str,
-                  query: dict[str, list[str]], accept: str) -> None:
+                  query: dict[str, list[str]], accept: str, user: User) -> None:
         core = self.server.core
         if method == "GET":
-            if name is None:
-                if _truthy(_first(query, "watch")):
-                    return self._watch(rt, ns if has_ns else None, query)
-                limit = _first(query, "limit")
-                body = core.list(rt, ns if has_ns else None, _first(query, "labelSelector"),
-                                 _first(query, "fieldSelector"), int(limit) if limit else None,
-                                 _first(query, "continue"))
-                return self._send_json(200, self._maybe_table(rt, body, accept, is_list=True))
-            if sub == "scale":
-                return self._send_json(200, core.get_scale(rt, ns, name))
-            return self._send_json(200, self._maybe_table(rt, core.get(rt, ns, name), accept, is_list=False))
+            return self._read(method, rt, ns, has_ns, name, sub, query, accept)
         raw = self._body()
         self._body_read = True
         content_type = (self.headers.get("Content-Type") or "application/json").split(";")[0].strip()
@@ -304,18 +382,26 @@ class Handler(BaseHTTPRequestHandler):
             deleted: Result
             if name is None:
                 deleted = core.delete_collection(rt, ns if has_ns else None, _first(query, "labelSelector"),
-                                             _first(query, "fieldSelector"), opts)
+                                                 _first(query, "fieldSelector"), opts)
             else:
                 deleted = core.delete(rt, ns, name, opts, dry_run=dry)
-            return self._send_json(deleted.code, deleted.body)
+            return self._send_object(deleted.code, deleted.body, rt if deleted.body.get("kind") != "Status"
+                                     else None)
         opts = self._options(query)
         res: Result
         body = self._parse_body(raw, content_type if method != "PATCH" else (
             APPLY_PATCH if content_type.startswith("application/apply-patch") else content_type))
-        if method == "POST":
+        if method == "POST" and sub:
+            res = self._post_subresource(rt, ns, name or "", sub, body, opts)
+        elif method == "POST":
             if name is not None:
                 raise errors.method_not_allowed()
-            res = core.create(rt, ns, body, opts)
+            if rt.kind in REVIEW_KINDS:
+                res = subresources.review(core, rt, ns, body, user)
+            elif (rt.group, rt.kind) == ("", "Binding"):
+                res = subresources.bind(core, ns, "", body)
+            else:
+                res = core.create(rt, ns, body, opts)
         elif method == "PUT":
             if name is None:
                 raise errors.method_not_allowed()
@@ -326,28 +412,20 @@ class Handler(BaseHTTPRequestHandler):
             res = core.patch(rt, ns, name, content_type, body, opts, sub)
         else:
             raise errors.method_not_allowed()
-        self._send_json(res.code, res.body, warnings=res.warnings)
+        shown = core.registry.by_kind("autoscaling", "v1", "Scale") if sub == "scale" else rt
+        self._send_object(res.code, res.body, shown if res.body.get("kind") not in ("Status",) else None,
+                          res.warnings)
 
-    def _maybe_table(self, rt: ResourceType, body: dict[str, Any], accept: str, is_list: bool) -> dict[str, Any]:
-        if "as=Table" not in accept:
-            return body
-        items = body["items"] if is_list else [body]
-        extra = printers.columns(rt.group, rt.kind) if rt.builtin else None
-        rows = []
-        for o in items:
-            meta = o.get("metadata", {})
-            partial = {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1", "metadata": meta}
-            age = human_age(meta.get("creationTimestamp"))
-            row = [meta.get("name"), *printers.cells(rt.group, rt.kind, o, age)] if extra else [meta.get("name"), age]
-            rows.append({"cells": row, "object": partial})
-        name_col = {"name": "Name", "type": "string", "format": "name", "description": "Name of the object",
-                    "priority": 0}
-        age_col = {"name": "Age", "type": "string", "format": "",
-                   "description": "Time since the object was created", "priority": 0}
-        return {"kind": "Table", "apiVersion": "meta.k8s.io/v1",
-                "metadata": {"resourceVersion": body.get("metadata", {}).get("resourceVersion", "")},
-                "columnDefinitions": [name_col, *(extra if extra else [age_col])],
-                "rows": rows}
+    def _post_subresource(self, rt: ResourceType, ns: str, name: str, sub: str, body: Any,
+                          opts: WriteOptions) -> Result:
+        core = self.server.core
+        if sub == "eviction":
+            return subresources.evict(core, ns, name, body, opts.dry_run)
+        if sub == "binding":
+            return subresources.bind(core, ns, name, body)
+        if sub == "token":
+            return subresources.token_request(core, ns, name, body)
+        raise errors.method_not_allowed()
 
     def _watch(self, rt: ResourceType, ns: str | None, query: dict[str, list[str]]) -> None:
         core = self.server.core
@@ -358,8 +436,9 @@ class Handler(BaseHTTPRequestHandler):
                             _truthy(send_initial) if send_initial is not None else None, timeout,
                             self.server.bookmark_interval)
         core.matcher(rt, _first(query, "labelSelector"), _first(query, "fieldSelector"))  # 400 before headers
+        proto = self._wants_protobuf() and wire.has_message(rt)
         self.send_response(200)
-        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Type", wire.PROTOBUF_STREAM if proto else "application/json")
         self.send_header("Transfer-Encoding", "chunked")
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
@@ -368,8 +447,11 @@ class Handler(BaseHTTPRequestHandler):
             for ev in events:
                 if table and ev["type"] in ("ADDED", "MODIFIED", "DELETED"):
                     # kubectl get --watch asks for rows, one Table per event.
-                    ev = {"type": ev["type"], "object": self._maybe_table(rt, ev["object"], "as=Table", False)}
-                self._chunk(json.dumps(ev, separators=(",", ":")).encode() + b"\n")
+                    ev = {"type": ev["type"], "object": printers.table(rt, ev["object"], False)}
+                if proto:
+                    self._chunk(wire.encode_watch_event(ev, rt))
+                else:
+                    self._chunk(json.dumps(ev, separators=(",", ":")).encode() + b"\n")
             self.wfile.write(b"0\r\n\r\n")
             self.wfile.flush()
         except (TimeoutError, BrokenPipeError, ConnectionResetError):
@@ -378,43 +460,37 @@ class Handler(BaseHTTPRequestHandler):
             close = getattr(events, "close", None)
             if close is not None:
                 close()
-        self.close_connection = True
+        # As a Go server does, a watch that ended (its timeout) leaves the connection open for the
+        # next request: the final chunk ended the response. Only a server going away closes it.
+        self.close_connection = core.store.closed
 
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
 
 
-def human_age(timestamp: str | None) -> str:
-    """An age the way the API's table printers write it (``45s``, ``3m20s``, ``5h``, ``2d4h``)."""
-    if not timestamp:
-        return "<unknown>"
-    try:
-        created = calendar.timegm(time.strptime(timestamp, "%Y-%m-%dT%H:%M:%SZ"))
-    except ValueError:
-        return "<unknown>"
-    secs = int(time.time() - created)
-    if secs < 0:
-        return "0s"
-    if secs < 120:
-        return f"{secs}s"
-    mins = secs // 60
-    if mins < 10:
-        return f"{mins}m{secs % 60}s" if secs % 60 else f"{mins}m"
-    if mins < 180:
-        return f"{mins}m"
-    hours = mins // 60
-    if hours < 8:
-        return f"{hours}h{mins % 60}m" if mins % 60 else f"{hours}h"
-    if hours < 48:
-        return f"{hours}h"
-    if hours < 24 * 8:
-        return f"{hours // 24}d{hours % 24}h" if hours % 24 else f"{hours // 24}d"
-    if hours < 24 * 365 * 2:
-        return f"{hours // 24}d"
-    if hours < 24 * 365 * 8:
-        return f"{hours // (24 * 365)}y{(hours // 24) % 365}d"
-    return f"{hours // (24 * 365)}y"
+def _verb(method: str, name: str | None, watch: bool) -> str:
+    """The authorization verb of a request."""
+    if method == "GET":
+        return "watch" if watch else ("get" if name is not None else "list")
+    return {"POST": "create", "PUT": "update", "PATCH": "patch"}.get(method, "delete" if name is not None
+                                                                     else "deletecollection")
+
+
+def generated_read(core: ApiCore, rt: ResourceType, ns: str | None, name: str | None,
+                   label_selector: str | None) -> dict[str, Any]:
+    """GET of a computed kind (resource metrics, component statuses): one object or a list."""
+    labels = core.matcher(rt, label_selector, None)
+    if rt.kind == "ComponentStatus":
+        items = generated.component_statuses()
+    else:
+        items = [o for o in generated.metrics(core.store, rt.plural, ns) if labels(o)]
+    if name is not None:
+        for o in items:
+            if o["metadata"]["name"] == name:
+                return o
+        raise errors.not_found(rt.group, rt.plural, name)
+    return {"kind": rt.list_kind, "apiVersion": rt.group_version, "metadata": {}, "items": items}
 
 
 def serve(core: ApiCore, host: str = "127.0.0.1", port: int = 0) -> SimHTTPServer:

@@ -307,11 +307,12 @@ class Problems:
         self.types: list[str] = []
 
 
-def _jtype(value: Any) -> str:
+def json_type(value: Any) -> str:
+    """The JSON Schema type of a value: boolean, integer, number, string, array, object or null."""
     if isinstance(value, bool):
-        return "bool"
+        return "boolean"
     if isinstance(value, int):
-        return "number"
+        return "integer"
     if isinstance(value, float):
         return "number"
     if isinstance(value, str):
@@ -321,6 +322,11 @@ def _jtype(value: Any) -> str:
     if isinstance(value, dict):
         return "object"
     return "null"
+
+
+def _jtype(value: Any) -> str:
+    # The words Go's decoder uses in its type errors.
+    return {"boolean": "bool", "integer": "number"}.get(json_type(value), json_type(value))
 
 
 def sanitize(obj: Any, node: Any, problems: Problems, default_keys: bool, path: str = "", spath: str = "") -> Any:

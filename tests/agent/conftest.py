@@ -36,6 +36,11 @@ def configmap(name: str, ns: str = "shop", component: str = "web", data: dict[st
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": meta, "data": data or {"k": name}}
 
 
+def configmap_names(core: client.CoreV1Api, ns: str = "shop") -> set[str]:
+    """ConfigMaps in ``ns``, leaving out ``kube-root-ca.crt`` (every namespace of a cluster has it)."""
+    return {c.metadata.name for c in core.list_namespaced_config_map(ns).items if c.metadata.name != "kube-root-ca.crt"}
+
+
 def namespace(name: str, annotations: dict[str, str] | None = None) -> dict[str, Any]:
     meta: dict[str, Any] = {"name": name, "labels": dict(LABELS)}
     if annotations:

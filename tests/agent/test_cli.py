@@ -14,7 +14,14 @@ import pytest
 
 from qonnect_gitops.cli import main
 from qonnect_gitops.gitstore.daemon import free_port
-from tests.agent.conftest import Branch, configmap, deployment, namespace, wait_for
+from tests.agent.conftest import (
+    Branch,
+    configmap,
+    configmap_names,
+    deployment,
+    namespace,
+    wait_for,
+)
 
 
 @pytest.fixture(autouse=True)
@@ -110,11 +117,11 @@ def test_metrics_and_signed_webhook(make_agent, branch: Branch, core) -> None:
         urllib.request.urlopen(bad, timeout=5)
     assert err.value.code == 401
     time.sleep(0.3)
-    assert {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"a"}
+    assert configmap_names(core) == {"a"}
     sig = "sha256=" + hmac.new(b"s3cret", body, hashlib.sha256).hexdigest()
     good = urllib.request.Request(base + "/webhook", data=body, method="POST", headers={"X-Hub-Signature-256": sig})
     assert urllib.request.urlopen(good, timeout=5).status == 202
-    wait_for(lambda: {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"b"},
+    wait_for(lambda: configmap_names(core) == {"b"},
              timeout=5, what="sync after push")
     # The object is gone before the pass ends (the final inventory, then the counters): wait for them.
     wait_for(lambda: "qonnect_agent_objects_pruned_total 1"

@@ -7,11 +7,11 @@ from kubernetes import client
 from qonnect_gitops.agent.inventory import Inventory
 from qonnect_gitops.agent.prune import check_guards
 from qonnect_gitops.gitstore.trailers import DecisionMeta
-from tests.agent.conftest import Branch, configmap, namespace
+from tests.agent.conftest import Branch, configmap, configmap_names, namespace
 
 
 def _cms(core: client.CoreV1Api) -> set[str]:
-    return {c.metadata.name for c in core.list_namespaced_config_map("shop").items}
+    return configmap_names(core)
 
 
 def test_empty_branch_without_allow_empty_is_refused(make_agent, branch: Branch, core):

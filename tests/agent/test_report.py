@@ -19,6 +19,7 @@ from tests.agent.conftest import (
     Branch,
     Recorder,
     configmap,
+    configmap_names,
     deployment,
     namespace,
     wait_for,
@@ -163,7 +164,7 @@ def test_lead_announcing_newer_generation_triggers_sync(make_agent, branch: Bran
     wait_for(lambda: agent.last and agent.last.applied, what="first sync")
     branch.publish([namespace("shop"), configmap("b")])
     recorder.response = {"accepted": True, "generation": 2, "planGeneration": 2}
-    wait_for(lambda: {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"b"},
+    wait_for(lambda: configmap_names(core) == {"b"},
              timeout=5, what="sync on the lead's word")
     agent.stop()
     thread.join(5)

@@ -13,6 +13,7 @@ from tests.agent.conftest import (
     Branch,
     Recorder,
     configmap,
+    configmap_names,
     deployment,
     namespace,
     wait_for,
@@ -34,7 +35,9 @@ def test_drift_is_corrected_within_one_drift_interval(make_agent, branch: Branch
     edited = time.monotonic()
     wait_for(lambda: apps.read_namespaced_deployment("web", "shop").spec.replicas == 2, timeout=5, what="self-heal")
     assert time.monotonic() - edited < 0.5 + 1.5
-    assert agent.metrics.get("qonnect_agent_drift_corrections_total") >= 1
+    # The counter moves when the healing pass ends, just after its write: wait for it.
+    wait_for(lambda: agent.metrics.get("qonnect_agent_drift_corrections_total") >= 1, timeout=5,
+             what="drift correction counted")
     agent.stop()
     thread.join(5)
 
@@ -66,7 +69,7 @@ def test_git_down_keeps_workloads_reports_stale_then_catches_up(make_agent, bran
     assert down.source_stale and down.state == "Stalled" and down.reason == "SourceUnavailable"
     assert [r.reason for r in down.refusals] == ["BranchUnreadable"]
     assert down.applied.commit == first.commit
-    assert {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"a", "b"}
+    assert configmap_names(core) == {"a", "b"}
     assert len(down.health) == 3  # health of what runs is still observed
     agent.reporter.start()
     wait_for(lambda: any(r["sync"]["reason"] == "SourceUnavailable" for r in recorder.reports), what="stale report")
@@ -78,7 +81,7 @@ def test_git_down_keeps_workloads_reports_stale_then_catches_up(make_agent, bran
     branch.daemon.start()
     up = agent.sync(full=False)
     assert up.commit == second and up.state == "Ready" and not up.source_stale
-    assert {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"a", "c"}
+    assert configmap_names(core) == {"a", "c"}
 
 
 def _fail_first(n: int, code: int, methods: tuple[str, ...], retry_after: str | None = None):
@@ -118,7 +121,7 @@ def test_500s_are_retried_and_converge(make_agent, branch: Branch, sim, core):
     result = agent.sync()
     assert state["left"] == 0 and state["seen"] > 6
     assert result.state == "Ready", result.message
-    assert {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == set("abcd")
+    assert configmap_names(core) == set("abcd")
     assert agent.kube.retried >= 6
 
 
@@ -143,7 +146,7 @@ def test_persistent_api_errors_never_prune(make_agent, branch: Branch, sim, core
     failed = agent.sync()
     assert failed.state == "Stalled" and failed.reason == "ApplyFailed" and failed.exit_code == 1
     assert failed.pruned.deleted == []
-    assert {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == set("abc")
+    assert configmap_names(core) == set("abc")
     assert failed.applied.generation == 1  # what runs is still the first commit
     sim.server.hooks.clear()
     ok = agent.sync()
@@ -162,7 +165,7 @@ def test_sim_down_then_up(make_agent, branch: Branch, sim, core):
     branch.publish([namespace("shop"), configmap("b")])
     up = agent.sync()
     assert up.state == "Ready"
-    assert {c.metadata.name for c in client.CoreV1Api(core.api_client).list_namespaced_config_map("shop").items} == {"b"}
+    assert configmap_names(client.CoreV1Api(core.api_client)) == {"b"}
 
 
 def test_loop_survives_a_crashing_pass(make_agent, branch: Branch, core):

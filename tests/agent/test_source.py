@@ -6,7 +6,7 @@ import pygit2
 
 from qonnect_gitops.gitstore import trailers as tr
 from qonnect_gitops.gitstore.tree import build_tree
-from tests.agent.conftest import Branch, configmap, namespace
+from tests.agent.conftest import Branch, configmap, configmap_names, namespace
 
 
 def _commit(branch: Branch, files: dict[str, bytes], generation: int) -> str:
@@ -48,6 +48,6 @@ def test_broken_manifest_refuses_the_commit_and_keeps_what_runs(make_agent, bran
     result = agent.sync()
     assert [r.reason for r in result.refusals] == ["BranchUnreadable"]
     assert "configmap-a.yaml" in result.refusals[0].message
-    assert {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"a", "b"}
+    assert configmap_names(core) == {"a", "b"}
     _commit(branch, {"shop/web/x.yaml": b"kind: ConfigMap\nmetadata: {name: x}\n"}, generation=3)
     assert "needs apiVersion" in agent.sync().refusals[0].message

@@ -6,11 +6,17 @@ import json
 
 from kubernetes import client
 
-from tests.agent.conftest import Branch, configmap, deployment, namespace
+from tests.agent.conftest import (
+    Branch,
+    configmap,
+    configmap_names,
+    deployment,
+    namespace,
+)
 
 
 def _names(core: client.CoreV1Api, ns: str = "shop") -> set[str]:
-    return {c.metadata.name for c in core.list_namespaced_config_map(ns).items}
+    return configmap_names(core, ns)
 
 
 def _inventory(core: client.CoreV1Api) -> dict:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from tests.agent.conftest import Branch, configmap, namespace
+from tests.agent.conftest import Branch, configmap, configmap_names, namespace
 
 
 def test_generation_regression_is_refused_and_survives_restart(make_agent, branch: Branch, core):
@@ -17,7 +17,7 @@ def test_generation_regression_is_refused_and_survives_restart(make_agent, branc
     assert result.refusals[0].commit == late
     assert result.reason == "StaleGeneration" and result.exit_code == 1
     assert result.applied.generation == 2
-    names = {c.metadata.name for c in core.list_namespaced_config_map("shop").items}
+    names = configmap_names(core)
     assert names == {"a", "b"}
     report = agent.build_report(result)
     assert report.refusals[0].reason == "StaleGeneration" and report.attempted == late
@@ -26,14 +26,14 @@ def test_generation_regression_is_refused_and_survives_restart(make_agent, branc
     restarted = make_agent(cache_dir=agent.cfg.cache_dir.parent / "other-cache")
     again = restarted.sync()
     assert [r.reason for r in again.refusals] == ["StaleGeneration"]
-    assert {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"a", "b"}
+    assert configmap_names(core) == {"a", "b"}
 
     # The rightful leader's next decision is applied.
     branch.generation = 2
     branch.publish([namespace("shop"), configmap("a"), configmap("c")])
     ok = restarted.sync()
     assert ok.refusals == [] and ok.applied.generation == 3
-    assert {c.metadata.name for c in core.list_namespaced_config_map("shop").items} == {"a", "c"}
+    assert configmap_names(core) == {"a", "c"}
 
 
 def test_same_generation_is_accepted_and_term_recorded(make_agent, branch: Branch, core):

@@ -70,3 +70,14 @@ def kubectl(sim: SimCluster, tmp_path: Path) -> Kubectl:
     path = tmp_path / "kubeconfig"
     path.write_text(sim.kubeconfig_yaml())
     return Kubectl(path, tmp_path / "cache")
+
+
+@pytest.fixture
+def cluster(tmp_path: Path) -> Iterator[tuple[SimCluster, Kubectl]]:
+    """A cluster with three nodes, controllers and kubelet running, and kubectl on it."""
+    from tests.sim.kubelet_helpers import make_sim, shape
+
+    with make_sim(shape(3, "4")) as sim:
+        path = tmp_path / "kubeconfig"
+        path.write_text(sim.kubeconfig_yaml())
+        yield sim, Kubectl(path, tmp_path / "cache")

@@ -11,6 +11,8 @@ import pytest
 from kubernetes import client, config, dynamic, watch
 from kubernetes.client.rest import ApiException
 
+from qonnect_gitops.sim.defaults import ROOT_CA
+
 
 def cm(name: str, labels: dict[str, str] | None = None, data: dict[str, str] | None = None,
        ns: str | None = None) -> dict[str, Any]:
@@ -139,7 +141,7 @@ def test_label_and_field_selectors_in_one_and_all_namespaces(api: client.ApiClie
             items = core.list_config_map_for_all_namespaces(label_selector=sel, field_selector=fields).items
         else:
             items = core.list_namespaced_config_map(ns, label_selector=sel, field_selector=fields).items
-        return sorted(i.metadata.name for i in items)
+        return sorted(i.metadata.name for i in items if i.metadata.name != ROOT_CA)
 
     assert names("tier=edge") == ["a"]
     assert names("tier==edge", None) == ["a", "d"]
@@ -162,10 +164,14 @@ def test_pagination_with_limit_and_continue(api: client.ApiClient) -> None:
         core.create_namespaced_config_map("default", cm(f"c{i}"))
     page = core.list_namespaced_config_map("default", limit=2)
     seen = [i.metadata.name for i in page.items]
+    remaining = [page.metadata.remaining_item_count]
     while page.metadata._continue:
         page = core.list_namespaced_config_map("default", limit=2, _continue=page.metadata._continue)
         seen += [i.metadata.name for i in page.items]
-    assert seen == ["c0", "c1", "c2", "c3", "c4"]
+        remaining.append(page.metadata.remaining_item_count)
+    # kube-root-ca.crt is in every namespace, as on a real cluster.
+    assert seen == ["c0", "c1", "c2", "c3", "c4", ROOT_CA]
+    assert remaining == [4, 2, None]
 
 
 def test_watch_from_resource_version_with_bookmarks(api: client.ApiClient) -> None:
@@ -201,7 +207,7 @@ def test_watch_without_resource_version_sends_current_state(api: client.ApiClien
     w = watch.Watch()
     seen = [(ev["type"], ev["object"].metadata.name)
             for ev in w.stream(core.list_namespaced_config_map, "default", timeout_seconds=1)]
-    assert seen == [("ADDED", "existing")]
+    assert seen == [("ADDED", "existing"), ("ADDED", ROOT_CA)]
 
 
 def test_field_validation_strict_warn_ignore(dyn: dynamic.DynamicClient) -> None:
@@ -393,7 +399,7 @@ def test_delete_collection_by_label(api: client.ApiClient) -> None:
     for name, tier in (("a", "edge"), ("b", "edge"), ("c", "cloud")):
         core.create_namespaced_config_map("default", cm(name, {"tier": tier}))
     core.delete_collection_namespaced_config_map("default", label_selector="tier=edge")
-    assert [i.metadata.name for i in core.list_namespaced_config_map("default").items] == ["c"]
+    assert [i.metadata.name for i in core.list_namespaced_config_map("default").items] == ["c", ROOT_CA]
 
 
 def test_method_not_allowed_and_unknown_resource(dyn: dynamic.DynamicClient) -> None:

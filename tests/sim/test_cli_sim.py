@@ -28,11 +28,16 @@ def test_qonnect_sim_process(tmp_path: Path) -> None:
     out = tmp_path / "kubeconfigs"
     env = dict(os.environ, PYTHONPATH=str(REPO))
     proc = subprocess.Popen([sys.executable, "-m", "qonnect_gitops", "sim", "--clusters", str(REPO / "repo-template"),
-                             "--kubeconfig-dir", str(out), "--startup-delay", "0.05"],
+                             "--kubeconfig-dir", str(out), "--startup-delay", "0.05", "--user", "agent"],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env)
     try:
         names = sorted(p.stem for p in (REPO / "repo-template" / "clusters").glob("*.yaml"))
-        wait_for(lambda: sorted(p.stem for p in out.glob("*.yaml")) == names, timeout=30, what="nine kubeconfigs")
+        wait_for(lambda: sorted(p.stem for p in out.glob("*.yaml") if "." not in p.stem) == names, timeout=30,
+                 what="nine kubeconfigs")
+        assert sorted(p.name for p in out.glob("*.agent.yaml")) == [f"{n}.agent.yaml" for n in names]
+        agent = Kubectl(out / "fog-1.agent.yaml", tmp_path / "agent-cache")
+        refused = agent("get", "pods", check=False)
+        assert 'User "agent" cannot list resource "pods"' in refused.stderr
         kubectl = Kubectl(out / "fog-1.yaml", tmp_path / "cache")
         nodes = kubectl.json("get", "nodes")["items"]
         assert [n["metadata"]["name"] for n in nodes] == ["fog-1-node-1", "fog-1-node-2", "fog-1-node-3"]
@@ -63,6 +68,14 @@ def test_qonnect_sim_process(tmp_path: Path) -> None:
     assert lines[-1] == "stopped"
     with socket.socket() as s:
         assert s.connect_ex(("127.0.0.1", port)) != 0
+
+
+def test_qonnect_sim_rejects_a_bad_user_name(tmp_path: Path) -> None:
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    proc = subprocess.run([sys.executable, "-m", "qonnect_gitops", "sim", "--clusters", str(REPO / "repo-template"),
+                           "--kubeconfig-dir", str(tmp_path), "--user", "system:admin"],
+                          check=False, capture_output=True, text=True, env=env, timeout=60)
+    assert proc.returncode == 2 and "--user 'system:admin'" in proc.stderr
 
 
 def test_qonnect_sim_rejects_a_missing_directory(tmp_path: Path) -> None:

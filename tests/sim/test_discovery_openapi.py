@@ -10,6 +10,7 @@ from typing import Any
 from kubernetes import client, config, dynamic
 
 from qonnect_gitops.sim import SimCluster
+from qonnect_gitops.sim.defaults import ROOT_CA
 
 
 def get_json(dyn: dynamic.DynamicClient, path: str, accept: str = "application/json") -> Any:
@@ -93,7 +94,7 @@ def test_concurrent_writers_get_unique_increasing_resource_versions(api: client.
         t.join()
     assert len(set(rvs)) == 90
     listing = core.list_namespaced_config_map("default")
-    assert len(listing.items) == 90
+    assert len(listing.items) == 91  # and kube-root-ca.crt
     assert int(listing.metadata.resource_version) >= max(rvs)
 
 
@@ -108,7 +109,7 @@ def test_nine_clusters_in_one_process() -> None:
             core.create_namespaced_config_map("default", {"metadata": {"name": c.name}})
         for c in clusters:
             core = client.CoreV1Api(config.new_client_from_config_dict(c.kubeconfig()))
-            assert [i.metadata.name for i in core.list_namespaced_config_map("default").items] == [c.name]
+            assert [i.metadata.name for i in core.list_namespaced_config_map("default").items] == [c.name, ROOT_CA]
     finally:
         for c in clusters:
             c.stop()
@@ -133,7 +134,7 @@ def test_stopped_cluster_refuses_connections_and_comes_back_on_the_same_address(
             fresh.list_namespaced_config_map("default", _request_timeout=2)
         assert cluster.start() == url
         again = client.CoreV1Api(config.new_client_from_config_dict(cluster.kubeconfig()))
-        assert [i.metadata.name for i in again.list_namespaced_config_map("default").items] == ["kept"]
+        assert [i.metadata.name for i in again.list_namespaced_config_map("default").items] == ["kept", ROOT_CA]
     finally:
         cluster.stop()
 
@@ -158,4 +159,4 @@ def test_request_hooks_can_inject_errors(sim: SimCluster, api: client.ApiClient)
     assert err.value.status == 503 and json.loads(err.value.body)["reason"] == "ServiceUnavailable"
     assert core.read_namespace("default").metadata.name == "default"  # other paths unaffected
     sim.server.hooks.remove(unavailable)
-    assert core.list_namespaced_config_map("default").items == []
+    assert [i.metadata.name for i in core.list_namespaced_config_map("default").items] == [ROOT_CA]

@@ -139,6 +139,6 @@ def test_get_watch_prints_new_objects(kubectl: Any) -> None:
     kubectl("apply", "--server-side", "-f", "-", stdin="apiVersion: v1\nkind: ConfigMap\nmetadata: {name: late}\n")
     out, _ = watcher.communicate(timeout=15)
     lines = out.splitlines()
-    assert lines[0].split() == ["NAME", "AGE"]
-    name, age = lines[-1].split()
-    assert name == "late" and age.endswith("s")
+    assert lines[0].split() == ["NAME", "DATA", "AGE"]
+    name, data, age = lines[-1].split()
+    assert name == "late" and data == "0" and age.endswith("s")

@@ -231,7 +231,8 @@ def test_service_endpoints_and_slices() -> None:
         apps.patch_namespaced_deployment_scale("web", "default", {"spec": {"replicas": 0}})
         wait_for(lambda: not core.read_namespaced_endpoints("web", "default").subsets, what="endpoints emptied")
         core.delete_namespaced_service("web", "default")
-        wait_for(lambda: not core.list_namespaced_endpoints("default").items, what="endpoints removed")
+        wait_for(lambda: [e.metadata.name for e in core.list_namespaced_endpoints("default").items] == ["kubernetes"],
+                 what="endpoints removed")
         wait_for(lambda: not client.DiscoveryV1Api(api).list_namespaced_endpoint_slice("default").items,
                  what="slices collected")
 
