@@ -12,7 +12,7 @@ from kubernetes import client
 
 from qonnect_gitops.gitstore import trailers as tr
 from qonnect_gitops.gitstore.tree import build_tree
-from tests.agent.conftest import LABELS, Branch, configmap, namespace, path_of
+from tests.agent.conftest import LABELS, Branch, configmap, configmap_names, namespace, path_of
 from tests.model.test_hostile_input import BOMB
 
 
@@ -44,10 +44,6 @@ def _files(objects: list[dict[str, Any]]) -> dict[str, bytes]:
     return {path_of(o): yaml.safe_dump(o, sort_keys=False).encode() for o in objects}
 
 
-def _cms(core: client.CoreV1Api, ns: str = "shop") -> set[str]:
-    return {c.metadata.name for c in core.list_namespaced_config_map(ns).items}
-
-
 def _inventory(core: client.CoreV1Api) -> dict[str, Any]:
     return json.loads(core.read_namespaced_config_map("qonnect-inventory", "qonnect-system").data["inventory"])
 
@@ -65,7 +61,7 @@ def test_alias_bomb_in_a_branch_file_is_refused_and_what_runs_keeps_running(make
     assert [r.reason for r in result.refusals] == ["BranchUnreadable"]
     assert "shop/web/configmap-bomb.yaml:10:" in result.refusals[0].message
     assert "expands this document past 1 MiB" in result.refusals[0].message
-    assert _cms(core) == {"a"} and result.applied.generation == 1
+    assert configmap_names(core) == {"a"} and result.applied.generation == 1
     assert len(result.health) == 2  # what runs is still observed and reported
 
 
@@ -82,7 +78,7 @@ def test_oversized_file_and_non_string_fields_are_unreadable_not_a_crash(make_ag
                                                    b"metadata: {name: x}\n"}, 3)
     result = agent.sync()
     assert result.reason == "BranchUnreadable" and "all strings" in result.message
-    assert _cms(core) == {"a"}
+    assert configmap_names(core) == {"a"}
 
 
 def test_symlinks_in_a_branch_are_never_followed(make_agent, branch: Branch, core):
@@ -157,7 +153,7 @@ def test_no_adoption_of_live_objects_the_agent_did_not_create(make_agent, branch
     result = agent.sync()
     assert result.state == "Ready", result.message
     assert result.pruned.deleted == []
-    assert {"theirs", "lookalike"} <= _cms(core)
+    assert {"theirs", "lookalike"} <= configmap_names(core)
 
 
 def test_the_branch_cannot_switch_prune_protection_off(make_agent, branch: Branch, core):
@@ -184,7 +180,7 @@ def test_allow_empty_on_a_non_empty_commit_does_not_lift_the_prune_fraction(make
     result = agent.sync()
     assert [r.reason for r in result.refusals] == ["PruneLimitExceeded"]
     assert "removes 10 of 13" in result.refusals[0].message
-    assert _cms(core) == set(names)
+    assert configmap_names(core) == set(names)
 
 
 def test_the_same_object_in_two_files_is_refused(make_agent, branch: Branch, core):
