@@ -381,8 +381,11 @@ class Ledger:
                 node[0] += k * old_cpu
                 node[1] += k * old_mem
                 left -= k
-        self.free_cpu[cluster] += r.count * old_cpu
-        self.free_memory[cluster] += r.count * old_mem
+        # Only what the nodes' used parts could hold comes back (a stale or hostile
+        # ``requests`` entry cannot create capacity).
+        given = r.count - left
+        self.free_cpu[cluster] += given * old_cpu
+        self.free_memory[cluster] += given * old_mem
 
     def _first_fit(self, cluster: int, cpu: int, memory: int, archs: frozenset[str], count: int) -> list[Take]:
         """Charge up to ``count`` replicas to the cluster's nodes in order, each node taking

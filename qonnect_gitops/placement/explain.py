@@ -170,7 +170,7 @@ class Explainer:
         if census.full:
             parts.append(f"{census.full} lack room for one more replica")
         if census.unused:
-            parts.append(f"{census.unused} with room are kept out by its own rules (offloading, bursting, spread)")
+            parts.append(f"{census.unused} with room left unused by its own rules (offloading, bursting, spread)")
         return ", ".join(parts) if parts else "no clusters"
 
     def latency_breach(self, work: Work, cluster: int) -> str:

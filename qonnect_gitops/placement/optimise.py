@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.cycle import Cycle
 from qonnect_gitops.placement.distribute import Distribution, Request, distribute
 from qonnect_gitops.placement.improve import Movable, Search
@@ -52,6 +53,7 @@ def place_fresh(cycle: Cycle, works: list[Work]) -> None:
     refine(cycle, fresh)
     search(cycle, fresh, works)
     resettle(cycle, fresh)
+    rebalance(cycle, fresh)
 
 
 def place(cycle: Cycle, work: Work) -> None:
@@ -84,34 +86,41 @@ def _commit(cycle: Cycle, work: Work, dist: Distribution) -> None:
 
 
 def improve(cycle: Cycle, work: Work, recheck: bool = False) -> bool:
-    """Re-place one fresh component if that lowers its objective; True if it moved.
-    ``recheck``: its preferred cluster has room again, so the rules may decide anew."""
+    """Re-place one fresh component if that lowers its objective, or if it misses
+    minClusters or its spread and now need not; True if it moved. ``recheck``: its
+    preferred cluster has room again, so the rules may decide anew."""
     c = work.component
     ev = cycle.evaluator
     ctx = ev.context(c, work.replicas, own=work.target)
     total, _ = ev.scores(ctx)
     n = max(work.replicas, 1)
     before = sum(total[i] * k for i, k in work.target.items()) / n
-    # No replica can do better than the best cluster ignoring capacity: most components
-    # stop here without running the distribution.
     allowed = ev.static_mask(ctx)
-    if float(np.min(np.where(allowed, total, np.inf))) >= before - 1e-9:
-        return False
     wanted = ev.wanted_mask(ctx) if c.qos.offloading else allowed
-    preferred = int(np.argmin(np.where(wanted | allowed, total, np.inf)))
-    if preferred == work.preferred and c.qos.availability.min_clusters <= 1 and not recheck:
-        # The distribution rules would pick the same clusters again: the preferred
-        # cluster either still takes all replicas or is still the one offloaded from.
-        return False
+    short = _short_of_availability(work.component, work.replicas, work.target)
+    if not short:
+        # No replica can do better than the best cluster ignoring capacity: most
+        # components stop here without running the distribution.
+        if float(np.min(np.where(allowed, total, np.inf))) >= before - 1e-9:
+            return False
+        preferred = int(np.argmin(np.where(wanted | allowed, total, np.inf)))
+        if preferred == work.preferred and c.qos.availability.min_clusters <= 1 and not recheck:
+            # The distribution rules would pick the same clusters again: the preferred
+            # cluster either still takes all replicas or is still the one offloaded from.
+            return False
     per_cluster_max = 1 if c.kind == "DaemonSet" else None
     best = distribute(ctx, allowed, total, Request(work.replicas, credit=work.target, per_cluster_max=per_cluster_max),
                       wanted=wanted)
     if best.unplaced or not best.replicas:
         return False
-    work.preferred = best.preferred
-    after = sum(total[i] * k for i, k in best.replicas.items()) / n
-    if after >= before - 1e-9:
-        return False
+    if short:
+        if _short_of_availability(c, work.replicas, best.replicas):
+            return False  # the rules cannot do better now either
+    else:
+        work.preferred = best.preferred
+        after = sum(total[i] * k for i, k in best.replicas.items()) / n
+        if after >= before - 1e-9:
+            return False
     cycle.ledger.release(work.takes, c.cpu, c.memory)
     _commit(cycle, work, best)
     return True
@@ -217,6 +226,23 @@ def make_room(cycle: Cycle, s: Search, changed: set[str], works: list[Work]) -> 
             work.moves = [PendingMove(None, i, n, "new", NEW) for i, n in sorted(work.target.items())]
         if not work.unplaced:
             work.blocked = None
+
+
+def _short_of_availability(c: Component, replicas: int, target: dict[int, int]) -> bool:
+    """Fewer clusters than minClusters (while there are replicas for them), or uneven."""
+    counts = [n for n in target.values() if n > 0]
+    if len(counts) < min(c.qos.availability.min_clusters, replicas):
+        return True
+    return c.qos.availability.spread and bool(counts) and max(counts) - min(counts) > 1
+
+
+def rebalance(cycle: Cycle, fresh: list[Work]) -> None:
+    """Greedy placement decided a component while clusters were full that the steps
+    above freed: one that misses minClusters or its spread gets the rules' placement
+    again if that now meets them."""
+    for work in fresh:
+        if _short_of_availability(work.component, work.replicas, work.target):
+            improve(cycle, work)
 
 
 def resettle(cycle: Cycle, fresh: list[Work]) -> None:
