@@ -175,6 +175,17 @@ def distribute(
     if holds and room.left(preferred, 1) > 0:
         primary = preferred
         result.why[primary] = Why(Rule.BEST)
+    elif preferred in existing:
+        # It runs there already and that is full: more replicas are its overflow, which
+        # the bursting rule governs (not offloading: nothing moves off it).
+        primary = preferred
+    elif existing and new_clusters == 0 and qos.offloading:
+        # It was offloaded already: the cluster it runs on nearest to the preferred one
+        # is its primary, as when it was placed from scratch; what that cannot take is
+        # overflow (bursting), so a replan finds what the first plan found.
+        near = np.array(sorted(existing), dtype=np.int64)
+        primary = next(by_distance(ctx, preferred, near, total))
+        result.why[primary] = Why(Rule.OFFLOADED, origin=preferred, too_small=not holds)
     else:
         if not qos.offloading:
             result.unplaced, result.blocked = need, Blocked.OFFLOADING_OFF
