@@ -151,6 +151,7 @@ class EvalCaches:
     lists: dict[Hashable, list[bool]] = field(default_factory=dict)
     static_scores: dict[Hashable, tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=dict)
     floors: dict[tuple[Hashable, Hashable], float] = field(default_factory=dict)
+    rows: dict[Hashable, tuple[list[str], list[list[float]]]] = field(default_factory=dict)
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -189,6 +190,7 @@ class Evaluator:
         self.static_lists = c.lists
         self.static_scores = c.static_scores
         self.floor_cache = c.floors
+        self.static_rows = c.rows
 
     def context(self, c: Component, replicas: int, own: Mapping[int, int] | None = None) -> Context:
         return Context(
@@ -384,9 +386,15 @@ class Evaluator:
     def terms_at(self, ctx: Context, clusters: list[int]) -> list[tuple[float, dict[str, float]]]:
         """The score and its terms at a few clusters, now (rounded, so JSON stays short
         and stable): what every assignment of the plan shows, kept ones included."""
-        total, parts = self.static_scores_of(ctx)
-        names = list(parts)
-        rows = [[float(parts[name][a]) for name in names] for a in clusters]
+        key = self._static_key(ctx)
+        table = self.static_rows.get(key)
+        if table is None:
+            _, parts = self.static_scores_of(ctx)
+            # Plain lists: one lookup per cluster and term instead of a numpy scalar each.
+            table = self.static_rows[key] = (list(parts), [parts[name].tolist() for name in parts])
+        names = list(table[0])
+        columns = table[1]
+        rows = [[column[a] for column in columns] for a in clusters]
         for s in DYNAMIC_SCORES:
             w = s.weight(ctx)
             if w <= 0:

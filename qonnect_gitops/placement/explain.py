@@ -5,7 +5,6 @@ reason. All text is written here, from the structured records of the other stage
 
 from __future__ import annotations
 
-from collections.abc import Hashable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from typing import TypeVar
@@ -42,7 +41,6 @@ from qonnect_gitops.placement.records import (
 
 _M = TypeVar("_M")
 _set_attribute = object.__setattr__
-MEMO_LIMIT = 4  # memoised component plans kept per component of the goals
 
 
 def _built(cls: type[_M], **values: object) -> _M:
@@ -226,56 +224,26 @@ class Explainer:
 
     def component_plan(self, work: Work) -> ComponentPlan:
         """Every assignment scored at the final state, reasons from the records."""
-        cycle = self.cycle
         c = work.component
-        key = work.key
-        target = self.targets[key]
-        # Scores depend on the fleet's latencies, the component's traffic, where its
-        # neighbours run and (best-fit, worst-fit) how full its clusters are: with all of
-        # them as before, the plan of an earlier cycle is this one's.
-        targets = self.targets
-        neighbours = tuple(targets.get(k) for k in c.calls)
-        callers = cycle.callers.get(key)
-        if callers:
-            neighbours += tuple(targets.get(k) for k in callers)
-        fill: tuple[float, ...] = ()
-        if c.qos.placement.policy in ("best-fit", "worst-fit"):
-            fill = tuple(float(cycle.ledger.free_cpu[i]) for i, _ in target)
-        traffic = cycle.traffic.get(key)
-        context = (neighbours, fill, self.latencies, tuple(sorted(traffic.items())) if traffic else ())
-        memo = cycle.memo
-        short = work.keep is not None and not work.touched and not work.shortfalls and not work.drains
-        if short:  # kept as it was (most components of a steady fleet): the short path
-            memo_key: Hashable = (key, target, work.keep, context)
-            cached = memo.get(memo_key)
-            if isinstance(cached, ComponentPlan):
-                return cached
-        used = [(i, n) for i, n in target if n > 0]
+        used = [(i, n) for i, n in self.targets[work.key] if n > 0]
         reasons = self.reasons(work, used)
-        drains = tuple((i, d.replicas, self.drain(d, work)) for i, d in sorted(work.drains.items()))
-        if not short:
-            memo_key = (key, tuple(used), tuple(reasons), drains, context)
-            cached = memo.get(memo_key)
-            if isinstance(cached, ComponentPlan):
-                return cached
-        ev = cycle.evaluator
+        ev = self.cycle.evaluator
         terms = ev.terms_at(ev.context(c, work.replicas), [i for i, _ in used])
         names = self.names
-        plan = _built(
+        return _built(
             ComponentPlan,
-            component=key,
+            component=work.key,
             kind=c.kind,
             assignments=tuple(
                 _built(Assignment, cluster=names[i], replicas=n, reason=reason, score=score, breakdown=breakdown)
                 for (i, n), reason, (score, breakdown) in zip(used, reasons, terms)
             ),
-            draining=tuple(_built(Draining, cluster=names[i], replicas=n, reason=r) for i, n, r in drains),
+            draining=tuple(
+                _built(Draining, cluster=names[i], replicas=d.replicas, reason=self.drain(d, work))
+                for i, d in sorted(work.drains.items())
+            ),
             request=_built(ReplicaRequest, cpu=c.cpu, memory=c.memory),
         )
-        if len(memo) > MEMO_LIMIT * len(cycle.components) + 16:
-            memo.clear()  # bounded: stale entries go with the rest
-        memo[memo_key] = plan
-        return plan
 
     def reasons(self, work: Work, used: list[tuple[int, int]]) -> list[str]:
         """Why each cluster of the target holds replicas."""

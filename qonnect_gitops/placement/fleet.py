@@ -7,7 +7,7 @@ Everything here is derived from ``Goals`` and ``Observed`` only; nothing reads a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -115,9 +115,18 @@ class FleetView:
     cluster_latency: np.ndarray  # [cluster, cluster] ms, finite everywhere
     latency_norm: float  # twice the largest finite cluster-to-cluster latency (>= 2)
 
+    rows: dict[int, list[float]] = field(default_factory=dict, compare=False)
+
     @property
     def names(self) -> tuple[str, ...]:
         return self.static.names
+
+    def latency_row(self, cluster: int) -> list[float]:
+        """``cluster_latency[cluster]`` as a list (cheap to index one element at a time)."""
+        row = self.rows.get(cluster)
+        if row is None:
+            row = self.rows[cluster] = self.cluster_latency[cluster].tolist()
+        return row
 
 
 def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetView:

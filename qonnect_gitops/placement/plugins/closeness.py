@@ -41,20 +41,19 @@ class ClosenessScore:
         return total / ctx.fleet.latency_norm
 
     def score_at(self, ctx: Context, clusters: list[int]) -> list[float]:
-        lat = ctx.fleet.cluster_latency
         out = []
         for a in clusters:
-            row = lat[a]
+            row = ctx.fleet.latency_row(a)
             total = 0.0
             for callee in ctx.component.calls:
                 where = ctx.placement.get(callee)
                 if where:
-                    total += float(min(row[b] for b in where))
+                    total += min(row[b] for b in where)
             for caller in ctx.callers:
                 where = ctx.placement.get(caller)
                 if where:
                     n = sum(where.values())
                     for b, replicas in sorted(where.items()):
-                        total += (replicas / n) * float(row[b])
+                        total += (replicas / n) * row[b]
             out.append(total / ctx.fleet.latency_norm)
         return out
