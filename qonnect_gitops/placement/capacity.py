@@ -80,7 +80,7 @@ class Running(NamedTuple):
     cpu: int
     memory: int
     archs: frozenset[str]
-    count: int
+    replicas: int
     # The size they run at when it differs from today's (the goals changed it), else None.
     old_cpu: int | None = None
     old_memory: int | None = None
@@ -260,11 +260,11 @@ class Ledger:
         the goals changed their size: then they are re-fitted at today's size."""
         if self.observed_usage[cluster]:
             if running.old_cpu is None:
-                self.fitted[(cluster, running.key)] = running.count
+                self.fitted[(cluster, running.key)] = running.replicas
                 return
         else:
-            self.free_cpu[cluster] -= running.count * running.cpu
-            self.free_memory[cluster] -= running.count * running.memory
+            self.free_cpu[cluster] -= running.replicas * running.cpu
+            self.free_memory[cluster] -= running.replicas * running.memory
         self.pending.setdefault(cluster, []).append(running)
 
     def settle_all(self) -> None:
@@ -327,18 +327,18 @@ class Ledger:
                 # that back (to the nodes in order, as far as they are used) and fit
                 # them again at the new size.
                 self._credit(cluster, r)
-                self.free_cpu[cluster] -= r.count * r.cpu
-                self.free_memory[cluster] -= r.count * r.memory
-            results.append((r, sum(t.replicas for t in self._first_fit(cluster, r.cpu, r.memory, r.archs, r.count))))
+                self.free_cpu[cluster] -= r.replicas * r.cpu
+                self.free_memory[cluster] -= r.replicas * r.memory
+            results.append((r, sum(t.replicas for t in self._first_fit(cluster, r.cpu, r.memory, r.archs, r.replicas))))
         totals_hold = self.free_cpu[cluster] >= 0 and self.free_memory[cluster] >= 0
         for r, fitted in results:
-            if fitted < r.count and not observed:
+            if fitted < r.replicas and not observed:
                 alone = self._fits_empty(cluster, r)
-                fitted = max(fitted, min(alone, r.count) if totals_hold else fitted)
+                fitted = max(fitted, min(alone, r.replicas) if totals_hold else fitted)
             # The totals were charged for every running replica: refund those that do
             # not fit (they will run elsewhere or nowhere).
-            self.free_cpu[cluster] += (r.count - fitted) * r.cpu
-            self.free_memory[cluster] += (r.count - fitted) * r.memory
+            self.free_cpu[cluster] += (r.replicas - fitted) * r.cpu
+            self.free_memory[cluster] += (r.replicas - fitted) * r.memory
             fitted_here[(cluster, r.key)] = fitted
         self.fitted.update(fitted_here)
         if not observed:
@@ -365,7 +365,7 @@ class Ledger:
         as far as each node's used part holds them (an estimate, deterministic)."""
         old_cpu = r.old_cpu or 0
         old_mem = r.old_memory or 0
-        left = r.count
+        left = r.replicas
         allocatable = self.allocatable.get(cluster, [])
         for node, (alloc_cpu, alloc_mem) in zip(self.segments[cluster][0].nodes, allocatable):
             if left <= 0:
@@ -383,7 +383,7 @@ class Ledger:
                 left -= k
         # Only what the nodes' used parts could hold comes back (a stale or hostile
         # ``requests`` entry cannot create capacity).
-        given = r.count - left
+        given = r.replicas - left
         self.free_cpu[cluster] += given * old_cpu
         self.free_memory[cluster] += given * old_mem
 

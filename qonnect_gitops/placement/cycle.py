@@ -14,7 +14,12 @@ from qonnect_gitops.model.goals import Component, Goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, ReplicaRequest
 from qonnect_gitops.placement.capacity import Ledger, Running
-from qonnect_gitops.placement.evaluate import EvalCaches, Evaluator, desired_replicas, goal_index
+from qonnect_gitops.placement.evaluate import (
+    EvalCaches,
+    Evaluator,
+    desired_replicas,
+    goal_index,
+)
 from qonnect_gitops.placement.fleet import build_view
 from qonnect_gitops.placement.improve import local_cost
 from qonnect_gitops.placement.plugins.closeness import CLOSENESS_WEIGHT

@@ -29,7 +29,10 @@ from qonnect_gitops.placement.plugins import (
     OBSERVED_FILTERS,
     STATIC_SCORES,
 )
-from qonnect_gitops.placement.plugins.latency import LatencyEnvelopeFilter, envelope_mask
+from qonnect_gitops.placement.plugins.latency import (
+    LatencyEnvelopeFilter,
+    envelope_mask,
+)
 from qonnect_gitops.placement.records import Census
 
 STATIC_FILTERS: tuple[Filter, ...] = (*GOAL_FILTERS, *OBSERVED_FILTERS)

@@ -6,7 +6,7 @@ reason. All text is written here, from the structured records of the other stage
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import TypeVar
 
 from qonnect_gitops.model.plan import (
@@ -73,7 +73,7 @@ class Explainer:
         # changed every cycle would make every cycle look like a new decision.
         text = self.stamps.get(when)
         if text is None:
-            text = self.stamps[when] = f"{datetime.fromtimestamp(when, timezone.utc):%Y-%m-%dT%H:%M:%SZ}"
+            text = self.stamps[when] = f"{datetime.fromtimestamp(when, UTC):%Y-%m-%dT%H:%M:%SZ}"
         return text
 
     def why(self, why: Why) -> str:

@@ -171,11 +171,11 @@ def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetVi
         # region; only the rows of clusters with a measured region latency change.
         cl = static.declared_cluster_latency.copy()
         reg = static.cluster_region
-        for a in sorted({i for i, _ in measured_regions}):
-            row = _larger_known_pair(region_lat[a, reg], region_lat[:, reg[a]])
-            row = np.where(static.explicit[a], cl[a], row)
-            cl[a, :] = row
-            cl[:, a] = row
+        for k in sorted({i for i, _ in measured_regions}):
+            row = _larger_known_pair(region_lat[k, reg], region_lat[:, reg[k]])
+            row = np.where(static.explicit[k], cl[k], row)
+            cl[k, :] = row
+            cl[:, k] = row
         for (i, j), ms in measured_pairs.items():
             cl[i, j] = cl[j, i] = ms
         cl, norm = _finished(cl)

@@ -25,7 +25,13 @@ from qonnect_gitops.placement.cycle import Cycle
 from qonnect_gitops.placement.explain import assemble
 from qonnect_gitops.placement.optimise import biggest_first, place_fresh
 from qonnect_gitops.placement.records import Work
-from qonnect_gitops.placement.repair import Verdict, carry_drains, inspect, repair, verify
+from qonnect_gitops.placement.repair import (
+    Verdict,
+    carry_drains,
+    inspect,
+    repair,
+    verify,
+)
 from qonnect_gitops.placement.stability import hold, reschedule
 
 

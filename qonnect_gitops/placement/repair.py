@@ -68,8 +68,7 @@ def inspect(cycle: Cycle, work: Work) -> Verdict:
         total += n
         if low < 0 or n < low:
             low = n
-        if n > high:
-            high = n
+        high = max(high, n)
     if total != work.replicas or (c.kind == "DaemonSet" and high > 1):
         return Verdict.REPAIR
     availability = c.qos.availability

@@ -12,7 +12,17 @@ from __future__ import annotations
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.cycle import Cycle
 from qonnect_gitops.placement.distribute import Request, distribute
-from qonnect_gitops.placement.records import Cause, CauseKind, Drain, Keep, KeepKind, PendingMove, Rule, Why, Work
+from qonnect_gitops.placement.records import (
+    Cause,
+    CauseKind,
+    Drain,
+    Keep,
+    KeepKind,
+    PendingMove,
+    Rule,
+    Why,
+    Work,
+)
 
 GAIN_FLOOR = 0.5  # scores are normalised, most lie between 0.2 and 2: see reschedule()
 

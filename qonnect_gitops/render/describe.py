@@ -57,6 +57,6 @@ def plan_markdown(p: Plan) -> str:
             lines.append(f"| `{u.component}` | {u.replicas} | {u.cpu} CPU, {u.memory}, {'/'.join(u.architectures)} | {_md(u.near)} | {_md(u.reason)} |")
     if p.unmet:
         lines += ["", "#### Unmet goals", "", "| Component | Goal | Why |", "|---|---|---|"]
-        for u in p.unmet:
-            lines.append(f"| `{u.component}` | {u.goal} | {_md(u.message)} |")
+        for goal in p.unmet:
+            lines.append(f"| `{goal.component}` | {goal.goal} | {_md(goal.message)} |")
     return "\n".join(lines)

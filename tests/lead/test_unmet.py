@@ -43,7 +43,7 @@ def test_unmet_goals_show_in_status_on_every_member(make_group: Callable[..., Le
 
         wait_for(unmet_everywhere, 20, "unmet in every member's status", group)
         shown = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead", group.leads[0].url],
-                               capture_output=True, text=True, cwd=ROOT, timeout=60)
+                               capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
         assert shown.returncode == 0, shown.stderr
         assert "UNMET GOALS" in shown.stdout and "bookinfo/reviews-v1" in shown.stdout
         assert "outside the latency envelope" in shown.stdout

@@ -57,7 +57,7 @@ def test_raised_request_no_edge_node_holds_moves_ingest_in_that_cycle(repo: Path
     assert {m["from"] for m in moves} == {"edge-1"} and sum(m["replicas"] for m in moves) == 3
     assert all("no node of edge-1 holds one replica at 4 CPU" in m["detail"] for m in moves)
     table = _plan(repo, tmp_path, f'now: "{NOW}"\n', current, fmt="table")
-    assert "kept" not in [line for line in table.splitlines() if "sensor-pipeline/ingest" in line][0]
+    assert "kept" not in next(line for line in table.splitlines() if "sensor-pipeline/ingest" in line)
 
 
 def test_failover_keeps_ratings_on_two_clusters(repo: Path, tmp_path: Path) -> None:

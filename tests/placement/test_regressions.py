@@ -11,7 +11,14 @@ from datetime import timedelta
 
 from qonnect_gitops.model.plan import CurrentPlacement, Plan, ReplicaRequest
 from qonnect_gitops.placement import plan
-from tests.placement.builders import NOW, after, cluster, component, current, goals, observed
+from tests.placement.builders import (
+    NOW,
+    cluster,
+    component,
+    current,
+    goals,
+    observed,
+)
 
 GI = 2**30
 LATER = NOW + timedelta(seconds=30)  # well inside every cooldown

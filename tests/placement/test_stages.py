@@ -8,7 +8,7 @@ from datetime import timedelta
 import numpy as np
 
 from qonnect_gitops.model.plan import CurrentPlacement
-from qonnect_gitops.placement.capacity import Ledger, Running
+from qonnect_gitops.placement.capacity import Running
 from qonnect_gitops.placement.cycle import Cycle
 from qonnect_gitops.placement.distribute import Request, distribute
 from qonnect_gitops.placement.evaluate import desired_replicas

@@ -11,7 +11,11 @@ from qonnect_gitops.placement.plugins.cost import CostCapFilter, CostScore, Ener
 from qonnect_gitops.placement.plugins.health import HealthFilter
 from qonnect_gitops.placement.plugins.latency import LatencyEnvelopeFilter, LatencyScore
 from qonnect_gitops.placement.plugins.taints import TaintFilter, TaintPreferenceScore
-from qonnect_gitops.placement.plugins.tier import SelectorFilter, TierFilter, TierPreferenceScore
+from qonnect_gitops.placement.plugins.tier import (
+    SelectorFilter,
+    TierFilter,
+    TierPreferenceScore,
+)
 from qonnect_gitops.placement.plugins.traffic import TrafficScore
 from qonnect_gitops.placement.plugins.utilisation import UtilisationScore
 
