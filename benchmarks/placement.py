@@ -267,7 +267,14 @@ def speed(quick: bool) -> dict[str, Any]:
     # A goals edit that breaks the envelope of 1,000 running components (a new Goals
     # object: nothing derived from the old one is reused by identity).
     edited, count = break_envelopes(goals, p, 1000)
-    t, ep = timed(lambda: plan(_fresh(edited), obs_quiet, cur), repeat=3)
+
+    def first_cycle_of_the_edit() -> tuple[float, Plan]:
+        plan(goals, obs_quiet, cur)  # the leader's last cycle before the push (not timed)
+        t0 = time.perf_counter()
+        result = plan(_fresh(edited), obs_quiet, cur)
+        return time.perf_counter() - t0, result
+
+    t, ep = min((first_cycle_of_the_edit() for _ in range(3)), key=lambda r: r[0])
     out["envelope_edit_s"] = round(t, 4)
     out["envelope_edit_components"] = count
     out["envelope_edit_moved_components"] = len({m.component for m in ep.moves if m.reason == "goals-changed"})

@@ -55,12 +55,13 @@ class Cycle:
             self.moved_at[key] = ts
         index = goal_index(goals)
         self.static = index.fleet
-        self.memo = index.memo
+        self.memo = index.memo  # for cycles of these goals
+        self.fleet_memo = index.fleet_memo  # for cycles of any goals with this fleet
         self.components = index.components
         self.calls = index.calls
         self.callers = index.callers
         self.fleet = build_view(self.static, goals, observed)
-        settled = self.memo.setdefault("settled", {})
+        settled = self.fleet_memo.setdefault("settled", {})
         self.ledger = Ledger(self.static, goals, observed, settled)  # type: ignore[arg-type]
         self.healthy: list[bool] = self.fleet.healthy.tolist()
         traffic: dict[str, dict[int, float]] = {}
@@ -130,22 +131,22 @@ class Cycle:
     def _latency_token(self) -> object:
         """A token that stays the same while the observed latencies do (for memo keys)."""
         latencies = self.observed.latencies
-        entry = self.memo.get("latencies")
+        entry = self.fleet_memo.get("latencies")
         if isinstance(entry, tuple) and entry[0] == latencies:
             return entry[1]
         token = object()
-        self.memo["latencies"] = (latencies, token)
+        self.fleet_memo["latencies"] = (latencies, token)
         return token
 
     def _evaluator_caches(self) -> EvalCaches:
         """The evaluator's caches of the last cycle when it saw the same health,
         latencies and nodes (masks and static scores depend on nothing else)."""
         seen = (self.fleet.healthy.tobytes(), self.latency_token, tuple(self.ledger.shapes))
-        entry = self.memo.get("evaluator")
-        if isinstance(entry, tuple) and entry[0] == seen:
+        entry = self.fleet_memo.get("evaluator")
+        if isinstance(entry, tuple) and entry[0] == seen and len(entry[1].pins) <= 4 * len(self.components) + 64:
             return entry[1]
         caches = EvalCaches()
-        self.memo["evaluator"] = (seen, caches)
+        self.fleet_memo["evaluator"] = (seen, caches)
         return caches
 
     # ----- questions -----------------------------------------------------------------------

@@ -91,20 +91,25 @@ def by_distance(ctx: Context, origin: int, candidates: np.ndarray, total: np.nda
 
 
 def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterator[int]:
-    """Yield candidates ordered by the keys (first key first), then by index."""
-    primary = keys[0].astype(float).copy()
-    for _ in range(candidates.size):
-        best = float(primary.min())
-        if not math.isfinite(best) and best > 0:
-            return
-        ties = np.flatnonzero(primary == best)
-        for key in keys[1:]:
-            if ties.size > 1:
-                sub = key[ties]
-                ties = ties[sub == sub.min()]
-        pick = int(ties[0])  # candidates are in index order: the first is the lowest name
-        primary[pick] = math.inf
-        yield int(candidates[pick])
+    """Yield candidates ordered by the keys (first key first), then by index, skipping
+    those whose first key is +inf. Lazily, in growing batches: a batch is every candidate
+    whose first key is at most the k-th smallest (so ties are never split), sorted."""
+    primary = keys[0].astype(float)
+    rest = np.flatnonzero(~np.isposinf(primary))
+    batch = 8
+    while rest.size:
+        if rest.size > batch:
+            values = primary[rest]
+            cut = values[np.argpartition(values, batch - 1)[:batch]].max()
+            take = rest[values <= cut]
+            rest = rest[values > cut]
+        else:
+            take, rest = rest, rest[:0]
+        # lexsort: the last key is the most significant; positions (index order) last resort
+        order = np.lexsort((take, *(key[take] for key in reversed(keys[1:])), primary[take]))
+        for j in take[order].tolist():
+            yield int(candidates[j])
+        batch *= 8
 
 
 def _with_room(ctx: Context, allowed: np.ndarray, credit: Mapping[int, int]) -> np.ndarray:
@@ -157,7 +162,7 @@ def distribute(
         result.unplaced, result.blocked = need, Blocked.NO_CLUSTER
         return result
     choose = first
-    if wanted is not None and qos.offloading:
+    if wanted is not None and qos.offloading and wanted is not allowed:
         choose = first | (wanted & ~allowed)
         if daemon and existing:
             choose[list(existing)] = False

@@ -53,9 +53,46 @@ class GoalIndex:
     components: dict[str, Component]  # by key, sorted
     calls: dict[str, tuple[str, ...]]
     callers: dict[str, tuple[str, ...]]
-    # Plans of components kept as they were, by everything they show: immutable, so the
-    # next cycle of the same goals reuses them instead of building 10,000 again.
+    # What cycles of these goals keep for the next one (evaluator caches keyed by the
+    # identity of QoS objects, which live as long as the goals).
     memo: dict[Hashable, object] = field(default_factory=dict)
+    # What cycles of any goals with the same clusters, network and fleet settings keep
+    # (settled node packings, the plans of components kept as they were).
+    fleet_memo: dict[Hashable, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _FleetEntry:
+    pins: tuple[object, ...]  # the objects whose identity the key holds: kept alive
+    fleet: StaticFleet
+    memo: dict[Hashable, object]
+
+
+# What the last few goals derive to, by identity: reusing it for the same (immutable)
+# objects cannot change any result; it only spares rebuilding it every cycle. A goals
+# edit that leaves the clusters, the network and the fleet settings as they were (the
+# same objects) keeps the fleet's arrays and what cycles learnt about it.
+_STATIC: dict[int, tuple[weakref.ref[Goals], GoalIndex]] = {}
+_FLEETS: dict[Hashable, _FleetEntry] = {}
+_STATIC_KEEP = 4
+
+
+def _regions(goals: Goals) -> tuple[str, ...]:
+    """The region names the static fleet indexes (components name some of them)."""
+    names = {r for c in goals.components() for r in (g.region for g in c.qos.latency)}
+    return tuple(sorted(names))
+
+
+def _fleet_of(goals: Goals) -> _FleetEntry:
+    pins = (goals.clusters, goals.latencies, goals.fleet, goals.network)
+    key = (*(id(p) for p in pins), _regions(goals))
+    entry = _FLEETS.get(key)
+    if entry is not None and all(a is b for a, b in zip(entry.pins, pins)):
+        return entry
+    while len(_FLEETS) >= _STATIC_KEEP:
+        del _FLEETS[next(iter(_FLEETS))]
+    entry = _FLEETS[key] = _FleetEntry(pins, build_static(goals), {})
+    return entry
 
 
 def _index_goals(goals: Goals) -> GoalIndex:
@@ -64,18 +101,14 @@ def _index_goals(goals: Goals) -> GoalIndex:
     for key, c in components.items():
         for callee in c.calls:
             callers.setdefault(callee, []).append(key)
+    fleet = _fleet_of(goals)
     return GoalIndex(
-        fleet=build_static(goals),
+        fleet=fleet.fleet,
         components=components,
         calls={k: c.calls for k, c in components.items()},
         callers={k: tuple(sorted(v)) for k, v in callers.items()},
+        fleet_memo=fleet.memo,
     )
-
-
-# What the last few Goals objects derive to: reusing it for the same (immutable) object
-# cannot change any result; it only spares rebuilding it every cycle.
-_STATIC: dict[int, tuple[weakref.ref[Goals], GoalIndex]] = {}
-_STATIC_KEEP = 4
 
 
 def goal_index(goals: Goals) -> GoalIndex:
@@ -155,6 +188,9 @@ class EvalCaches:
     static_scores: dict[Hashable, tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=dict)
     floors: dict[tuple[Hashable, Hashable], float] = field(default_factory=dict)
     rows: dict[Hashable, tuple[list[str], list[list[float]]]] = field(default_factory=dict)
+    # Keys hold id(qos): every QoS object seen stays referenced here, so no id in a key
+    # can be reused by another object while the caches live (they outlive one Goals).
+    pins: dict[int, object] = field(default_factory=dict)
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -183,6 +219,7 @@ class Evaluator:
         self.placement = placement  # decided so far (cluster index -> replicas), for closeness
         self.callers = callers
         self.n = len(fleet.names)
+        self.contexts: dict[tuple[str, int], Context] = {}
         c = caches if caches is not None else EvalCaches()
         self.mask_cache = c.masks
         self.score_cache = c.scores
@@ -194,8 +231,20 @@ class Evaluator:
         self.static_scores = c.static_scores
         self.floor_cache = c.floors
         self.static_rows = c.rows
+        self.pins = c.pins
 
     def context(self, c: Component, replicas: int, own: Mapping[int, int] | None = None) -> Context:
+        """What plugins see of a component (shared while ``own`` is empty: a context only
+        refers to the cycle's state, it holds none of its own)."""
+        if not own:
+            ctx = self.contexts.get((c.key, replicas))
+            if ctx is None or ctx.component is not c:
+                ctx = self.contexts[(c.key, replicas)] = self._context(c, replicas, {})
+            return ctx
+        return self._context(c, replicas, own)
+
+    def _context(self, c: Component, replicas: int, own: Mapping[int, int]) -> Context:
+        self.pins[id(c.qos)] = c.qos
         return Context(
             goals=self.goals,
             fleet=self.fleet,
@@ -205,7 +254,7 @@ class Evaluator:
             traffic=self.traffic.get(c.key, {}),
             placement=self.placement,
             callers=self.callers.get(c.key, ()),
-            own=own or {},
+            own=own,
         )
 
     # ----- masks --------------------------------------------------------------------------
@@ -272,7 +321,9 @@ class Evaluator:
             for f in OBSERVED_FILTERS:
                 if f.name != NODE_SIZE:
                     wanted &= self.mask(f, ctx)
-            self.wanted_cache[key] = _frozen(wanted)
+            static = self.static_mask(ctx)
+            # The same object when nodes are never too small: callers skip the extra work.
+            self.wanted_cache[key] = wanted = static if np.array_equal(wanted, static) else _frozen(wanted)
         return wanted
 
     def feasible(self, ctx: Context) -> np.ndarray:

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TypeVar
 
+from qonnect_gitops.model.goals import Component
 from qonnect_gitops.model.plan import (
     Assignment,
     ComponentPlan,
@@ -297,6 +298,7 @@ class Explainer:
 class _Shown:
     """What a component's plan was built from in the last cycle."""
 
+    component: Component  # the object (immutable): an edited component is another one
     target: dict[int, int]
     keep: Keep | None
     traffic: dict[int, float] | None
@@ -307,28 +309,31 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
     """Plans of the last cycle that still hold: a component kept as it was, with the same
     reason, whose neighbours all run where they ran then (its closeness is the same),
     under the same latencies and traffic. A steady fleet rebuilds almost nothing."""
-    entry = cycle.memo.get("shown")
+    entry = cycle.fleet_memo.get("shown")
     last: dict[str, _Shown] = {}
     if isinstance(entry, tuple) and entry[0] is ex.latencies:
         last = entry[1]
     changed = [key for key, work in cycle.works.items()
-               if (prev := last.get(key)) is None or prev.target != work.target]
+               if (prev := last.get(key)) is None or prev.target != work.target or prev.component is not work.component]
     dirty = set(changed)
     for key in changed:
         dirty.update(cycle.calls.get(key, ()))
         dirty.update(cycle.callers.get(key, ()))
+        prev = last.get(key)
+        if prev is not None:
+            dirty.update(prev.component.calls)  # whom it called before an edit
     now: dict[str, _Shown] = {}
     for key, work in cycle.works.items():
         traffic = cycle.traffic.get(key)
         prev = last.get(key)
         short = work.keep is not None and not work.touched and not work.shortfalls and not work.drains
         plan = None
-        if (short and key not in dirty and prev is not None and prev.plan is not None and prev.keep == work.keep
-                and prev.traffic == traffic
+        if (short and key not in dirty and prev is not None and prev.plan is not None
+                and prev.component is work.component and prev.keep == work.keep and prev.traffic == traffic
                 and work.component.qos.placement.policy not in ("best-fit", "worst-fit")):
             plan = prev.plan
-        now[key] = _Shown(work.target, work.keep, traffic, plan)
-    cycle.memo["shown"] = (ex.latencies, now)  # filled in as the plans are built
+        now[key] = _Shown(work.component, work.target, work.keep, traffic, plan)
+    cycle.fleet_memo["shown"] = (ex.latencies, now)  # filled in as the plans are built
     return now
 
 
@@ -348,7 +353,7 @@ def assemble(cycle: Cycle) -> Plan:
         plan = shown[key].plan
         if plan is None:
             plan = ex.component_plan(work)
-            shown[key] = _Shown(work.target, work.keep, cycle.traffic.get(key), plan)
+            shown[key] = _Shown(work.component, work.target, work.keep, cycle.traffic.get(key), plan)
         components[key] = plan
         if work.unplaced:
             u = ex.unplaced(work)
