@@ -169,12 +169,8 @@ class Ledger:
         """Used fraction of each cluster's CPU, in [0, 1]."""
         return np.clip(1.0 - self.free_cpu / self.total_cpu, 0.0, 1.0)
 
-    def node_holds(self, cluster: int, cpu: int, memory: int, archs: frozenset[str]) -> bool:
-        """Whether an empty node of the cluster could hold one replica of this size."""
-        return any(arch in archs and c >= cpu and m >= memory for arch, c, m in self.shapes[cluster])
-
     def holds_vector(self, cpu: int, memory: int, archs: frozenset[str]) -> np.ndarray:
-        """``node_holds`` for every cluster at once."""
+        """Per cluster: whether an empty node of it could hold one replica of this size."""
         if self._shape_table is None:
             rows = [(i, arch, c, m) for i, shapes in enumerate(self.shapes) for arch, c, m in shapes]
             self._shape_table = (

@@ -22,7 +22,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from qonnect_gitops.placement.framework import Context
+from qonnect_gitops.placement.plugins.capacity import CapacityFilter
 from qonnect_gitops.placement.records import Blocked, Rule, Why
+
+
+CAPACITY = CapacityFilter()
 
 
 @dataclass
@@ -36,30 +40,25 @@ class Distribution:
     preferred: int | None = None
     blocked: Blocked | None = None
 
-    @property
-    def placed(self) -> int:
-        return sum(self.replicas.values())
-
 
 @dataclass(frozen=True)
 class Request:
     """What to distribute: ``need`` more replicas next to the ``existing`` ones (they count
-    towards minClusters and spread). ``credit``: replicas of the component that run now
-    and count as room (judging a placement from scratch); ``per_cluster_max``: 1 for
-    DaemonSets."""
+    towards minClusters and spread); ``per_cluster_max``: 1 for DaemonSets. Replicas of
+    the component that run now and count as room when a placement is judged from
+    scratch are the context's ``own``."""
 
     need: int
     existing: Mapping[int, int] = field(default_factory=dict)
-    credit: Mapping[int, int] = field(default_factory=dict)
     per_cluster_max: int | None = None
 
 
 class Room:
     """Replicas each cluster can still take for one component during one distribution."""
 
-    def __init__(self, ctx: Context, credit: Mapping[int, int]) -> None:
+    def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
-        self.credit = credit
+        self.credit = ctx.own
         self.used: dict[int, int] = {}
         self.cache: dict[int, int] = {}
 
@@ -112,15 +111,10 @@ def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterato
         batch *= 8
 
 
-def _with_room(ctx: Context, allowed: np.ndarray, credit: Mapping[int, int]) -> np.ndarray:
-    """Allowed clusters whose free totals could take one replica (a quick vector check;
-    the exact per-node answer comes from ``Room``)."""
-    c = ctx.component
-    ok = allowed & (ctx.ledger.free_cpu >= c.cpu) & (ctx.ledger.free_memory >= c.memory)
-    for cluster, n in credit.items():
-        if n > 0 and allowed[cluster]:
-            ok[cluster] = True
-    return ok
+def _with_room(ctx: Context, allowed: np.ndarray) -> np.ndarray:
+    """Allowed clusters whose free totals could take one replica (the capacity filter's
+    quick vector check; the exact per-node answer comes from ``Room``)."""
+    return allowed & CAPACITY.mask(ctx)
 
 
 def distribute(
@@ -139,10 +133,10 @@ def distribute(
     existing = {i: n for i, n in req.existing.items() if n > 0}
     daemon = req.per_cluster_max == 1
     if qos.availability.spread and not daemon and (need > 0 or _uneven(existing)):
-        return _spread(ctx, allowed, total, req, existing, Room(ctx, req.credit))
+        return _spread(ctx, allowed, total, req, existing, Room(ctx))
     if need <= 0:
         return result
-    room = Room(ctx, req.credit)
+    room = Room(ctx)
     cap = req.per_cluster_max if req.per_cluster_max is not None else need
     pool = allowed
     if daemon and existing:
@@ -176,7 +170,7 @@ def distribute(
         result.replicas[preferred] = need
         result.why[preferred] = Why(Rule.BEST)
         return result
-    candidates = np.flatnonzero(_with_room(ctx, first, req.credit))
+    candidates = np.flatnonzero(_with_room(ctx, first))
     if holds and room.left(preferred, 1) > 0:
         primary = preferred
         result.why[primary] = Why(Rule.BEST)
@@ -223,7 +217,7 @@ def distribute(
             room.use(cluster, put)
         overflow += want - put
     if overflow and qos.bursting:
-        for cluster in by_distance(ctx, primary, np.flatnonzero(_with_room(ctx, pool, req.credit)), total):
+        for cluster in by_distance(ctx, primary, np.flatnonzero(_with_room(ctx, pool)), total):
             if overflow == 0:
                 break
             already = result.replicas.get(cluster, 0)
@@ -267,7 +261,7 @@ def _spread(
     limit = n_total + len(existing) + 16  # clusters worth looking at: each takes at least one
     k_max = max(k_min, len(existing)) if not qos.bursting else n_total
     if len(order) < limit:
-        others = _with_room(ctx, allowed, req.credit)
+        others = _with_room(ctx, allowed)
         if existing:
             others[list(existing)] = False
         for cluster in ranked(np.flatnonzero(others), total):

@@ -326,13 +326,6 @@ class Evaluator:
             self.wanted_cache[key] = wanted = static if np.array_equal(wanted, static) else _frozen(wanted)
         return wanted
 
-    def feasible(self, ctx: Context) -> np.ndarray:
-        """Clusters passing every filter now (free capacity included)."""
-        ok = self.static_mask(ctx)
-        for f in DYNAMIC_FILTERS:
-            ok = ok & f.mask(ctx)  # a new array: the cached static mask stays intact
-        return ok
-
     def declared_envelope(self, ctx: Context) -> np.ndarray:
         """The latency envelope judged on declared latencies only (network.yaml; a
         cluster in the region counts as 0 ms). A breach here is a breach of the goals,

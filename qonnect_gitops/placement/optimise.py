@@ -109,7 +109,7 @@ def improve(cycle: Cycle, work: Work, recheck: bool = False) -> bool:
             # cluster either still takes all replicas or is still the one offloaded from.
             return False
     per_cluster_max = 1 if c.kind == "DaemonSet" else None
-    best = distribute(ctx, allowed, total, Request(work.replicas, credit=work.target, per_cluster_max=per_cluster_max),
+    best = distribute(ctx, allowed, total, Request(work.replicas, per_cluster_max=per_cluster_max),
                       wanted=wanted)
     if best.unplaced or not best.replicas:
         return False

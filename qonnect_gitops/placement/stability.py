@@ -79,7 +79,7 @@ def reschedule(cycle: Cycle, work: Work) -> None:
         return
     total, _ = ev.scores(ctx)
     per_cluster_max = 1 if c.kind == "DaemonSet" else None
-    best = distribute(ctx, ev.static_mask(ctx), total, Request(work.replicas, credit=cur, per_cluster_max=per_cluster_max),
+    best = distribute(ctx, ev.static_mask(ctx), total, Request(work.replicas, per_cluster_max=per_cluster_max),
                       wanted=ev.wanted_mask(ctx))
     if best.unplaced or not best.replicas:
         work.keep = Keep(KeepKind.NO_BETTER)
