@@ -25,7 +25,6 @@ from qonnect_gitops.placement.framework import Context
 from qonnect_gitops.placement.plugins.capacity import CapacityFilter
 from qonnect_gitops.placement.records import Blocked, Rule, Why
 
-
 CAPACITY = CapacityFilter()
 
 
