@@ -127,6 +127,14 @@ class Ledger:
         # Per observed cluster: each ready node's allocatable (cpu, memory), in node order.
         self.allocatable: dict[int, list[tuple[int, int]]] = {}
         self._shape_table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        # Observed clusters: what their ready nodes offer in all, and what the placement in
+        # force puts there (at today's size). Reports lag behind decisions (replicas a plan
+        # put there may not run yet, so they are not in the free capacity reported): the
+        # free capacity counted is never more than the first minus the second.
+        self.capacity_cpu = np.zeros(n)
+        self.capacity_memory = np.zeros(n)
+        self.planned_cpu = np.zeros(n)
+        self.planned_memory = np.zeros(n)
         for i, cluster in enumerate(static.clusters):
             oc = observed.clusters.get(static.names[i])
             segments: list[Segment]
@@ -144,6 +152,8 @@ class Ledger:
                 self.observed_usage[i] = True
                 free_cpu = sum(nd.free.cpu for nd in ready)
                 free_memory = sum(nd.free.memory for nd in ready)
+                self.capacity_cpu[i] = sum(c for c, _ in self.allocatable[i])
+                self.capacity_memory[i] = sum(m for _, m in self.allocatable[i])
             else:
                 segments = [
                     Segment([], Pool(shape.cpu, shape.memory, shape.pods, shape.arch, shape.count))
@@ -153,6 +163,7 @@ class Ledger:
                 total = sum(shape.cpu * shape.count for shape in cluster.spec.nodes)
                 free_cpu = total
                 free_memory = sum(shape.memory * shape.count for shape in cluster.spec.nodes)
+                self.capacity_cpu[i], self.capacity_memory[i] = free_cpu, free_memory
             self.segments.append(segments)
             self.shapes.append(tuple(sorted(sizes)))
             self.archs.append(frozenset(arch for arch, _, _ in sizes))
@@ -255,6 +266,8 @@ class Ledger:
         whose free capacity was observed the replicas are already counted in it, unless
         the goals changed their size: then they are re-fitted at today's size."""
         if self.observed_usage[cluster]:
+            self.planned_cpu[cluster] += running.replicas * running.cpu
+            self.planned_memory[cluster] += running.replicas * running.memory
             if running.old_cpu is None:
                 self.fitted[(cluster, running.key)] = running.replicas
                 return
@@ -264,9 +277,14 @@ class Ledger:
         self.pending.setdefault(cluster, []).append(running)
 
     def settle_all(self) -> None:
-        """Settle every cluster with running replicas (then ``fitted`` is complete)."""
+        """Settle every cluster with running replicas (then ``fitted`` is complete), and
+        cap the free capacity of observed clusters by what the placement in force puts
+        there (see ``planned_cpu``)."""
         for cluster in sorted(self.pending):
             self._settle(cluster)
+        observed = self.observed_usage
+        self.free_cpu[observed] = np.minimum(self.free_cpu, self.capacity_cpu - self.planned_cpu)[observed]
+        self.free_memory[observed] = np.minimum(self.free_memory, self.capacity_memory - self.planned_memory)[observed]
 
     def running_fit(self, cluster: int, key: str) -> int:
         """How many of a component's running replicas on the cluster fit at today's size."""

@@ -297,3 +297,18 @@ def test_closeness_divides_by_twice_the_largest_latency() -> None:
     p = plan(goals(clusters, comps, links=[("a", "b", 40)]), observed(), current({}))
     # 0.3 x 40 ms / (2 x 40 ms)
     assert p.components["shop/front"].assignments[0].breakdown["closeness"] == 0.15
+
+
+def test_reports_lagging_a_decision_do_not_let_a_cluster_take_more_than_it_has() -> None:
+    # fog-1 (3 x 8 CPU) was given 40 half-CPU replicas by the last plan; its agent still
+    # reports the nodes empty (the pods are not scheduled yet). Scaling to 100 must not
+    # put more than its 24 CPU there.
+    clusters = [cluster("fog-1", tier="fog", cpu="8", memory="32Gi", count=3, cpu_hour=0.01),
+                cluster("cloud-1", cpu="32", memory="128Gi", count=4, cpu_hour=0.05)]
+    ingest = component("ingest", replicas=100, cpu=500, memory=2**28, qos={"objective": "cost"})
+    nodes = [{"name": f"n{k}", "allocatable": {"cpu": "8", "memory": "32Gi"}, "free": {"cpu": "8", "memory": "32Gi"}}
+             for k in range(3)]
+    p = plan(goals(clusters, [ingest]), observed(clusters={"fog-1": {"nodes": nodes}}),
+             current({"shop/ingest": {"fog-1": 40}}, {"shop/ingest": NOW - timedelta(hours=1)}))
+    assert p.placements()["shop/ingest"]["fog-1"] <= 48
+    assert sum(p.placements()["shop/ingest"].values()) == 100
