@@ -135,6 +135,7 @@ class Ledger:
         self.capacity_memory = np.zeros(n)
         self.planned_cpu = np.zeros(n)
         self.planned_memory = np.zeros(n)
+        self.lagging = np.zeros(n, dtype=bool)
         for i, cluster in enumerate(static.clusters):
             oc = observed.clusters.get(static.names[i])
             segments: list[Segment]
@@ -280,11 +281,20 @@ class Ledger:
         """Settle every cluster with running replicas (then ``fitted`` is complete), and
         cap the free capacity of observed clusters by what the placement in force puts
         there (see ``planned_cpu``)."""
+        observed = self.observed_usage
+        # A report that does not show yet what the plan in force put on the cluster (the
+        # replicas are not scheduled, or the report predates them) says nothing reliable
+        # about its nodes: the cluster takes no more replicas until it does.
+        self.lagging = observed & (
+            (self.planned_cpu > self.capacity_cpu - self.free_cpu)
+            | (self.planned_memory > self.capacity_memory - self.free_memory)
+        )
         for cluster in sorted(self.pending):
             self._settle(cluster)
-        observed = self.observed_usage
         self.free_cpu[observed] = np.minimum(self.free_cpu, self.capacity_cpu - self.planned_cpu)[observed]
         self.free_memory[observed] = np.minimum(self.free_memory, self.capacity_memory - self.planned_memory)[observed]
+        self.free_cpu[self.lagging] = 0.0
+        self.free_memory[self.lagging] = 0.0
 
     def running_fit(self, cluster: int, key: str) -> int:
         """How many of a component's running replicas on the cluster fit at today's size."""

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+import pytest
 from kubernetes import client, config
 
 from tests.conftest import ROOT
@@ -52,6 +53,7 @@ def check_report(report: dict[str, Any], names: list[str]) -> None:
     assert report["passed"] is True
 
 
+@pytest.mark.timeout(600)  # seven scenarios and a clean stop; the run itself gives up after 420 s
 def test_all_scenarios_then_keep(tmp_path: Path) -> None:
     proc = demo(tmp_path, "--keep")
     lines: list[str] = []
