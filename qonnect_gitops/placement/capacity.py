@@ -13,6 +13,7 @@ The work per cluster therefore follows the replicas placed, never the node count
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -135,7 +136,8 @@ class Ledger:
         self.capacity_memory = np.zeros(n)
         self.planned_cpu = np.zeros(n)
         self.planned_memory = np.zeros(n)
-        self.lagging = np.zeros(n, dtype=bool)
+        self.running_on: dict[int, list[Running]] = {}  # observed clusters: what the plan runs there
+        self.segments_observed: set[int] = set()  # clusters whose nodes were reported
         for i, cluster in enumerate(static.clusters):
             oc = observed.clusters.get(static.names[i])
             segments: list[Segment]
@@ -153,6 +155,7 @@ class Ledger:
                 self.observed_usage[i] = True
                 free_cpu = sum(nd.free.cpu for nd in ready)
                 free_memory = sum(nd.free.memory for nd in ready)
+                self.segments_observed.add(i)
                 self.capacity_cpu[i] = sum(c for c, _ in self.allocatable[i])
                 self.capacity_memory[i] = sum(m for _, m in self.allocatable[i])
             else:
@@ -270,6 +273,8 @@ class Ledger:
             self.planned_cpu[cluster] += running.replicas * running.cpu
             self.planned_memory[cluster] += running.replicas * running.memory
             if running.old_cpu is None:
+                self.running_on.setdefault(cluster, []).append(running)
+            if running.old_cpu is None:
                 self.fitted[(cluster, running.key)] = running.replicas
                 return
         else:
@@ -282,19 +287,26 @@ class Ledger:
         cap the free capacity of observed clusters by what the placement in force puts
         there (see ``planned_cpu``)."""
         observed = self.observed_usage
-        # A report that does not show yet what the plan in force put on the cluster (the
-        # replicas are not scheduled, or the report predates them) says nothing reliable
-        # about its nodes: the cluster takes no more replicas until it does.
-        self.lagging = observed & (
-            (self.planned_cpu > self.capacity_cpu - self.free_cpu)
-            | (self.planned_memory > self.capacity_memory - self.free_memory)
-        )
+        # A report that does not show yet all the plan in force put on the cluster (the
+        # replicas are not scheduled yet, or the report predates them): that share of
+        # each component's replicas is put on the reported nodes too, first fit, so that
+        # the nodes are not taken for emptier than they will be.
+        used_cpu = self.capacity_cpu - self.free_cpu
+        used_memory = self.capacity_memory - self.free_memory
+        for cluster in np.flatnonzero(observed).tolist():
+            share = max(
+                (self.planned_cpu[cluster] - used_cpu[cluster]) / self.planned_cpu[cluster]
+                if self.planned_cpu[cluster] > 0 else 0.0,
+                (self.planned_memory[cluster] - used_memory[cluster]) / self.planned_memory[cluster]
+                if self.planned_memory[cluster] > 0 else 0.0,
+            )
+            if share > 0 and cluster in self.segments_observed:
+                for r in sorted(self.running_on.get(cluster, ()), key=lambda r: (-r.cpu, -r.memory, r.key)):
+                    self._first_fit(cluster, r.cpu, r.memory, r.archs, math.ceil(r.replicas * min(share, 1.0)))
         for cluster in sorted(self.pending):
             self._settle(cluster)
         self.free_cpu[observed] = np.minimum(self.free_cpu, self.capacity_cpu - self.planned_cpu)[observed]
         self.free_memory[observed] = np.minimum(self.free_memory, self.capacity_memory - self.planned_memory)[observed]
-        self.free_cpu[self.lagging] = 0.0
-        self.free_memory[self.lagging] = 0.0
 
     def running_fit(self, cluster: int, key: str) -> int:
         """How many of a component's running replicas on the cluster fit at today's size."""
