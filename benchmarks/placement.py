@@ -206,7 +206,7 @@ def observed(now: datetime = NOW, **fields: Any) -> Observed:
 
 
 def after(p: Plan) -> CurrentPlacement:
-    return CurrentPlacement(placements=p.placements(), last_moved=p.last_moved)
+    return p.current()
 
 
 # ----- speed ------------------------------------------------------------------------------
@@ -258,12 +258,60 @@ def speed(quick: bool) -> dict[str, Any]:
     out["failover_moves"] = sum(m.replicas for m in fp.moves if m.reason == "failover")
     out["failover_reason"] = fp.reason
     out["full_plan_unplaced"] = sum(u.replicas for u in p.unplaced)
+    # A steady-state cycle with nothing changed: the plan in force, a minute later.
+    obs_quiet = observed(NOW + timedelta(seconds=60))
+    plan(goals, obs_quiet, cur)
+    t, qp = timed(lambda: plan(goals, obs_quiet, cur), repeat=3)
+    out["steady_cycle_s"] = round(t, 4)
+    out["steady_cycle_moves"] = sum(m.replicas for m in qp.moves)
+    # A goals edit that breaks the envelope of 1,000 running components (a new Goals
+    # object: nothing derived from the old one is reused by identity).
+    edited, count = break_envelopes(goals, p, 1000)
+
+    def first_cycle_of_the_edit() -> tuple[float, Plan]:
+        plan(goals, obs_quiet, cur)  # the leader's last cycle before the push (not timed)
+        t0 = time.perf_counter()
+        result = plan(_fresh(edited), obs_quiet, cur)
+        return time.perf_counter() - t0, result
+
+    t, ep = min((first_cycle_of_the_edit() for _ in range(3)), key=lambda r: r[0])
+    out["envelope_edit_s"] = round(t, 4)
+    out["envelope_edit_components"] = count
+    out["envelope_edit_moved_components"] = len({m.component for m in ep.moves if m.reason == "goals-changed"})
+    out["envelope_edit_unmet"] = len(ep.unmet)
     # A steady-state cycle where every cooldown has expired: all components re-evaluated.
     obs_late = observed(NOW + timedelta(hours=2))
     t, sp = timed(lambda: plan(goals, obs_late, cur), repeat=1)
     out["steady_replan_all_evaluated_s"] = round(t, 4)
     out["steady_replan_moves"] = sum(m.replicas for m in sp.moves)
     return out
+
+
+def break_envelopes(goals: Goals, p: Plan, limit: int) -> tuple[Goals, int]:
+    """The same goals with the latency envelope of up to ``limit`` placed components
+    tightened so that a cluster they run on breaks it (another allowed cluster still
+    meets it): every one must move in the next cycle."""
+    edits: dict[str, Component] = {}
+    for c in goals.components():
+        if len(edits) >= limit:
+            break
+        where = p.placements().get(c.key) or {}
+        if not c.qos.latency or not where:
+            continue
+        goal = c.qos.latency[0]
+        running = max(goals.latencies.get((name, goal.region), 0.0) for name in where)
+        allowed = [ms for (a, b), ms in goals.latencies.items() if b == goal.region and a not in where
+                   and goals.clusters[a].spec.tier in (c.qos.tiers or ("cloud", "fog", "edge"))]
+        better = [ms for ms in allowed if ms < running]
+        if not better:
+            continue
+        tight = QoS.model_validate({**c.qos.model_dump(by_alias=True, exclude_unset=True),
+                                    "latency": [{"region": goal.region, "maxMs": round(running - 0.05, 2)}]})
+        edits[c.key] = dataclasses.replace(c, qos=tight)
+    apps = {name: App(app.name, app.namespace, app.document,
+                      tuple(edits.get(c.key, c) for c in app.components))
+            for name, app in goals.apps.items()}
+    return Goals(goals.fleet, goals.clusters, goals.network, apps, goals.latencies), len(edits)
 
 
 # ----- optimality against an exact MILP -------------------------------------------------
@@ -355,12 +403,15 @@ def exact(goals: Goals, obs: Observed, time_limit: float) -> tuple[str, float | 
         constraint([(v, 1.0) for _, vs in mine for v in vs], n_i, n_i)
         k_min = c.qos.availability.min_clusters
         constraint([(y[(i, a)], 1.0) for a, _ in mine], k_min, np.inf)
-        share = math.ceil(n_i / k_min) if c.qos.availability.spread else n_i
+        # spread: every cluster used holds lo or lo + 1 replicas (lo a free integer)
+        lo = new(0, n_i, True) if c.qos.availability.spread else None
         for a, vs in mine:
             constraint([(v, 1.0) for v in vs] + [(y[(i, a)], -n_i)], -np.inf, 0)
             constraint([(v, 1.0) for v in vs] + [(y[(i, a)], -1.0)], 0, np.inf)
-            if share < n_i:
-                constraint([(v, 1.0) for v in vs], 0, share)
+            if lo is not None:
+                # x >= lo - n (1 - y)  and  x <= lo + 1 + n (1 - y)
+                constraint([(v, 1.0) for v in vs] + [(lo, -1.0), (y[(i, a)], -float(n_i))], -float(n_i), np.inf)
+                constraint([(v, 1.0) for v in vs] + [(lo, -1.0), (y[(i, a)], float(n_i))], -np.inf, 1.0 + n_i)
     for k, uses in sorted(node_use.items()):
         _, cpu, mem, pods, _ = nodes[k]
         keys = t.components
@@ -402,7 +453,7 @@ def exact(goals: Goals, obs: Observed, time_limit: float) -> tuple[str, float | 
 def violations(goals: Goals, placements: dict[str, dict[str, int]], unplaced: int) -> list[str]:
     """Independent checks of a plan: every replica placed, node capacity (first fit
     decreasing must pack the replicas on their cluster's nodes), architectures, latency
-    envelopes per the declared network, and availability."""
+    envelopes per the declared network, availability (minClusters) and spread."""
     problems = []
     if unplaced:
         problems.append(f"{unplaced} replicas unplaced")
@@ -410,8 +461,11 @@ def violations(goals: Goals, placements: dict[str, dict[str, int]], unplaced: in
     per_cluster: dict[str, list[Component]] = {}
     for key, where in placements.items():
         c = comps[key]
-        if len([n for n in where.values() if n]) < c.qos.availability.min_clusters:
+        counts = [n for n in where.values() if n]
+        if len(counts) < c.qos.availability.min_clusters:
             problems.append(f"{key}: fewer clusters than minClusters")
+        if c.qos.availability.spread and counts and max(counts) - min(counts) > 1:
+            problems.append(f"{key}: spread {counts}")
         if sum(where.values()) != c.replicas:
             problems.append(f"{key}: {sum(where.values())} of {c.replicas} replicas")
         for name, n in where.items():
@@ -595,6 +649,10 @@ def main(argv: list[str] | None = None) -> int:
         *[(f"full plan {k}", f"{v:.3f} s", "goal <= 2 s at 1000x10000") for k, v in result["full_plan_s"].items()],
         ("growth (time ratio / size ratio)", f"{result['growth_ratio']} / {result['size_ratio']:.0f}", "time grows less than size: no worse than linear"),
         ("failover replan", f"{result['failover_replan_s']:.3f} s", f"{result['failover_moves']} replicas off {result['failover_cluster']}; goal <= 0.2 s"),
+        ("steady cycle, nothing changed", f"{result['steady_cycle_s']:.3f} s", f"{result['steady_cycle_moves']} replicas moved; goal <= 0.3 s"),
+        ("goals edit breaking envelopes", f"{result['envelope_edit_s']:.3f} s",
+         f"{result['envelope_edit_components']} components, {result['envelope_edit_moved_components']} moved, "
+         f"{result['envelope_edit_unmet']} unmet; goal <= 0.5 s"),
         ("replan, all cooldowns expired", f"{result['steady_replan_all_evaluated_s']:.3f} s", f"{result['steady_replan_moves']} replicas moved"),
         ("optimality gap mean / worst", f"{result['optimality_gap']['mean']} / {result['optimality_gap']['worst']}",
          f"{result['optimality_gap']['instances']} instances, {result['optimality_gap']['timeouts']} timeouts, broken: {len(result['optimality_gap']['broken'])}"),

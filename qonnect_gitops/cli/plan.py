@@ -13,7 +13,7 @@ from qonnect_gitops.model import GoalsError, load_goals, read_directory
 from qonnect_gitops.model.observed import empty_observation, load_observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan, load_current
 from qonnect_gitops.placement import plan as make_plan
-from qonnect_gitops.render.describe import plan_json, plan_markdown
+from qonnect_gitops.render.describe import plan_json, plan_markdown, score_text
 
 
 def register(sub: Any) -> None:
@@ -34,14 +34,16 @@ def _rows(p: Plan) -> list[list[object]]:
     rows: list[list[object]] = []
     for key, cp in p.components.items():
         for a in cp.assignments:
-            rows.append([key, a.cluster, a.replicas, a.reason])
+            rows.append([key, a.cluster, a.replicas, score_text(a.score), a.reason])
         for d in cp.draining:
-            rows.append([key, d.cluster, f"-{d.replicas} (draining)", d.reason])
+            rows.append([key, d.cluster, f"-{d.replicas} (draining)", "-", d.reason])
     return rows
 
 
 def plan_table(p: Plan) -> str:
-    out = [f"decision: {p.reason}", format_table(("COMPONENT", "CLUSTER", "REPLICAS", "WHY"), _rows(p))]
+    """The plan for a terminal: assignments, moves, unplaced replicas, unmet goals."""
+    head = f"decision: {p.reason}" + (f" ({len(p.unmet)} goal(s) not met, see UNMET)" if p.unmet else "")
+    out = [head, format_table(("COMPONENT", "CLUSTER", "REPLICAS", "SCORE", "WHY"), _rows(p))]
     if p.moves:
         out += ["", format_table(
             ("COMPONENT", "FROM", "TO", "REPLICAS", "REASON", "DETAIL"),
@@ -52,6 +54,8 @@ def plan_table(p: Plan) -> str:
             ("UNPLACED", "REPLICAS", "CPU", "MEMORY", "ARCH", "NEAR", "WHY"),
             [[u.component, u.replicas, u.cpu, u.memory, ",".join(u.architectures), u.near, u.reason] for u in p.unplaced],
         )]
+    if p.unmet:
+        out += ["", format_table(("UNMET", "GOAL", "WHY"), [[u.component, u.goal, u.message] for u in p.unmet])]
     return "\n".join(out)
 
 

@@ -126,6 +126,11 @@ def render(status: dict[str, Any]) -> str:
         ))
     else:
         lines.append("(no placement in force yet)")
+    unmet = status.get("unmet") or []
+    if unmet:
+        lines += ["", "UNMET GOALS", format_table(
+            ("COMPONENT", "GOAL", "WHY"), [(u["component"], u["goal"], u["message"]) for u in unmet]
+        )]
     failed = status["goals"]["lastFailed"]
     errors = []
     if failed and (not good or failed["at"] >= good["at"]):

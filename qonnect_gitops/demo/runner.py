@@ -18,8 +18,8 @@ from qonnect_gitops.demo.view import View
 
 ORDER = list(SCENARIOS)
 # what each scenario needs to have happened first
-NEEDS = {"initial": [], "goals-change": ["initial"], "failover": ["initial"], "burst": ["initial"],
-         "leader-kill": ["initial"], "review": ["initial"]}
+NEEDS = {"initial": [], "goals-change": ["initial"], "resize": ["initial"], "failover": ["initial"],
+         "burst": ["initial"], "leader-kill": ["initial"], "review": ["initial"]}
 
 
 def plan_order(only: str | None) -> list[str]:

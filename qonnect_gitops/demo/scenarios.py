@@ -225,9 +225,8 @@ def goals_change(d: Demo) -> Result:
     commit = d.push_edits([("apps/bookinfo/app.yaml",
                             "tiers: [fog, cloud]               # the JVM is too heavy for the shop boards\n",
                             "tiers: [fog, cloud]               # the JVM is too heavy for the shop boards\n"
-                            "        latency:\n          - {region: eu-central, maxMs: 11}\n"
-                            "        migration: {cooldownSeconds: 0}\n")],
-                          "reviews-v1: tighter latency envelope, eu-central within 11 ms; may move at once")
+                            "        latency:\n          - {region: eu-central, maxMs: 11}\n")],
+                          "reviews-v1: tighter latency envelope, eu-central within 11 ms")
     seconds, observed, expected = d.wait_landed(commit, t0)
     goals = d.goals()
     obs = by_component(observed)
@@ -240,9 +239,8 @@ def goals_change(d: Demo) -> Result:
                   "placement": expected}
     r.observed = {"reviews-v1 before": before, "reviews-v1 after": after, "ready": obs, "problems": problems}
     r.seconds = seconds
-    r.notes.append("the push also sets migration.cooldownSeconds: 0 for reviews-v1: under the template's "
-                   "120 s cooldown the planner keeps a component that breaches a tightened envelope until the "
-                   "cooldown passes (docs/placement.md, Stability)")
+    r.notes.append("a declared goal the placement breaks is repaired in the same cycle, whatever the template's "
+                   "120 s cooldown says (docs/placement.md, Repair)")
     r.passed = not problems and before != after
     if before == after:
         r.notes.append("reviews-v1 did not move")
@@ -405,6 +403,11 @@ def review(d: Demo) -> Result:
                     stack.forge_token_file.read_text().strip())
     plan_before = stack.rev("qonnect/plan")
     before = by_component(d.snapshot()).get("bookinfo/reviews-v2", {})
+    # An envelope the cluster it runs on now breaks (where it landed depends on which
+    # agents had reported when the template was pushed): eu-central within 11 ms leaves
+    # only fog-1, eu-west within 11 ms only fog-3.
+    planned = set(d.expected().get("bookinfo/reviews-v2", {}))
+    region = "eu-west" if planned & {"fog-1"} else "eu-central"
     t0 = time.monotonic()
     forge_line = (f"    forge: {{type: github, url: '{stack.forge_url}', repository: {FORGE_REPOSITORY}}}\n")
     commit = d.push_edits([
@@ -413,8 +416,8 @@ def review(d: Demo) -> Result:
          "    failover: auto        # failover may bypass review\n" + forge_line),
         ("apps/bookinfo/app.yaml", "      calls: [ratings]\n      qos:\n        tiers: [fog, cloud]\n        maxCostPerHour: 0.05\n",
          ("      calls: [ratings]\n      qos:\n        tiers: [fog, cloud]\n        maxCostPerHour: 0.05\n"
-          "        latency:\n          - {region: eu-central, maxMs: 11}\n        migration: {cooldownSeconds: 0}\n"))],
-        "review mode through the forge; reviews-v2: eu-central within 11 ms; may move at once")
+          f"        latency:\n          - {{region: {region}, maxMs: 11}}\n"))],
+        f"review mode through the forge; reviews-v2: {region} within 11 ms")
 
     def proposal_pull() -> PullRequest | None:
         for pull in forge.find_pull_requests():
@@ -440,13 +443,14 @@ def review(d: Demo) -> Result:
     merged = forge.merge_pull_request(pull.number)  # what the reviewer's "Merge" button does
     d.event(f"pull request #{pull.number} merged through the forge's API ({merged.state.value})")
     d.wait(lambda: d.plan_source() == commit, 30, "the merged plan")
+    approved = stack.rev("qonnect/plan")
     seconds, observed, expected = d.wait_running(t1)
     after = by_component(observed).get("bookinfo/reviews-v2", {})
     comp = d.plan_doc()["components"]["bookinfo/reviews-v2"]
     target = {a["cluster"]: a["replicas"] for a in comp["assignments"] if a["replicas"]}
     draining = {x["cluster"] for x in comp.get("draining") or []}
     # make before break: the old cluster keeps its replica, listed as draining, until the
-    # next decision (in review mode, the next proposal) removes it
+    # approved target runs; then the leader drops it on its own (no second review)
     problems += envelope_violations(d.goals(), {"bookinfo/reviews-v2": target})
     if any(after.get(c, 0) < n for c, n in target.items()):
         problems.append(f"reviews-v2 target {target} not ready: {after}")
@@ -454,6 +458,25 @@ def review(d: Demo) -> Result:
         problems.append(f"reviews-v2 runs outside its target and draining: {after}")
     if after == before:
         problems.append("reviews-v2 did not move after the merge")
+
+    def drained() -> bool:
+        doc = d.plan_doc()["components"]["bookinfo/reviews-v2"]
+        running = by_component(d.snapshot()).get("bookinfo/reviews-v2", {})
+        return not doc.get("draining") and set(running) == set(target)
+
+    t2 = time.monotonic()
+    try:
+        d.wait(drained, 60, "the draining replica removed without another review", interval=0.5)
+    except Timeout as exc:
+        problems.append(str(exc))
+    drained_after = time.monotonic() - t2
+    finished = stack.rev("qonnect/plan")
+    open_proposals = git("-C", stack.bare, "for-each-ref", "--format=%(refname)",
+                         "refs/heads/qonnect/proposals/").split()
+    if open_proposals:
+        problems.append(f"a new proposal waits for review: {open_proposals}")
+    d.event(f"draining replica of reviews-v2 gone {drained_after:.2f}s after the merged target ran "
+            f"(plan {approved[:12]} -> {finished[:12]}, no new proposal)")
     placed = _status(d, forge, commit, "qonnect/placed", {CommitState.SUCCESS, CommitState.FAILURE}, 90)
     d.event(f"qonnect/placed on {commit[:12]}: {placed.state.value if placed else None} "
             f"({placed.description if placed else 'not set'})")
@@ -462,14 +485,17 @@ def review(d: Demo) -> Result:
     preview_seen, preview_problems = _goals_pull_request(d, forge)
     problems += preview_problems
     r.expected = {"pull request": "the proposal opened as a labelled pull request with a markdown table; nothing "
-                  "runs differently until it is merged on the forge, then the clusters run it and the goals "
-                  "commit gets qonnect/placed success", "placement": expected,
+                  "runs differently until it is merged on the forge, then the clusters run it, the leader drops "
+                  "the draining replica without another review, and the goals commit gets qonnect/placed success",
+                  "envelope": f"{region} within 11 ms", "placement": expected,
                   "goals pull request": "one preview comment, updated in place on a push; qonnect/validate "
                   "success on a valid head, failure on an invalid one"}
     r.observed = {"pull request": pull.url, "proposal seconds": round(proposed_after, 3), "table": table[:20],
                   "reviews-v2 before": before, "reviews-v2 held before merge": held,
                   "reviews-v2 after merge": after, "reviews-v2 target": target,
                   "reviews-v2 draining": sorted(draining),
+                  "draining removed seconds": round(drained_after, 3),
+                  "reviews-v2 after draining": by_component(d.snapshot()).get("bookinfo/reviews-v2", {}),
                   "qonnect/placed": None if placed is None else [placed.state.value, placed.description],
                   "goals pull request": preview_seen, "problems": problems}
     r.seconds = seconds
@@ -535,7 +561,47 @@ def _goals_pull_request(d: Demo, forge: Forge) -> tuple[dict[str, Any], list[str
     return seen, problems
 
 
+def resize(d: Demo, component: str = "bookinfo/details") -> Result:
+    r = Result("resize")
+    path = "apps/bookinfo/manifests/details.yaml"
+    before = by_component(d.snapshot()).get(component, {})
+    t0 = time.monotonic()
+    commit = d.push_edits([(path, "cpu: 50m", 'cpu: "4"')],
+                          "details: 4 CPU per replica, more than any node of the shop boards holds")
+    # The first decision for this push must already repair it: no cycle keeps it where it cannot run.
+    d.wait(lambda: d.plan_source() == commit, 60, f"a decision for goals {commit[:12]}")
+    decision = d.plan_doc()
+    first = {a["cluster"]: a["replicas"] for a in decision["components"][component]["assignments"] if a["replicas"]}
+    unmet = [u for u in decision.get("unmet") or [] if u["component"] == component]
+    seconds, observed, expected = d.wait_running(t0)
+    now = by_component(observed).get(component, {})
+    goals = d.goals()
+    small = {name for name, c in goals.clusters.items()
+             if not any(n.cpu >= 4000 for n in c.spec.nodes)}  # no node holds a 4-CPU replica
+    problems = []
+    if set(first) & small and not unmet:
+        problems.append(f"the first decision keeps {component} on {sorted(set(first) & small)} and lists nothing unmet")
+    if set(now) & small:
+        problems.append(f"{component} still runs on {sorted(set(now) & small)}")
+    if not now and not unmet:
+        problems.append(f"{component} runs nowhere and the plan lists no unmet goal")
+    problems += envelope_violations(goals, {component: now})
+    d.event(f"{component} at 4 CPU: {before} -> {now} in {seconds:.2f}s"
+            + (f"; unmet: {[u['goal'] for u in unmet]}" if unmet else ""))
+    # back to the template's 50m, so the later scenarios find the fleet as they expect
+    commit2 = d.push_edits([(path, 'cpu: "4"', "cpu: 50m")], "details: back to 50m")
+    d.wait_landed(commit2, time.monotonic())
+    r.expected = {"goalsCommit": commit, "rules": f"within one cycle {component} runs only on clusters with a node "
+                  "holding 4 CPU (inside its latency envelope), or the plan lists the goal as unmet",
+                  "clusters too small": sorted(small), "placement": expected}
+    r.observed = {f"{component} before": before, "first decision": first, f"{component} after": now,
+                  "unmet": unmet, "problems": problems}
+    r.seconds = seconds
+    r.passed = not problems
+    return r
+
+
 SCENARIOS: dict[str, Callable[[Demo], Result]] = {
-    "initial": initial, "goals-change": goals_change, "failover": failover,
+    "initial": initial, "goals-change": goals_change, "resize": resize, "failover": failover,
     "burst": burst, "leader-kill": leader_kill, "review": review,
 }

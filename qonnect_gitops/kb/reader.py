@@ -58,6 +58,10 @@ class KBReader:
         """A copy of the placement in force."""
         return self.read(lambda kb: copy.deepcopy(kb.placements))
 
+    def unmet(self) -> list[dict[str, str]]:
+        """The goals the plan in force cannot meet, as recorded with it (a copy)."""
+        return self.read(lambda kb: [dict(u) for u in kb.unmet])
+
     def is_empty(self) -> bool:
         """No placement was ever recorded (a group rebuilt from scratch)."""
         return self.read(lambda kb: kb.generation == 0 and not kb.placements)

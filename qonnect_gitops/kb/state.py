@@ -52,6 +52,7 @@ from qonnect_gitops.model.report import MAX_RPS
 
 STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+MAX_UNMET = 1000  # unmet goals kept with the plan in force (one per component and goal)
 DECISION_LOG_LIMIT = 256
 DEFAULT_GRACE_SECONDS = 20.0
 DEFAULT_INTERVAL_SECONDS = 5.0
@@ -140,6 +141,8 @@ class KnowledgeBase:
         self.last_moved: dict[str, dict[str, Any]] = {}  # component -> {at, reason, detail}
         self.cluster_generations: dict[str, int] = {}
         self.goals_commit_of_plan: str | None = None
+        # Goals the plan in force cannot meet: [{component, goal, message}] (Plan.unmet).
+        self.unmet: list[dict[str, str]] = []
         # Leadership as the log saw it: who took office, in which term, when.
         self.leader: dict[str, Any] | None = None  # {id, term, since}
         self.members: dict[str, dict[str, str]] = {}  # id -> {raft, http}
@@ -335,16 +338,22 @@ class KnowledgeBase:
         goals_commit: str | None,
         term: int,
         now: float,
+        unmet: Sequence[Mapping[str, str]] = (),
     ) -> int:
         """Put a placement in force; returns the new generation.
 
         Returns the current generation unchanged when nothing differs (no decision is
         logged), and -1 when ``term`` is older than the newest leader's: a deposed
-        leader's decision is refused by the log itself.
+        leader's decision is refused by the log itself. ``unmet``: the goals the
+        decision cannot meet (kept even when the placement did not change).
         """
         if term < self.leader_term:
             self._log(now, "plan-refused", f"plan from stale term {term} refused", term=term)
             return -1
+        self.unmet = [
+            {"component": str(u["component"]), "goal": str(u["goal"]), "message": str(u["message"])}
+            for u in unmet[:MAX_UNMET]
+        ]
         # A component with no replica anywhere is not placed: it is left out, so a plan
         # that places nothing equals the empty placement.
         new = {
@@ -598,6 +607,7 @@ class KnowledgeBase:
             "lastMoved": self.last_moved,
             "clusterGenerations": self.cluster_generations,
             "goalsCommitOfPlan": self.goals_commit_of_plan,
+            "unmet": self.unmet,
             "leader": self.leader,
             "members": self.members,
             "decisions": self.decisions,
@@ -634,6 +644,7 @@ class KnowledgeBase:
         kb.last_moved = d["lastMoved"]
         kb.cluster_generations = d["clusterGenerations"]
         kb.goals_commit_of_plan = d["goalsCommitOfPlan"]
+        kb.unmet = d.get("unmet", [])  # absent in dumps made before it was recorded
         kb.leader = d["leader"]
         kb.members = d["members"]
         kb.decisions = d["decisions"]

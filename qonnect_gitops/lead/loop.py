@@ -68,9 +68,10 @@ from qonnect_gitops.lead.reconcile import (
     CycleHooks,
     CycleResult,
     Fenced,
-    current_placement,
     open_mirror_for_goals,
+    plan_in_force,
     reconcile_once,
+    unmet_of,
 )
 from qonnect_gitops.logs import get_logger, redact, redact_url
 from qonnect_gitops.model import Goals, GoalsError, Observed
@@ -371,7 +372,7 @@ class ReconcileLoop:
             try:
                 generation = self.node.propose(
                     self.node.state.plan, plan.placements(), reasons, plan.reason,
-                    result.goals_commit, term, now.timestamp())
+                    result.goals_commit, term, now.timestamp(), unmet_of(plan))
             except ProposalError as exc:
                 raise Fenced(f"decision not recorded: {exc.reason}") from exc
             if generation == -1:
@@ -405,13 +406,14 @@ class ReconcileLoop:
             return  # our own decision, recorded before it was pushed
         if seen is _UNKNOWN and not self.kb.is_empty():
             return  # a new leader: the KB already holds what the group recorded
-        _, _, current = current_placement(mirror)
-        if self.kb.placements() == current.placements or not self.may_write(term):
+        in_force = plan_in_force(mirror, head)
+        recorded = (self.kb.placements(), self.kb.unmet())
+        if recorded == (in_force.placements(), unmet_of(in_force)) or not self.may_write(term):
             return
         meta = mirror.store.decision_of(head)
         try:
-            self.node.propose(self.node.state.plan, current.placements, {}, meta.reason,
-                              meta.source, term, time.time())
+            self.node.propose(self.node.state.plan, in_force.placements(), {}, meta.reason,
+                              meta.source, term, time.time(), unmet_of(in_force))
         except ProposalError as exc:
             self._seen_head = seen  # try again next cycle
             log.warning("kb_sync_failed", reason=exc.reason)

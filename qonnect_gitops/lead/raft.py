@@ -94,9 +94,10 @@ class ReplicatedKB(SyncObjConsumer):
 
     @replicated
     def plan(self, placements: dict[str, dict[str, int]], reasons: dict[str, str], reason: str,
-             goals_commit: str | None, term: int, now: float) -> int:
+             goals_commit: str | None, term: int, now: float,
+             unmet: list[dict[str, str]] | None = None) -> int:
         with self.lock:
-            return self.kb.apply_plan(placements, reasons, reason, goals_commit, term, now)
+            return self.kb.apply_plan(placements, reasons, reason, goals_commit, term, now, unmet or ())
 
     @replicated
     def proposal_rejected(self, key: str, proposal_id: str, goals_commit: str, url: str,

@@ -130,24 +130,33 @@ def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials) 
     return open_mirror(path, url, credentials, goals)
 
 
-def current_placement(mirror: Mirror) -> tuple[str | None, int, CurrentPlacement]:
-    """The plan commit in force, its generation and its placement (empty before the first)."""
-    head = mirror.store.plan_head()
-    if head is None:
-        return None, 0, CurrentPlacement()
-    meta = mirror.store.decision_of(head)
+def plan_in_force(mirror: Mirror, head: str) -> Plan:
+    """The decision of a plan commit (its ``placement.yaml``)."""
     raw = read_file(mirror.repo, head, PLACEMENT_FILE)
     if raw is None:
         raise RuntimeError(f"the plan commit {head[:12]} has no {PLACEMENT_FILE}; refusing to "
                            "plan as if nothing ran")
     try:
-        previous = Plan.model_validate(yaml.safe_load(raw))
+        return Plan.model_validate(yaml.safe_load(raw))
     except (yaml.YAMLError, ValidationError) as exc:
         # A plan we cannot read must not be mistaken for "nothing runs": refuse to plan.
         raise RuntimeError(f"{PLACEMENT_FILE} at {head[:12]} is unreadable: {exc}") from exc
-    return head, meta.generation, CurrentPlacement(
-        placements=previous.placements(), last_moved=previous.last_moved
-    )
+
+
+def current_placement(mirror: Mirror) -> tuple[str | None, int, CurrentPlacement]:
+    """The plan commit in force, its generation and its placement (empty before the first):
+    what runs, when each component last moved, the size it was placed at, and the replicas
+    still draining."""
+    head = mirror.store.plan_head()
+    if head is None:
+        return None, 0, CurrentPlacement()
+    meta = mirror.store.decision_of(head)
+    return head, meta.generation, plan_in_force(mirror, head).current()
+
+
+def unmet_of(plan: Plan) -> list[dict[str, str]]:
+    """The goals a decision cannot meet, as the KB records them."""
+    return [u.model_dump(mode="json") for u in plan.unmet]
 
 
 def prune_limits(mirror: Mirror, head: str | None, rendered: RenderedPlan) -> dict[str, int]:
@@ -181,9 +190,21 @@ def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: Rend
     except (yaml.YAMLError, ValidationError):
         return False
     unplaced = sorted((u.component, u.replicas) for u in plan.unplaced)
-    return previous.placements() == plan.placements() and unplaced == sorted(
-        (u.component, u.replicas) for u in previous.unplaced
+    unmet = sorted((u.component, u.goal) for u in plan.unmet)
+    return (
+        previous.placements() == plan.placements()
+        and unplaced == sorted((u.component, u.replicas) for u in previous.unplaced)
+        and unmet == sorted((u.component, u.goal) for u in previous.unmet)
     )
+
+
+def finishes(mirror: Mirror, head: str | None, plan: Plan) -> bool:
+    """Whether a decision only finishes the plan in force (the same target placement:
+    draining replicas dropped, reasons or unmet goals reworded). In review mode such a
+    decision needs no new review: the reviewer approved that target already."""
+    if head is None:
+        return False
+    return plan_in_force(mirror, head).placements() == plan.placements()
 
 
 def needs_review(goals: Goals, reason: DecisionReason) -> bool:
@@ -205,6 +226,22 @@ def decision_summary(plan: Plan) -> str:
     if plan.unplaced:
         text += f", {sum(u.replicas for u in plan.unplaced)} replicas unplaced"
     return text
+
+
+_GOALS: dict[str, Goals] = {}  # the goals of the last commits read (a commit never changes)
+_GOALS_KEEP = 2
+
+
+def _goals_at(mirror: Mirror, commit: str) -> Goals:
+    """The goals at a commit, loaded once: reusing the same (immutable) ``Goals`` object
+    lets the planner keep what it derived from it between cycles."""
+    goals = _GOALS.get(commit)
+    if goals is None:
+        goals = load_goals(mirror.read_goals(commit))  # raises GoalsError: nothing cached
+        while len(_GOALS) >= _GOALS_KEEP:
+            del _GOALS[next(iter(_GOALS))]
+        _GOALS[commit] = goals
+    return goals
 
 
 def reconcile_once(
@@ -231,7 +268,7 @@ def reconcile_once(
     goals_commit = mirror.main_commit()
     if goals_commit is None:
         raise RuntimeError(f"{mirror.display_url} has no main branch")
-    goals = load_goals(mirror.read_goals(goals_commit))
+    goals = _goals_at(mirror, goals_commit)
     if hooks.on_goals is not None:
         hooks.on_goals(goals_commit, goals)
     # The generation and the placement in force come from the plan branch: it is the
@@ -253,7 +290,7 @@ def reconcile_once(
                   timestamp=int(now.timestamp()), prune_limits=prune_limits(mirror, head, rendered),
                   expected_plan=head)
     result = CycleResult(goals_commit, decision, generation, degraded=degraded)
-    review = needs_review(goals, decision.reason)
+    review = needs_review(goals, decision.reason) and not finishes(mirror, head, decision)
     open_proposals = [p for p in mirror.store.list_proposals() if p.base == head] if review else []
     baseline = open_proposals[-1].commit if open_proposals else head
     if same_decision(mirror, baseline, decision, rendered):

@@ -156,6 +156,7 @@ class LeadService:
                 "generation": kb.generation,
                 "clusters": kb.cluster_rows(now),
                 "placements": kb.placements,
+                "unmet": kb.unmet,
                 "lastMoved": {
                     comp: {**moved, "at": iso(moved["at"])} for comp, moved in kb.last_moved.items()
                 },

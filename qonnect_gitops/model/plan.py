@@ -13,10 +13,22 @@ from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt
 
 from qonnect_gitops.model.errors import GoalsError
 from qonnect_gitops.model.goals import Goals
+from qonnect_gitops.model.quantity import Bytes, MilliCPU
 from qonnect_gitops.model.yamlpos import parse_yaml, validate_document
 
 DecisionReason = Literal["goals-changed", "failover", "rescheduling", "scaling"]
 MoveReason = Literal["new", "failover", "rescheduling", "scaling", "goals-changed", "removed"]
+# The hard goals a plan can fail to meet (``Plan.unmet``). ``availability`` is
+# ``minClusters``; ``spread`` is ``availability.spread``; taints and tolerations count as
+# ``selector`` (they select clusters too); ``scaling`` is a scaling bound or target.
+GoalKind = Literal[
+    "capacity", "health", "latency", "availability", "spread", "tier", "selector",
+    "architecture", "cost", "scaling",
+]
+GOAL_KINDS: tuple[GoalKind, ...] = (
+    "capacity", "health", "latency", "availability", "spread", "tier", "selector",
+    "architecture", "cost", "scaling",
+)
 
 
 class PlanModel(BaseModel):
@@ -46,11 +58,22 @@ class Draining(PlanModel):
     reason: str
 
 
+class ReplicaRequest(PlanModel):
+    """The per-replica request a placement was sized at (quantities, as in the goals)."""
+
+    cpu: MilliCPU
+    memory: Bytes
+
+
 class ComponentPlan(PlanModel):
     component: str  # app/name
     kind: str
     assignments: tuple[Assignment, ...]  # sorted by cluster name
     draining: tuple[Draining, ...] = ()
+    request: ReplicaRequest | None = Field(
+        None, description="Per-replica CPU and memory the placement was sized at: the next "
+        "cycle re-checks running replicas when the goals change them."
+    )
 
     def replicas_by_cluster(self, include_draining: bool = True) -> dict[str, int]:
         """Replicas to run per cluster; while draining, the old ones count too."""
@@ -73,6 +96,14 @@ class Unplaced(PlanModel):
     near: str | None = Field(None, description="Where the capacity is wanted: a region or cluster.")
 
 
+class Unmet(PlanModel):
+    """A hard goal the plan does not meet; the best partial placement is still made."""
+
+    component: str
+    goal: GoalKind
+    message: str
+
+
 class Move(PlanModel):
     component: str
     source: str | None = Field(None, alias="from")
@@ -88,8 +119,26 @@ class Plan(PlanModel):
     reason: DecisionReason
     components: dict[str, ComponentPlan]  # keyed app/name, sorted
     unplaced: tuple[Unplaced, ...] = ()
+    unmet: tuple[Unmet, ...] = ()  # sorted by component, then goal
     moves: tuple[Move, ...] = ()
     last_moved: dict[str, AwareDatetime] = Field(default_factory=dict, alias="lastMoved")
+
+    def requests(self) -> dict[str, ReplicaRequest]:
+        """``{component: request}``: what each component's placement was sized at."""
+        return {key: cp.request for key, cp in sorted(self.components.items()) if cp.request is not None}
+
+    def current(self) -> CurrentPlacement:
+        """The placement in force once this plan runs, as the next cycle's input."""
+        return CurrentPlacement(
+            placements=self.placements(),
+            last_moved=self.last_moved,
+            requests=self.requests(),
+            draining={
+                key: {d.cluster: d.replicas for d in cp.draining}
+                for key, cp in sorted(self.components.items())
+                if cp.draining
+            },
+        )
 
     def placements(self) -> dict[str, dict[str, int]]:
         """``{component: {cluster: replicas}}`` of the target placement (without draining)."""
@@ -109,19 +158,28 @@ class CurrentPlacement(PlanModel):
 
     placements: dict[str, dict[str, NonNegativeInt]] = Field(default_factory=dict)
     last_moved: dict[str, AwareDatetime] = Field(default_factory=dict, alias="lastMoved")
+    requests: dict[str, ReplicaRequest] = Field(
+        default_factory=dict, description="Per-replica request each placement was sized at; "
+        "absent for plans written before it was recorded (then taken as unchanged)."
+    )
+    draining: dict[str, dict[str, NonNegativeInt]] = Field(
+        default_factory=dict, description="Replicas the plan in force keeps running while "
+        "they are replaced (make before break)."
+    )
 
 
 def load_current(path: str, raw: bytes, goals: Goals) -> CurrentPlacement:
-    """Parse an earlier plan's ``placements`` (and ``lastMoved``); JSON is read as YAML so
-    errors get positions. Other keys of a plan's JSON output are ignored."""
+    """Parse an earlier plan's ``placements`` (and ``lastMoved``, ``requests``); JSON is read
+    as YAML so errors get positions. Other keys of a plan's JSON output are ignored."""
     doc = parse_yaml(path, raw)[0]
     if not isinstance(doc.data, dict):
         raise GoalsError([doc.problem((), "expected a mapping with placements and lastMoved")])
-    data = {k: v for k, v in doc.data.items() if k in ("placements", "lastMoved")}
+    data = {k: v for k, v in doc.data.items() if k in ("placements", "lastMoved", "requests", "draining")}
     current = validate_document(CurrentPlacement, type(doc)(doc.path, data, doc.node, doc.start_line))
     problems = [
-        doc.problem(("placements", key, name), f"unknown cluster '{name}'", key=True)
-        for key, where in current.placements.items()
+        doc.problem((section, key, name), f"unknown cluster '{name}'", key=True)
+        for section, table in (("placements", current.placements), ("draining", current.draining))
+        for key, where in table.items()
         for name in where
         if name not in goals.clusters
     ]

@@ -4,6 +4,7 @@
 scores are plugins under ``placement.plugins``.
 """
 
-from qonnect_gitops.placement.planner import desired_replicas, plan
+from qonnect_gitops.placement.evaluate import desired_replicas
+from qonnect_gitops.placement.planner import plan
 
 __all__ = ["desired_replicas", "plan"]

@@ -4,11 +4,18 @@ A replica needs one node of a supported architecture with enough free CPU, memor
 pod slots, and the cluster's total free capacity must cover it too (an observed cluster
 may report only a total). Nodes are tried in a fixed order (first fit) so the result
 never depends on anything but the inputs.
+
+Identical nodes are a pool with a count: a declared shape of a million nodes is one
+``Pool`` until replicas land on it, and then only the nodes that took replicas are
+split off it (first fit fills nodes in order, so the untouched ones stay identical).
+The work per cluster therefore follows the replicas placed, never the node count.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import math
+from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -18,50 +25,178 @@ from qonnect_gitops.placement.fleet import StaticFleet
 
 UNLIMITED = 1 << 62
 
+# A node: [free cpu, free memory, free pod slots, arch] (mutable: consumed in place).
+Node = list
+
+
+@dataclass(slots=True)
+class Pool:
+    """``count`` identical nodes that no replica was put on yet in this cycle."""
+
+    cpu: int
+    memory: int
+    pods: int
+    arch: str
+    count: int
+
+    def per_node(self, cpu: int, memory: int) -> int:
+        """Replicas of this size one node of the pool holds."""
+        return min(
+            self.cpu // cpu if cpu else UNLIMITED,
+            self.memory // memory if memory else UNLIMITED,
+            self.pods,
+        )
+
+
+@dataclass(slots=True)
+class Segment:
+    """One declared node shape (or a cluster's observed nodes): the nodes replicas were
+    put on, in first-fit order, followed by the untouched rest as a pool."""
+
+    nodes: list[Node]
+    pool: Pool | None = None
+
+    def copy(self) -> Segment:
+        pool = self.pool
+        return Segment(
+            [node[:] for node in self.nodes],
+            None if pool is None else Pool(pool.cpu, pool.memory, pool.pods, pool.arch, pool.count),
+        )
+
+
+class Take(NamedTuple):
+    """Replicas charged to one node, so that they can be given back exactly (a named
+    tuple: a large plan creates tens of thousands)."""
+
+    cluster: int
+    segment: int
+    node: int
+    replicas: int
+
+
+class Running(NamedTuple):
+    """Replicas of a component that run on a cluster now, to be charged at today's size."""
+
+    key: str
+    cpu: int
+    memory: int
+    archs: frozenset[str]
+    replicas: int
+    # The size they run at when it differs from today's (the goals changed it), else None.
+    old_cpu: int | None = None
+    old_memory: int | None = None
+
+
+@dataclass(frozen=True)
+class Settled:
+    """A declared cluster after its running replicas were put on its nodes."""
+
+    segments: tuple[Segment, ...]
+    free_cpu: float
+    free_memory: float
+    fitted: dict[tuple[int, str], int]
+
 
 class Ledger:
     """Node-level and cluster-level free capacity of the whole fleet."""
 
-    def __init__(self, static: StaticFleet, goals: Goals, observed: Observed) -> None:
+    def __init__(
+        self,
+        static: StaticFleet,
+        goals: Goals,
+        observed: Observed,
+        settled: dict[tuple[int, tuple[Running, ...]], Settled] | None = None,
+    ) -> None:
         n = len(static.names)
-        # Per cluster: list of [cpu, memory, pods, arch] per node (mutable: consumed).
-        self.nodes: list[list[list[Any]]] = []
+        # Settlements of declared clusters from earlier cycles of the same goals: the
+        # same running replicas on the same declared nodes settle the same way.
+        self.settled = settled if settled is not None else {}
+        self.segments: list[list[Segment]] = []
+        # Per cluster: the allocatable (arch, cpu, memory) of each distinct node shape, to
+        # tell "no node is ever large enough" from "no node has room left".
+        self.shapes: list[tuple[tuple[str, int, int], ...]] = []
+        self.archs: list[frozenset[str]] = []
         self.free_cpu = np.zeros(n)
         self.free_memory = np.zeros(n)
         self.total_cpu = np.zeros(n)
         # True where the free capacity was observed, i.e. already net of what runs there.
         self.observed_usage = np.zeros(n, dtype=bool)
-        # Replicas already running on declared clusters, not yet put on nodes.
-        self.pending: dict[int, list[tuple[int, int, frozenset[str], int]]] = {}
+        # Replicas already running, charged to the cluster totals but not yet to nodes.
+        self.pending: dict[int, list[Running]] = {}
+        # (cluster, component) -> how many of its running replicas fit at today's size.
+        self.fitted: dict[tuple[int, str], int] = {}
+        # Per observed cluster: each ready node's allocatable (cpu, memory), in node order.
+        self.allocatable: dict[int, list[tuple[int, int]]] = {}
+        self._shape_table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        # Observed clusters: what their ready nodes offer in all, and what the placement in
+        # force puts there (at today's size). Reports lag behind decisions (replicas a plan
+        # put there may not run yet, so they are not in the free capacity reported): the
+        # free capacity counted is never more than the first minus the second.
+        self.capacity_cpu = np.zeros(n)
+        self.capacity_memory = np.zeros(n)
+        self.planned_cpu = np.zeros(n)
+        self.planned_memory = np.zeros(n)
+        self.running_on: dict[int, list[Running]] = {}  # observed clusters: what the plan runs there
+        self.segments_observed: set[int] = set()  # clusters whose nodes were reported
         for i, cluster in enumerate(static.clusters):
             oc = observed.clusters.get(static.names[i])
-            nodes: list[list[Any]]
+            segments: list[Segment]
             if oc is not None and oc.nodes is not None:
-                nodes = [[nd.free.cpu, nd.free.memory, UNLIMITED, nd.arch] for nd in oc.nodes if nd.ready]
-                total = sum(
-                    (nd.allocatable.cpu if nd.allocatable else nd.free.cpu) for nd in oc.nodes
-                )
-                self.observed_usage[i] = True
-            else:
-                nodes = [
-                    [shape.cpu, shape.memory, shape.pods, shape.arch]
-                    for shape in cluster.spec.nodes
-                    for _ in range(shape.count)
+                ready = [nd for nd in oc.nodes if nd.ready]
+                segments = [Segment([[nd.free.cpu, nd.free.memory, UNLIMITED, nd.arch] for nd in ready])]
+                self.allocatable[i] = [
+                    (nd.allocatable.cpu, nd.allocatable.memory) if nd.allocatable else (nd.free.cpu, nd.free.memory)
+                    for nd in ready
                 ]
+                sizes = {(nd.arch, *(
+                    (nd.allocatable.cpu, nd.allocatable.memory) if nd.allocatable else (nd.free.cpu, nd.free.memory)
+                )) for nd in ready}
+                total = sum((nd.allocatable.cpu if nd.allocatable else nd.free.cpu) for nd in oc.nodes)
+                self.observed_usage[i] = True
+                free_cpu = sum(nd.free.cpu for nd in ready)
+                free_memory = sum(nd.free.memory for nd in ready)
+                self.segments_observed.add(i)
+                self.capacity_cpu[i] = sum(c for c, _ in self.allocatable[i])
+                self.capacity_memory[i] = sum(m for _, m in self.allocatable[i])
+            else:
+                segments = [
+                    Segment([], Pool(shape.cpu, shape.memory, shape.pods, shape.arch, shape.count))
+                    for shape in cluster.spec.nodes
+                ]
+                sizes = {(shape.arch, shape.cpu, shape.memory) for shape in cluster.spec.nodes}
                 total = sum(shape.cpu * shape.count for shape in cluster.spec.nodes)
-            self.nodes.append(nodes)
+                free_cpu = total
+                free_memory = sum(shape.memory * shape.count for shape in cluster.spec.nodes)
+                self.capacity_cpu[i], self.capacity_memory[i] = free_cpu, free_memory
+            self.segments.append(segments)
+            self.shapes.append(tuple(sorted(sizes)))
+            self.archs.append(frozenset(arch for arch, _, _ in sizes))
             self.total_cpu[i] = max(total, 1)
             if oc is not None and oc.free is not None:
-                self.free_cpu[i] = oc.free.cpu
-                self.free_memory[i] = oc.free.memory
+                free_cpu, free_memory = oc.free.cpu, oc.free.memory
                 self.observed_usage[i] = True
-            else:
-                self.free_cpu[i] = sum(nd[0] for nd in nodes)
-                self.free_memory[i] = sum(nd[1] for nd in nodes)
+            self.free_cpu[i] = free_cpu
+            self.free_memory[i] = free_memory
+
+    # ----- questions ------------------------------------------------------------------------
 
     def utilisation(self) -> np.ndarray:
         """Used fraction of each cluster's CPU, in [0, 1]."""
         return np.clip(1.0 - self.free_cpu / self.total_cpu, 0.0, 1.0)
+
+    def holds_vector(self, cpu: int, memory: int, archs: frozenset[str]) -> np.ndarray:
+        """Per cluster: whether an empty node of it could hold one replica of this size."""
+        if self._shape_table is None:
+            rows = [(i, arch, c, m) for i, shapes in enumerate(self.shapes) for arch, c, m in shapes]
+            self._shape_table = (
+                np.array([r[0] for r in rows], dtype=np.int64),
+                np.array([r[1] for r in rows]),
+                np.array([r[2] for r in rows], dtype=np.int64),
+                np.array([r[3] for r in rows], dtype=np.int64),
+            )
+        cluster, arch, c, m = self._shape_table
+        ok = (c >= cpu) & (m >= memory) & np.isin(arch, sorted(archs))
+        return np.bincount(cluster[ok], minlength=len(self.shapes)) > 0
 
     def fits(self, cluster: int, cpu: int, memory: int, archs: frozenset[str], count: int) -> int:
         """How many of ``count`` replicas fit on the cluster now (without consuming)."""
@@ -69,28 +204,34 @@ class Ledger:
             return 0
         if cluster in self.pending:
             self._settle(cluster)
-        total = min(
-            count,
-            int(self.free_cpu[cluster] // cpu) if cpu else count,
-            int(self.free_memory[cluster] // memory) if memory else count,
-        )
+        total = self._total_room(cluster, cpu, memory, count)
         if total <= 0:
             return 0
         placed = 0
-        for node_cpu, node_mem, pods, arch in self.nodes[cluster]:
-            if arch not in archs:
-                continue
-            k = min(
-                total - placed,
-                node_cpu // cpu if cpu else UNLIMITED,
-                node_mem // memory if memory else UNLIMITED,
-                pods,
-            )
-            if k > 0:
-                placed += k
-                if placed >= total:
-                    break
+        for segment in self.segments[cluster]:
+            for node_cpu, node_mem, pods, arch in segment.nodes:
+                if arch not in archs:
+                    continue
+                k = min(
+                    total - placed,
+                    node_cpu // cpu if cpu else UNLIMITED,
+                    node_mem // memory if memory else UNLIMITED,
+                    pods,
+                )
+                if k > 0:
+                    placed += k
+                    if placed >= total:
+                        return placed
+            pool = segment.pool
+            if pool is not None and pool.count and pool.arch in archs:
+                per = pool.per_node(cpu, memory)
+                if per > 0:
+                    placed += min(total - placed, per * pool.count)
+                    if placed >= total:
+                        return placed
         return placed
+
+    # ----- changes ----------------------------------------------------------------------------
 
     def take(
         self,
@@ -99,72 +240,225 @@ class Ledger:
         memory: int,
         archs: frozenset[str],
         count: int,
-        record: list[tuple[int, int, int]] | None = None,
+        record: list[Take] | None = None,
     ) -> int:
         """Consume up to ``count`` replicas on the cluster, first fit; returns how many.
-        With ``record``, appends (cluster, node, replicas) so they can be released."""
+        With ``record``, appends a ``Take`` per node charged so they can be released."""
         total = self.fits(cluster, cpu, memory, archs, count)
-        for n, k in self._first_fit(cluster, cpu, memory, archs, total):
+        for take in self._first_fit(cluster, cpu, memory, archs, total):
             if record is not None:
-                record.append((cluster, n, k))
+                record.append(take)
         self.free_cpu[cluster] -= total * cpu
         self.free_memory[cluster] -= total * memory
         return total
 
-    def release(self, record: list[tuple[int, int, int]], cpu: int, memory: int) -> None:
-        """Give back what ``take`` recorded."""
-        for cluster, n, k in record:
-            node = self.nodes[cluster][n]
-            node[0] += k * cpu
-            node[1] += k * memory
-            node[2] += k
-            self.free_cpu[cluster] += k * cpu
-            self.free_memory[cluster] += k * memory
+    def release(self, record: list[Take], cpu: int, memory: int) -> None:
+        """Give back what ``take`` recorded (and empty the record)."""
+        for take in record:
+            self._charge(take, cpu, memory, -1)
         record.clear()
 
-    def occupy(self, cluster: int, cpu: int, memory: int, archs: frozenset[str], count: int) -> None:
-        """Account for replicas that already run on a cluster whose capacity is declared
-        (not observed): they hold capacity even when the node maths says they cannot fit.
+    def restore(self, take: Take, cpu: int, memory: int) -> None:
+        """Charge exactly the node of a released ``Take`` again (rolling back a release)."""
+        self._charge(take, cpu, memory, 1)
+
+    def occupy(self, cluster: int, running: Running) -> None:
+        """Account for replicas that already run on a cluster.
 
         Cluster totals are charged now; the nodes only when something asks about that
-        cluster's nodes, so a replan that touches few clusters does little work."""
+        cluster, so a replan that touches few clusters does little work. On a cluster
+        whose free capacity was observed the replicas are already counted in it, unless
+        the goals changed their size: then they are re-fitted at today's size."""
         if self.observed_usage[cluster]:
-            return
-        self.pending.setdefault(cluster, []).append((cpu, memory, archs, count))
-        self.free_cpu[cluster] -= count * cpu
-        self.free_memory[cluster] -= count * memory
+            self.planned_cpu[cluster] += running.replicas * running.cpu
+            self.planned_memory[cluster] += running.replicas * running.memory
+            if running.old_cpu is None:
+                self.running_on.setdefault(cluster, []).append(running)
+            if running.old_cpu is None:
+                self.fitted[(cluster, running.key)] = running.replicas
+                return
+        else:
+            self.free_cpu[cluster] -= running.replicas * running.cpu
+            self.free_memory[cluster] -= running.replicas * running.memory
+        self.pending.setdefault(cluster, []).append(running)
+
+    def settle_all(self) -> None:
+        """Settle every cluster with running replicas (then ``fitted`` is complete), and
+        cap the free capacity of observed clusters by what the placement in force puts
+        there (see ``planned_cpu``)."""
+        observed = self.observed_usage
+        # A report that does not show yet all the plan in force put on the cluster (the
+        # replicas are not scheduled yet, or the report predates them): that share of
+        # each component's replicas is put on the reported nodes too, first fit, so that
+        # the nodes are not taken for emptier than they will be.
+        used_cpu = self.capacity_cpu - self.free_cpu
+        used_memory = self.capacity_memory - self.free_memory
+        for cluster in np.flatnonzero(observed).tolist():
+            share = max(
+                (self.planned_cpu[cluster] - used_cpu[cluster]) / self.planned_cpu[cluster]
+                if self.planned_cpu[cluster] > 0 else 0.0,
+                (self.planned_memory[cluster] - used_memory[cluster]) / self.planned_memory[cluster]
+                if self.planned_memory[cluster] > 0 else 0.0,
+            )
+            if share > 0 and cluster in self.segments_observed:
+                for r in sorted(self.running_on.get(cluster, ()), key=lambda r: (-r.cpu, -r.memory, r.key)):
+                    self._first_fit(cluster, r.cpu, r.memory, r.archs, math.ceil(r.replicas * min(share, 1.0)))
+        for cluster in sorted(self.pending):
+            self._settle(cluster)
+        self.free_cpu[observed] = np.minimum(self.free_cpu, self.capacity_cpu - self.planned_cpu)[observed]
+        self.free_memory[observed] = np.minimum(self.free_memory, self.capacity_memory - self.planned_memory)[observed]
+
+    def running_fit(self, cluster: int, key: str) -> int:
+        """How many of a component's running replicas on the cluster fit at today's size."""
+        if cluster in self.pending:
+            self._settle(cluster)
+        return self.fitted.get((cluster, key), 0)
+
+    # ----- internals --------------------------------------------------------------------------
+
+    def _total_room(self, cluster: int, cpu: int, memory: int, count: int) -> int:
+        return min(
+            count,
+            int(self.free_cpu[cluster] // cpu) if cpu else count,
+            int(self.free_memory[cluster] // memory) if memory else count,
+        )
+
+    def _charge(self, take: Take, cpu: int, memory: int, sign: int) -> None:
+        """Charge (sign 1) or refund (sign -1) one recorded take."""
+        k = sign * take.replicas
+        node = self.segments[take.cluster][take.segment].nodes[take.node]
+        node[0] -= k * cpu
+        node[1] -= k * memory
+        node[2] -= k
+        self.free_cpu[take.cluster] -= k * cpu
+        self.free_memory[take.cluster] -= k * memory
 
     def _settle(self, cluster: int) -> None:
-        """Put the replicas recorded by ``occupy`` on the cluster's nodes, first fit, in
-        the order they were recorded."""
+        """Put the running replicas recorded by ``occupy`` on the cluster's nodes at
+        today's size, biggest first (first fit decreasing packs the most).
+
+        Declared capacity is a model and the packing that placed the replicas (in the
+        order of earlier decisions) is not recorded, so a replica first fit decreasing
+        cannot put on a node still counts as fitting while the cluster's totals hold
+        everything and the component's replicas alone fit its nodes; otherwise only as
+        many as fit count (the rest must run elsewhere). Observed capacity is real: a
+        replica re-fitted at a new size there fits only where first fit finds room."""
         waiting = self.pending.pop(cluster, None)
         if not waiting:
             return
-        for cpu, memory, archs, count in waiting:
-            self._first_fit(cluster, cpu, memory, archs, count)
+        observed = bool(self.observed_usage[cluster])
+        memo_key = (cluster, tuple(waiting))
+        if not observed:
+            done = self.settled.get(memo_key)
+            if done is not None:
+                self.segments[cluster] = [segment.copy() for segment in done.segments]
+                self.free_cpu[cluster], self.free_memory[cluster] = done.free_cpu, done.free_memory
+                self.fitted.update(done.fitted)
+                return
+        fitted_here: dict[tuple[int, str], int] = {}
+        results: list[tuple[Running, int]] = []
+        for r in sorted(waiting, key=lambda r: (-r.cpu, -r.memory, r.key)):
+            if observed:
+                # Observed free capacity is net of the replicas at their old size: give
+                # that back (to the nodes in order, as far as they are used) and fit
+                # them again at the new size.
+                self._credit(cluster, r)
+                self.free_cpu[cluster] -= r.replicas * r.cpu
+                self.free_memory[cluster] -= r.replicas * r.memory
+            results.append((r, sum(t.replicas for t in self._first_fit(cluster, r.cpu, r.memory, r.archs, r.replicas))))
+        totals_hold = self.free_cpu[cluster] >= 0 and self.free_memory[cluster] >= 0
+        for r, fitted in results:
+            if fitted < r.replicas and not observed:
+                alone = self._fits_empty(cluster, r)
+                fitted = max(fitted, min(alone, r.replicas) if totals_hold else fitted)
+            # The totals were charged for every running replica: refund those that do
+            # not fit (they will run elsewhere or nowhere).
+            self.free_cpu[cluster] += (r.replicas - fitted) * r.cpu
+            self.free_memory[cluster] += (r.replicas - fitted) * r.memory
+            fitted_here[(cluster, r.key)] = fitted
+        self.fitted.update(fitted_here)
+        if not observed:
+            if len(self.settled) > 2 * len(self.segments) + 16:
+                self.settled.clear()  # bounded: stale settlements go with the rest
+            self.settled[memo_key] = Settled(
+                tuple(segment.copy() for segment in self.segments[cluster]),
+                float(self.free_cpu[cluster]), float(self.free_memory[cluster]), fitted_here,
+            )
 
-    def _first_fit(
-        self, cluster: int, cpu: int, memory: int, archs: frozenset[str], count: int
-    ) -> list[tuple[int, int]]:
-        """Charge up to ``count`` replicas to the cluster's nodes in order, each node taking
-        as many as it holds; returns (node, replicas) for each node charged."""
-        placed: list[tuple[int, int]] = []
-        left = count
-        for n, node in enumerate(self.nodes[cluster]):
+    def _fits_empty(self, cluster: int, r: Running) -> int:
+        """How many replicas of this size the cluster's declared nodes hold when empty."""
+        held = 0
+        for segment in self.segments[cluster]:
+            pool = segment.pool
+            if pool is None or pool.arch not in r.archs:
+                continue
+            held += pool.per_node(r.cpu, r.memory) * (pool.count + len(segment.nodes))
+        return held
+
+    def _credit(self, cluster: int, r: Running) -> None:
+        """Give back what replicas running at their old size hold. Reports say how much of
+        each node is used, not by whom: the replicas are taken to use the nodes in order,
+        as far as each node's used part holds them (an estimate, deterministic)."""
+        old_cpu = r.old_cpu or 0
+        old_mem = r.old_memory or 0
+        left = r.replicas
+        allocatable = self.allocatable.get(cluster, [])
+        for node, (alloc_cpu, alloc_mem) in zip(self.segments[cluster][0].nodes, allocatable):
             if left <= 0:
                 break
-            if node[3] not in archs:
+            if node[3] not in r.archs:
                 continue
             k = min(
                 left,
-                node[0] // cpu if cpu else UNLIMITED,
-                node[1] // memory if memory else UNLIMITED,
-                node[2],
+                (alloc_cpu - node[0]) // old_cpu if old_cpu else left,
+                (alloc_mem - node[1]) // old_mem if old_mem else left,
             )
             if k > 0:
-                node[0] -= k * cpu
-                node[1] -= k * memory
-                node[2] -= k
+                node[0] += k * old_cpu
+                node[1] += k * old_mem
                 left -= k
-                placed.append((n, k))
+        # Only what the nodes' used parts could hold comes back (a stale or hostile
+        # ``requests`` entry cannot create capacity).
+        given = r.replicas - left
+        self.free_cpu[cluster] += given * old_cpu
+        self.free_memory[cluster] += given * old_mem
+
+    def _first_fit(self, cluster: int, cpu: int, memory: int, archs: frozenset[str], count: int) -> list[Take]:
+        """Charge up to ``count`` replicas to the cluster's nodes in order, each node taking
+        as many as it holds; untouched pool nodes are split off only as they fill."""
+        placed: list[Take] = []
+        left = count
+        for s, segment in enumerate(self.segments[cluster]):
+            if left <= 0:
+                break
+            nodes = segment.nodes
+            for n, node in enumerate(nodes):
+                if left <= 0:
+                    break
+                if node[3] not in archs:
+                    continue
+                k = min(
+                    left,
+                    node[0] // cpu if cpu else UNLIMITED,
+                    node[1] // memory if memory else UNLIMITED,
+                    node[2],
+                )
+                if k > 0:
+                    node[0] -= k * cpu
+                    node[1] -= k * memory
+                    node[2] -= k
+                    left -= k
+                    placed.append(Take(cluster, s, n, k))
+            pool = segment.pool
+            if left <= 0 or pool is None or not pool.count or pool.arch not in archs:
+                continue
+            per = pool.per_node(cpu, memory)
+            if per <= 0:
+                continue
+            while left > 0 and pool.count:
+                k = min(left, per)
+                nodes.append([pool.cpu - k * cpu, pool.memory - k * memory, pool.pods - k, pool.arch])
+                pool.count -= 1
+                left -= k
+                placed.append(Take(cluster, s, len(nodes) - 1, k))
         return placed

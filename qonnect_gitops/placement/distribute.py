@@ -1,34 +1,55 @@
 """Replica distribution: from a component's scored clusters to replica counts per cluster.
 
-Rules, in order: the best-scoring feasible cluster is the preferred one; when it has no
-room at all the work is offloaded to the feasible cluster nearest to it by latency
-(``offloading``); further clusters are added, best score first, until ``minClusters``
-are used; ``spread`` shares replicas evenly, otherwise the preferred cluster takes all
-but one per extra cluster; replicas that do not fit where they were meant to go burst
-to the clusters nearest the preferred one (``bursting``). What still fits nowhere is
-reported as unplaced. Nothing here mutates the ledger: callers commit the result.
+Rules, in order: the best-scoring allowed cluster (one whose nodes could hold a replica)
+is the preferred one; when it has no room at all the work is offloaded to the allowed
+cluster with room nearest to it by latency (``offloading``); further clusters are added,
+best score first, until ``minClusters`` are used; the primary cluster takes all but one
+replica per extra cluster; replicas that do not fit where they were meant to go burst to
+the clusters nearest the primary one (``bursting``). With ``spread`` the replicas are
+shared evenly (largest and smallest count differ by at most one) over as few clusters as
+capacity allows, at least ``minClusters``, the clusters already used first. What still
+fits nowhere is unplaced, with the rule that stopped it (``Blocked``).
+
+Nothing here mutates the ledger: callers commit the result.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from qonnect_gitops.placement.framework import Context
+from qonnect_gitops.placement.plugins.capacity import CapacityFilter
+from qonnect_gitops.placement.records import Blocked, Rule, Why
+
+CAPACITY = CapacityFilter()
 
 
 @dataclass
 class Distribution:
-    """Where replicas would go, and the story of why."""
+    """Where replicas would go, and by which rule."""
 
-    replicas: dict[int, int] = field(default_factory=dict)
+    replicas: dict[int, int] = field(default_factory=dict)  # added per cluster
+    removed: dict[int, int] = field(default_factory=dict)  # taken off existing clusters (spread)
+    why: dict[int, Why] = field(default_factory=dict)
     unplaced: int = 0
     preferred: int | None = None
-    notes: dict[int, str] = field(default_factory=dict)  # per cluster: why it was used
-    skipped: str = ""  # why not the preferred cluster, when it was not used
+    blocked: Blocked | None = None
+
+
+@dataclass(frozen=True)
+class Request:
+    """What to distribute: ``need`` more replicas next to the ``existing`` ones (they count
+    towards minClusters and spread); ``per_cluster_max``: 1 for DaemonSets. Replicas of
+    the component that run now and count as room when a placement is judged from
+    scratch are the context's ``own``."""
+
+    need: int
+    existing: Mapping[int, int] = field(default_factory=dict)
+    per_cluster_max: int | None = None
 
 
 class Room:
@@ -36,17 +57,19 @@ class Room:
 
     def __init__(self, ctx: Context) -> None:
         self.ctx = ctx
+        self.credit = ctx.own
         self.used: dict[int, int] = {}
         self.cache: dict[int, int] = {}
 
     def left(self, cluster: int, want: int) -> int:
-        """How many of ``want`` more replicas fit on the cluster (own replicas count as room)."""
-        c = self.ctx.component
+        """How many of ``want`` more replicas fit on the cluster."""
+        if want <= 0:
+            return 0
         if cluster not in self.cache:
+            c = self.ctx.component
             # Ask for at most what this component could ever need there.
-            own = self.ctx.own.get(cluster, 0)
-            fit = self.ctx.ledger.fits(cluster, c.cpu, c.memory, c.architectures, self.ctx.replicas)
-            self.cache[cluster] = own + fit
+            fit = self.ctx.ledger.fits(cluster, c.cpu, c.memory, c.architectures, max(self.ctx.replicas, want))
+            self.cache[cluster] = self.credit.get(cluster, 0) + fit
         return max(0, min(want, self.cache[cluster] - self.used.get(cluster, 0)))
 
     def use(self, cluster: int, count: int) -> None:
@@ -66,113 +89,123 @@ def by_distance(ctx: Context, origin: int, candidates: np.ndarray, total: np.nda
 
 
 def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterator[int]:
-    """Yield candidates ordered by the keys (first key first), then by index."""
-    primary = keys[0].astype(float).copy()
-    for _ in range(candidates.size):
-        best = float(primary.min())
-        if not math.isfinite(best) and best > 0:
-            return
-        ties = np.flatnonzero(primary == best)
-        for key in keys[1:]:
-            if ties.size > 1:
-                sub = key[ties]
-                ties = ties[sub == sub.min()]
-        pick = int(ties[0])  # candidates are in index order: the first is the lowest name
-        primary[pick] = math.inf
-        yield int(candidates[pick])
+    """Yield candidates ordered by the keys (first key first), then by index, skipping
+    those whose first key is +inf. Lazily, in growing batches: a batch is every candidate
+    whose first key is at most the k-th smallest (so ties are never split), sorted."""
+    primary = keys[0].astype(float)
+    rest = np.flatnonzero(~np.isposinf(primary))
+    batch = 8
+    while rest.size:
+        if rest.size > batch:
+            values = primary[rest]
+            cut = values[np.argpartition(values, batch - 1)[:batch]].max()
+            take = rest[values <= cut]
+            rest = rest[values > cut]
+        else:
+            take, rest = rest, rest[:0]
+        # lexsort: the last key is the most significant; positions (index order) last resort
+        order = np.lexsort((take, *(key[take] for key in reversed(keys[1:])), primary[take]))
+        for j in take[order].tolist():
+            yield int(candidates[j])
+        batch *= 8
+
+
+def _with_room(ctx: Context, allowed: np.ndarray) -> np.ndarray:
+    """Allowed clusters whose free totals could take one replica (the capacity filter's
+    quick vector check; the exact per-node answer comes from ``Room``)."""
+    return allowed & CAPACITY.mask(ctx)
 
 
 def distribute(
-    ctx: Context,
-    mask: np.ndarray | Callable[[], np.ndarray],
-    total: np.ndarray,
-    need: int,
-    existing: dict[int, int],
-    per_cluster_max: int | None = None,
-    wanted: np.ndarray | None = None,
+    ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Request, wanted: np.ndarray | None = None
 ) -> Distribution:
-    """Distribute ``need`` more replicas over the feasible clusters.
+    """Distribute ``req.need`` more replicas over the ``allowed`` clusters (those passing
+    every filter but free capacity), best ``total`` score first; see the module doc.
 
-    ``existing`` are replicas the component keeps (they count towards minClusters);
-    ``per_cluster_max`` caps replicas per cluster (DaemonSets: 1); ``wanted`` is the
-    mask without the capacity filter: its best cluster is the preferred one even when
-    full, so that offloading goes to the cluster nearest to it.
-    """
+    ``wanted``: ``allowed`` without the node-size check. With offloading, the preferred
+    cluster is the best of these: one whose nodes are too small offloads to the nearest
+    cluster with room, as a full one does. Without offloading it is the best cluster
+    where a replica fits on a node, so "full" is never said of a cluster too small."""
     result = Distribution()
+    need = req.need
+    qos = ctx.component.qos
+    existing = {i: n for i, n in req.existing.items() if n > 0}
+    daemon = req.per_cluster_max == 1
+    if qos.availability.spread and not daemon and (need > 0 or _uneven(existing)):
+        return _spread(ctx, allowed, total, req, existing, Room(ctx))
     if need <= 0:
         return result
-    if callable(mask) and (wanted is None or (per_cluster_max is not None and existing)):
-        mask = mask()  # the full mask (capacity included) may be computed lazily otherwise
-    qos = ctx.component.qos
     room = Room(ctx)
-    cap = per_cluster_max if per_cluster_max is not None else need
-    for cluster, count in existing.items():
-        room.use(cluster, count)
-    if per_cluster_max is not None and existing:
-        # A DaemonSet already on a cluster cannot take a second slot there.
-        assert not callable(mask)
-        mask = mask.copy()
-        mask[list(existing)] = False
-        if wanted is not None:
-            wanted = wanted.copy()
-            wanted[list(existing)] = False
-    pool = wanted if wanted is not None else mask
-    assert not callable(pool)
+    cap = req.per_cluster_max if req.per_cluster_max is not None else need
+    pool = allowed
+    if daemon and existing:
+        pool = allowed.copy()
+        pool[list(existing)] = False  # a DaemonSet already on a cluster takes no second slot
+    if daemon:
+        new_clusters = need
+    else:
+        new_clusters = max(qos.availability.min_clusters - len(existing), 0 if existing else 1)
+    first = pool
+    if new_clusters > 0 and existing and not daemon:
+        first = pool.copy()
+        first[list(existing)] = False  # availability asks for clusters it does not use yet
+        if not first.any():
+            first, new_clusters = pool, 0  # none left: reported as unmet availability
+    if not first.any():
+        result.unplaced, result.blocked = need, Blocked.NO_CLUSTER
+        return result
+    choose = first
+    if wanted is not None and qos.offloading and wanted is not allowed:
+        choose = first | (wanted & ~allowed)
+        if daemon and existing:
+            choose[list(existing)] = False
+        if new_clusters > 0 and existing and not daemon:
+            choose[list(existing)] = False
     # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
-    preferred = int(np.argmin(np.where(pool, total, math.inf)))
-    if not pool[preferred]:
-        result.unplaced = need
-        return result
+    preferred = int(np.argmin(np.where(choose, total, math.inf)))
     result.preferred = preferred
-    clusters_wanted = max(qos.availability.min_clusters - len(existing), 1 if not existing else 0)
-    if clusters_wanted <= 1 and room.left(preferred, min(need, cap)) >= min(need, cap) and need <= cap:
+    holds = bool(allowed[preferred])
+    if holds and new_clusters <= 1 and need <= cap and room.left(preferred, need) >= need:
         result.replicas[preferred] = need
-        result.notes[preferred] = "best score"
+        result.why[preferred] = Why(Rule.BEST)
         return result
-    if callable(mask):
-        mask = mask()
-    candidates = np.flatnonzero(mask)
-    if candidates.size == 0:
-        result.unplaced = need
-        return result
-    chosen: list[int] = []
-    primary = preferred
-    if room.left(preferred, 1) == 0 or preferred in existing and cap <= existing[preferred]:
+    candidates = np.flatnonzero(_with_room(ctx, first))
+    if holds and room.left(preferred, 1) > 0:
+        primary = preferred
+        result.why[primary] = Why(Rule.BEST)
+    elif preferred in existing:
+        # It runs there already and that is full: more replicas are its overflow, which
+        # the bursting rule governs (not offloading: nothing moves off it).
+        primary = preferred
+    elif existing and new_clusters == 0 and qos.offloading:
+        # It was offloaded already: the cluster it runs on nearest to the preferred one
+        # is its primary, as when it was placed from scratch; what that cannot take is
+        # overflow (bursting), so a replan finds what the first plan found.
+        near = np.array(sorted(existing), dtype=np.int64)
+        primary = next(by_distance(ctx, preferred, near, total))
+        result.why[primary] = Why(Rule.OFFLOADED, origin=preferred, too_small=not holds)
+    else:
         if not qos.offloading:
-            result.unplaced = need
-            result.skipped = f"preferred {ctx.fleet.names[preferred]} is full and offloading is off"
+            result.unplaced, result.blocked = need, Blocked.OFFLOADING_OFF
             return result
-        primary = -1
-        for cluster in by_distance(ctx, preferred, candidates, total):
-            if cluster not in existing and room.left(cluster, 1) > 0:
-                primary = cluster
-                break
+        primary = next((c for c in by_distance(ctx, preferred, candidates, total) if room.left(c, 1) > 0), -1)
         if primary < 0:
-            result.unplaced = need
+            result.unplaced, result.blocked = need, Blocked.NO_ROOM
             return result
-        result.skipped = f"better-scoring {ctx.fleet.names[preferred]} is full"
-        result.notes[primary] = (
-            f"offloaded: nearest feasible cluster to {ctx.fleet.names[preferred]}, which is full"
-        )
-    else:
-        result.notes[primary] = "best score"
-    chosen.append(primary)
-    for cluster in ranked(candidates, total) if len(chosen) < clusters_wanted else ():
-        if len(chosen) >= clusters_wanted:
-            break
-        if cluster in chosen or cluster in existing or room.left(cluster, 1) == 0:
-            continue
-        chosen.append(cluster)
-        result.notes[cluster] = f"availability: cluster {len(chosen) + len(existing)} of at least {qos.availability.min_clusters}"
-    # Shares per chosen cluster.
-    shares: dict[int, int] = {c: 0 for c in chosen}
-    if per_cluster_max == 1 or qos.availability.spread:
-        for i in range(need):
-            shares[chosen[i % len(chosen)]] += 1
-    else:
-        for cluster in chosen[1:]:
-            shares[cluster] = 1 if need > 0 else 0
-        shares[chosen[0]] = max(need - (len(chosen) - 1), 0)
+        result.why[primary] = Why(Rule.OFFLOADED, origin=preferred, too_small=not holds)
+    chosen = [primary]
+    if new_clusters > 1:
+        for cluster in ranked(candidates, total):
+            if len(chosen) >= min(new_clusters, need):
+                break
+            if cluster in chosen or room.left(cluster, 1) == 0:
+                continue
+            chosen.append(cluster)
+            result.why[cluster] = Why(
+                Rule.AVAILABILITY, ordinal=len(existing) + len(chosen), of=qos.availability.min_clusters
+            )
+    shares = {cluster: 1 for cluster in chosen[1:]}
+    shares[primary] = need - (len(chosen) - 1)
     overflow = 0
     for cluster in chosen:
         want = min(shares[cluster], cap)
@@ -183,21 +216,107 @@ def distribute(
             room.use(cluster, put)
         overflow += want - put
     if overflow and qos.bursting:
-        for cluster in by_distance(ctx, primary, candidates, total):
+        for cluster in by_distance(ctx, primary, np.flatnonzero(_with_room(ctx, pool)), total):
             if overflow == 0:
                 break
-            if cluster in existing and per_cluster_max == 1:
-                continue
             already = result.replicas.get(cluster, 0)
             put = room.left(cluster, min(overflow, cap - already))
             if put:
                 result.replicas[cluster] = already + put
                 room.use(cluster, put)
                 overflow -= put
-                result.notes.setdefault(
-                    cluster, f"burst: overflow from {ctx.fleet.names[primary]}, nearest by latency"
-                )
-    elif overflow:
-        result.skipped = (result.skipped + "; " if result.skipped else "") + "bursting is off"
+                result.why.setdefault(cluster, Why(Rule.BURST, origin=primary))
+    if overflow:
+        result.blocked = Blocked.NO_ROOM if qos.bursting else Blocked.BURSTING_OFF
+    for cluster in [c for c in result.why if c not in result.replicas]:
+        del result.why[cluster]
     result.unplaced = overflow
     return result
+
+
+def _spread(
+    ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Request, existing: dict[int, int], room: Room
+) -> Distribution:
+    """An even spread of all the component's replicas (existing ones included) over
+    as few clusters as capacity allows, at least minClusters, clusters already used first."""
+    result = Distribution()
+    qos = ctx.component.qos
+    n_total = req.need + sum(existing.values())
+    if not allowed.any():
+        result.unplaced, result.blocked = req.need, Blocked.NO_CLUSTER
+        return result
+    preferred = int(np.argmin(np.where(allowed, total, math.inf)))
+    result.preferred = preferred
+    k_min = min(max(qos.availability.min_clusters, 1), n_total)
+    # Capacity of each cluster for the component: what it keeps there plus room.
+    order: list[tuple[int, int]] = []
+    for cluster in sorted(existing, key=lambda i: (float(total[i]), i)):
+        if allowed[cluster]:
+            order.append((cluster, existing[cluster] + room.left(cluster, n_total)))
+    fresh_room = room.left(preferred, 1) > 0 if preferred not in existing else True
+    if not fresh_room and not existing and not qos.offloading:
+        result.unplaced, result.blocked = req.need, Blocked.OFFLOADING_OFF
+        return result
+    limit = n_total + len(existing) + 16  # clusters worth looking at: each takes at least one
+    k_max = max(k_min, len(existing)) if not qos.bursting else n_total
+    if len(order) < limit:
+        others = _with_room(ctx, allowed)
+        if existing:
+            others[list(existing)] = False
+        for cluster in ranked(np.flatnonzero(others), total):
+            if len(order) >= min(limit, max(k_max, k_min)):
+                break
+            cap = room.left(cluster, n_total)
+            if cap > 0:
+                order.append((cluster, cap))
+    targets = _even(order, n_total, k_min, min(k_max, len(order)))
+    placed = sum(targets.values())
+    for cluster, n in targets.items():
+        before = existing.get(cluster, 0)
+        if n > before:
+            result.replicas[cluster] = n - before
+    for cluster, before in existing.items():
+        n = targets.get(cluster, 0)
+        if n < before:
+            result.removed[cluster] = before - n
+    used = sorted(targets, key=lambda i: (i not in existing, float(total[i]), i))
+    for pos, cluster in enumerate(used, start=1):
+        if cluster in result.replicas:
+            rule = Rule.BEST if pos == 1 and cluster == preferred else Rule.SPREAD
+            result.why[cluster] = Why(rule, ordinal=pos, of=len(used))
+    result.unplaced = n_total - placed
+    if result.unplaced:
+        result.blocked = Blocked.NO_ROOM if qos.bursting or len(order) < k_min else Blocked.BURSTING_OFF
+    return result
+
+
+def _uneven(counts: Mapping[int, int]) -> bool:
+    return bool(counts) and max(counts.values()) - min(counts.values()) > 1
+
+
+def _even(order: list[tuple[int, int]], n: int, k_min: int, k_max: int) -> dict[int, int]:
+    """Counts over clusters (in preference order, each with its capacity) whose largest
+    and smallest differ by at most one, on the fewest clusters (>= k_min) that hold all
+    ``n``; when none does, the most even placement of as many as capacity holds."""
+    for k in range(max(k_min, 1), k_max + 1):
+        lo, extra = divmod(n, k)
+        if lo == 0:
+            break
+        picked = [(c, cap) for c, cap in order if cap >= lo][:k]
+        if len(picked) < k:
+            continue
+        high = [c for c, cap in picked if cap >= lo + 1][:extra]
+        if len(high) < extra:
+            continue
+        return {c: lo + (1 if c in high else 0) for c, _ in picked}
+    # Water filling: one replica at a time to the emptiest cluster with room left.
+    clusters = order[: max(k_max, 1)]
+    counts = {c: 0 for c, _ in clusters}
+    caps = dict(clusters)
+    for _ in range(n):
+        open_ = [c for c, _ in clusters if counts[c] < caps[c]]
+        if not open_:
+            break
+        pick = min(open_, key=lambda c: counts[c])
+        counts[pick] += 1
+    return {c: k for c, k in counts.items() if k > 0}

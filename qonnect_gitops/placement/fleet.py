@@ -7,7 +7,7 @@ Everything here is derived from ``Goals`` and ``Observed`` only; nothing reads a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -35,6 +35,12 @@ class StaticFleet:
     energy_per_millicore: np.ndarray  # watts per millicore x gCO2/kWh
     declared_region_latency: np.ndarray  # [cluster, region] ms, inf when unknown
     declared_pairs: dict[tuple[int, int], float]  # explicit cluster-to-cluster latencies
+    # [cluster, cluster] ms by the declarations alone (inf when unknown), and where an
+    # explicit pair decides it; measurements are applied on top each cycle.
+    declared_cluster_latency: np.ndarray
+    explicit: np.ndarray
+    # The finished table and its norm when nothing is measured (read only).
+    declared_view: tuple[np.ndarray, float]
 
 
 def build_static(goals: Goals) -> StaticFleet:
@@ -61,6 +67,12 @@ def build_static(goals: Goals) -> StaticFleet:
             pairs[(index[a], index[b])] = ms
         elif a in index and b in region_index:
             region_lat[index[a], region_index[b]] = ms
+    cl = _larger_known(region_lat[:, cluster_region])
+    explicit = np.zeros((n, n), dtype=bool)
+    for (src, dst), ms in pairs.items():
+        cl[src, dst] = ms
+        explicit[src, dst] = explicit[dst, src] = True
+    cl = _larger_known(cl)  # closeness reads rows as columns: one value per pair
     return StaticFleet(
         names=names,
         index=index,
@@ -76,7 +88,19 @@ def build_static(goals: Goals) -> StaticFleet:
         ),
         declared_region_latency=region_lat,
         declared_pairs=pairs,
+        declared_cluster_latency=cl,
+        explicit=explicit,
+        declared_view=_read_only(_finished(cl.copy())),
     )
+
+
+@dataclass(frozen=True)
+class Failure:
+    """Why a cluster counts as gone this cycle: reported unhealthy, or silent too long."""
+
+    reported_unhealthy: bool
+    silent_seconds: float | None = None
+    grace_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -85,15 +109,24 @@ class FleetView:
 
     static: StaticFleet
     healthy: np.ndarray  # bool per cluster: healthy and heartbeat within grace
-    failed_reason: dict[int, str]  # why an unhealthy cluster is treated as gone
+    failures: dict[int, Failure]  # why an unhealthy cluster is treated as gone
     region_latency: np.ndarray  # [cluster, region] ms; measured overrides declared
     measured_region: frozenset[tuple[int, int]]  # (cluster, region) pairs that were measured
     cluster_latency: np.ndarray  # [cluster, cluster] ms, finite everywhere
-    latency_norm: float  # largest finite cluster-to-cluster latency (>= 1)
+    latency_norm: float  # twice the largest finite cluster-to-cluster latency (>= 2)
+
+    rows: dict[int, list[float]] = field(default_factory=dict, compare=False)
 
     @property
     def names(self) -> tuple[str, ...]:
         return self.static.names
+
+    def latency_row(self, cluster: int) -> list[float]:
+        """``cluster_latency[cluster]`` as a list (cheap to index one element at a time)."""
+        row = self.rows.get(cluster)
+        if row is None:
+            row = self.rows[cluster] = self.cluster_latency[cluster].tolist()
+        return row
 
 
 def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetView:
@@ -101,49 +134,83 @@ def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetVi
     n = len(static.names)
     grace = goals.fleet.spec.heartbeat.grace_seconds
     healthy = np.ones(n, dtype=bool)
-    failed: dict[int, str] = {}
+    failed: dict[int, Failure] = {}
     for name, oc in sorted(observed.clusters.items()):
         i = static.index.get(name)
         if i is None:
             continue  # the CLI refuses unknown clusters; the planner ignores them
         if not oc.healthy:
             healthy[i] = False
-            failed[i] = "reported unhealthy"
+            failed[i] = Failure(reported_unhealthy=True)
         elif oc.heartbeat_age_seconds is not None and oc.heartbeat_age_seconds > grace:
             healthy[i] = False
-            failed[i] = f"silent for {oc.heartbeat_age_seconds:g}s (grace {grace:g}s)"
-    region_lat = static.declared_region_latency.copy()
-    pairs = dict(static.declared_pairs)
-    measured_region: set[tuple[int, int]] = set()
-    # Sorted, so a pair measured twice resolves the same way whatever the input order:
-    # the larger value wins (the later entry in sorted order).
-    for lat in sorted(observed.latencies, key=lambda x: (x.from_, x.to, x.ms)):
+            failed[i] = Failure(False, oc.heartbeat_age_seconds, grace)
+    region_lat = static.declared_region_latency
+    # A measurement overrides what is declared for its pair, in both directions; a pair
+    # measured more than once (or in both directions) counts with its largest value.
+    measured_pairs: dict[tuple[int, int], float] = {}
+    measured_regions: dict[tuple[int, int], float] = {}
+    for lat in observed.latencies:
         a, b = lat.from_, lat.to
         if a in static.index and b in static.index:
-            pairs[(static.index[a], static.index[b])] = lat.ms
-            pairs[(static.index[b], static.index[a])] = lat.ms
+            key = (min(static.index[a], static.index[b]), max(static.index[a], static.index[b]))
+            measured_pairs[key] = max(measured_pairs.get(key, 0.0), lat.ms)
         elif a in static.index and b in static.region_index:
-            region_lat[static.index[a], static.region_index[b]] = lat.ms
-            measured_region.add((static.index[a], static.region_index[b]))
+            key = (static.index[a], static.region_index[b])
+            measured_regions[key] = max(measured_regions.get(key, 0.0), lat.ms)
         elif b in static.index and a in static.region_index:
-            region_lat[static.index[b], static.region_index[a]] = lat.ms
-            measured_region.add((static.index[b], static.region_index[a]))
-    # Cluster to cluster: explicit pairs, else the source's latency to the target's region.
-    cl = region_lat[:, static.cluster_region].copy()
-    cl = np.minimum(cl, cl.T)  # symmetric: the better known direction
-    for (src, dst), ms in pairs.items():  # both directions are present: tables mirror links
-        cl[src, dst] = ms
-    cl = np.minimum(cl, cl.T)  # symmetric: closeness reads rows as columns
-    np.fill_diagonal(cl, 0.0)
-    finite = cl[np.isfinite(cl)]
-    norm = float(max(finite.max() if finite.size else 1.0, 1.0))
-    cl[~np.isfinite(cl)] = 2.0 * norm  # unknown pairs count as far apart
+            key = (static.index[b], static.region_index[a])
+            measured_regions[key] = max(measured_regions.get(key, 0.0), lat.ms)
+    if not measured_pairs and not measured_regions:
+        cl, norm = static.declared_view
+    else:
+        region_lat = region_lat.copy()
+        for (i, r), ms in measured_regions.items():
+            region_lat[i, r] = ms
+        # Cluster to cluster: an explicit pair, else the latency of each to the other's
+        # region; only the rows of clusters with a measured region latency change.
+        cl = static.declared_cluster_latency.copy()
+        reg = static.cluster_region
+        for k in sorted({i for i, _ in measured_regions}):
+            row = _larger_known_pair(region_lat[k, reg], region_lat[:, reg[k]])
+            row = np.where(static.explicit[k], cl[k], row)
+            cl[k, :] = row
+            cl[:, k] = row
+        for (i, j), ms in measured_pairs.items():
+            cl[i, j] = cl[j, i] = ms
+        cl, norm = _finished(cl)
     return FleetView(
         static=static,
         healthy=healthy,
-        failed_reason=failed,
+        failures=failed,
         region_latency=region_lat,
-        measured_region=frozenset(measured_region),
+        measured_region=frozenset(measured_regions),
         cluster_latency=cl,
-        latency_norm=2.0 * norm,
+        latency_norm=norm,
     )
+
+
+def _larger_known(table: np.ndarray) -> np.ndarray:
+    """Symmetric: where both directions are known the larger counts (a latency given in
+    both directions is judged by its worse one), else the known one."""
+    return _larger_known_pair(table, table.T)
+
+
+def _larger_known_pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+    both = np.isfinite(a) & np.isfinite(b)
+    return np.where(both, np.maximum(a, b), np.minimum(a, b))
+
+
+def _read_only(view: tuple[np.ndarray, float]) -> tuple[np.ndarray, float]:
+    view[0].setflags(write=False)  # shared by every cycle of these goals
+    return view
+
+
+def _finished(cl: np.ndarray) -> tuple[np.ndarray, float]:
+    """Zero on the diagonal; unknown pairs count as twice the largest known latency, and
+    that is the norm closeness divides by (so each of its terms stays within [0, 1])."""
+    np.fill_diagonal(cl, 0.0)
+    finite = cl[np.isfinite(cl)]
+    norm = float(max(finite.max() if finite.size else 1.0, 1.0))
+    cl[~np.isfinite(cl)] = 2.0 * norm
+    return cl, 2.0 * norm

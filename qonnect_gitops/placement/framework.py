@@ -3,6 +3,8 @@ say where a component may run, scores say how good each remaining cluster is. Bo
 on a whole vector of clusters at once (numpy, indexed in cluster-name order).
 
 A new policy is a new module in ``placement.plugins`` registering one more plugin.
+Filters name the hard goal they enforce (``goal``), so an exclusion is explained and
+reported as unmet from the filter that made it, never from its message.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from typing import Protocol
 import numpy as np
 
 from qonnect_gitops.model.goals import Component, Goals
+from qonnect_gitops.model.plan import GoalKind
 from qonnect_gitops.placement.capacity import Ledger
 from qonnect_gitops.placement.fleet import FleetView
 
@@ -37,6 +40,7 @@ class Filter(Protocol):
     """Rejects clusters a component must not run on."""
 
     name: str
+    goal: GoalKind  # the hard goal a rejection breaks (reported in ``Plan.unmet``)
     reason: str  # what a rejection means, e.g. "lacks a supported CPU architecture"
 
     def key(self, ctx: Context) -> Hashable | None:
@@ -59,3 +63,11 @@ class Score(Protocol):
 
     def score(self, ctx: Context) -> np.ndarray:
         """Float vector over all clusters."""
+
+
+class DynamicScore(Score, Protocol):
+    """A score that depends on decisions made during the cycle (never cached)."""
+
+    def score_at(self, ctx: Context, clusters: list[int]) -> list[float]:
+        """The score at a few clusters only: explanations need it for every component,
+        and a whole vector each would cost a large fleet most of a cycle."""

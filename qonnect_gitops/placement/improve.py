@@ -20,12 +20,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from qonnect_gitops.model.goals import Component
-from qonnect_gitops.placement.capacity import Ledger
+from qonnect_gitops.placement.capacity import Ledger, Take
 
 EPSILON = 1e-9
-CANDIDATES = 6
-GROUP_SIZE = 6
-SWAP_PARTNERS = 8  # components on a full cluster tried for a swap or an ejection  # components moved together at most  # best clusters by static score tried per replica, plus neighbours' clusters
+CANDIDATES = 6  # best clusters by static score tried per replica, plus neighbours' clusters
+GROUP_SIZE = 6  # components moved together at most
+SWAP_PARTNERS = 8  # components on a full cluster tried for a swap or an ejection
 
 
 @dataclass
@@ -35,7 +35,7 @@ class Movable:
     component: Component
     replicas: int
     target: dict[int, int]  # cluster -> replicas, changed in place
-    taken: list[tuple[int, int, int]]  # (cluster, node, replicas) held in the ledger
+    taken: list[Take]  # what it holds in the ledger
     static: np.ndarray  # static score per cluster
     allowed: np.ndarray  # passes every filter but capacity
     pinned: frozenset[int] = frozenset()  # clusters the offloading/bursting rules chose
@@ -151,14 +151,14 @@ class Search:
         m.target[dst] = m.target.get(dst, 0) + 1
         self.on.setdefault(dst, set()).add(key)
 
-    def _release_one(self, m: Movable, cluster: int) -> tuple[int, int, int]:
-        for i, (c, node, k) in enumerate(m.taken):
-            if c == cluster:
-                if k == 1:
+    def _release_one(self, m: Movable, cluster: int) -> Take:
+        for i, take in enumerate(m.taken):
+            if take.cluster == cluster:
+                if take.replicas == 1:
                     del m.taken[i]
                 else:
-                    m.taken[i] = (c, node, k - 1)
-                one = (c, node, 1)
+                    m.taken[i] = Take(take.cluster, take.segment, take.node, take.replicas - 1)
+                one = Take(take.cluster, take.segment, take.node, 1)
                 self.ledger.release([one], m.component.cpu, m.component.memory)
                 return one
         raise ValueError("no recorded replica on that cluster")
@@ -167,16 +167,9 @@ class Search:
         c = m.component
         return self.ledger.take(cluster, c.cpu, c.memory, c.architectures, 1, m.taken) == 1
 
-    def _restore(self, m: Movable, released: tuple[int, int, int]) -> None:
+    def _restore(self, m: Movable, released: Take) -> None:
         """Take back exactly what a release gave up (same node, same count)."""
-        cluster, node, k = released
-        c = m.component
-        n = self.ledger.nodes[cluster][node]
-        n[0] -= k * c.cpu
-        n[1] -= k * c.memory
-        n[2] -= k
-        self.ledger.free_cpu[cluster] -= k * c.cpu
-        self.ledger.free_memory[cluster] -= k * c.memory
+        self.ledger.restore(released, m.component.cpu, m.component.memory)
         m.taken.append(released)
 
     def _availability_ok(self, m: Movable, src: int, dst: int) -> bool:

@@ -21,6 +21,8 @@ import numpy as np
 from qonnect_gitops.model.goals import Goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement
+from qonnect_gitops.placement.cycle import Cycle
+from qonnect_gitops.placement.evaluate import desired_replicas
 from qonnect_gitops.placement.plugins.closeness import CLOSENESS_WEIGHT
 
 
@@ -32,7 +34,7 @@ class Terms:
     components: tuple[str, ...]  # app/name, sorted
     replicas: np.ndarray  # desired replicas per component
     scores: np.ndarray  # [component, cluster] static score s_ia
-    feasible: np.ndarray  # [component, cluster] all filters but capacity
+    feasible: np.ndarray  # [component, cluster] all filters but free capacity
     latency: np.ndarray  # [cluster, cluster] ms
     latency_norm: float
     calls: tuple[tuple[int, int], ...]  # (caller, callee) component indices
@@ -41,9 +43,8 @@ class Terms:
 
 def terms(goals: Goals, observed: Observed) -> Terms:
     """Static scores and feasibility of every component on every cluster."""
-    from qonnect_gitops.placement.planner import _Cycle, _Work, desired_replicas
-
-    cycle = _Cycle(goals, observed, CurrentPlacement())
+    cycle = Cycle(goals, observed, CurrentPlacement())
+    ev = cycle.evaluator
     keys = tuple(cycle.components)
     n = len(cycle.fleet.names)
     scores = np.zeros((len(keys), n))
@@ -51,12 +52,11 @@ def terms(goals: Goals, observed: Observed) -> Terms:
     replicas = np.zeros(len(keys), dtype=np.int64)
     for row, key in enumerate(keys):
         c = cycle.components[key]
-        rps = sum(cycle.traffic[key].values()) if key in cycle.traffic else None
-        count, scaled = desired_replicas(c, rps)
+        count, _ = desired_replicas(c, cycle.rps(key))
         replicas[row] = count
-        ctx = cycle.context(_Work(c, count, scaled, {}, key), {})
-        scores[row] = cycle.scores(ctx)[0]  # no placement yet: closeness contributes 0
-        feasible[row] = cycle.feasible(ctx)[1]
+        ctx = ev.context(c, count)
+        scores[row] = ev.static_total(ctx)  # no placement yet: closeness contributes 0
+        feasible[row] = ev.static_mask(ctx)
     index = {k: i for i, k in enumerate(keys)}
     calls = tuple(
         (index[k], index[callee])

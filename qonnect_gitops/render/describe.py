@@ -1,5 +1,6 @@
 """A plan described for people and programs: the JSON of ``qonnect plan --format json``
-and the markdown table that decision commits and pull requests of proposals carry."""
+and the markdown table that decision commits and pull requests of proposals carry (with
+the goals the decision cannot meet)."""
 
 from __future__ import annotations
 
@@ -10,15 +11,25 @@ from qonnect_gitops.model.plan import Plan
 
 def plan_json(p: Plan) -> str:
     """The plan as sorted, indented JSON: byte-identical for the same plan."""
+    current = p.current()
     data = {
         "reason": p.reason,
         "placements": p.placements(),
         "unplaced": [u.model_dump(mode="json") for u in p.unplaced],
+        "unmet": [u.model_dump(mode="json") for u in p.unmet],
         "moves": [m.model_dump(mode="json", by_alias=True) for m in p.moves],
         "components": {k: v.model_dump(mode="json") for k, v in p.components.items()},
         "lastMoved": {k: v.isoformat().replace("+00:00", "Z") for k, v in p.last_moved.items()},
+        # With placements and lastMoved, what the next `qonnect plan --current` reads.
+        "requests": {k: v.model_dump(mode="json") for k, v in current.requests.items()},
+        "draining": current.draining,
     }
     return json.dumps(data, sort_keys=True, indent=2, ensure_ascii=False)
+
+
+def score_text(score: float | None) -> str:
+    """An assignment's score for tables (its breakdown is in the JSON)."""
+    return "-" if score is None else f"{score:.3f}"
 
 
 def _md(text: object) -> str:
@@ -27,12 +38,15 @@ def _md(text: object) -> str:
 
 def plan_markdown(p: Plan) -> str:
     """The table a pull request of proposed placements shows."""
-    lines = [f"### Proposed placement ({p.reason})", "", "| Component | Cluster | Replicas | Why |", "|---|---|---:|---|"]
+    lines = [f"### Proposed placement ({p.reason})", ""]
+    if p.unmet:
+        lines += [f"**{len(p.unmet)} goal(s) not met**: see *Unmet goals* below.", ""]
+    lines += ["| Component | Cluster | Replicas | Score | Why |", "|---|---|---:|---:|---|"]
     for key, cp in p.components.items():
         for a in cp.assignments:
-            lines.append(f"| `{key}` | {a.cluster} | {a.replicas} | {_md(a.reason)} |")
+            lines.append(f"| `{key}` | {a.cluster} | {a.replicas} | {score_text(a.score)} | {_md(a.reason)} |")
         for d in cp.draining:
-            lines.append(f"| `{key}` | {d.cluster} | -{d.replicas} draining | {_md(d.reason)} |")
+            lines.append(f"| `{key}` | {d.cluster} | -{d.replicas} draining | - | {_md(d.reason)} |")
     if p.moves:
         lines += ["", "#### Moves", "", "| Component | From | To | Replicas | Reason | Detail |", "|---|---|---|---:|---|---|"]
         for m in p.moves:
@@ -41,4 +55,8 @@ def plan_markdown(p: Plan) -> str:
         lines += ["", "#### Unplaced", "", "| Component | Replicas | Per replica | Near | Why |", "|---|---:|---|---|---|"]
         for u in p.unplaced:
             lines.append(f"| `{u.component}` | {u.replicas} | {u.cpu} CPU, {u.memory}, {'/'.join(u.architectures)} | {_md(u.near)} | {_md(u.reason)} |")
+    if p.unmet:
+        lines += ["", "#### Unmet goals", "", "| Component | Goal | Why |", "|---|---|---|"]
+        for goal in p.unmet:
+            lines.append(f"| `{goal.component}` | {goal.goal} | {_md(goal.message)} |")
     return "\n".join(lines)

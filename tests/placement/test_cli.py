@@ -51,7 +51,7 @@ def test_markdown_and_table(tmp_path: Path, capsys: pytest.CaptureFixture[str]) 
     obs = tmp_path / "observed.yaml"
     obs.write_text(OBSERVED)
     code, md, _ = _run(capsys, "--observed", str(obs), "--format", "markdown")
-    assert code == 0 and "| Component | Cluster | Replicas | Why |" in md and "`bookinfo/productpage`" in md
+    assert code == 0 and "| Component | Cluster | Replicas | Score | Why |" in md and "`bookinfo/productpage`" in md
     code, table, _ = _run(capsys, "--observed", str(obs))
     assert code == 0 and table.startswith("decision: ") and "bookinfo/ratings" in table
 

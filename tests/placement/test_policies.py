@@ -75,10 +75,17 @@ def test_offloading_to_nearest_feasible_cluster() -> None:
     p = plan(goals(clusters, [web], links=links), observed(), current({}))
     assert p.placements()["shop/web"] == {"near": 1}  # not the cheaper "far"
     assert "offloaded" in p.components["shop/web"].assignments[0].reason
+    assert "edge-1, whose nodes are too small" in p.components["shop/web"].assignments[0].reason
+    # Without offloading the preferred cluster is the best one whose nodes hold a replica.
     off = component("web", cpu=2000, qos={"objective": "cost", "offloading": False})
     p = plan(goals(clusters, [off], links=links), observed(), current({}))
+    assert p.placements()["shop/web"] == {"far": 1}
+    # ... and when that one is full, the replica is unplaced, saying so truthfully.
+    busy = observed(clusters={"far": {"free": {"cpu": "1", "memory": "8Gi"}}})
+    p = plan(goals(clusters, [off], links=links), busy, current({}))
     assert p.placements()["shop/web"] == {}
-    assert "offloading is off" in p.unplaced[0].reason
+    assert "preferred far is full and offloading is off" in p.unplaced[0].reason
+    assert [(u.goal, u.component) for u in p.unmet] == [("capacity", "shop/web")]
 
 
 def test_bursting_overflow_to_neighbours() -> None:
@@ -107,7 +114,7 @@ def test_unplaced_says_shape_and_where() -> None:
     p = plan(g, observed(), current({}))
     u = p.unplaced[0]
     assert (u.component, u.replicas, u.cpu, u.memory, u.near) == ("shop/web", 2, "2", "1Gi", "eu-central")
-    assert "lacks free capacity" in u.reason
+    assert "1 has no node large enough for one replica" in u.reason
 
 
 def test_scaling_follows_observed_rps() -> None:

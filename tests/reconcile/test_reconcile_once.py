@@ -123,3 +123,50 @@ def test_decision_commits_carry_the_readable_table(goals: GoalsRepo) -> None:
                           capture_output=True, text=True, check=True).stdout
     assert "### Proposed placement (goals-changed)" in body
     assert "| `bookinfo/productpage` |" in body
+
+
+def _placement(goals: GoalsRepo, ref: str) -> dict[str, object]:
+    return yaml.safe_load(subprocess.run(["git", "-C", str(goals.bare), "show", f"{ref}:placement.yaml"],
+                                         capture_output=True, text=True, check=True).stdout)
+
+
+def _proposals(goals: GoalsRepo) -> list[str]:
+    return subprocess.run(["git", "-C", str(goals.bare), "for-each-ref", "--format=%(refname)",
+                           "refs/heads/qonnect/proposals/"], capture_output=True, text=True).stdout.split()
+
+
+def test_review_mode_drops_draining_after_approval_without_another_review(goals: GoalsRepo) -> None:
+    assert reconcile(goals).returncode == 0
+    goals.edit("qonnect.yaml", "mode: auto            # auto | pull-request", "mode: pull-request", "review on")
+    goals.edit("apps/bookinfo/app.yaml", "        tiers: [fog, cloud]               # the JVM is too heavy for the shop boards\n",
+               "        tiers: [fog, cloud]               # the JVM is too heavy for the shop boards\n"
+               "        latency:\n          - {region: eu-central, maxMs: 11}\n", "reviews-v1 within 11 ms")
+    assert reconcile(goals).returncode == 0
+    (proposal,) = _proposals(goals)
+    assert _placement(goals, proposal)["components"]["bookinfo/reviews-v1"]["draining"]  # make before break
+    approve = subprocess.run([sys.executable, "-m", "qonnect_gitops", "approve", proposal.rsplit("/", 1)[1],
+                              "--repo", goals.url], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert approve.returncode == 0, approve.stderr
+    approved = goals.rev("qonnect/plan")
+    # The next cycle drops the draining replica on its own: the reviewer approved that target.
+    result = reconcile(goals)
+    assert result.returncode == 0, result.stderr
+    assert goals.rev("qonnect/plan") != approved and _proposals(goals) == []  # no new review
+    after = _placement(goals, "qonnect/plan")
+    assert after["components"]["bookinfo/reviews-v1"]["draining"] == []
+    where = [(a["cluster"], a["replicas"]) for a in after["components"]["bookinfo/reviews-v1"]["assignments"]]
+    approved_where = [(a["cluster"], a["replicas"])
+                      for a in _placement(goals, approved)["components"]["bookinfo/reviews-v1"]["assignments"]]
+    assert where == approved_where
+
+
+def test_decision_commits_say_which_goals_they_cannot_meet(goals: GoalsRepo) -> None:
+    goals.edit("apps/bookinfo/app.yaml", "        tiers: [fog, cloud]               # the JVM is too heavy for the shop boards\n",
+               "        tiers: [fog, cloud]               # the JVM is too heavy for the shop boards\n"
+               "        latency:\n          - {region: eu-central, maxMs: 2}\n", "reviews-v1 within 2 ms: impossible")
+    assert reconcile(goals).returncode == 0
+    body = subprocess.run(["git", "-C", str(goals.bare), "log", "-1", "--format=%b", "qonnect/plan"],
+                          capture_output=True, text=True, check=True).stdout
+    assert "#### Unmet goals" in body and "| `bookinfo/reviews-v1` | latency |" in body
+    assert [(u["component"], u["goal"]) for u in _placement(goals, "qonnect/plan")["unmet"]] == \
+        [("bookinfo/reviews-v1", "latency")]

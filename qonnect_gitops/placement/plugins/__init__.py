@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
-from qonnect_gitops.placement.framework import Filter, Score
+from qonnect_gitops.placement.framework import DynamicScore, Filter, Score
 from qonnect_gitops.placement.plugins.affinity import AffinityScore
 from qonnect_gitops.placement.plugins.arch import ArchitectureFilter
-from qonnect_gitops.placement.plugins.capacity import CapacityFilter
+from qonnect_gitops.placement.plugins.capacity import CapacityFilter, NodeSizeFilter
 from qonnect_gitops.placement.plugins.closeness import ClosenessScore
 from qonnect_gitops.placement.plugins.cost import CostCapFilter, CostScore, EnergyScore
 from qonnect_gitops.placement.plugins.health import HealthFilter
 from qonnect_gitops.placement.plugins.latency import LatencyEnvelopeFilter, LatencyScore
 from qonnect_gitops.placement.plugins.taints import TaintFilter, TaintPreferenceScore
-from qonnect_gitops.placement.plugins.tier import SelectorFilter, TierFilter, TierPreferenceScore
+from qonnect_gitops.placement.plugins.tier import (
+    SelectorFilter,
+    TierFilter,
+    TierPreferenceScore,
+)
 from qonnect_gitops.placement.plugins.traffic import TrafficScore
 from qonnect_gitops.placement.plugins.utilisation import UtilisationScore
 
@@ -24,8 +28,9 @@ GOAL_FILTERS: tuple[Filter, ...] = (
     ArchitectureFilter(),
     CostCapFilter(),
 )
-# Filters on what was observed: health first (failover), then latency and capacity.
-OBSERVED_FILTERS: tuple[Filter, ...] = (HealthFilter(), LatencyEnvelopeFilter())
+# Filters on what was observed: health first (failover), then latency, then whether any
+# node (as reported, or as declared) could hold one replica at all.
+OBSERVED_FILTERS: tuple[Filter, ...] = (HealthFilter(), LatencyEnvelopeFilter(), NodeSizeFilter())
 DYNAMIC_FILTERS: tuple[Filter, ...] = (CapacityFilter(),)
 
 # Scores whose vector is fixed for the cycle (the exact reference objective uses these).
@@ -38,4 +43,4 @@ STATIC_SCORES: tuple[Score, ...] = (
     TrafficScore(),
     AffinityScore(),
 )
-DYNAMIC_SCORES: tuple[Score, ...] = (UtilisationScore(), ClosenessScore())
+DYNAMIC_SCORES: tuple[DynamicScore, ...] = (UtilisationScore(), ClosenessScore())

@@ -7,11 +7,13 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from qonnect_gitops.model.plan import GoalKind
 from qonnect_gitops.placement.framework import Context
 
 
 class ArchitectureFilter:
     name = "architecture"
+    goal: GoalKind = "architecture"
     reason = "has no node of a supported CPU architecture"
 
     def key(self, ctx: Context) -> Hashable | None:
@@ -19,10 +21,4 @@ class ArchitectureFilter:
 
     def mask(self, ctx: Context) -> np.ndarray:
         archs = ctx.component.architectures
-        return np.array(
-            [
-                any(node[3] in archs for node in nodes) if nodes else False
-                for nodes in ctx.ledger.nodes
-            ],
-            dtype=bool,
-        )
+        return np.array([not archs.isdisjoint(have) for have in ctx.ledger.archs], dtype=bool)

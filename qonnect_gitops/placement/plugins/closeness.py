@@ -39,3 +39,21 @@ class ClosenessScore:
                 for cluster, replicas in sorted(where.items()):
                     total += (replicas / n) * lat[cluster]
         return total / ctx.fleet.latency_norm
+
+    def score_at(self, ctx: Context, clusters: list[int]) -> list[float]:
+        out = []
+        for a in clusters:
+            row = ctx.fleet.latency_row(a)
+            total = 0.0
+            for callee in ctx.component.calls:
+                where = ctx.placement.get(callee)
+                if where:
+                    total += min(row[b] for b in where)
+            for caller in ctx.callers:
+                where = ctx.placement.get(caller)
+                if where:
+                    n = sum(where.values())
+                    for b, replicas in sorted(where.items()):
+                        total += (replicas / n) * row[b]
+            out.append(total / ctx.fleet.latency_norm)
+        return out

@@ -7,6 +7,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from qonnect_gitops.model.plan import GoalKind
 from qonnect_gitops.placement.framework import Context
 
 
@@ -26,6 +27,7 @@ class CostCapFilter:
     cost at most cap / replicas there, so any mix of such clusters stays under it."""
 
     name = "cost"
+    goal: GoalKind = "cost"
     reason = "would exceed maxCostPerHour"
 
     def key(self, ctx: Context) -> Hashable | None:

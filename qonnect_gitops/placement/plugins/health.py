@@ -7,12 +7,14 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from qonnect_gitops.model.plan import GoalKind
 from qonnect_gitops.placement.framework import Context
 
 
 class HealthFilter:
     name = "health"
-    reason = "unhealthy or silent past the heartbeat grace"
+    goal: GoalKind = "health"
+    reason = "is unhealthy or silent past the heartbeat grace"
 
     def key(self, ctx: Context) -> Hashable | None:
         return ()

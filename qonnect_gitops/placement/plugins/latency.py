@@ -7,6 +7,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from qonnect_gitops.model.plan import GoalKind
 from qonnect_gitops.placement.framework import Context
 
 
@@ -17,16 +18,23 @@ def _goals(ctx: Context) -> tuple[tuple[int, float], ...]:
 
 class LatencyEnvelopeFilter:
     name = "latency"
+    goal: GoalKind = "latency"
     reason = "is outside the latency envelope"
 
     def key(self, ctx: Context) -> Hashable | None:
         return _goals(ctx)
 
     def mask(self, ctx: Context) -> np.ndarray:
-        ok = np.ones(len(ctx.fleet.names), dtype=bool)
-        for region, max_ms in _goals(ctx):
-            ok &= ctx.fleet.region_latency[:, region] <= max_ms
-        return ok
+        return envelope_mask(ctx.fleet.region_latency, ctx)
+
+
+def envelope_mask(region_latency: np.ndarray, ctx: Context) -> np.ndarray:
+    """Clusters whose latency (per the given [cluster, region] table) to every region of
+    the component's latency goals is within its ``maxMs``; an unknown latency fails."""
+    ok = np.ones(len(ctx.fleet.names), dtype=bool)
+    for region, max_ms in _goals(ctx):
+        ok &= region_latency[:, region] <= max_ms
+    return ok
 
 
 class LatencyScore:

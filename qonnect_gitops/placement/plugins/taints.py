@@ -9,6 +9,7 @@ import numpy as np
 
 from qonnect_gitops.model.app import Toleration
 from qonnect_gitops.model.cluster import Taint
+from qonnect_gitops.model.plan import GoalKind
 from qonnect_gitops.placement.framework import Context
 
 PREFER_NO_SCHEDULE_PENALTY = 0.2
@@ -20,6 +21,7 @@ def _tolerated(taint: Taint, tolerations: tuple[Toleration, ...]) -> bool:
 
 class TaintFilter:
     name = "taints"
+    goal: GoalKind = "selector"  # tolerations select clusters as a selector does
     reason = "has a NoSchedule/NoExecute taint the component does not tolerate"
 
     def key(self, ctx: Context) -> Hashable | None:

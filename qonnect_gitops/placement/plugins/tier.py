@@ -7,6 +7,7 @@ from collections.abc import Hashable
 
 import numpy as np
 
+from qonnect_gitops.model.plan import GoalKind
 from qonnect_gitops.placement.framework import Context
 
 TIER_PREFERENCE_WEIGHT = 0.1  # a gentle nudge: edge first unless the objective disagrees
@@ -14,7 +15,8 @@ TIER_PREFERENCE_WEIGHT = 0.1  # a gentle nudge: edge first unless the objective 
 
 class TierFilter:
     name = "tier"
-    reason = "not in one of the component's tiers"
+    goal: GoalKind = "tier"
+    reason = "is not in one of the component's tiers"
 
     def key(self, ctx: Context) -> Hashable | None:
         return ctx.component.qos.tiers
@@ -28,7 +30,8 @@ class TierFilter:
 
 class SelectorFilter:
     name = "selector"
-    reason = "labels do not match the cluster selector"
+    goal: GoalKind = "selector"
+    reason = "has labels the cluster selector does not match"
 
     def key(self, ctx: Context) -> Hashable | None:
         selector = ctx.component.qos.cluster_selector

@@ -25,3 +25,12 @@ class UtilisationScore:
     def score(self, ctx: Context) -> np.ndarray:
         used = ctx.ledger.utilisation()
         return 1.0 - used if ctx.component.qos.placement.policy == "best-fit" else used
+
+    def score_at(self, ctx: Context, clusters: list[int]) -> list[float]:
+        ledger = ctx.ledger
+        best = ctx.component.qos.placement.policy == "best-fit"
+        out = []
+        for a in clusters:
+            used = min(max(1.0 - float(ledger.free_cpu[a]) / float(ledger.total_cpu[a]), 0.0), 1.0)
+            out.append(1.0 - used if best else used)
+        return out

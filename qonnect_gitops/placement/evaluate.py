@@ -1,0 +1,456 @@
+"""Stage 1, evaluate: which clusters pass a component's hard goals, and how the others score.
+
+``Evaluator`` runs the filter and score plugins (``placement.plugins``) over the whole
+vector of clusters and caches what is fixed for the cycle: masks by the plugin's key,
+static scores by the component's QoS object, size and traffic. It also answers the
+questions the later stages ask about a single cluster (which filter rules it out) or a
+few clusters (the score and its terms there), and counts why a component found no more
+room (``Census``): explanations come from the filters' actual results.
+"""
+
+from __future__ import annotations
+
+import math
+import weakref
+from collections.abc import Hashable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from qonnect_gitops.model.goals import Component, Goals
+from qonnect_gitops.model.plan import GoalKind
+from qonnect_gitops.placement.capacity import Ledger
+from qonnect_gitops.placement.fleet import FleetView, StaticFleet, build_static
+from qonnect_gitops.placement.framework import Context, Filter
+from qonnect_gitops.placement.plugins import (
+    DYNAMIC_FILTERS,
+    DYNAMIC_SCORES,
+    GOAL_FILTERS,
+    OBSERVED_FILTERS,
+    STATIC_SCORES,
+)
+from qonnect_gitops.placement.plugins.latency import (
+    LatencyEnvelopeFilter,
+    envelope_mask,
+)
+from qonnect_gitops.placement.records import Census
+
+STATIC_FILTERS: tuple[Filter, ...] = (*GOAL_FILTERS, *OBSERVED_FILTERS)
+ALL_FILTERS: tuple[Filter, ...] = (*STATIC_FILTERS, *DYNAMIC_FILTERS)
+FILTERS_BY_NAME: dict[str, Filter] = {f.name: f for f in ALL_FILTERS}
+LATENCY_FILTER = next(f for f in OBSERVED_FILTERS if isinstance(f, LatencyEnvelopeFilter))
+NODE_SIZE = "node-size"
+
+
+# ----- what the goals alone derive to --------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class GoalIndex:
+    """Everything derived from the goals alone: cluster arrays and the call graph."""
+
+    fleet: StaticFleet
+    components: dict[str, Component]  # by key, sorted
+    calls: dict[str, tuple[str, ...]]
+    callers: dict[str, tuple[str, ...]]
+    # What cycles of these goals keep for the next one (evaluator caches keyed by the
+    # identity of QoS objects, which live as long as the goals).
+    memo: dict[Hashable, object] = field(default_factory=dict)
+    # What cycles of any goals with the same clusters, network and fleet settings keep
+    # (settled node packings, the plans of components kept as they were).
+    fleet_memo: dict[Hashable, object] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _FleetEntry:
+    pins: tuple[object, ...]  # the objects whose identity the key holds: kept alive
+    fleet: StaticFleet
+    memo: dict[Hashable, object]
+
+
+# What the last few goals derive to, by identity: reusing it for the same (immutable)
+# objects cannot change any result; it only spares rebuilding it every cycle. A goals
+# edit that leaves the clusters, the network and the fleet settings as they were (the
+# same objects) keeps the fleet's arrays and what cycles learnt about it.
+_STATIC: dict[int, tuple[weakref.ref[Goals], GoalIndex]] = {}
+_FLEETS: dict[Hashable, _FleetEntry] = {}
+_STATIC_KEEP = 4
+
+
+def _regions(goals: Goals) -> tuple[str, ...]:
+    """The region names the static fleet indexes (components name some of them)."""
+    names = {r for c in goals.components() for r in (g.region for g in c.qos.latency)}
+    return tuple(sorted(names))
+
+
+def _fleet_of(goals: Goals) -> _FleetEntry:
+    pins = (goals.clusters, goals.latencies, goals.fleet, goals.network)
+    key = (*(id(p) for p in pins), _regions(goals))
+    entry = _FLEETS.get(key)
+    if entry is not None and all(a is b for a, b in zip(entry.pins, pins)):
+        return entry
+    while len(_FLEETS) >= _STATIC_KEEP:
+        del _FLEETS[next(iter(_FLEETS))]
+    entry = _FLEETS[key] = _FleetEntry(pins, build_static(goals), {})
+    return entry
+
+
+def _index_goals(goals: Goals) -> GoalIndex:
+    components = {c.key: c for c in sorted(goals.components(), key=lambda c: c.key)}
+    callers: dict[str, list[str]] = {}
+    for key, c in components.items():
+        for callee in c.calls:
+            callers.setdefault(callee, []).append(key)
+    fleet = _fleet_of(goals)
+    return GoalIndex(
+        fleet=fleet.fleet,
+        components=components,
+        calls={k: c.calls for k, c in components.items()},
+        callers={k: tuple(sorted(v)) for k, v in callers.items()},
+        fleet_memo=fleet.memo,
+    )
+
+
+def goal_index(goals: Goals) -> GoalIndex:
+    """The (cached) ``GoalIndex`` of a goals object."""
+    entry = _STATIC.get(id(goals))
+    if entry is not None and entry[0]() is goals:
+        return entry[1]
+    index = _index_goals(goals)
+    for key in [k for k, (ref, _) in _STATIC.items() if ref() is None]:
+        del _STATIC[key]
+    while len(_STATIC) >= _STATIC_KEEP:
+        del _STATIC[next(iter(_STATIC))]
+    _STATIC[id(goals)] = (weakref.ref(goals), index)
+    return index
+
+
+# ----- replica counts --------------------------------------------------------------------------
+
+
+def desired_replicas(component: Component, observed_rps: float | None) -> tuple[int, bool]:
+    """Replicas wanted this cycle and whether scaling decided it.
+
+    DaemonSets count one per chosen cluster (on max(minClusters, 1) clusters); Jobs are
+    placed once. With ``qos.scaling`` the count is ``ceil(rps / targetRpsPerReplica)``
+    within the bounds, and never below ``minClusters`` while ``maxReplicas`` allows it
+    (availability is a hard goal; the traffic target only sizes).
+    """
+    scaling = component.qos.scaling
+    min_clusters = component.qos.availability.min_clusters
+    if component.kind == "DaemonSet":
+        return max(min_clusters, 1), False
+    if scaling is None or component.kind in ("Job", "CronJob"):
+        return component.replicas, False
+    wanted = replicas_for(observed_rps or 0.0, scaling.target_rps_per_replica)
+    count = min(max(wanted, scaling.min_replicas), scaling.max_replicas)
+    if count < min_clusters <= scaling.max_replicas:
+        count = min_clusters
+    return count, True
+
+
+def replicas_for(rps: float, per_replica: float) -> int:
+    """Replicas that serve ``rps`` at ``per_replica`` each."""
+    return math.ceil(rps / per_replica - 1e-9) if rps > 0 else 0
+
+
+# ----- the evaluator -----------------------------------------------------------------------
+
+
+def _class_key(c: Component, replicas: int) -> Hashable:
+    """Components sharing a QoS object (app defaults), architectures and size share every
+    goal-level and observed mask (QoS objects live as long as the goals); the replica
+    count matters only to the cost cap."""
+    if c.qos.max_cost_per_hour is None:
+        return (id(c.qos), c.architectures, c.cpu, c.memory)
+    return (id(c.qos), c.architectures, c.cpu, c.memory, replicas)
+
+
+def _goal_key(c: Component, replicas: int) -> Hashable:
+    if c.qos.max_cost_per_hour is None:
+        return (id(c.qos), c.architectures)
+    return (id(c.qos), c.architectures, c.cpu, c.memory, replicas)
+
+
+@dataclass
+class EvalCaches:
+    """Everything the evaluator caches: masks and static scores. They depend on the goals
+    and on what is observed of health, latency and nodes (not on decisions), so a cycle
+    seeing the same may reuse an earlier cycle's (``Cycle`` decides)."""
+
+    masks: dict[tuple[str, Hashable], np.ndarray] = field(default_factory=dict)
+    scores: dict[tuple[str, Hashable], np.ndarray] = field(default_factory=dict)
+    goal: dict[Hashable, np.ndarray] = field(default_factory=dict)
+    static: dict[Hashable, np.ndarray] = field(default_factory=dict)
+    declared: dict[Hashable, np.ndarray] = field(default_factory=dict)
+    wanted: dict[Hashable, np.ndarray] = field(default_factory=dict)
+    lists: dict[Hashable, list[bool]] = field(default_factory=dict)
+    static_scores: dict[Hashable, tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=dict)
+    floors: dict[tuple[Hashable, Hashable], float] = field(default_factory=dict)
+    rows: dict[Hashable, tuple[list[str], list[list[float]]]] = field(default_factory=dict)
+    # Keys hold id(qos): every QoS object seen stays referenced here, so no id in a key
+    # can be reused by another object while the caches live (they outlive one Goals).
+    pins: dict[int, object] = field(default_factory=dict)
+
+
+def _frozen(array: np.ndarray) -> np.ndarray:
+    """Cached arrays are shared: nothing may change them in place."""
+    array.setflags(write=False)
+    return array
+
+
+class Evaluator:
+    """Plugin evaluation for one cycle, with its caches."""
+
+    def __init__(
+        self,
+        goals: Goals,
+        fleet: FleetView,
+        ledger: Ledger,
+        traffic: Mapping[str, Mapping[int, float]],
+        placement: dict[str, dict[int, int]],
+        callers: Mapping[str, tuple[str, ...]],
+        caches: EvalCaches | None = None,
+    ) -> None:
+        self.goals = goals
+        self.fleet = fleet
+        self.ledger = ledger
+        self.traffic = traffic
+        self.placement = placement  # decided so far (cluster index -> replicas), for closeness
+        self.callers = callers
+        self.n = len(fleet.names)
+        self.contexts: dict[tuple[str, int], Context] = {}
+        c = caches if caches is not None else EvalCaches()
+        self.mask_cache = c.masks
+        self.score_cache = c.scores
+        self.goal_cache = c.goal
+        self.static_cache = c.static
+        self.declared_cache = c.declared
+        self.wanted_cache = c.wanted
+        self.static_lists = c.lists
+        self.static_scores = c.static_scores
+        self.floor_cache = c.floors
+        self.static_rows = c.rows
+        self.pins = c.pins
+
+    def context(self, c: Component, replicas: int, own: Mapping[int, int] | None = None) -> Context:
+        """What plugins see of a component (shared while ``own`` is empty: a context only
+        refers to the cycle's state, it holds none of its own)."""
+        if not own:
+            ctx = self.contexts.get((c.key, replicas))
+            if ctx is None or ctx.component is not c:
+                ctx = self.contexts[(c.key, replicas)] = self._context(c, replicas, {})
+            return ctx
+        return self._context(c, replicas, own)
+
+    def _context(self, c: Component, replicas: int, own: Mapping[int, int]) -> Context:
+        self.pins[id(c.qos)] = c.qos
+        return Context(
+            goals=self.goals,
+            fleet=self.fleet,
+            ledger=self.ledger,
+            component=c,
+            replicas=replicas,
+            traffic=self.traffic.get(c.key, {}),
+            placement=self.placement,
+            callers=self.callers.get(c.key, ()),
+            own=own,
+        )
+
+    # ----- masks --------------------------------------------------------------------------
+
+    @staticmethod
+    def filter(name: str) -> Filter:
+        """The filter plugin of that name."""
+        return FILTERS_BY_NAME[name]
+
+    def static_mask_of(self, c: Component, replicas: int) -> np.ndarray:
+        """``static_mask`` by the component alone (cached: the short path of a cycle)."""
+        static = self.static_cache.get(_class_key(c, replicas))
+        if static is None:
+            static = self.static_mask(self.context(c, replicas))
+        return static
+
+    def static_list_of(self, c: Component, replicas: int) -> list[bool]:
+        """``static_mask_of`` as a list: indexing one cluster is much cheaper."""
+        key = _class_key(c, replicas)
+        static = self.static_lists.get(key)
+        if static is None:
+            static = self.static_lists[key] = self.static_mask_of(c, replicas).tolist()
+        return static
+
+    def mask(self, f: Filter, ctx: Context) -> np.ndarray:
+        """One filter's mask (cached when the filter has a key)."""
+        key = f.key(ctx)
+        if key is None:
+            return f.mask(ctx)
+        cached = self.mask_cache.get((f.name, key))
+        if cached is None:
+            cached = self.mask_cache[(f.name, key)] = _frozen(f.mask(ctx))
+        return cached
+
+    def goal_mask(self, ctx: Context) -> np.ndarray:
+        """Where the goals alone allow the component (tier, labels, taints, arch, cost)."""
+        key = _goal_key(ctx.component, ctx.replicas)
+        ok = self.goal_cache.get(key)
+        if ok is None:
+            ok = np.ones(self.n, dtype=bool)
+            for f in GOAL_FILTERS:
+                ok &= self.mask(f, ctx)
+            self.goal_cache[key] = _frozen(ok)
+        return ok
+
+    def static_mask(self, ctx: Context) -> np.ndarray:
+        """Clusters passing every filter but free capacity (fixed for the cycle)."""
+        key = _class_key(ctx.component, ctx.replicas)
+        static = self.static_cache.get(key)
+        if static is None:
+            static = self.goal_mask(ctx).copy()
+            for f in OBSERVED_FILTERS:
+                static &= self.mask(f, ctx)
+            self.static_cache[key] = _frozen(static)
+        return static
+
+    def wanted_mask(self, ctx: Context) -> np.ndarray:
+        """``static_mask`` without the node-size check: where the component would go if
+        nodes were big enough. Its best cluster is the one offloading starts from."""
+        key = _class_key(ctx.component, ctx.replicas)
+        wanted = self.wanted_cache.get(key)
+        if wanted is None:
+            wanted = self.goal_mask(ctx).copy()
+            for f in OBSERVED_FILTERS:
+                if f.name != NODE_SIZE:
+                    wanted &= self.mask(f, ctx)
+            static = self.static_mask(ctx)
+            # The same object when nodes are never too small: callers skip the extra work.
+            self.wanted_cache[key] = wanted = static if np.array_equal(wanted, static) else _frozen(wanted)
+        return wanted
+
+    def declared_envelope(self, ctx: Context) -> np.ndarray:
+        """The latency envelope judged on declared latencies only (network.yaml; a
+        cluster in the region counts as 0 ms). A breach here is a breach of the goals,
+        repaired at once; one seen only in measurements waits until it has lasted."""
+        key = LATENCY_FILTER.key(ctx)
+        ok = self.declared_cache.get(key)
+        if ok is None:
+            ok = self.declared_cache[key] = _frozen(envelope_mask(
+                self.fleet.static.declared_region_latency, ctx
+            ))
+        return ok
+
+    def exclusion(self, ctx: Context, cluster: int) -> Filter | None:
+        """The first filter (fixed for the cycle) that rules the cluster out, if any."""
+        for f in STATIC_FILTERS:
+            if not self.mask(f, ctx)[cluster]:
+                return f
+        return None
+
+    def census(self, ctx: Context, used: Mapping[int, int], room: bool = True) -> Census:
+        """Why no more clusters take the component: per filter how many clusters it ruled
+        out (each counted at the first filter it fails), then, among the clusters passing
+        all of them and not already used, how many have no room for one more replica and
+        how many have room but were kept out by a rule (offloading, bursting, spread)."""
+        alive = np.ones(self.n, dtype=bool)
+        excluded: list[tuple[str, int]] = []
+        goal: GoalKind = "capacity"
+        for f in STATIC_FILTERS:
+            m = self.mask(f, ctx)
+            dropped = int(np.count_nonzero(alive & ~m))
+            if dropped:
+                excluded.append((f.name, dropped))
+                alive &= m
+                if not alive.any():
+                    goal = f.goal
+        full = unused = 0
+        c = ctx.component
+        for i in np.flatnonzero(alive).tolist():
+            if i in used:
+                continue
+            if room and self.ledger.fits(i, c.cpu, c.memory, c.architectures, 1):
+                unused += 1
+            else:
+                full += 1
+        if unused:
+            goal = "capacity"  # room exists: a rule of the component's own keeps it out
+        return Census(tuple(excluded), full, unused, goal)
+
+    # ----- scores -------------------------------------------------------------------------
+
+    def _static_key(self, ctx: Context) -> Hashable:
+        c = ctx.component
+        return (id(c.qos), c.cpu, c.memory, tuple(sorted(ctx.traffic.items())) if ctx.traffic else ())
+
+    def static_scores_of(self, ctx: Context) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """The part of the score fixed for the cycle, and its weighted terms."""
+        key = self._static_key(ctx)
+        cached = self.static_scores.get(key)
+        if cached is None:
+            total = np.zeros(self.n)
+            parts: dict[str, np.ndarray] = {}
+            for s in STATIC_SCORES:
+                w = s.weight(ctx)
+                if w <= 0:
+                    continue
+                skey = s.key(ctx)
+                vec = self.score_cache.get((s.name, skey))
+                if vec is None:
+                    vec = self.score_cache[(s.name, skey)] = _frozen(s.score(ctx))
+                parts[s.name] = w * vec
+                total += parts[s.name]
+            cached = self.static_scores[key] = (total, parts)
+        return cached
+
+    def static_total(self, ctx: Context) -> np.ndarray:
+        return self.static_scores_of(ctx)[0]
+
+    def static_floor(self, ctx: Context) -> float:
+        """The lowest static score over the clusters the component may use: no placement
+        of it can score better (closeness and utilisation only add)."""
+        key = (_class_key(ctx.component, ctx.replicas), self._static_key(ctx))
+        floor = self.floor_cache.get(key)
+        if floor is None:
+            allowed = self.static_mask(ctx)
+            total = self.static_total(ctx)
+            floor = float(total[allowed].min()) if allowed.any() else math.inf
+            self.floor_cache[key] = floor
+        return floor
+
+    def scores(self, ctx: Context) -> tuple[np.ndarray, dict[str, np.ndarray]]:
+        """Weighted total and the weighted terms behind it, now."""
+        total, parts = self.static_scores_of(ctx)
+        dynamic = False
+        for s in DYNAMIC_SCORES:
+            w = s.weight(ctx)
+            if w <= 0:
+                continue
+            if not dynamic:
+                total, parts, dynamic = total.copy(), dict(parts), True
+            term = w * s.score(ctx)
+            parts[s.name] = term
+            total += term
+        return total, parts
+
+    def terms_at(self, ctx: Context, clusters: list[int]) -> list[tuple[float, dict[str, float]]]:
+        """The score and its terms at a few clusters, now (rounded, so JSON stays short
+        and stable): what every assignment of the plan shows, kept ones included."""
+        key = self._static_key(ctx)
+        table = self.static_rows.get(key)
+        if table is None:
+            _, parts = self.static_scores_of(ctx)
+            # Plain lists: one lookup per cluster and term instead of a numpy scalar each.
+            table = self.static_rows[key] = (list(parts), [parts[name].tolist() for name in parts])
+        names = list(table[0])
+        columns = table[1]
+        rows = [[column[a] for column in columns] for a in clusters]
+        for s in DYNAMIC_SCORES:
+            w = s.weight(ctx)
+            if w <= 0:
+                continue
+            names.append(s.name)
+            for row, value in zip(rows, s.score_at(ctx, clusters)):
+                row.append(w * value)
+        out = []
+        order = sorted(range(len(names)), key=lambda k: names[k])
+        for row in rows:
+            out.append((round(sum(row), 6), {names[k]: round(row[k], 6) for k in order}))
+        return out

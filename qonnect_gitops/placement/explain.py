@@ -1,0 +1,400 @@
+"""Stage 4, explain: the ``Plan`` with every assignment (kept ones too) scored and
+explained, every move, draining replica, unplaced replica and unmet goal with its
+reason. All text is written here, from the structured records of the other stages.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import TypeVar
+
+from qonnect_gitops.model.goals import Component
+from qonnect_gitops.model.plan import (
+    Assignment,
+    ComponentPlan,
+    DecisionReason,
+    Draining,
+    GoalKind,
+    Move,
+    Plan,
+    ReplicaRequest,
+    Unmet,
+    Unplaced,
+)
+from qonnect_gitops.model.quantity import format_bytes, format_millicores
+from qonnect_gitops.placement.cycle import Cycle
+from qonnect_gitops.placement.evaluate import FILTERS_BY_NAME
+from qonnect_gitops.placement.records import (
+    Blocked,
+    Cause,
+    CauseKind,
+    Census,
+    Drain,
+    Keep,
+    KeepKind,
+    Rule,
+    Shortfall,
+    ShortfallKind,
+    Why,
+    Work,
+)
+
+_M = TypeVar("_M")
+_set_attribute = object.__setattr__
+
+
+def _built(cls: type[_M], **values: object) -> _M:
+    """A plan model from values that are valid by construction, skipping validation: a
+    plan for 10,000 components would otherwise spend most of a replan here. Every field
+    must be given."""
+    obj = cls.__new__(cls)
+    _set_attribute(obj, "__dict__", values)
+    _set_attribute(obj, "__pydantic_fields_set__", set(values))
+    _set_attribute(obj, "__pydantic_extra__", None)
+    _set_attribute(obj, "__pydantic_private__", None)
+    return obj
+
+
+class Explainer:
+    """Writes the texts of one cycle (names, clock and failures are the cycle's)."""
+
+    def __init__(self, cycle: Cycle) -> None:
+        self.cycle = cycle
+        self.names = cycle.fleet.names
+        self.stamps: dict[float, str] = {}
+        # Each component's final target, for the memo keys of its neighbours.
+        self.targets = {key: tuple(sorted(w.target.items())) for key, w in cycle.works.items()}
+        self.latencies = cycle.latency_token
+
+    # ----- pieces ---------------------------------------------------------------------------
+
+    def stamp(self, when: float) -> str:
+        # An absolute time, not "Ns more": reasons are written to Git, and wording that
+        # changed every cycle would make every cycle look like a new decision.
+        text = self.stamps.get(when)
+        if text is None:
+            text = self.stamps[when] = f"{datetime.fromtimestamp(when, UTC):%Y-%m-%dT%H:%M:%SZ}"
+        return text
+
+    def why(self, why: Why) -> str:
+        names = self.names
+        rule = why.rule
+        if rule == Rule.BEST:
+            return "best score"
+        if rule == Rule.OFFLOADED:
+            state = "whose nodes are too small for it" if why.too_small else "which is full"
+            return f"offloaded: nearest cluster with room to {names[why.origin or 0]}, {state}"
+        if rule == Rule.AVAILABILITY:
+            return f"availability: cluster {why.ordinal} of at least {why.of}"
+        if rule == Rule.SPREAD:
+            return f"spread: cluster {why.ordinal} of {why.of}, replicas shared evenly"
+        if rule == Rule.BURST:
+            return f"burst: overflow from {names[why.origin or 0]}, nearest by latency"
+        if rule == Rule.SEARCH:
+            return "local search: lowers the objective below the greedy choice"
+        if rule == Rule.MADE_ROOM:
+            return "placed after moving others to make room"
+        return "kept"
+
+    def keep(self, keep: Keep) -> str:
+        kind = keep.kind
+        if kind == KeepKind.COOLDOWN:
+            return f"kept: in cooldown until {self.stamp(keep.until or 0.0)}"
+        if kind == KeepKind.NOT_MOVABLE:
+            return "kept: not movable by rescheduling"
+        if kind == KeepKind.NO_GAIN:
+            return f"kept: the best alternative improves {keep.gain:.1%}, not more than {keep.threshold:.0%}"
+        if kind == KeepKind.NO_GAIN_BOUND:
+            return f"kept: no alternative improves more than {keep.gain:.1%}, not more than {keep.threshold:.0%}"
+        if kind == KeepKind.BUDGET_SPREAD:
+            return (f"kept: moving within the disruption budget would break minClusters or spread "
+                    f"(gain {keep.gain:.1%})")
+        return "kept: no better feasible placement"
+
+    def failure(self, cluster: int) -> str:
+        f = self.cycle.fleet.failures.get(cluster)
+        if f is None or f.reported_unhealthy:
+            return "reported unhealthy"
+        return f"silent for {f.silent_seconds:g}s (grace {f.grace_seconds:g}s)"
+
+    def size(self, work: Work) -> str:
+        c = work.component
+        return f"{format_millicores(c.cpu)} CPU, {format_bytes(c.memory)} per replica"
+
+    def cause(self, cause: Cause, work: Work, source_name: str | None = None) -> str:
+        kind = cause.kind
+        name = self.names[cause.cluster] if cause.cluster is not None else (source_name or "?")
+        if kind == CauseKind.NEW:
+            return "new component"
+        if kind == CauseKind.SCALE_UP:
+            return f"scale up to {cause.count}"
+        if kind == CauseKind.SCALE_DOWN:
+            return f"scale down to {cause.count}"
+        if kind == CauseKind.FAILOVER:
+            return f"{name} {self.failure(cause.cluster or 0)}"
+        if kind == CauseKind.UNDECLARED:
+            return f"{name} is no longer declared"
+        if kind == CauseKind.GOALS:
+            f = FILTERS_BY_NAME.get(cause.filter or "")
+            return f"{name} {f.reason if f else 'no longer satisfies the goals'}"
+        if kind == CauseKind.DECLARED_LATENCY:
+            return f"{name} is outside the latency envelope by its declared latency"
+        if kind == CauseKind.MEASURED_LATENCY:
+            return f"{name} is outside the latency envelope by measured latency, past the cooldown"
+        if kind == CauseKind.CAPACITY:
+            if cause.filter is not None:
+                return f"no node of {name} holds one replica at {self.size(work)}"
+            return f"{name} no longer holds every replica at {self.size(work)}"
+        if kind == CauseKind.AVAILABILITY:
+            return f"availability: at least {work.component.qos.availability.min_clusters} clusters"
+        if kind == CauseKind.SPREAD:
+            return "spread: replica counts evened out"
+        if kind == CauseKind.DAEMONSET:
+            return "a DaemonSet runs one replica per cluster"
+        if kind == CauseKind.IMPROVES:
+            return f"improves the objective by {cause.gain:.1%} (> {cause.threshold:.0%})"
+        if kind == CauseKind.COMPLETED:
+            return "completed Job"
+        return "no longer in the goals"
+
+    def drain(self, drain: Drain, work: Work) -> str:
+        text = self.cause(drain.cause, work)
+        if drain.unreplaced:
+            return f"{text}; keeps running until a replacement fits elsewhere (make before break)"
+        return f"{text}; draining until its replacement runs (make before break)"
+
+    def census(self, census: Census) -> str:
+        parts = [f"{n} {FILTERS_BY_NAME[name].reason}" for name, n in census.excluded]
+        if census.full:
+            parts.append(f"{census.full} lack room for one more replica")
+        if census.unused:
+            parts.append(f"{census.unused} with room left unused by its own rules (offloading, bursting, spread)")
+        return ", ".join(parts) if parts else "no clusters"
+
+    def latency_breach(self, work: Work, cluster: int) -> str:
+        view = self.cycle.fleet
+        index = view.static.region_index
+        broken = []
+        for goal in work.component.qos.latency:
+            ms = float(view.region_latency[cluster, index[goal.region]])
+            if ms > goal.max_ms:
+                broken.append(f"{ms:g} ms to {goal.region} > {goal.max_ms:g}")
+        return ", ".join(broken) or "outside the envelope"
+
+    def shortfall(self, sf: Shortfall, work: Work) -> str:
+        names = self.names
+        kind = sf.kind
+        name = names[sf.cluster] if sf.cluster is not None else ""
+        if kind == ShortfallKind.UNPLACED:
+            head = f"{sf.replicas} of {sf.wanted} replica(s) ({self.size(work)}) fit nowhere"
+            if sf.blocked == Blocked.OFFLOADING_OFF and sf.preferred is not None:
+                return f"{head}: preferred {names[sf.preferred]} is full and offloading is off"
+            if sf.blocked == Blocked.BURSTING_OFF:
+                rest = f"; elsewhere: {self.census(sf.census)}" if sf.census else ""
+                return f"{head}: the clusters chosen are full and bursting is off{rest}"
+            return f"{head}: no cluster takes more: {self.census(sf.census) if sf.census else 'no clusters'}"
+        if kind == ShortfallKind.WAITING:
+            if sf.goal == "health":
+                return (f"{sf.replicas} replica(s) wait on failed cluster {name} ({self.failure(sf.cluster or 0)}): "
+                        "a StatefulSet moves only with qos.migration.allowStateful")
+            return (f"{name} lost the capacity for {sf.replicas} replica(s): a StatefulSet waits for it "
+                    "(qos.migration.allowStateful lets it move)")
+        if kind == ShortfallKind.MEASURED_BREACH:
+            return (f"{name} is outside the latency envelope by measured latency ({self.latency_breach(work, sf.cluster or 0)}); "
+                    f"kept until {self.stamp(sf.until or 0.0)}: a measured breach moves once it has lasted past the cooldown")
+        if kind == ShortfallKind.NOT_MOVABLE:
+            return (f"{name} is outside the latency envelope by measured latency ({self.latency_breach(work, sf.cluster or 0)}); "
+                    f"a {work.component.kind} is not moved by rescheduling")
+        if kind == ShortfallKind.UNREPLACED:
+            f = FILTERS_BY_NAME.get(sf.filter or "")
+            why = f.reason if f else ("breaks the goal" if sf.goal != "latency" else "is outside the latency envelope")
+            return (f"{sf.replicas} replica(s) keep running on {name}, which {why}: no replacement fits elsewhere yet")
+        if kind == ShortfallKind.TOO_FEW_REPLICAS:
+            return f"{sf.have} replica(s) cannot run on minClusters {sf.wanted} clusters"
+        if kind == ShortfallKind.TOO_FEW_CLUSTERS:
+            tail = f": {self.census(sf.census)}" if sf.census else ""
+            return f"runs on {sf.have} cluster(s), minClusters is {sf.wanted}; no more clusters take it{tail}"
+        if kind == ShortfallKind.UNEVEN:
+            return (f"replica counts differ by {sf.wanted} over {sf.have} clusters (spread allows 1): "
+                    "the allowed clusters lack room for an even spread")
+        return (f"observed {sf.rps:g} rps needs {sf.wanted} replicas at targetRpsPerReplica; "
+                f"maxReplicas is {sf.have}")
+
+    # ----- the plan -----------------------------------------------------------------------
+
+    def component_plan(self, work: Work) -> ComponentPlan:
+        """Every assignment scored at the final state, reasons from the records."""
+        c = work.component
+        used = [(i, n) for i, n in self.targets[work.key] if n > 0]
+        reasons = self.reasons(work, used)
+        ev = self.cycle.evaluator
+        terms = ev.terms_at(ev.context(c, work.replicas), [i for i, _ in used])
+        names = self.names
+        return _built(
+            ComponentPlan,
+            component=work.key,
+            kind=c.kind,
+            assignments=tuple(
+                _built(Assignment, cluster=names[i], replicas=n, reason=reason, score=score, breakdown=breakdown)
+                for (i, n), reason, (score, breakdown) in zip(used, reasons, terms)
+            ),
+            draining=tuple(
+                _built(Draining, cluster=names[i], replicas=d.replicas, reason=self.drain(d, work))
+                for i, d in sorted(work.drains.items())
+            ),
+            request=_built(ReplicaRequest, cpu=c.cpu, memory=c.memory),
+        )
+
+    def reasons(self, work: Work, used: list[tuple[int, int]]) -> list[str]:
+        """Why each cluster of the target holds replicas."""
+        notes: dict[int, list[str]] = {}
+        for sf in work.shortfalls:
+            if sf.cluster is not None and sf.kind in (ShortfallKind.MEASURED_BREACH, ShortfallKind.NOT_MOVABLE,
+                                                      ShortfallKind.WAITING):
+                notes.setdefault(sf.cluster, []).append("goal unmet here (see unmet)")
+        reasons: list[str] = []
+        for i, _ in used:
+            why = work.why.get(i)
+            if work.keep is not None and (why is None or why.rule == Rule.KEPT):
+                text = self.keep(work.keep)
+            else:
+                text = self.why(why or Why(Rule.KEPT))
+            if work.budget_limited:
+                text += f"; disruption budget {work.component.stability.disruption_budget} per cycle"
+            if i in notes:
+                text += "; " + "; ".join(notes[i])
+            reasons.append(text)
+        return reasons
+
+    def unmet(self, work: Work) -> list[Unmet]:
+        """One entry per goal, its messages joined."""
+        by_goal: dict[GoalKind, list[str]] = {}
+        for sf in work.shortfalls:
+            text = self.shortfall(sf, work)
+            texts = by_goal.setdefault(sf.goal, [])
+            if text not in texts:
+                texts.append(text)
+        return [Unmet(component=work.key, goal=goal, message="; ".join(texts)) for goal, texts in sorted(by_goal.items())]
+
+    def unplaced(self, work: Work) -> Unplaced | None:
+        if not work.unplaced:
+            return None
+        c = work.component
+        reason = next((self.shortfall(sf, work) for sf in work.shortfalls if sf.kind == ShortfallKind.UNPLACED),
+                      "no cluster takes it")
+        return Unplaced(
+            component=work.key,
+            replicas=work.unplaced,
+            reason=reason,
+            cpu=format_millicores(c.cpu),
+            memory=format_bytes(c.memory),
+            architectures=tuple(sorted(c.architectures)),
+            near=c.qos.latency[0].region if c.qos.latency else None,
+        )
+
+
+@dataclass(frozen=True)
+class _Shown:
+    """What a component's plan was built from in the last cycle."""
+
+    component: Component  # the object (immutable): an edited component is another one
+    target: dict[int, int]
+    keep: Keep | None
+    traffic: dict[int, float] | None
+    plan: ComponentPlan | None
+
+
+def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
+    """Plans of the last cycle that still hold: a component kept as it was, with the same
+    reason, whose neighbours all run where they ran then (its closeness is the same),
+    under the same latencies and traffic. A steady fleet rebuilds almost nothing."""
+    entry = cycle.fleet_memo.get("shown")
+    last: dict[str, _Shown] = {}
+    if isinstance(entry, tuple) and entry[0] is ex.latencies:
+        last = entry[1]
+    changed = [key for key, work in cycle.works.items()
+               if (prev := last.get(key)) is None or prev.target != work.target or prev.component is not work.component]
+    dirty = set(changed)
+    for key in changed:
+        dirty.update(cycle.calls.get(key, ()))
+        dirty.update(cycle.callers.get(key, ()))
+        prev = last.get(key)
+        if prev is not None:
+            dirty.update(prev.component.calls)  # whom it called before an edit
+    now: dict[str, _Shown] = {}
+    for key, work in cycle.works.items():
+        traffic = cycle.traffic.get(key)
+        prev = last.get(key)
+        short = work.keep is not None and not work.touched and not work.shortfalls and not work.drains
+        plan = None
+        if (short and key not in dirty and prev is not None and prev.plan is not None
+                and prev.component is work.component and prev.keep == work.keep and prev.traffic == traffic
+                and work.component.qos.placement.policy not in ("best-fit", "worst-fit")):
+            plan = prev.plan
+        now[key] = _Shown(work.component, work.target, work.keep, traffic, plan)
+    cycle.fleet_memo["shown"] = (ex.latencies, now)  # filled in as the plans are built
+    return now
+
+
+def assemble(cycle: Cycle) -> Plan:
+    """The plan of the cycle: components, unplaced, unmet, moves, decision reason."""
+    ex = Explainer(cycle)
+    names = cycle.fleet.names
+    now = cycle.observed.now
+    components: dict[str, ComponentPlan] = {}
+    unplaced: list[Unplaced] = []
+    unmet: list[Unmet] = []
+    moves: list[Move] = []
+    last_moved = {k: v for k, v in sorted(cycle.current.last_moved.items()) if k in cycle.works}
+    reasons: set[str] = set()
+    shown = _reuse(cycle, ex)
+    for key, work in cycle.works.items():
+        plan = shown[key].plan
+        if plan is None:
+            plan = ex.component_plan(work)
+            shown[key] = _Shown(work.component, work.target, work.keep, cycle.traffic.get(key), plan)
+        components[key] = plan
+        if work.unplaced:
+            u = ex.unplaced(work)
+            if u is not None:
+                unplaced.append(u)
+        if work.shortfalls:
+            unmet.extend(ex.unmet(work))
+        for m in work.moves:
+            if m.source is None and m.target is None and m.source_name is None:
+                continue
+            moves.append(_built(
+                Move,
+                component=key,
+                source=names[m.source] if m.source is not None else m.source_name,
+                target=names[m.target] if m.target is not None else None,
+                replicas=m.replicas,
+                reason=m.reason,
+                detail=ex.cause(m.cause, work, m.source_name),
+            ))
+            reasons.add(m.reason)
+        if work.moves:
+            last_moved[key] = now
+    for removal in cycle.removed:
+        for name, n in removal.where.items():
+            moves.append(_built(Move, component=removal.key, source=name, target=None, replicas=n, reason="removed",
+                                detail="completed Job" if removal.cause.kind == CauseKind.COMPLETED
+                                else "no longer in the goals"))
+    decision: DecisionReason = "goals-changed"
+    if "failover" in reasons:
+        decision = "failover"
+    elif "scaling" in reasons:
+        decision = "scaling"
+    elif "rescheduling" in reasons:
+        decision = "rescheduling"
+    moves.sort(key=lambda m: (m.component, m.source or "", m.target or "", m.reason))
+    return _built(
+        Plan,
+        reason=decision,
+        components=dict(sorted(components.items())),
+        unplaced=tuple(sorted(unplaced, key=lambda u: u.component)),
+        unmet=tuple(sorted(unmet, key=lambda u: (u.component, u.goal))),
+        moves=tuple(moves),
+        last_moved=dict(sorted(last_moved.items())),
+    )
