@@ -8,6 +8,7 @@ from typing import Any
 from qonnect_gitops.model.app import QoS
 from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.fleet import Fleet
+from qonnect_gitops.model.limits import MAX_NODES_PER_CLUSTER, MAX_NODES_PER_GROUP
 from qonnect_gitops.model.goals import App, Component, Goals, StabilityRules
 from qonnect_gitops.model.network import latency_table, Link
 from qonnect_gitops.model.observed import Observed
@@ -31,7 +32,14 @@ def cluster(
     labels: dict[str, str] | None = None,
     nodes: list[dict[str, Any]] | None = None,
 ) -> Cluster:
-    return Cluster.model_validate(
+    """A cluster; a pool ``count`` above what goals files may declare (10,000 nodes)
+    is set past validation, to show the planner handles pools by their count."""
+    groups = nodes or [{"count": count, "cpu": cpu, "memory": memory, "arch": arch}]
+    wanted = [int(g.get("count", 1)) for g in groups]
+    groups = [{**g, "count": min(n, MAX_NODES_PER_GROUP)} for g, n in zip(groups, wanted)]
+    if sum(g["count"] for g in groups) > MAX_NODES_PER_CLUSTER:
+        groups = [{**g, "count": 1} for g in groups]
+    built = Cluster.model_validate(
         {
             "apiVersion": "qonnect.io/v1alpha1",
             "kind": "Cluster",
@@ -40,12 +48,16 @@ def cluster(
                 "tier": tier,
                 "region": region,
                 "taints": list(taints),
-                "nodes": nodes or [{"count": count, "cpu": cpu, "memory": memory, "arch": arch}],
+                "nodes": groups,
                 "cost": {"cpuHour": cpu_hour, "memoryGiBHour": 0.0},
                 "energy": {"wattsPerCpu": watts, "carbonIntensity": carbon},
             },
         }
     )
+    if [g.count for g in built.spec.nodes] == wanted:
+        return built
+    pools = tuple(g.model_copy(update={"count": n}) for g, n in zip(built.spec.nodes, wanted))
+    return built.model_copy(update={"spec": built.spec.model_copy(update={"nodes": pools})})
 
 
 def component(
