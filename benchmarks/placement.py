@@ -404,14 +404,14 @@ def exact(goals: Goals, obs: Observed, time_limit: float) -> tuple[str, float | 
         k_min = c.qos.availability.min_clusters
         constraint([(y[(i, a)], 1.0) for a, _ in mine], k_min, np.inf)
         # spread: every cluster used holds lo or lo + 1 replicas (lo a free integer)
-        lo = new(0, n_i, True) if c.qos.availability.spread else None
+        floor = new(0, n_i, True) if c.qos.availability.spread else None
         for a, vs in mine:
             constraint([(v, 1.0) for v in vs] + [(y[(i, a)], -n_i)], -np.inf, 0)
             constraint([(v, 1.0) for v in vs] + [(y[(i, a)], -1.0)], 0, np.inf)
-            if lo is not None:
-                # x >= lo - n (1 - y)  and  x <= lo + 1 + n (1 - y)
-                constraint([(v, 1.0) for v in vs] + [(lo, -1.0), (y[(i, a)], -float(n_i))], -float(n_i), np.inf)
-                constraint([(v, 1.0) for v in vs] + [(lo, -1.0), (y[(i, a)], float(n_i))], -np.inf, 1.0 + n_i)
+            if floor is not None:
+                # x >= floor - n (1 - y)  and  x <= floor + 1 + n (1 - y)
+                constraint([(v, 1.0) for v in vs] + [(floor, -1.0), (y[(i, a)], -float(n_i))], -float(n_i), np.inf)
+                constraint([(v, 1.0) for v in vs] + [(floor, -1.0), (y[(i, a)], float(n_i))], -np.inf, 1.0 + n_i)
     for k, uses in sorted(node_use.items()):
         _, cpu, mem, pods, _ = nodes[k]
         keys = t.components
