@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,23 @@ def ready(kubeconfig: Path) -> dict[str, int]:
 def processes_under(path: Path) -> list[str]:
     ps = subprocess.run(["ps", "-ww", "-eo", "pid,args"], capture_output=True, text=True, check=True).stdout
     return [line for line in ps.splitlines() if str(path) in line and "ps -ww" not in line]
+
+
+def kill_leftovers(path: Path) -> None:
+    """SIGKILL whatever still runs under ``path``: a demo killed after a failed run must
+    not leave its stack (leads, sims, agents, git daemon) running for the next tests."""
+    for line in processes_under(path):
+        try:
+            os.kill(int(line.split()[0]), signal.SIGKILL)
+        except (ProcessLookupError, ValueError):
+            pass
+
+
+@pytest.fixture(autouse=True)
+def no_leftovers(tmp_path: Path) -> Iterator[None]:
+    """Whatever a test asserts, nothing it started outlives it."""
+    yield
+    kill_leftovers(tmp_path / "run")
 
 
 def check_report(report: dict[str, Any], names: list[str]) -> None:
@@ -102,6 +120,7 @@ def test_all_scenarios_then_keep(tmp_path: Path) -> None:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
+            kill_leftovers(tmp_path / "run")
             raise
     assert proc.returncode == 0, "".join(lines[-40:])
     time.sleep(0.5)
