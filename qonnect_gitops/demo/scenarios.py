@@ -153,6 +153,21 @@ class Demo:
                           f"{state.get('expected')}, observed {by_component(state.get('observed') or {})}") from None
         return time.monotonic() - t0, state["observed"], state["expected"]
 
+    def wait_drained(self, component: str, timeout: float = 60.0) -> dict[str, int]:
+        """Until the plan in force keeps no draining replica of ``component`` and the
+        clusters run it exactly where the plan's target says (make-before-break over);
+        returns where it runs."""
+        state: dict[str, dict[str, int]] = {}
+
+        def drained() -> bool:
+            doc = self.plan_doc()["components"][component]
+            target = {a["cluster"] for a in doc.get("assignments") or [] if a["replicas"]}
+            state["running"] = by_component(self.snapshot()).get(component, {})
+            return not doc.get("draining") and set(state["running"]) == target
+
+        self.wait(drained, timeout, f"the draining replicas of {component} removed", interval=0.3)
+        return state["running"]
+
     def push_edits(self, edits: list[tuple[str, str, str]], message: str) -> str:
         for path, old, new in edits:
             target = self.stack.work / path
@@ -230,7 +245,8 @@ def goals_change(d: Demo) -> Result:
     seconds, observed, expected = d.wait_landed(commit, t0)
     goals = d.goals()
     obs = by_component(observed)
-    after = obs.get("bookinfo/reviews-v1", {})
+    # Make-before-break: the old replica may still run (draining) when the new one is ready.
+    after = d.wait_drained("bookinfo/reviews-v1")
     problems = envelope_violations(goals, {"bookinfo/reviews-v1": after})
     if not after:
         problems.append("reviews-v1 runs nowhere")
@@ -459,14 +475,9 @@ def review(d: Demo) -> Result:
     if after == before:
         problems.append("reviews-v2 did not move after the merge")
 
-    def drained() -> bool:
-        doc = d.plan_doc()["components"]["bookinfo/reviews-v2"]
-        running = by_component(d.snapshot()).get("bookinfo/reviews-v2", {})
-        return not doc.get("draining") and set(running) == set(target)
-
     t2 = time.monotonic()
     try:
-        d.wait(drained, 60, "the draining replica removed without another review", interval=0.5)
+        d.wait_drained("bookinfo/reviews-v2")
     except Timeout as exc:
         problems.append(str(exc))
     drained_after = time.monotonic() - t2
@@ -574,7 +585,7 @@ def resize(d: Demo, component: str = "bookinfo/details") -> Result:
     first = {a["cluster"]: a["replicas"] for a in decision["components"][component]["assignments"] if a["replicas"]}
     unmet = [u for u in decision.get("unmet") or [] if u["component"] == component]
     seconds, observed, expected = d.wait_running(t0)
-    now = by_component(observed).get(component, {})
+    now = d.wait_drained(component)  # the old replicas run until the new ones are ready
     goals = d.goals()
     small = {name for name, c in goals.clusters.items()
              if not any(n.cpu >= 4000 for n in c.spec.nodes)}  # no node holds a 4-CPU replica
