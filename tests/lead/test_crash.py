@@ -40,6 +40,7 @@ def goals(tmp_path: Path) -> Iterator[GoalsRepo]:
         yield repo
 
 
+@pytest.mark.timeout(900)  # twenty rounds of kill, election and catch-up: long on a loaded machine
 def test_kill_9_during_writes_loses_no_decision(make_group: Callable[..., LeadGroup],
                                                 goals: GoalsRepo, tmp_path: Path) -> None:
     fault = tmp_path / "fault"

@@ -27,7 +27,8 @@ def goals(tmp_path: Path) -> Iterator[GoalsRepo]:
         yield repo
 
 
-def test_unmet_goals_show_in_status_on_every_member(make_group: Callable[..., LeadGroup], goals: GoalsRepo) -> None:
+def test_unmet_goals_show_in_status_on_every_member(make_group: Callable[..., LeadGroup], goals: GoalsRepo,
+                                                    tmp_path: Path) -> None:
     goals.edit("apps/bookinfo/app.yaml", *IMPOSSIBLE, "reviews-v1 within 2 ms: no cluster is")
     group = make_group(clusters=TEMPLATE_CLUSTERS, repo_url=goals.url, extra_args=["--poll-seconds", "0.5"])
     with Agents(group, TEMPLATE_CLUSTERS):
@@ -42,7 +43,11 @@ def test_unmet_goals_show_in_status_on_every_member(make_group: Callable[..., Le
             return True
 
         wait_for(unmet_everywhere, 20, "unmet in every member's status", group)
-        shown = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead", group.leads[0].url],
+        # Reads need a token since the lead hardening (a read-only one will do).
+        token_file = tmp_path / "read-token"
+        token_file.write_text(group.read_token + "\n")
+        shown = subprocess.run([sys.executable, "-m", "qonnect_gitops", "status", "--lead", group.leads[0].url,
+                                "--token-file", str(token_file)],
                                capture_output=True, text=True, cwd=ROOT, timeout=60, check=False)
         assert shown.returncode == 0, shown.stderr
         assert "UNMET GOALS" in shown.stdout and "bookinfo/reviews-v1" in shown.stdout
