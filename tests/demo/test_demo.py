@@ -120,7 +120,6 @@ def test_all_scenarios_then_keep(tmp_path: Path) -> None:
             proc.wait(timeout=30)
         except subprocess.TimeoutExpired:
             proc.kill()
-            kill_leftovers(tmp_path / "run")
             raise
     assert proc.returncode == 0, "".join(lines[-40:])
     time.sleep(0.5)

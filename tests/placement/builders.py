@@ -8,9 +8,9 @@ from typing import Any
 from qonnect_gitops.model.app import QoS
 from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.fleet import Fleet
-from qonnect_gitops.model.limits import MAX_NODES_PER_CLUSTER, MAX_NODES_PER_GROUP
 from qonnect_gitops.model.goals import App, Component, Goals, StabilityRules
-from qonnect_gitops.model.network import latency_table, Link
+from qonnect_gitops.model.limits import MAX_NODES_PER_CLUSTER, MAX_NODES_PER_GROUP
+from qonnect_gitops.model.network import Link, latency_table
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
 
