@@ -36,6 +36,7 @@ from qonnect_gitops.model.labels import (
 )
 from qonnect_gitops.model.plan import Plan
 from qonnect_gitops.model.secrets import plain_secrets
+from qonnect_gitops.render.nodes import constrain_pods
 
 CILIUM_GLOBAL = "service.cilium.io/global"
 CILIUM_SHARED = "service.cilium.io/shared"
@@ -68,7 +69,7 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
     callers_on = _caller_clusters(goals, hosts)
     for component in goals.components():
         for cluster, replicas in hosts.get(component.key, {}).items():
-            for path, body in _component_files(goals, component, hosts[component.key], replicas):
+            for path, body in _component_files(goals, component, cluster, hosts[component.key], replicas):
                 files[f"clusters/{cluster}/{path}"] = body
         for cluster, path, body in _service_files(goals, component, hosts, callers_on):
             files[f"clusters/{cluster}/{path}"] = body
@@ -98,7 +99,7 @@ def _caller_clusters(goals: Goals, hosts: Mapping[str, Mapping[str, int]]) -> di
 
 
 def _component_files(
-    goals: Goals, component: Component, placed: Mapping[str, int], replicas: int
+    goals: Goals, component: Component, cluster: str, placed: Mapping[str, int], replicas: int
 ) -> list[tuple[str, bytes]]:
     """Everything a component runs on one cluster, except its Services (see _service_files)."""
     out: list[tuple[str, bytes]] = []
@@ -120,6 +121,7 @@ def _component_files(
             obj = copy.deepcopy(dict(source))
             if _same_object(source, component.workload):
                 _set_replicas(obj, component, replicas, autoscaled=hpa is not None)
+                constrain_pods(obj, component, goals.clusters[cluster])
             elif hpa is not None and _same_object(source, hpa):
                 _split_autoscaler(obj, replicas, total)
             out.append(_object_file(obj, component, manifest.is_namespaced(index)))
