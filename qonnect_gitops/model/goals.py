@@ -75,6 +75,14 @@ class Component:
         """``<app>/<component>``: how plans, reports and traffic name a component."""
         return f"{self.app}/{self.name}"
 
+    @cached_property
+    def pod_labels(self) -> Mapping[str, Any]:
+        """The labels of the workload's pod template (what Service selectors match)."""
+        spec = self.workload.get("spec") or {}
+        if self.kind == "CronJob":
+            spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+        return ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
+
     @property
     def movable(self) -> bool:
         """Whether rescheduling and failover may move it (StatefulSets only when opted in)."""
@@ -87,6 +95,21 @@ class App:
     namespace: str
     document: QoSApp
     components: tuple[Component, ...]
+
+    def selected_by(self, service: Mapping[str, Any]) -> set[str]:
+        """Keys of the app's components whose pods the Service's selector matches (none
+        for a Service without a selector)."""
+        selector = (service.get("spec") or {}).get("selector") or {}
+        if not selector:
+            return set()
+        return {c.key for c in self.components
+                if all(c.pod_labels.get(k) == v for k, v in selector.items())}
+
+
+def exposes_nodes(service: Mapping[str, Any]) -> bool:
+    """Whether a Service opens a port on the nodes or a load balancer (LoadBalancer,
+    NodePort): it belongs only where its backends run."""
+    return (service.get("spec") or {}).get("type") in ("LoadBalancer", "NodePort")
 
 
 @dataclass(frozen=True)

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from qonnect_gitops.model.goals import Component, Goals
+from qonnect_gitops.model.goals import Component, Goals, exposes_nodes
 from qonnect_gitops.model.labels import (
     ADOPT_ANNOTATION,
     APP_LABEL,
@@ -67,11 +67,15 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
     files: dict[str, bytes] = {PLACEMENT_FILE: _dump(plan.model_dump(mode="json", by_alias=True))}
     hosts = {key: plan.clusters_of(key) for key in sorted(plan.components)}
     callers_on = _caller_clusters(goals, hosts)
+    app_hosts: dict[str, set[str]] = {}
+    for key, where in hosts.items():
+        app_hosts.setdefault(key.partition("/")[0], set()).update(where)
     for component in goals.components():
         for cluster, replicas in hosts.get(component.key, {}).items():
             for path, body in _component_files(goals, component, cluster, hosts[component.key], replicas):
                 files[f"clusters/{cluster}/{path}"] = body
-        for cluster, path, body in _service_files(goals, component, hosts, callers_on):
+        consumers = app_hosts.get(component.app, set())
+        for cluster, path, body in _service_files(goals, component, hosts, callers_on, consumers):
             files[f"clusters/{cluster}/{path}"] = body
     objects: dict[str, int] = {}
     adopted = {app.namespace for app in goals.apps.values() if app.document.spec.adopt_namespace}
@@ -130,13 +134,17 @@ def _component_files(
 
 def _service_files(
     goals: Goals, component: Component, hosts: Mapping[str, Mapping[str, int]],
-    callers_on: Mapping[str, set[str]],
+    callers_on: Mapping[str, set[str]], app_clusters: set[str],
 ) -> list[tuple[str, str, bytes]]:
     """A component's Services, as ``(cluster, path, bytes)``.
 
     A Service goes wherever its backends run (the components its selector matches, as
-    with reviews v1/v2/v3 behind one Service) and, made global by the mesh, wherever
-    something that calls those backends runs.
+    with reviews v1/v2/v3 behind one Service). A ClusterIP Service (or headless or
+    ExternalName) goes, made global by the mesh, also wherever a component of the same
+    app runs (its name resolves app-wide, as in one cluster, whether or not ``calls``
+    says so) and wherever a declared caller from another app runs. A LoadBalancer or
+    NodePort Service opens a port to the outside: only where its backends run, never a
+    public address with nothing behind it.
     """
     out = []
     mesh = goals.fleet.spec.mesh
@@ -146,9 +154,11 @@ def _service_files(
         for source in manifest.objects:
             if source.get("kind") != "Service":
                 continue
-            backends = {component.key} | _selected_components(goals, component, source)
+            backends = {component.key} | goals.apps[component.app].selected_by(source)
             hosting = {c for key in backends for c in hosts.get(key, {})}
-            consumers = {c for key in backends for c in callers_on.get(key, set())}
+            consumers: set[str] = set()
+            if not exposes_nodes(source):
+                consumers = app_clusters | {c for key in backends for c in callers_on.get(key, set())}
             for cluster in sorted(hosting | consumers):
                 obj = copy.deepcopy(dict(source))
                 hosted = cluster in hosting
@@ -159,26 +169,6 @@ def _service_files(
                     path, body = _object_file(_service_export(obj), component, namespaced=True)
                     out.append((cluster, path, body))
     return out
-
-
-def _selected_components(goals: Goals, owner: Component, service: Mapping[str, Any]) -> set[str]:
-    """Components of the same app whose pods the Service's selector matches."""
-    selector = (service.get("spec") or {}).get("selector") or {}
-    if not selector:
-        return set()
-    selected = set()
-    for other in goals.apps[owner.app].components:
-        labels = _pod_labels(other)
-        if all(labels.get(k) == v for k, v in selector.items()):
-            selected.add(other.key)
-    return selected
-
-
-def _pod_labels(component: Component) -> Mapping[str, Any]:
-    spec = component.workload.get("spec") or {}
-    if component.kind == "CronJob":
-        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
-    return ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
 
 
 def _same_object(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:
