@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Mapping
+from dataclasses import replace
 from typing import Any
 
+from qonnect_gitops.model.advice import Advice, advise
 from qonnect_gitops.model.app import ComponentSpec, QoS, QoSApp
 from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.errors import GoalsError, Problem
@@ -114,14 +116,20 @@ class _Loader:
         if self.problems:
             raise GoalsError(self.problems)
         assert fleet is not None
-        return Goals(
+        goals = Goals(
             fleet=fleet,
             clusters=dict(sorted(clusters.items())),
             network=network,
             apps=dict(sorted(apps.items())),
             latencies=latencies,
-            warnings=tuple(sorted(set(self.warnings))),
         )
+        self.warnings += [self._locate(a) for a in advise(goals)]
+        return replace(goals, warnings=tuple(sorted(set(self.warnings))))
+
+    def _locate(self, advice: Advice) -> Problem:
+        """An advice as a warning with the line and column of the field it is about."""
+        doc = self.docs[advice.path] if advice.path in self.docs else self.manifest_docs[advice.path][advice.index]
+        return doc.problem(advice.loc, advice.message)
 
     def _custom_kinds(self) -> dict[tuple[str, str], Any]:
         """Kinds the CustomResourceDefinitions in the app folders define. Only files that
