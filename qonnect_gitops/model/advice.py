@@ -9,6 +9,8 @@ and ``qonnect plan``; nothing is refused for it.
   the two close, and a Service of another app is not rendered where the caller runs, so
   the name does not resolve there.
 * ``calls`` names a component that no Service leads to: nothing can reach it by name.
+* A pod refers to a ServiceAccount, ConfigMap, Secret or PersistentVolumeClaim that no
+  manifest of its app defines: it starts only where someone created that object by hand.
 """
 
 from __future__ import annotations
@@ -49,7 +51,8 @@ def advise(goals: Goals) -> list[Advice]:
     """Every piece of advice on ``goals``, in a stable order."""
     services = list(_services(goals))
     return sorted(
-        [*_unlisted_calls(goals, services), *_calls_without_service(goals, services)],
+        [*_unlisted_calls(goals, services), *_calls_without_service(goals, services),
+         *_undefined_references(goals)],
         key=lambda a: (a.path, a.index, a.loc, a.message),
     )
 
@@ -103,10 +106,7 @@ def _strings(component: Component) -> Iterator[tuple[str, int, Loc, str]]:
                 for key, value in sorted((obj.get("data") or {}).items()):
                     if isinstance(value, str):
                         yield manifest.path, index, ("data", key), value
-            elif obj is component.workload or (
-                obj.get("kind") == component.kind
-                and obj["metadata"]["name"] == component.workload["metadata"]["name"]
-            ):
+            elif _workload_position(component) == (manifest.path, index):
                 yield from _container_strings(manifest.path, index, obj, component.kind)
 
 
@@ -163,3 +163,37 @@ def _calls_without_service(goals: Goals, services: list[_Service]) -> Iterator[A
                     yield Advice(path, 0, ("spec", "components", ci, "calls", k),
                                  f"'{call}' has no Service leading to it (none of its own, "
                                  "no selector matching its pods): callers cannot reach it by name")
+
+
+# What every namespace has without anyone writing it.
+_BUILT_IN = {("ServiceAccount", "default"), ("ConfigMap", "kube-root-ca.crt")}
+
+
+def _undefined_references(goals: Goals) -> Iterator[Advice]:
+    for app in goals.apps.values():
+        defined = {
+            (str(obj.get("kind")), str(obj["metadata"]["name"]))
+            for component in app.components for manifest in component.manifests for obj in manifest.objects
+        }
+        for component in app.components:
+            missing = sorted(component.references - defined - _BUILT_IN)
+            if not missing:
+                continue
+            path, index = _workload_position(component)
+            names = ", ".join(f"{kind} '{name}'" for kind, name in missing)
+            yield Advice(path, index, ("metadata", "name"),
+                         f"its pods use {names}, which no manifest of app '{app.name}' defines: "
+                         "they start only on clusters where it was created by other means")
+
+
+def _workload_position(component: Component) -> tuple[str, int]:
+    for manifest in component.manifests:
+        for index, obj in enumerate(manifest.objects):
+            if obj is component.workload:
+                return manifest.path, index
+    for manifest in component.manifests:
+        for index, obj in enumerate(manifest.objects):
+            if obj.get("kind") == component.kind and \
+                    obj["metadata"]["name"] == component.workload["metadata"]["name"]:
+                return manifest.path, index
+    raise LookupError(component.key)  # the loader found the workload in these manifests

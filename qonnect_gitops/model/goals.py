@@ -83,6 +83,13 @@ class Component:
             spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
         return ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
 
+    @cached_property
+    def references(self) -> frozenset[tuple[str, str]]:
+        """``(kind, name)`` of the namespaced objects its pods need: ServiceAccount,
+        ConfigMaps, Secrets and PersistentVolumeClaims named by volumes, env, envFrom and
+        imagePullSecrets."""
+        return frozenset(pod_references(pod_template_spec(self.workload, self.kind)))
+
     @property
     def movable(self) -> bool:
         """Whether rescheduling and failover may move it (StatefulSets only when opted in)."""
@@ -104,6 +111,54 @@ class App:
             return set()
         return {c.key for c in self.components
                 if all(c.pod_labels.get(k) == v for k, v in selector.items())}
+
+
+def pod_template_spec(workload: Mapping[str, Any], kind: str) -> Mapping[str, Any]:
+    """The spec of a workload's pod template (empty when it has none)."""
+    spec = workload.get("spec") or {}
+    if kind == "CronJob":
+        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
+    return ((spec.get("template") or {}).get("spec")) or {}
+
+
+def pod_references(spec: Mapping[str, Any]) -> Iterator[tuple[str, str]]:
+    """``(kind, name)`` of every object a pod spec names (see ``Component.references``)."""
+    account = spec.get("serviceAccountName") or spec.get("serviceAccount")
+    if isinstance(account, str) and account:
+        yield "ServiceAccount", account
+    for secret in spec.get("imagePullSecrets") or []:
+        if isinstance(secret, Mapping) and secret.get("name"):
+            yield "Secret", str(secret["name"])
+    for volume in spec.get("volumes") or []:
+        if not isinstance(volume, Mapping):
+            continue
+        sources = [volume, *[s for s in ((volume.get("projected") or {}).get("sources") or [])
+                             if isinstance(s, Mapping)]]
+        for source in sources:
+            if (source.get("configMap") or {}).get("name"):
+                yield "ConfigMap", str(source["configMap"]["name"])
+            secret = source.get("secret") or {}
+            if secret.get("secretName") or secret.get("name"):
+                yield "Secret", str(secret.get("secretName") or secret.get("name"))
+        if (volume.get("persistentVolumeClaim") or {}).get("claimName"):
+            yield "PersistentVolumeClaim", str(volume["persistentVolumeClaim"]["claimName"])
+    for group in ("initContainers", "containers"):
+        for container in spec.get(group) or []:
+            if not isinstance(container, Mapping):
+                continue
+            for env in container.get("env") or []:
+                source = (env.get("valueFrom") or {}) if isinstance(env, Mapping) else {}
+                if (source.get("configMapKeyRef") or {}).get("name"):
+                    yield "ConfigMap", str(source["configMapKeyRef"]["name"])
+                if (source.get("secretKeyRef") or {}).get("name"):
+                    yield "Secret", str(source["secretKeyRef"]["name"])
+            for env_from in container.get("envFrom") or []:
+                if not isinstance(env_from, Mapping):
+                    continue
+                if (env_from.get("configMapRef") or {}).get("name"):
+                    yield "ConfigMap", str(env_from["configMapRef"]["name"])
+                if (env_from.get("secretRef") or {}).get("name"):
+                    yield "Secret", str(env_from["secretRef"]["name"])
 
 
 def exposes_nodes(service: Mapping[str, Any]) -> bool:

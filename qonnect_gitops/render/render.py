@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from qonnect_gitops.model.goals import Component, Goals, exposes_nodes
+from qonnect_gitops.model.goals import Component, Goals, Manifest, exposes_nodes
 from qonnect_gitops.model.labels import (
     ADOPT_ANNOTATION,
     APP_LABEL,
@@ -37,6 +37,7 @@ from qonnect_gitops.model.labels import (
 from qonnect_gitops.model.plan import Plan
 from qonnect_gitops.model.secrets import plain_secrets
 from qonnect_gitops.render.nodes import constrain_pods
+from qonnect_gitops.render.shared import SharedObject, borrowed, definitions
 
 CILIUM_GLOBAL = "service.cilium.io/global"
 CILIUM_SHARED = "service.cilium.io/shared"
@@ -70,9 +71,13 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
     app_hosts: dict[str, set[str]] = {}
     for key, where in hosts.items():
         app_hosts.setdefault(key.partition("/")[0], set()).update(where)
+    defined = {name: definitions(app) for name, app in goals.apps.items()}
     for component in goals.components():
         for cluster, replicas in hosts.get(component.key, {}).items():
             for path, body in _component_files(goals, component, cluster, hosts[component.key], replicas):
+                files[f"clusters/{cluster}/{path}"] = body
+            for shared in borrowed(component, defined[component.app]):
+                path, body = _shared_file(goals, shared)
                 files[f"clusters/{cluster}/{path}"] = body
         consumers = app_hosts.get(component.app, set())
         for cluster, path, body in _service_files(goals, component, hosts, callers_on, consumers):
@@ -117,11 +122,7 @@ def _component_files(
         for index, source in enumerate(manifest.objects):
             if source.get("kind") == "Service":
                 continue
-            if plain_secrets(source) and not goals.apps[component.app].document.spec.allow_plain_secrets:
-                raise RenderError(
-                    f"{manifest.path}: a Secret in '{source['metadata']['name']}' holds plain data; "
-                    "refusing to write it to cluster branches"
-                )
+            _refuse_plain_secret(goals, component, manifest, source)
             obj = copy.deepcopy(dict(source))
             if _same_object(source, component.workload):
                 _set_replicas(obj, component, replicas, autoscaled=hpa is not None)
@@ -130,6 +131,25 @@ def _component_files(
                 _split_autoscaler(obj, replicas, total)
             out.append(_object_file(obj, component, manifest.is_namespaced(index)))
     return out
+
+
+def _refuse_plain_secret(goals: Goals, component: Component, manifest: Manifest, source: Mapping[str, Any]) -> None:
+    if plain_secrets(source) and not goals.apps[component.app].document.spec.allow_plain_secrets:
+        raise RenderError(
+            f"{manifest.path}: a Secret in '{source['metadata']['name']}' holds plain data; "
+            "refusing to write it to cluster branches"
+        )
+
+
+def _shared_file(goals: Goals, shared: SharedObject) -> tuple[str, bytes]:
+    """An object another component's pods use, as its own component renders it (same path,
+    same bytes: where both run it is one file)."""
+    owner, manifest = shared.owner, shared.manifest
+    if manifest.encrypted:
+        return f"{owner.namespace}/{owner.name}/sops-{posixpath.basename(manifest.path)}", manifest.raw
+    source = manifest.objects[shared.index]
+    _refuse_plain_secret(goals, owner, manifest, source)
+    return _object_file(copy.deepcopy(dict(source)), owner, manifest.is_namespaced(shared.index))
 
 
 def _service_files(

@@ -65,3 +65,15 @@ def test_calls_to_a_component_without_a_service_are_warned_about(tmp_path: Path)
     assert result.stderr.splitlines() == [
         "warning: apps/sensor-pipeline/app.yaml:40:22: spec.components[3].calls[1]: 'aggregator' has no "
         "Service leading to it (none of its own, no selector matching its pods): callers cannot reach it by name"]
+
+
+def test_a_pod_using_an_object_no_manifest_defines_is_warned_about(template_files) -> None:
+    files = _edit(template_files, "apps/bookinfo/manifests/details.yaml",
+                  "serviceAccountName: bookinfo-details", "serviceAccountName: bookinfo-reader")
+    (warning,) = load_goals(files).warnings
+    assert (warning.path, warning.line, warning.field) == ("apps/bookinfo/manifests/details.yaml", 26, "metadata.name")
+    assert "ServiceAccount 'bookinfo-reader', which no manifest of app 'bookinfo' defines" in warning.message
+    # Another component's object is fine: it is rendered wherever a user of it runs.
+    files = _edit(template_files, "apps/bookinfo/manifests/details.yaml",
+                  "serviceAccountName: bookinfo-details", "serviceAccountName: bookinfo-ratings")
+    assert load_goals(files).warnings == ()
