@@ -381,7 +381,9 @@ def assemble(cycle: Cycle) -> Plan:
             moves.append(_built(Move, component=removal.key, source=name, target=None, replicas=n, reason="removed",
                                 detail="completed Job" if removal.cause.kind == CauseKind.COMPLETED
                                 else "no longer in the goals"))
-    decision: DecisionReason = "goals-changed"
+    # Nothing ran before: the first placement, not a change of goals.
+    first = not any(cycle.current.placements.values()) and not any(cycle.current.draining.values())
+    decision: DecisionReason = "initial" if first else "goals-changed"
     if "failover" in reasons:
         decision = "failover"
     elif "scaling" in reasons:
