@@ -538,15 +538,20 @@ class _Loader:
         ok = True
         for group in ("containers", "initContainers"):
             for i, container in enumerate(pod_spec.get(group) or []):
-                requests = ((container.get("resources") or {}).get("requests") or {}) if isinstance(container, dict) else {}
+                resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
+                requests = resources.get("requests") or {} if isinstance(resources, dict) else {}
+                limits = resources.get("limits") or {} if isinstance(resources, dict) else {}
                 for res in ("cpu", "memory"):
-                    if res not in requests:
+                    # Kubernetes sets a missing request to the limit: so does the planner.
+                    source = "requests" if res in requests else "limits"
+                    table = requests if res in requests else limits
+                    if not isinstance(table, dict) or res not in table:
                         continue
                     try:
-                        value = parse[res](requests[res])
+                        value = parse[res](table[res])
                     except ValueError as exc:
                         self.problems.append(wdoc.problem(
-                            pod_loc + (group, i, "resources", "requests", res), str(exc)))
+                            pod_loc + (group, i, "resources", source, res), str(exc)))
                         ok = False
                         continue
                     sidecar = group == "initContainers" and container.get("restartPolicy") == "Always"
@@ -560,8 +565,8 @@ class _Loader:
         missing = [res for res in ("cpu", "memory") if not found[res]]
         if missing:
             self._report(app_path, loc, f"component '{spec.name}' has no {' or '.join(missing)} "
-                         "request; set resources on the component or resources.requests on its "
-                         "containers, so the planner knows what a replica needs")
+                         "request; set resources on the component or resources.requests (or "
+                         "limits) on its containers, so the planner knows what a replica needs")
             return None
         cpu, memory = max(totals["cpu"], init_peak["cpu"]), max(totals["memory"], init_peak["memory"])
         if cpu > MAX_NODE_CPU or memory > MAX_NODE_MEMORY:
