@@ -69,6 +69,12 @@ class Component:
     calls: tuple[str, ...]  # qualified keys of the components it calls, sorted
     qos: QoS  # effective: component qos overlaid on the app defaults
     stability: StabilityRules
+    stateful: bool | None = None  # as the goals say; None: only StatefulSets keep state
+
+    @property
+    def keeps_state(self) -> bool:
+        """Whether its replicas hold data where they run (a StatefulSet, or ``stateful: true``)."""
+        return self.kind == "StatefulSet" if self.stateful is None else self.stateful
 
     @cached_property
     def key(self) -> str:
@@ -92,8 +98,8 @@ class Component:
 
     @property
     def movable(self) -> bool:
-        """Whether rescheduling and failover may move it (StatefulSets only when opted in)."""
-        return self.kind != "StatefulSet" or self.stability.allow_stateful
+        """Whether rescheduling and failover may move it (what keeps state only when opted in)."""
+        return not self.keeps_state or self.stability.allow_stateful
 
 
 @dataclass(frozen=True)

@@ -502,6 +502,7 @@ class _Loader:
             calls=tuple(calls),
             qos=qos,
             stability=stability,
+            stateful=spec.stateful,
         )
 
     def _replicas(self, app_path: str, loc: tuple[int | str, ...], spec: ComponentSpec, kind: str,

@@ -195,10 +195,12 @@ class Explainer:
                 return f"{head}: the clusters chosen are full and bursting is off{rest}"
             return f"{head}: no cluster takes more: {self.census(sf.census) if sf.census else 'no clusters'}"
         if kind == ShortfallKind.WAITING:
+            c = work.component
+            what = "a StatefulSet" if c.kind == "StatefulSet" else f"a stateful {c.kind}"
             if sf.goal == "health":
                 return (f"{sf.replicas} replica(s) wait on failed cluster {name} ({self.failure(sf.cluster or 0)}): "
-                        "a StatefulSet moves only with qos.migration.allowStateful")
-            return (f"{name} lost the capacity for {sf.replicas} replica(s): a StatefulSet waits for it "
+                        f"{what} moves only with qos.migration.allowStateful")
+            return (f"{name} lost the capacity for {sf.replicas} replica(s): {what} waits for it "
                     "(qos.migration.allowStateful lets it move)")
         if kind == ShortfallKind.MEASURED_BREACH:
             return (f"{name} is outside the latency envelope by measured latency ({self.latency_breach(work, sf.cluster or 0)}); "
