@@ -36,6 +36,12 @@ class LatencyGoal(UserModel):
 
     region: Name
     max_ms: float = Field(gt=0, le=MAX_LATENCY_MS)
+    serve: Literal["all", "nearest"] = Field(
+        "all",
+        description="`all`: every replica within `maxMs` of the region. `nearest`: at least one "
+        "replica within `maxMs` of it, each replica near one of the component's `nearest` "
+        "regions (serve each region from nearby).",
+    )
 
 
 # (latency, cost, energy) weights when neither the component nor its app sets an objective.

@@ -95,6 +95,8 @@ class Explainer:
             return "local search: lowers the objective below the greedy choice"
         if rule == Rule.MADE_ROOM:
             return "placed after moving others to make room"
+        if rule == Rule.NEAREST:
+            return f"serves {self.cycle.fleet.static.regions[why.region]} from nearby (latency goal, serve: nearest)"
         return "kept"
 
     def keep(self, keep: Keep) -> str:
@@ -150,6 +152,8 @@ class Explainer:
             return f"availability: at least {work.component.qos.availability.min_clusters} clusters"
         if kind == CauseKind.SPREAD:
             return "spread: replica counts evened out"
+        if kind == CauseKind.NEAREST:
+            return f"a replica serves {self.cycle.fleet.static.regions[cause.region]} from nearby (serve: nearest)"
         if kind == CauseKind.DAEMONSET:
             return "a DaemonSet runs one replica per cluster"
         if kind == CauseKind.IMPROVES:
@@ -176,10 +180,13 @@ class Explainer:
         view = self.cycle.fleet
         index = view.static.region_index
         broken = []
+        near = []
         for goal in work.component.qos.latency:
             ms = float(view.region_latency[cluster, index[goal.region]])
             if ms > goal.max_ms:
-                broken.append(f"{ms:g} ms to {goal.region} > {goal.max_ms:g}")
+                (near if goal.serve == "nearest" else broken).append(f"{ms:g} ms to {goal.region} > {goal.max_ms:g}")
+        if near and len(near) == sum(1 for g in work.component.qos.latency if g.serve == "nearest"):
+            broken.append("near none of the regions it serves: " + ", ".join(near))
         return ", ".join(broken) or "outside the envelope"
 
     def shortfall(self, sf: Shortfall, work: Work) -> str:
@@ -212,6 +219,10 @@ class Explainer:
             f = FILTERS_BY_NAME.get(sf.filter or "")
             why = f.reason if f else ("breaks the goal" if sf.goal != "latency" else "is outside the latency envelope")
             return (f"{sf.replicas} replica(s) keep running on {name}, which {why}: no replacement fits elsewhere yet")
+        if kind == ShortfallKind.UNSERVED:
+            region = self.cycle.fleet.static.regions[sf.region]
+            return (f"no replica within {sf.max_ms:g} ms of {region} (serve: nearest): "
+                    f"no cluster in that envelope with room, or too few replicas to serve every region")
         if kind == ShortfallKind.TOO_FEW_REPLICAS:
             return f"{sf.have} replica(s) cannot run on minClusters {sf.wanted} clusters"
         if kind == ShortfallKind.TOO_FEW_CLUSTERS:

@@ -24,6 +24,7 @@ from qonnect_gitops.model.plan import GoalKind, MoveReason
 from qonnect_gitops.placement.cycle import DRAINING, Cycle
 from qonnect_gitops.placement.distribute import Request, distribute, ranked
 from qonnect_gitops.placement.evaluate import FILTERS_BY_NAME, NODE_SIZE, replicas_for
+from qonnect_gitops.placement.plugins.latency import nearest_goals, unserved
 from qonnect_gitops.placement.records import (
     Blocked,
     Cause,
@@ -73,6 +74,9 @@ def inspect(cycle: Cycle, work: Work) -> Verdict:
         return Verdict.REPAIR
     availability = c.qos.availability
     if len(cur) < min(availability.min_clusters, total) or (availability.spread and high - low > 1):
+        return Verdict.REPAIR
+    nearest = nearest_goals(c, cycle.fleet.static.region_index)
+    if nearest and unserved(cycle.fleet.region_latency, nearest, cur):
         return Verdict.REPAIR
     if measured:
         ev = cycle.evaluator
@@ -182,6 +186,7 @@ def repair(cycle: Cycle, work: Work) -> None:
     work.unplaced, work.blocked, work.preferred = dist.unplaced, dist.blocked, dist.preferred
     _pair(work, leaving, [i for i, n in sorted(dist.replicas.items()) for _ in range(n)])
     _availability(cycle, work, keep, allowed, total, leaving)
+    _serve_nearest(cycle, work, keep, allowed, total, leaving)
     cycle.placement[key] = {i: n for i, n in work.target.items() if n > 0}
 
 
@@ -255,6 +260,47 @@ def _availability(
         d = work.drains.get(src)
         work.drains[src] = Drain((d.replicas if d else 0) + 1, cause)
         missing -= 1
+
+
+def _serve_nearest(
+    cycle: Cycle, work: Work, keep: dict[int, int], allowed: np.ndarray, total: np.ndarray, leaving: list[_Leaving]
+) -> None:
+    """When no replica serves a ``serve: nearest`` region from nearby (the goal is new,
+    or the clusters near it were lost), move one replica there from the fullest cluster
+    that is not the only one near another region, make before break."""
+    c = work.component
+    if c.kind == "DaemonSet" or not c.movable:
+        return
+    nearest = nearest_goals(c, cycle.fleet.static.region_index)
+    if not nearest:
+        return
+    lat = cycle.fleet.region_latency
+
+    def used() -> list[int]:
+        return [i for i, n in work.target.items() if n > 0 and cycle.healthy[i]]
+
+    def sole(i: int) -> bool:
+        return any(lat[i, r] <= m and not any(lat[j, r] <= m for j in used() if j != i) for r, m in nearest)
+
+    for region, max_ms in unserved(lat, nearest, used()):
+        sources = [i for i in keep if keep[i] > 1 or (keep[i] == 1 and not sole(i))]
+        if not sources:
+            return
+        for dst in ranked(np.flatnonzero(allowed & (lat[:, region] <= max_ms)), total):
+            if cycle.ledger.take(dst, c.cpu, c.memory, c.architectures, 1, work.takes):
+                break
+        else:
+            continue
+        src = min(sources, key=lambda i: (-keep[i], -float(total[i]), i))
+        keep[src] -= 1
+        work.target[src] -= 1
+        work.target[dst] = work.target.get(dst, 0) + 1
+        work.why[dst] = Why(Rule.NEAREST, region=region)
+        reason: MoveReason = "failover" if any(s.reason == "failover" for s in leaving) else "goals-changed"
+        cause = Cause(CauseKind.NEAREST, src, region=region)
+        work.moves.append(PendingMove(src, dst, 1, reason, cause))
+        d = work.drains.get(src)
+        work.drains[src] = Drain((d.replicas if d else 0) + 1, cause)
 
 
 def _pair(work: Work, leaving: list[_Leaving], slots: list[int]) -> None:
@@ -334,6 +380,11 @@ def verify(cycle: Cycle, work: Work) -> None:
             census = work.census or ev.census(ev.context(c, work.replicas), work.target)
             work.shortfalls.append(Shortfall("availability", ShortfallKind.TOO_FEW_CLUSTERS,
                                              wanted=min_clusters, have=len(used), census=census))
+    nearest = nearest_goals(c, cycle.fleet.static.region_index)
+    if nearest and work.target:
+        served_by = [i for i, n in work.target.items() if n > 0 and cycle.healthy[i]]
+        for region, max_ms in unserved(cycle.fleet.region_latency, nearest, served_by):
+            work.shortfalls.append(Shortfall("latency", ShortfallKind.UNSERVED, region=region, max_ms=max_ms))
     if qos.availability.spread and used and max(used) - min(used) > 1:
         work.shortfalls.append(Shortfall("spread", ShortfallKind.UNEVEN, wanted=max(used) - min(used),
                                          have=len(used)))
@@ -354,6 +405,8 @@ def _goal_of(cause: Cause) -> GoalKind:
         return "spread"
     if cause.kind == CauseKind.AVAILABILITY:
         return "availability"
+    if cause.kind == CauseKind.NEAREST:
+        return "latency"
     if cause.filter is not None and cause.filter in FILTERS_BY_NAME:
         return FILTERS_BY_NAME[cause.filter].goal
     return "capacity"
