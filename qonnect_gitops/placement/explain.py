@@ -179,8 +179,8 @@ class Explainer:
     def latency_breach(self, work: Work, cluster: int) -> str:
         view = self.cycle.fleet
         index = view.static.region_index
-        broken = []
-        near = []
+        broken: list[str] = []
+        near: list[str] = []
         for goal in work.component.qos.latency:
             ms = float(view.region_latency[cluster, index[goal.region]])
             if ms > goal.max_ms:

@@ -129,7 +129,7 @@ def test_a_mixed_architecture_sim_runs_amd64_only_pods_on_amd64_nodes_only(templ
     fog2 = goals.clusters["fog-2"]
     docs = [yaml.safe_load(files[p]) for p in sorted(files, key=lambda p: (not p.startswith("_cluster/"), p))]
     with make_sim(*fog2.spec.nodes, name="fog-2") as sim:
-        core, apps, _, api = clients(sim)
+        core, _, _, api = clients(sim)
         arch_of = {n.metadata.name: n.metadata.labels[ARCH] for n in core.list_node().items}
         assert sorted(set(arch_of.values())) == ["amd64", "arm64"]
         for doc in docs:
