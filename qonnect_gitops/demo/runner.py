@@ -18,7 +18,7 @@ from qonnect_gitops.demo.view import View
 
 ORDER = list(SCENARIOS)
 # what each scenario needs to have happened first
-NEEDS = {"initial": [], "goals-change": ["initial"], "resize": ["initial"], "failover": ["initial"],
+NEEDS = {"initial": [], "goals-change": ["initial"], "resize": ["initial"], "regions": ["initial"], "failover": ["initial"],
          "burst": ["initial"], "leader-kill": ["initial"], "review": ["initial"]}
 
 
