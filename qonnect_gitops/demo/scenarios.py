@@ -387,7 +387,7 @@ def leader_kill(d: Demo) -> Result:
     decided = time.monotonic() - t0
     new_term = int((d.stack.trailers("qonnect/plan").get("Qonnect-Term") or ["0"])[0])
     d.event(f"decision written by the new leader {decided:.2f}s after the kill (term {new_term})")
-    seconds, observed, expected = d.wait_running(t0)
+    seconds, observed, _expected = d.wait_running(t0)
     new_leader = d.stack.leader()
     details = by_component(observed).get("bookinfo/details", {})
     problems = []
@@ -584,7 +584,7 @@ def resize(d: Demo, component: str = "bookinfo/details") -> Result:
     decision = d.plan_doc()
     first = {a["cluster"]: a["replicas"] for a in decision["components"][component]["assignments"] if a["replicas"]}
     unmet = [u for u in decision.get("unmet") or [] if u["component"] == component]
-    seconds, observed, expected = d.wait_running(t0)
+    seconds, _observed, expected = d.wait_running(t0)
     now = d.wait_drained(component)  # the old replicas run until the new ones are ready
     goals = d.goals()
     small = {name for name, c in goals.clusters.items()
