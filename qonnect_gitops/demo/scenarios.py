@@ -487,7 +487,7 @@ def review(d: Demo) -> Result:
     if open_proposals:
         problems.append(f"a new proposal waits for review: {open_proposals}")
     d.event(f"draining replica of reviews-v2 gone {drained_after:.2f}s after the merged target ran "
-            f"(plan {approved[:12]} -> {finished[:12]}, no new proposal)")
+            f"(plan {(approved or 'none')[:12]} -> {(finished or 'none')[:12]}, no new proposal)")
     placed = _status(d, forge, commit, "qonnect/placed", {CommitState.SUCCESS, CommitState.FAILURE}, 90)
     d.event(f"qonnect/placed on {commit[:12]}: {placed.state.value if placed else None} "
             f"({placed.description if placed else 'not set'})")
