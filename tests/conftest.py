@@ -33,21 +33,24 @@ SLOW_FILES = {
     "gitstore/test_proposals.py": "review mode over a repository served by git daemon",
     "gitstore/test_remote.py": "mirrors fetching from and pushing to git daemons",
     "gitstore/test_transports.py": "git daemon and smart HTTP transports",
+    "model/test_validate_cli.py": "`qonnect validate` in real subprocesses",
+    "placement/test_cli_regressions.py": "`qonnect plan` in real subprocesses",
     "reconcile/test_hostile_goals.py": "`qonnect reconcile --once` against a goals repo on git daemon",
     "reconcile/test_reconcile_once.py": "`qonnect reconcile --once` against a goals repo on git daemon",
 }
-# Hypothesis fuzzers of hostile input (also slow).
-FUZZ_FILES = {
+# Hypothesis fuzzers of hostile input (also slow): files, or single tests as FILE::NAME.
+FUZZ = {
     "agent/test_fuzz_branches.py",
     "lead/test_fuzz.py",
     "model/test_fuzz_goals.py",
+    "model/test_loader.py::test_arbitrary_yaml_only_ever_raises_goals_error",
 }
 
 
 def pytest_configure(config: pytest.Config) -> None:
     """Fail at once when a listed directory or file no longer exists (a rename would
     otherwise move its tests to the fast tier without anyone noticing)."""
-    missing = [p for p in [*SLOW_DIRS, *SLOW_FILES, *FUZZ_FILES] if not (TESTS / p).exists()]
+    missing = [p for p in [*SLOW_DIRS, *SLOW_FILES, *FUZZ] if not (TESTS / p.split("::")[0]).exists()]
     if missing:
         raise pytest.UsageError(f"tests/conftest.py lists test paths that do not exist: {missing}")
 
@@ -59,10 +62,11 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             rel = item.path.resolve().relative_to(TESTS).as_posix()
         except ValueError:
             continue
-        if rel in FUZZ_FILES:
+        name = getattr(item, "originalname", item.name)  # without its parameters
+        if rel in FUZZ or f"{rel}::{name}" in FUZZ:
             item.add_marker(pytest.mark.fuzz)
-            item.add_marker(pytest.mark.slow)
-        elif rel.split("/", 1)[0] in SLOW_DIRS or rel in SLOW_FILES:
+        if (item.get_closest_marker("fuzz") is not None or rel.split("/", 1)[0] in SLOW_DIRS
+                or rel in SLOW_FILES):
             item.add_marker(pytest.mark.slow)
 
 
