@@ -71,10 +71,10 @@ from qonnect_gitops.model.fleet import ReviewForge
 from qonnect_gitops.render.render import PLACEMENT_FILE
 
 if TYPE_CHECKING:
-    from qonnect_gitops.lead.loop import ReconcileLoop
-    from qonnect_gitops.lead.reconcile import CycleResult
     from qonnect_gitops.kb import KBReader
+    from qonnect_gitops.lead.loop import ReconcileLoop
     from qonnect_gitops.lead.raft import RaftNode
+    from qonnect_gitops.lead.reconcile import CycleResult
 
 log = get_logger(__name__)
 
