@@ -89,10 +89,8 @@ def _hosts_in(text: str) -> Iterator[tuple[str, bool]]:
 def references(text: str, service: _Service, same_namespace: bool) -> bool:
     """Whether ``text`` names the Service as a host."""
     qualified, bare = _host_names(service)
-    for host, url_like in _hosts_in(text):
-        if host in qualified or (same_namespace and url_like and host in bare):
-            return True
-    return False
+    return any(host in qualified or (same_namespace and url_like and host in bare)
+               for host, url_like in _hosts_in(text))
 
 
 def _strings(component: Component) -> Iterator[tuple[str, int, Loc, str]]:

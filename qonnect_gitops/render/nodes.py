@@ -35,10 +35,11 @@ def pod_spec(obj: dict[str, Any], kind: str) -> dict[str, Any] | None:
     for a kind that has no pod template."""
     if kind not in ("Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"):
         return None
-    spec = obj.setdefault("spec", {})
+    spec: dict[str, Any] = obj.setdefault("spec", {})
     if kind == "CronJob":
         spec = spec.setdefault("jobTemplate", {}).setdefault("spec", {})
-    return spec.setdefault("template", {}).setdefault("spec", {})
+    template: dict[str, Any] = spec.setdefault("template", {}).setdefault("spec", {})
+    return template
 
 
 def required_architectures(component: Component, cluster: Cluster) -> tuple[str, ...] | None:

@@ -16,7 +16,8 @@ def test_a_stateful_deployment_waits_for_its_failed_cluster_and_says_so() -> Non
     p = plan(goals(clusters, [cache]), observed(clusters={"a": {"healthy": False}}), current({"shop/cache": {"a": 1}}))
     assert p.placements()["shop/cache"] == {"a": 1}
     (unmet,) = [u for u in p.unmet if u.component == "shop/cache"]
-    assert unmet.goal == "health" and "a stateful Deployment moves only with qos.migration.allowStateful" in unmet.message
+    assert unmet.goal == "health"
+    assert "a stateful Deployment moves only with qos.migration.allowStateful" in unmet.message
     # The same Deployment without state fails over at once.
     plain = component("cache")
     p2 = plan(goals(clusters, [plain]), observed(clusters={"a": {"healthy": False}}), current({"shop/cache": {"a": 1}}))
