@@ -276,6 +276,10 @@ class ComponentSpec(UserModel):
     calls: tuple[str, ...] = Field(
         (), description="Components it sends requests to: `name` in this app or `app/name`."
     )
+    colocate_with: tuple[str, ...] = Field(
+        (), description="Components it must run beside (`name` in this app or `app/name`): it goes "
+        "only to clusters where all of them run, and follows them when they move.",
+    )
     stateful: bool | None = Field(
         None, description="Its replicas keep data where they run (e.g. a Deployment with state in "
         "an emptyDir): placed once and then pinned like a StatefulSet, unless "

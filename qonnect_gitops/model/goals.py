@@ -70,6 +70,7 @@ class Component:
     qos: QoS  # effective: component qos overlaid on the app defaults
     stability: StabilityRules
     stateful: bool | None = None  # as the goals say; None: only StatefulSets keep state
+    colocate_with: tuple[str, ...] = ()  # qualified keys of the components it runs beside, sorted
 
     @property
     def keeps_state(self) -> bool:

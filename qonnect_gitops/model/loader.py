@@ -287,6 +287,33 @@ class _Loader:
                     elif target not in known:
                         self._report(path, loc, f"unknown component '{call}'; expected a "
                                      f"component of this app or 'app/component' ({_names(known)})")
+                for k, anchor in enumerate(spec.colocate_with):
+                    target = anchor if "/" in anchor else f"{name}/{anchor}"
+                    loc = ("spec", "components", ci, "colocateWith", k)
+                    if target == f"{name}/{spec.name}":
+                        self._report(path, loc, "a component cannot be colocated with itself")
+                    elif target not in known:
+                        self._report(path, loc, f"unknown component '{anchor}'; expected a "
+                                     f"component of this app or 'app/component' ({_names(known)})")
+        self._check_colocation_cycles(apps)
+
+    def _check_colocation_cycles(self, apps: dict[str, App]) -> None:
+        """``colocateWith`` follows anchors: a chain that comes back to where it started has
+        no anchor to follow."""
+        follows = {c.key: c.colocate_with for app in apps.values() for c in app.components}
+        for app in apps.values():
+            for ci, c in enumerate(app.components):
+                seen, todo = set(), list(c.colocate_with)
+                while todo:
+                    k = todo.pop()
+                    if k == c.key:
+                        self._report(f"{APPS_DIR}{app.name}/{APP_FILE}", ("spec", "components", ci, "colocateWith"),
+                                     "colocateWith leads back to this component; one of them must be the anchor "
+                                     "the others follow")
+                        break
+                    if k not in seen:
+                        seen.add(k)
+                        todo.extend(follows.get(k, ()))
 
     def _check_unique_objects(self, apps: dict[str, App]) -> None:
         """The same object (group, kind, namespace, name) may be defined once in all the goals."""
@@ -503,6 +530,7 @@ class _Loader:
             qos=qos,
             stability=stability,
             stateful=spec.stateful,
+            colocate_with=tuple(sorted({c if "/" in c else f"{doc.metadata.name}/{c}" for c in spec.colocate_with})),
         )
 
     def _replicas(self, app_path: str, loc: tuple[int | str, ...], spec: ComponentSpec, kind: str,

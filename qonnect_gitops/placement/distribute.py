@@ -145,17 +145,20 @@ def serve_nearest(ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Req
     for i, n in result.removed.items():
         placed[i] = placed.get(i, 0) - n
 
-    def sole(i: int) -> bool:  # the only cluster near some region
-        return any(lat[i, r] <= m and not any(lat[j, r] <= m for j, k in placed.items() if k > 0 and j != i)
-                   for r, m in nearest)
+    def may_leave(i: int, dst: int) -> bool:  # no region loses its only nearby replica
+        return placed[i] > 1 or all(
+            lat[dst, r] <= m or any(lat[j, r] <= m for j, k in placed.items() if k > 0 and j != i)
+            for r, m in nearest if lat[i, r] <= m)
 
     for region, max_ms in unserved(lat, nearest, (i for i, n in placed.items() if n > 0)):
-        sources = [i for i, n in result.replicas.items() if n > 0 and (placed[i] > 1 or not sole(i))]
-        if not sources:
-            return
+        if not unserved(lat, ((region, max_ms),), (i for i, n in placed.items() if n > 0)):
+            continue  # served by a move made for another region
         within = np.flatnonzero(allowed & (lat[:, region] <= max_ms))
         dst = next((c for c in ranked(within, total) if room.left(c, 1) > 0), None)
         if dst is None:
+            continue
+        sources = [i for i, n in result.replicas.items() if n > 0 and i != dst and may_leave(i, dst)]
+        if not sources:
             continue
         src = min(sources, key=lambda i: (-result.replicas[i], -float(total[i]), i))
         result.replicas[src] -= 1
@@ -168,6 +171,17 @@ def serve_nearest(ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Req
         placed[dst] = placed.get(dst, 0) + 1
         room.use(dst, 1)
         result.why[dst] = Why(Rule.NEAREST, region=region)
+        if result.unplaced:
+            # The replica that left made room where it was: what fit nowhere may fit now.
+            put = room.left(src, result.unplaced)
+            if put:
+                result.replicas[src] = result.replicas.get(src, 0) + put
+                placed[src] += put
+                room.use(src, put)
+                result.why.setdefault(src, Why(Rule.BEST))
+                result.unplaced -= put
+                if not result.unplaced:
+                    result.blocked = None
 
 
 def _distribute(

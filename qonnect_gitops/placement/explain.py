@@ -95,6 +95,8 @@ class Explainer:
             return "local search: lowers the objective below the greedy choice"
         if rule == Rule.MADE_ROOM:
             return "placed after moving others to make room"
+        if rule == Rule.COLOCATED:
+            return "colocateWith: beside the components it follows"
         if rule == Rule.NEAREST:
             return f"serves {self.cycle.fleet.static.regions[why.region]} from nearby (latency goal, serve: nearest)"
         return "kept"
@@ -152,6 +154,8 @@ class Explainer:
             return f"availability: at least {work.component.qos.availability.min_clusters} clusters"
         if kind == CauseKind.SPREAD:
             return "spread: replica counts evened out"
+        if kind == CauseKind.COLOCATION:
+            return f"follows {', '.join(work.component.colocate_with)} (colocateWith), which no longer run on {name}"
         if kind == CauseKind.NEAREST:
             return f"a replica serves {self.cycle.fleet.static.regions[cause.region]} from nearby (serve: nearest)"
         if kind == CauseKind.DAEMONSET:
@@ -219,6 +223,9 @@ class Explainer:
             f = FILTERS_BY_NAME.get(sf.filter or "")
             why = f.reason if f else ("breaks the goal" if sf.goal != "latency" else "is outside the latency envelope")
             return (f"{sf.replicas} replica(s) keep running on {name}, which {why}: no replacement fits elsewhere yet")
+        if kind == ShortfallKind.NOT_COLOCATED:
+            return (f"{sf.replicas} cluster(s), {name} first, run it without {', '.join(work.component.colocate_with)} "
+                    "(colocateWith): no replacement beside them fits")
         if kind == ShortfallKind.UNSERVED:
             region = self.cycle.fleet.static.regions[sf.region]
             return (f"no replica within {sf.max_ms:g} ms of {region} (serve: nearest): "

@@ -57,16 +57,21 @@ def place_fresh(cycle: Cycle, works: list[Work]) -> None:
     rebalance(cycle, fresh)
 
 
-def place(cycle: Cycle, work: Work) -> None:
-    """Place a component from scratch by the distribution rules."""
+def place(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> None:
+    """Place a component from scratch by the distribution rules; ``beside``: only on
+    these clusters (``colocateWith``)."""
     c = work.component
     ev = cycle.evaluator
     work.touched = True
     ctx = ev.context(c, work.replicas)
     total, _ = ev.scores(ctx)
     per_cluster_max = 1 if c.kind == "DaemonSet" else None
-    dist = distribute(ctx, ev.static_mask(ctx), total, Request(work.replicas, per_cluster_max=per_cluster_max),
-                      wanted=ev.wanted_mask(ctx))
+    allowed, wanted = ev.static_mask(ctx), ev.wanted_mask(ctx)
+    if beside is not None:
+        allowed, wanted = allowed & beside, wanted & beside
+    dist = distribute(ctx, allowed, total, Request(work.replicas, per_cluster_max=per_cluster_max), wanted=wanted)
+    if beside is not None:
+        dist.why = {i: Why(Rule.COLOCATED) for i in dist.why}
     _commit(cycle, work, dist)
 
 

@@ -26,6 +26,7 @@ class Rule(Enum):
     BURST = "burst"  # overflow of the primary cluster, nearest first
     SEARCH = "search"  # the local search found it better than the greedy choice
     MADE_ROOM = "made-room"  # placed after moving other fresh components away
+    COLOCATED = "colocated"  # beside the components it is colocated with
     NEAREST = "nearest"  # serves a region from nearby (``serve: nearest``)
 
 
@@ -68,6 +69,7 @@ class CauseKind(Enum):
     AVAILABILITY = "availability"  # moved to use minClusters clusters
     SPREAD = "spread"  # moved to even the spread
     NEAREST = "nearest"  # moved so a region is served from nearby
+    COLOCATION = "colocation"  # follows the components it is colocated with
     DAEMONSET = "daemonset"  # a DaemonSet runs one per cluster
     IMPROVES = "improves"  # rescheduling: the objective improves past the threshold
     GONE = "gone"  # the component left the goals
@@ -136,6 +138,7 @@ class ShortfallKind(Enum):
     UNEVEN = "uneven"  # spread: capacity does not allow an even spread
     MAX_REPLICAS = "max-replicas"  # traffic needs more replicas than maxReplicas
     UNSERVED = "unserved"  # serve: nearest: no replica within the envelope of a region
+    NOT_COLOCATED = "not-colocated"  # colocateWith: replicas on clusters without the anchors
 
 
 @dataclass(frozen=True, slots=True)

@@ -87,6 +87,8 @@ def apps(draw: st.DrawFn) -> list[Component]:
             arch=draw(st.sampled_from((("amd64",), ("arm64",), ("amd64", "arm64")))),
             calls=calls, qos=qos_of(draw), cooldown=COOLDOWN, budget=draw(st.integers(1, 2)),
         ))
+        if j > 0 and draw(st.integers(0, 4)) == 0:  # runs beside the one before it
+            comps[-1] = dataclasses.replace(comps[-1], colocate_with=(f"shop/c{j - 1}",))
     return comps
 
 
@@ -160,6 +162,10 @@ def check(g: Goals, obs: Observed, p: Plan) -> None:
             if goal.serve == "nearest" and serving and \
                     all(_latency(g, obs, name, goal.region) > goal.max_ms for name in serving):
                 assert (c.key, "latency") in unmet, (c.key, goal.region, "served by no replica")
+        for anchor in c.colocate_with:
+            beside = {name for name, n in p.placements().get(anchor, {}).items() if n > 0}
+            if any(n > 0 and healthy[name] and name not in beside for name, n in where.items()):
+                assert (c.key, "selector") in unmet, (c.key, "not beside", anchor)
         counts = [n for name, n in where.items() if n > 0 and healthy[name]]
         if len(counts) < c.qos.availability.min_clusters and (counts or c.qos.availability.min_clusters > 1):
             assert (c.key, "availability") in unmet, c.key

@@ -82,8 +82,9 @@ class LatencyScore:
             for region, max_ms in goals:
                 total += np.minimum(lat[:, region] / max_ms, 2.0)
             if nearest:
-                # The nearest goals count as one: how close the region a replica would serve is.
-                total += np.min([np.minimum(lat[:, r] / m, 2.0) for r, m in nearest], axis=0)
+                # The nearest goals count as one, their mean: a cluster near several of the
+                # regions serves more of them (one replica may be enough).
+                total += np.mean([np.minimum(lat[:, r] / m, 2.0) for r, m in nearest], axis=0)
             return total / (len(goals) + (1 if nearest else 0))
         return traffic_latency(ctx)
 
