@@ -279,22 +279,16 @@ class _Loader:
             if name not in apps:
                 continue  # already reported
             for ci, spec in enumerate(doc.spec.components):
-                for k, call in enumerate(spec.calls):
-                    target = call if "/" in call else f"{name}/{call}"
-                    loc = ("spec", "components", ci, "calls", k)
-                    if target == f"{name}/{spec.name}":
-                        self._report(path, loc, "a component cannot call itself")
-                    elif target not in known:
-                        self._report(path, loc, f"unknown component '{call}'; expected a "
-                                     f"component of this app or 'app/component' ({_names(known)})")
-                for k, anchor in enumerate(spec.colocate_with):
-                    target = anchor if "/" in anchor else f"{name}/{anchor}"
-                    loc = ("spec", "components", ci, "colocateWith", k)
-                    if target == f"{name}/{spec.name}":
-                        self._report(path, loc, "a component cannot be colocated with itself")
-                    elif target not in known:
-                        self._report(path, loc, f"unknown component '{anchor}'; expected a "
-                                     f"component of this app or 'app/component' ({_names(known)})")
+                for field, names, itself in (("calls", spec.calls, "call itself"),
+                                             ("colocateWith", spec.colocate_with, "be colocated with itself")):
+                    for k, written in enumerate(names):
+                        target = written if "/" in written else f"{name}/{written}"
+                        loc = ("spec", "components", ci, field, k)
+                        if target == f"{name}/{spec.name}":
+                            self._report(path, loc, f"a component cannot {itself}")
+                        elif target not in known:
+                            self._report(path, loc, f"unknown component '{written}'; expected a "
+                                         f"component of this app or 'app/component' ({_names(known)})")
         self._check_colocation_cycles(apps)
 
     def _check_colocation_cycles(self, apps: dict[str, App]) -> None:
