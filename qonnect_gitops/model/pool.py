@@ -156,3 +156,22 @@ class ClusterPool(Header):
     @property
     def name(self) -> str:
         return self.metadata.name
+
+
+ClusterApiPhase = Literal["Pending", "Provisioning", "Provisioned", "Deleting", "Failed", "Unknown"]
+
+
+class ClusterApiStatus(UserModel):
+    """A Cluster API ``Cluster`` as the management cluster's agent saw it."""
+
+    name: Name
+    namespace: Name
+    phase: ClusterApiPhase = "Unknown"
+    control_plane_ready: bool = False
+    kubeconfig: bool = Field(False, description="The `<name>-kubeconfig` Secret exists.")
+    message: str = Field("", max_length=512, description="Why it failed, when it did.")
+
+    @property
+    def ready(self) -> bool:
+        """Cluster API says the cluster can be used: control plane up, kubeconfig written."""
+        return self.phase == "Provisioned" and self.control_plane_ready and self.kubeconfig
