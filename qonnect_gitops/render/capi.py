@@ -103,10 +103,8 @@ def cluster_objects(pool: ClusterPool, dyn: DynamicCluster) -> list[dict[str, An
                 "machineTemplate": {"spec": {"infrastructureRef": {
                     "apiGroup": infra_group, "kind": infra.machine_template_kind,
                     "name": f"{name}-control-plane"}}},
-                "kubeadmConfigSpec": {},
             },
         }
-        bootstrap_spec: dict[str, Any] = {"template": {"spec": {}}}
     else:
         # cluster-api-k3s still takes a full object reference here (apiVersion + kind).
         control_plane = {
@@ -118,10 +116,15 @@ def cluster_objects(pool: ClusterPool, dyn: DynamicCluster) -> list[dict[str, An
                 "machineTemplate": {"infrastructureRef": {
                     "apiVersion": infra.api_version, "kind": infra.machine_template_kind,
                     "name": f"{name}-control-plane", "namespace": ns}},
-                "kthreesConfigSpec": {},
             },
         }
-        bootstrap_spec = {"template": {"spec": {}}}
+    # Worker nodes carry the pool's label (the bootstrap providers' own defaults do the rest).
+    node_label = f"{POOL_ANNOTATION}={pool.name}"
+    if spec.control_plane == "kubeadm":
+        bootstrap_spec: dict[str, Any] = {"template": {"spec": {"joinConfiguration": {
+            "nodeRegistration": {"kubeletExtraArgs": [{"name": "node-labels", "value": node_label}]}}}}}
+    else:
+        bootstrap_spec = {"template": {"spec": {"agentConfig": {"nodeLabels": [node_label]}}}}
     selector = {CLUSTER_NAME_LABEL: name, DEPLOYMENT_NAME_LABEL: md}
     machine_deployment = {
         "apiVersion": CAPI_VERSION, "kind": "MachineDeployment", "metadata": meta(md),
