@@ -35,6 +35,11 @@ CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
 POOL_APP = "qonnect-pools"  # the app label of every object cloud bursting renders
 POOL_ANNOTATION = "qonnect.io/pool"
+# The node shape a machine template stands for, as the pool declares it. Real providers
+# ignore it (their template's instance type or flavor decides); the simulated provider
+# (``qonnect sim --capi``) builds its nodes from it.
+NODE_SHAPE_ANNOTATION = "qonnect.io/node-shape"
+REGION_ANNOTATION = "qonnect.io/region"
 POD_CIDR = "10.244.0.0/16"
 SERVICE_CIDR = "10.96.0.0/12"
 
@@ -76,13 +81,20 @@ def cluster_objects(pool: ClusterPool, dyn: DynamicCluster) -> list[dict[str, An
         return {"name": obj_name, "namespace": ns, "labels": {CLUSTER_NAME_LABEL: name},
                 "annotations": {POOL_ANNOTATION: pool.name}}
 
+    node = spec.node
+    shape = f"cpu={node.cpu}m,memory={node.memory},pods={node.pods},arch={node.arch}"
+
     def machine_template(obj_name: str) -> dict[str, Any]:
+        m = meta(obj_name)
+        m["annotations"][NODE_SHAPE_ANNOTATION] = shape
         return {"apiVersion": infra.api_version, "kind": infra.machine_template_kind,
-                "metadata": meta(obj_name),
+                "metadata": m,
                 "spec": {"template": {"spec": copy.deepcopy(infra.machine_spec)}}}
 
+    cluster_meta = meta(name)
+    cluster_meta["annotations"][REGION_ANNOTATION] = spec.region
     cluster = {
-        "apiVersion": CAPI_VERSION, "kind": "Cluster", "metadata": meta(name),
+        "apiVersion": CAPI_VERSION, "kind": "Cluster", "metadata": cluster_meta,
         "spec": {
             "clusterNetwork": {"pods": {"cidrBlocks": [POD_CIDR]},
                                "services": {"cidrBlocks": [SERVICE_CIDR]}},
