@@ -48,6 +48,7 @@ from qonnect_gitops.model.observed import (
     ObservedTraffic,
 )
 from qonnect_gitops.model.plan import CurrentPlacement
+from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.report import MAX_RPS
 
 STATE_VERSION = 2
@@ -486,6 +487,7 @@ class KnowledgeBase:
         clusters: dict[str, ObservedCluster] = {}
         latencies: dict[tuple[str, str], float] = {}
         traffic: dict[tuple[str, str], float] = {}
+        cluster_api: dict[str, tuple[ClusterApiStatus, ...]] = {}
         for name in sorted(self.inventory):
             entry = self.reports.get(name)
             healthy = self.cluster_health(name, ts)
@@ -519,6 +521,8 @@ class KnowledgeBase:
             for item in record.traffic:
                 key = (item.component, item.region)
                 traffic[key] = saturating_add(traffic.get(key, 0.0), item.rps)
+            if record.cluster_api:
+                cluster_api[name] = record.cluster_api
         completed = sorted(
             key for key, done in self.completed_jobs.items()
             if key in self.workloads and self.workloads[key].digest == done.digest
@@ -535,6 +539,7 @@ class KnowledgeBase:
                 for (comp, region), rps in sorted(traffic.items())
             ),
             completed_jobs=tuple(completed),
+            cluster_api=cluster_api,
         )
 
     def current_placement(self) -> CurrentPlacement:

@@ -22,6 +22,8 @@ MAX_POOL_CLUSTERS = 100
 MAX_POOL_NODES = 1_000
 MAX_DYNAMIC_NAME = 40  # room for "-md-0", "-control-plane" and "-kubeconfig" in 63 characters
 
+POOL_APP = "qonnect-pools"  # the app label of every Cluster API object cloud bursting renders
+
 ControlPlane = Literal["kubeadm", "k3s"]
 
 

@@ -25,7 +25,7 @@ from typing import Any
 
 from qonnect_gitops.model.goals import Goals
 from qonnect_gitops.model.plan import DynamicCluster, Plan
-from qonnect_gitops.model.pool import ClusterPool
+from qonnect_gitops.model.pool import POOL_APP, ClusterPool
 
 CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_VERSION = f"{CAPI_GROUP}/v1beta2"
@@ -33,7 +33,6 @@ CONTROL_PLANE_GROUP = "controlplane.cluster.x-k8s.io"
 BOOTSTRAP_GROUP = "bootstrap.cluster.x-k8s.io"
 CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
 DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
-POOL_APP = "qonnect-pools"  # the app label of every object cloud bursting renders
 POOL_ANNOTATION = "qonnect.io/pool"
 # The node shape a machine template stands for, as the pool declares it. Real providers
 # ignore it (their template's instance type or flavor decides); the simulated provider

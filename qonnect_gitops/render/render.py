@@ -36,7 +36,8 @@ from qonnect_gitops.model.labels import (
 )
 from qonnect_gitops.model.plan import Plan
 from qonnect_gitops.model.secrets import plain_secrets
-from qonnect_gitops.render.capi import POOL_APP, capi_objects
+from qonnect_gitops.model.pool import POOL_APP
+from qonnect_gitops.render.capi import capi_objects
 
 CILIUM_GLOBAL = "service.cilium.io/global"
 CILIUM_SHARED = "service.cilium.io/shared"
