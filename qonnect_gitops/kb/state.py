@@ -153,6 +153,10 @@ class KnowledgeBase:
         # Bounded decision log, oldest first; seq numbers survive trimming.
         self.decisions: list[dict[str, Any]] = []
         self.decision_seq = 0
+        # Clusters created from cluster pools (cloud bursting), from the plan in force:
+        # name -> {pool, phase, nodes, tier, region}. Their agents may report like
+        # declared clusters'; the planner sees them once they joined (placement.provision).
+        self.dynamic: dict[str, dict[str, Any]] = {}
         # Derived (not dumped): cluster -> components the plan in force places there.
         self._placed_on: dict[str, frozenset[str]] = {}
 
@@ -196,7 +200,7 @@ class KnowledgeBase:
             cluster = entry.cluster
             generation = self.cluster_generations.get(cluster, 0)
             current = self.reports.get(cluster)
-            if self.last_good is not None and cluster not in self.inventory:
+            if self.last_good is not None and cluster not in self.inventory and cluster not in self.dynamic:
                 result.append(ReportVerdict(False, generation, refused="undeclared"))
                 continue
             if current is not None and entry.received_at < current.received_at:
@@ -315,6 +319,26 @@ class KnowledgeBase:
         if removed:
             summary += f", removed {', '.join(removed)}"
         self._log(now, "goals", summary, commit=commit)
+        return True
+
+    def apply_dynamic(self, clusters: Mapping[str, Mapping[str, Any]], now: float) -> bool:
+        """The clusters cloud bursting created, as the plan in force has them; False if
+        unchanged. A cluster that left forgets its reports (it is being deleted)."""
+        new = {name: dict(value) for name, value in sorted(clusters.items())}
+        if new == self.dynamic:
+            return False
+        changes = []
+        for name in sorted(set(new) | set(self.dynamic)):
+            before, after = self.dynamic.get(name), new.get(name)
+            if after is None:
+                self.reports.pop(name, None)
+                self.latency_history.pop(name, None)
+                changes.append(f"{name} removed")
+            elif before is None or before.get("phase") != after.get("phase"):
+                changes.append(f"{name} {after.get('phase')}")
+        self.dynamic = new
+        if changes:
+            self._log(now, "provisioning", "pool clusters: " + ", ".join(changes))
         return True
 
     def apply_goals_failure(self, commit: str, errors: Sequence[str], now: float) -> bool:
@@ -488,10 +512,12 @@ class KnowledgeBase:
         latencies: dict[tuple[str, str], float] = {}
         traffic: dict[tuple[str, str], float] = {}
         cluster_api: dict[str, tuple[ClusterApiStatus, ...]] = {}
-        for name in sorted(self.inventory):
+        for name in sorted(set(self.inventory) | set(self.dynamic)):
             entry = self.reports.get(name)
             healthy = self.cluster_health(name, ts)
             age = self.heartbeat_age(name, ts)
+            if entry is None and name not in self.inventory:
+                continue  # a pool cluster counts as reporting only once its agent did
             if entry is None:
                 # Never reported: declared nodes apply; after the grace it counts as failed.
                 clusters[name] = ObservedCluster(healthy=healthy, heartbeat_age_seconds=age)
@@ -555,8 +581,8 @@ class KnowledgeBase:
     def cluster_rows(self, now: float) -> list[dict[str, Any]]:
         """Per-cluster status for the API: inventory plus what the last report said."""
         rows = []
-        for name in sorted(set(self.inventory) | set(self.reports)):
-            declared = self.inventory.get(name)
+        for name in sorted(set(self.inventory) | set(self.reports) | set(self.dynamic)):
+            declared = self.inventory.get(name) or self.dynamic.get(name)
             entry = self.reports.get(name)
             record = entry.record if entry else None
             nodes = record.nodes if record else ()
@@ -581,6 +607,7 @@ class KnowledgeBase:
                     "nodesReady": sum(1 for n in nodes if n.ready),
                     "nodes": len(nodes) if nodes else (declared["nodes"] if declared else 0),
                     "generation": self.cluster_generation(name),
+                    "dynamic": dict(self.dynamic[name]) if name in self.dynamic else None,
                 }
             )
         return rows
@@ -618,6 +645,7 @@ class KnowledgeBase:
             "decisions": self.decisions,
             "decisionSeq": self.decision_seq,
             "rejectedProposals": self.rejected_proposals,
+            "dynamic": self.dynamic,
         }
 
     @classmethod
@@ -655,6 +683,7 @@ class KnowledgeBase:
         kb.decisions = d["decisions"]
         kb.decision_seq = d["decisionSeq"]
         kb.rejected_proposals = d.get("rejectedProposals", {})  # absent in dumps before review
+        kb.dynamic = d.get("dynamic", {})  # absent in dumps before cloud bursting
         return kb
 
 

@@ -471,3 +471,49 @@ def _free_name(pool: str, goals: Goals, clusters: list[DynamicCluster]) -> str:
     while f"{pool}-{n}" in used:
         n += 1
     return f"{pool}-{n}"
+
+
+def next_deadline(goals: Goals, state: Provisioning | None) -> datetime | None:
+    """The earliest moment a provisioning rule may decide something new without any other
+    change (a pool's unplaced delay, a linger, a provisioning timeout, a back-off): the
+    leader plans again then."""
+    if state is None:
+        return None
+    times: list[datetime] = []
+    if state.unplaced_since is not None and goals.pools:
+        wait = min(p.spec.scale_up.unplaced_seconds for p in goals.pools.values())
+        times.append(state.unplaced_since + timedelta(seconds=wait))
+    for dyn in state.clusters:
+        pool = goals.pools.get(dyn.pool)
+        if pool is None:
+            continue
+        if dyn.phase == "provisioning":
+            times.append(dyn.requested_at + timedelta(seconds=pool.spec.provisioning_timeout_seconds))
+        elif dyn.idle_since is not None and dyn.phase == "joined":
+            times.append(dyn.idle_since + timedelta(seconds=pool.spec.linger_seconds))
+    if state.unplaced_since is not None:
+        times += [b.retry_at for b in state.backoff]
+    return min(times, default=None)
+
+
+def fleet_record(state: Provisioning | None, goals: Goals) -> dict[str, dict[str, object]]:
+    """The dynamic clusters as the Knowledge Base records them (plain values)."""
+    out: dict[str, dict[str, object]] = {}
+    for dyn in state.clusters if state else ():
+        pool = goals.pools.get(dyn.pool)
+        out[dyn.name] = {"pool": dyn.pool, "phase": dyn.phase, "nodes": dyn.nodes,
+                         "tier": pool.spec.tier if pool else None,
+                         "region": pool.spec.region if pool else None}
+    return out
+
+
+def state_key(state: Provisioning | None) -> tuple[object, ...]:
+    """What of the provisioning state must reach the plan branch when it changes (wording,
+    events and exact times need not: a cycle that changes only them writes nothing)."""
+    if state is None:
+        return ()
+    return (
+        state.unplaced_since is not None,
+        tuple((c.name, c.phase, c.nodes, c.idle_since is not None) for c in state.clusters),
+        tuple((b.pool, b.failures) for b in state.backoff),
+    )
