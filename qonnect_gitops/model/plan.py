@@ -164,6 +164,8 @@ class Provisioning(PlanModel):
         None, alias="unplacedSince", description="Since when some replicas fit nowhere.")
     clusters: tuple[DynamicCluster, ...] = ()  # sorted by name
     backoff: tuple[PoolBackoff, ...] = ()  # sorted by pool
+    requested: int = Field(0, ge=0, description="Clusters requested so far: names are never "
+                           "reused (a failed cluster's objects may still be deleted).")
     events: tuple[ProvisionEvent, ...] = ()
 
     def cluster(self, name: str) -> DynamicCluster | None:

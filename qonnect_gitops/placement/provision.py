@@ -311,13 +311,17 @@ def decide(goals: Goals, decision: Plan, without: Plan | None, previous: Provisi
             kept.append(dyn.model_copy(update={"idle_since": idle_since}))
     replicas = unplaced_replicas(u for u in decision.unplaced if u.component in _fixable(decision))
     since = (prev.unplaced_since or now) if replicas else None
+    requested = prev.requested
     if replicas and since is not None:
-        kept, more = _provision(goals, decision, replicas, kept, backoff, since, now)
+        before = len(kept)
+        kept, more = _provision(goals, decision, replicas, kept, backoff, since, now, requested)
+        requested += len(kept) - before
         events += more
     return Provisioning(
         unplaced_since=since,
         clusters=tuple(sorted(kept, key=lambda c: c.name)),
         backoff=tuple(b for _, b in sorted(backoff.items())),
+        requested=requested,
         events=tuple(events),
     )
 
@@ -377,8 +381,8 @@ def _runs_anything(decision: Plan, name: str) -> bool:
 
 
 def _provision(goals: Goals, decision: Plan, replicas: list[Replica], clusters: list[DynamicCluster],
-               backoff: Mapping[str, PoolBackoff], since: datetime,
-               now: datetime) -> tuple[list[DynamicCluster], list[ProvisionEvent]]:
+               backoff: Mapping[str, PoolBackoff], since: datetime, now: datetime,
+               requested: int) -> tuple[list[DynamicCluster], list[ProvisionEvent]]:
     """Let the pool clusters there are take the waiting replicas first (joined ones grow
     in ``decide``), then request new clusters for what they cannot hold."""
     events: list[ProvisionEvent] = []
@@ -424,7 +428,8 @@ def _provision(goals: Goals, decision: Plan, replicas: list[Replica], clusters: 
         taken = _fill(pool, mine, pool.spec.limits.max_nodes_per_cluster)
         remaining = _minus(remaining, taken)
         nodes = sized(pool, nodes_for(pool, taken))
-        name = _free_name(pool.name, goals, out)
+        requested += 1
+        name = _free_name(pool.name, goals, out, requested)
         components = sorted({r.component for r in taken})
         reason = (f"{len(taken)} replicas of {', '.join(components)} unplaced for {waited:.0f} s; "
                   f"pool {pool.name} holds them on {nodes} nodes of "
@@ -464,10 +469,9 @@ def _minus(replicas: list[Replica], taken: list[Replica]) -> list[Replica]:
     return left
 
 
-def _free_name(pool: str, goals: Goals, clusters: list[DynamicCluster]) -> str:
-    """``<pool>-<n>`` with the smallest n no fleet or dynamic cluster uses."""
+def _free_name(pool: str, goals: Goals, clusters: list[DynamicCluster], n: int) -> str:
+    """``<pool>-<n>``, n counting every cluster ever requested (skipping names in use)."""
     used = set(goals.clusters) | {c.name for c in clusters}
-    n = 1
     while f"{pool}-{n}" in used:
         n += 1
     return f"{pool}-{n}"

@@ -111,12 +111,13 @@ def test_failed_provisioning_is_reported_backs_off_and_retries() -> None:
     f.cycle(67)
     assert f.phases() == {}
     f.cycle(68)
-    assert f.phases() == {"burst-1": ("provisioning", 1)}
-    f.set_capi("burst-1", "Failed", message="quota exceeded")
+    assert f.phases() == {"burst-2": ("provisioning", 1)}
+    f.set_capi("burst-2", "Failed", message="quota exceeded")
     plan = f.cycle(70)
     assert plan.provisioning is not None
     (back,) = plan.provisioning.backoff
     assert (back.failures, (back.retry_at - T0).total_seconds()) == (2, 70 + 120)
+    assert plan.provisioning.requested == 2  # the retry was burst-2: names are never reused
 
 
 def test_a_cluster_not_ready_in_time_counts_as_failed() -> None:

@@ -1,0 +1,66 @@
+"""What a cloud cluster's bootstrap does in the demo: when the simulated Cluster API
+provider writes a new cluster's kubeconfig, start that cluster's agent; when the cluster
+is deleted, stop it.
+
+The agent's token comes from the leads' tokens file (``create_token``), as an operator's
+provisioning pipeline would add it; docs/cloud-bursting.md says how to do the same
+against a real management cluster.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+
+from qonnect_gitops.demo.stack import Stack
+from qonnect_gitops.lead.tokens import create_token
+
+PERIOD = 0.2
+
+
+class PoolAgents:
+    """Watches the sim's kubeconfig folder for clusters the fleet created (a thread)."""
+
+    def __init__(self, stack: Stack) -> None:
+        self.stack = stack
+        self.started: dict[str, float] = {}  # cluster -> when its agent started (monotonic)
+        self.stopped: dict[str, float] = {}
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="pool-agents", daemon=True)
+
+    def start(self) -> PoolAgents:
+        self._thread.start()
+        return self
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while not self._stop.wait(PERIOD):
+            self.poll()
+
+    def poll(self) -> None:
+        """Start agents of new pool clusters; stop those whose cluster is gone."""
+        fixed = set(self.stack.clusters)
+        present = set()
+        for path in sorted(self.stack.kube.glob("*.endpoints.json")):
+            name = path.name.removesuffix(".endpoints.json")
+            if name in fixed:
+                continue
+            present.add(name)
+            if name in self.started and self.stack.procs.children[f"agent-{name}"].alive():
+                continue
+            try:
+                endpoints = json.loads(path.read_text())
+            except (OSError, ValueError):
+                continue  # being written
+            token = create_token(self.stack.tokens_file, name)
+            self.stack.start_agent(name, token, endpoints["prometheus"], None)
+            self.started[name] = time.monotonic()
+        for name in sorted(set(self.started) - present):
+            child = self.stack.procs.children.get(f"agent-{name}")
+            if child is not None and child.alive():
+                self.stack.procs.kill(f"agent-{name}")
+                self.stopped[name] = time.monotonic()
