@@ -40,6 +40,8 @@ def register(sub: Any) -> None:
                         help="run emulated Cluster API controllers on the management clusters of the "
                              "goals' cluster pools (docs/cloud-bursting.md); new clusters' kubeconfigs "
                              "appear in --kubeconfig-dir")
+    parser.add_argument("--capi-on", action="append", default=[], metavar="CLUSTER",
+                        help="the management cluster(s) for --capi (default: those the pools name)")
     parser.add_argument("--capi-delay", type=float, default=10.0, metavar="S",
                         help="seconds from a Cluster object to a ready cluster (default: 10)")
     parser.add_argument("--capi-fail", type=int, default=0, metavar="N",
@@ -106,10 +108,14 @@ def _enable_capi(fleet: SimFleet, args: argparse.Namespace, out: Path) -> list[A
     if args.capi_delay < 0 or args.capi_fail < 0:
         raise ValueError("--capi-delay and --capi-fail must not be negative")
     _, goals = load_clusters(args.clusters)
-    managers = sorted({p.spec.management_cluster for p in goals.pools.values()}) if goals else []
+    managers = sorted(set(args.capi_on) or (
+        {p.spec.management_cluster for p in goals.pools.values()} if goals else set()))
     if not managers:
-        raise ValueError("--capi needs a goals repository with clusterPools/ (the management "
-                         "clusters come from there)")
+        raise ValueError("--capi needs --capi-on CLUSTER or a goals repository with clusterPools/ "
+                         "(the management clusters come from there)")
+    unknown = [name for name in managers if name not in fleet.clusters]
+    if unknown:
+        raise ValueError(f"--capi-on {', '.join(unknown)}: no such cluster")
 
     def ready(name: str, sim: Any) -> None:
         # As a bootstrap would: the new cluster's kubeconfig appears for its agent.

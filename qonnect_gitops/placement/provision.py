@@ -115,8 +115,10 @@ def member(pool: ClusterPool, cluster: DynamicCluster) -> Cluster:
             distribution="k3s" if spec.control_plane == "k3s" else "k8s",
             region=spec.region,
             taints=(DRAIN_TAINT,) if cluster.phase == "draining" else (),
-            nodes=(NodeShape(count=cluster.nodes, cpu=spec.node.cpu, memory=spec.node.memory,
-                             pods=spec.node.pods, arch=spec.node.arch),),
+            # Quantities as text: a bare number would read as whole cores and bytes.
+            nodes=(NodeShape.model_validate({"count": cluster.nodes, "cpu": f"{spec.node.cpu}m",
+                                             "memory": str(spec.node.memory), "pods": spec.node.pods,
+                                             "arch": spec.node.arch}),),
             cost=spec.cost,
             energy=spec.energy,
         ),

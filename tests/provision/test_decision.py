@@ -238,3 +238,15 @@ def test_without_pools_the_plan_is_the_planners() -> None:
     f = Fleet(goals)
     plan = f.cycle(0)
     assert plan.provisioning is None
+
+
+def test_a_joined_cluster_offers_its_pool_node_shape() -> None:
+    from qonnect_gitops.placement.provision import member, with_members
+    f = joined()
+    assert f.plan is not None and f.plan.provisioning is not None
+    fleet = with_members(f.goals, f.plan.provisioning)
+    node = fleet.clusters["burst-1"].spec.nodes[0]
+    assert (node.count, node.cpu, node.memory) == (1, 4000, 16 * 2**30)
+    assert fleet.latencies[("burst-1", "eu-central")] == 15
+    draining = f.plan.provisioning.clusters[0].model_copy(update={"phase": "draining"})
+    assert member(f.goals.pools["burst"], draining).spec.taints[0].key == "qonnect.io/draining"
