@@ -232,6 +232,10 @@ def decision_summary(plan: Plan) -> str:
         text += f", {len(plan.moves)} moves"
     if plan.unplaced:
         text += f", {sum(u.replicas for u in plan.unplaced)} replicas unplaced"
+    acted = [e for e in (plan.provisioning.events if plan.provisioning else ())
+             if e.action in ("provision", "joined", "drain", "remove", "failed")]
+    if acted:
+        text += "; " + ", ".join(f"{e.action} {e.cluster}" for e in acted)
     return text
 
 
