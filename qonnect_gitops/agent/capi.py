@@ -48,15 +48,21 @@ def cluster_health(obj: dict[str, Any]) -> Health:
 
 
 def statuses(kube: Kube, health: Sequence[tuple[dict[str, Any], Health]]) -> tuple[ClusterApiStatus, ...]:
-    """The Cluster API clusters among the objects whose health was read, with whether
-    their ``<name>-kubeconfig`` Secret exists."""
+    """The Cluster API clusters among the objects whose health was read, read again now
+    (heartbeats reuse the last sync's objects: a cluster turning ready must not wait for
+    the next sync), with whether their ``<name>-kubeconfig`` Secret exists."""
     out: list[ClusterApiStatus] = []
     secrets = None
-    for obj, _ in health:
-        if obj.get("kind") != "Cluster" or not str(obj.get("apiVersion", "")).startswith(GROUP + "/"):
+    for known, _ in health:
+        if known.get("kind") != "Cluster" or not str(known.get("apiVersion", "")).startswith(GROUP + "/"):
             continue
-        meta = obj.get("metadata") or {}
+        meta = known.get("metadata") or {}
         name, namespace = meta.get("name", ""), meta.get("namespace", "")
+        try:
+            obj = kube.get(kube.resource(known["apiVersion"], "Cluster"), namespace, name) or known
+        except KubeError as exc:
+            log.warning("capi_cluster_unread", cluster=name, error=str(exc))
+            obj = known
         status = obj.get("status") or {}
         phase = status.get("phase") if status.get("phase") in _PHASES else "Unknown"
         conds = _conditions(obj)

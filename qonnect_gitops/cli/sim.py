@@ -71,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     cluster_api: list[Any] = []
     if args.capi:
         try:
-            cluster_api = _enable_capi(fleet, args, out)
+            _capi_managers(fleet, args)
         except ValueError as exc:
             print(f"qonnect sim: {exc}", file=sys.stderr)
             return 2
@@ -83,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
     try:
         fleet.start(kubeconfig_dir=out, users=args.user)
+        if args.capi:
+            # After the clusters listen: reading the CRDs takes seconds, agents need not wait.
+            cluster_api = _enable_capi(fleet, args, out)
         print(format_table(("CLUSTER", "API", "PROMETHEUS", "ADMIN", "NODES"), fleet.rows()))
         print(f"\nkubeconfigs in {out}/ (kubectl --kubeconfig {out}/<cluster>.yaml get nodes); "
               "Ctrl-C stops all.", flush=True)
@@ -101,10 +104,8 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _enable_capi(fleet: SimFleet, args: argparse.Namespace, out: Path) -> list[Any]:
-    """Cluster API on every pool's management cluster (ValueError: what is wrong)."""
-    from qonnect_gitops.sim.control import capi
-
+def _capi_managers(fleet: SimFleet, args: argparse.Namespace) -> list[str]:
+    """The management clusters for --capi (ValueError: what is wrong)."""
     if args.capi_delay < 0 or args.capi_fail < 0:
         raise ValueError("--capi-delay and --capi-fail must not be negative")
     _, goals = load_clusters(args.clusters)
@@ -116,6 +117,14 @@ def _enable_capi(fleet: SimFleet, args: argparse.Namespace, out: Path) -> list[A
     unknown = [name for name in managers if name not in fleet.clusters]
     if unknown:
         raise ValueError(f"--capi-on {', '.join(unknown)}: no such cluster")
+    return managers
+
+
+def _enable_capi(fleet: SimFleet, args: argparse.Namespace, out: Path) -> list[Any]:
+    """Cluster API on the management clusters (``_capi_managers``)."""
+    from qonnect_gitops.sim.control import capi
+
+    managers = _capi_managers(fleet, args)
 
     def ready(name: str, sim: Any) -> None:
         # As a bootstrap would: the new cluster's kubeconfig appears for its agent.

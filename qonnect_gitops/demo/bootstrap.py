@@ -14,6 +14,8 @@ import threading
 import time
 
 from qonnect_gitops.demo.stack import Stack
+from qonnect_gitops.gitstore.daemon import free_ports
+from qonnect_gitops.sim.fleet import write_atomic
 from qonnect_gitops.lead.tokens import create_token
 
 PERIOD = 0.2
@@ -57,10 +59,25 @@ class PoolAgents:
             except (OSError, ValueError):
                 continue  # being written
             token = create_token(self.stack.tokens_file, name)
-            self.stack.start_agent(name, token, endpoints["prometheus"], None)
+            (port,) = free_ports(1)
+            webhook = f"http://127.0.0.1:{port}"
+            self._announce(name, webhook)
+            self.stack.start_agent(name, token, endpoints["prometheus"], webhook)
             self.started[name] = time.monotonic()
         for name in sorted(set(self.started) - present):
+            self._announce(name, None)
             child = self.stack.procs.children.get(f"agent-{name}")
             if child is not None and child.alive():
                 self.stack.procs.kill(f"agent-{name}")
                 self.stopped[name] = time.monotonic()
+
+    def _announce(self, cluster: str, webhook: str | None) -> None:
+        """Tell the goals repository's post-receive hook where the agent listens, so a push
+        to its branch wakes it (as for the fixed clusters' agents)."""
+        path = self.stack.root / "hook.json"
+        config = json.loads(path.read_text())
+        if webhook is None:
+            config["agents"].pop(cluster, None)
+        else:
+            config["agents"][cluster] = webhook
+        write_atomic(path, json.dumps(config))
