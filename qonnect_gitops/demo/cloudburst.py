@@ -18,6 +18,7 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
+from qonnect_gitops.cli.status import render as render_status
 from qonnect_gitops.demo.bootstrap import PoolAgents
 from qonnect_gitops.demo.stack import Stack, git
 
@@ -48,6 +49,8 @@ class Outcome:
     killed: str | None = None
     clusters_seen: list[str] = field(default_factory=list)
     most_at_once: int = 0
+    status_row: dict[str, Any] | None = None  # the pool cluster as /v1/status showed it while running
+    status_text: str = ""  # what qonnect status printed then
     problems: list[str] = field(default_factory=list)
 
 
@@ -132,6 +135,10 @@ def _run(stack: Stack, burst: Burst, event: Callable[[str], None], out: Outcome)
             if want and ready_on(stack, out.cluster, burst.component) >= want:
                 running = time.monotonic() - t0
                 event(f"cloud-burst: {want} replicas run on {out.cluster} after {running:.1f} s")
+                status = stack.any_status() or {}
+                out.status_row = next((row for row in status.get("clusters") or []
+                                       if row.get("name") == out.cluster), None)
+                out.status_text = render_status(status) if status else ""
                 break
         time.sleep(POLL)
     out.clusters_seen = seen

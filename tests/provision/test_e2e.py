@@ -62,5 +62,9 @@ def test_cloud_burst_with_a_failure_and_a_leader_killed_mid_provisioning(stack: 
     assert out.killed is not None
     assert out.clusters_seen == ["burst-1", "burst-2"] and out.cluster == "burst-2"
     assert out.most_at_once == 1
+    # /v1/status (what qonnect status prints) showed it as a joined pool cluster.
+    assert out.status_row is not None and out.status_row["dynamic"]["phase"] == "joined"
+    assert out.status_row["dynamic"]["pool"] == "burst" and out.status_row["reported"]
+    assert "POOL CLUSTERS" in out.status_text and "burst-2" in out.status_text
     removed = out.phases["removedSeconds"]
     assert removed is not None and removed >= LINGER
