@@ -8,7 +8,7 @@ Git tree) and returns ``Goals`` or raises ``GoalsError``.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from qonnect_gitops.model.app import ComponentSpec, QoS, QoSApp
@@ -159,45 +159,35 @@ class _Loader:
             and p.endswith((".yaml", ".yml"))
         }
 
-    def _load_clusters(self) -> dict[str, Cluster]:
-        clusters: dict[str, Cluster] = {}
+    def _named_documents(self, folder: str, model: Any, what: str) -> Iterator[tuple[str, Any]]:
+        """``(path, document)`` of every valid file directly in ``folder`` whose name is its
+        file's (a mismatch is reported); ``what`` names the kind in the message."""
         for path in sorted(self.files):
-            if not path.startswith(CLUSTERS_DIR):
+            rest = path[len(folder):]
+            if not path.startswith(folder) or "/" in rest or not rest.endswith((".yaml", ".yml")):
                 continue
-            rest = path[len(CLUSTERS_DIR):]
-            if "/" in rest or not rest.endswith((".yaml", ".yml")):
-                continue
-            cluster = self._document(path, Cluster)
-            if cluster is None:
+            doc = self._document(path, model)
+            if doc is None:
                 continue
             stem = rest.rsplit(".", 1)[0]
-            if cluster.name != stem:
+            if doc.metadata.name != stem:
                 self._report(
                     path, ("metadata", "name"),
-                    f"'{cluster.name}' does not match the file name; expected '{stem}' "
-                    f"(the file of cluster X is clusters/X.yaml)",
+                    f"'{doc.metadata.name}' does not match the file name; expected '{stem}' "
+                    f"(the file of {what} X is {folder}X.yaml)",
                 )
                 continue
-            clusters[cluster.name] = cluster
-        return clusters
+            yield path, doc
+
+    def _load_clusters(self) -> dict[str, Cluster]:
+        return {cluster.name: cluster for _, cluster in self._named_documents(CLUSTERS_DIR, Cluster, "cluster")}
 
     def _load_pools(self, regions: set[str]) -> dict[str, ClusterPool]:
         """``clusterPools/*.yaml``: each pool's name matches its file, its management
         cluster is a fleet member, its latencies name regions or clusters."""
         declared = self._declared_clusters()
         pools: dict[str, ClusterPool] = {}
-        for path in sorted(self.files):
-            rest = path[len(POOLS_DIR):]
-            if not path.startswith(POOLS_DIR) or "/" in rest or not rest.endswith((".yaml", ".yml")):
-                continue
-            pool = self._document(path, ClusterPool)
-            if pool is None:
-                continue
-            stem = rest.rsplit(".", 1)[0]
-            if pool.name != stem:
-                self._report(path, ("metadata", "name"), f"'{pool.name}' does not match the file "
-                             f"name; expected '{stem}' (the file of pool X is clusterPools/X.yaml)")
-                continue
+        for path, pool in self._named_documents(POOLS_DIR, ClusterPool, "pool"):
             spec = pool.spec
             if spec.management_cluster not in declared:
                 self._report(path, ("spec", "managementCluster"),
