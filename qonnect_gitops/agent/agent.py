@@ -53,7 +53,6 @@ from qonnect_gitops.agent.prune import (
     removal_candidates,
 )
 from qonnect_gitops.agent.report import Reporter
-from qonnect_gitops.model.pool import POOL_APP
 from qonnect_gitops.agent.source import Revision, SourceError, fetch, read_revision
 from qonnect_gitops.agent.sync import (
     ObjectResult,
@@ -61,6 +60,7 @@ from qonnect_gitops.agent.sync import (
     normalise_namespaces,
 )
 from qonnect_gitops.logs import get_logger
+from qonnect_gitops.model.pool import POOL_APP
 from qonnect_gitops.model.report import (
     MAX_REFUSALS,
     AgentReport,

@@ -14,7 +14,7 @@ from typing import Any
 from qonnect_gitops.agent.health import DEGRADED, HEALTHY, PROGRESSING, Health
 from qonnect_gitops.agent.kube import Kube, KubeError
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.model.pool import ClusterApiStatus
+from qonnect_gitops.model.pool import ClusterApiPhase, ClusterApiStatus
 
 log = get_logger(__name__)
 
@@ -64,7 +64,7 @@ def statuses(kube: Kube, health: Sequence[tuple[dict[str, Any], Health]]) -> tup
             log.warning("capi_cluster_unread", cluster=name, error=str(exc))
             obj = known
         status = obj.get("status") or {}
-        phase = status.get("phase") if status.get("phase") in _PHASES else "Unknown"
+        phase: ClusterApiPhase = status["phase"] if status.get("phase") in _PHASES else "Unknown"
         conds = _conditions(obj)
         control_plane = any(conds.get(t, {}).get("status") == "True"
                             for t in ("ControlPlaneAvailable", "ControlPlaneInitialized"))

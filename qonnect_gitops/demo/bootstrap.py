@@ -15,8 +15,8 @@ import time
 
 from qonnect_gitops.demo.stack import Stack
 from qonnect_gitops.gitstore.daemon import free_ports
-from qonnect_gitops.sim.fleet import write_atomic
 from qonnect_gitops.lead.tokens import create_token
+from qonnect_gitops.sim.fleet import write_atomic
 
 PERIOD = 0.2
 

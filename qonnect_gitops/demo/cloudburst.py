@@ -18,7 +18,6 @@ from typing import Any
 import yaml
 from kubernetes import client, config
 
-from qonnect_gitops.cli.status import render as render_status
 from qonnect_gitops.demo.bootstrap import PoolAgents
 from qonnect_gitops.demo.stack import Stack, git
 
@@ -49,8 +48,7 @@ class Outcome:
     killed: str | None = None
     clusters_seen: list[str] = field(default_factory=list)
     most_at_once: int = 0
-    status_row: dict[str, Any] | None = None  # the pool cluster as /v1/status showed it while running
-    status_text: str = ""  # what qonnect status printed then
+    status: dict[str, Any] | None = None  # /v1/status while the overflow ran there
     problems: list[str] = field(default_factory=list)
 
 
@@ -69,7 +67,7 @@ def ready_on(stack: Stack, cluster: str, component: str) -> int:
         with api:
             deployments = client.AppsV1Api(api).list_deployment_for_all_namespaces(
                 label_selector=f"qonnect.io/app={app},qonnect.io/component={name}", _request_timeout=2)
-            return sum(int(d.status.ready_replicas or 0) for d in deployments.items)
+            return sum(int(d.status.ready_replicas or 0) if d.status else 0 for d in deployments.items)
     except Exception:  # noqa: BLE001 - a cluster starting or gone reads as nothing ready
         return 0
 
@@ -130,15 +128,12 @@ def _run(stack: Stack, burst: Burst, event: Callable[[str], None], out: Outcome)
             provisioned = time.monotonic() - t0
             out.cluster = clusters[-1]["name"]
             event(f"cloud-burst: {out.cluster} provisioned after {provisioned:.1f} s")
-        if joined and out.cluster in joined:
+        if joined and out.cluster is not None and out.cluster in joined:
             want = _placements(doc).get(burst.component, {}).get(out.cluster, 0)
             if want and ready_on(stack, out.cluster, burst.component) >= want:
                 running = time.monotonic() - t0
                 event(f"cloud-burst: {want} replicas run on {out.cluster} after {running:.1f} s")
-                status = stack.any_status() or {}
-                out.status_row = next((row for row in status.get("clusters") or []
-                                       if row.get("name") == out.cluster), None)
-                out.status_text = render_status(status) if status else ""
+                out.status = stack.any_status()
                 break
         time.sleep(POLL)
     out.clusters_seen = seen

@@ -26,12 +26,12 @@ from pydantic import (
 )
 
 from qonnect_gitops.model.base import Arch, Name, UserModel
+from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.quantity import (
     format_bytes,
     format_millicores,
     parse_quantity,
 )
-from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.status import Refusal, SyncStatus
 
 # Bounds on what one report may carry. Generous for real clusters; they exist so

@@ -25,7 +25,7 @@ from typing import Any
 
 from qonnect_gitops.model.goals import Goals
 from qonnect_gitops.model.plan import DynamicCluster, Plan
-from qonnect_gitops.model.pool import POOL_APP, ClusterPool
+from qonnect_gitops.model.pool import ClusterPool
 
 CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_VERSION = f"{CAPI_GROUP}/v1beta2"

@@ -35,8 +35,8 @@ from qonnect_gitops.model.labels import (
     MANAGED_BY_VALUE,
 )
 from qonnect_gitops.model.plan import Plan
-from qonnect_gitops.model.secrets import plain_secrets
 from qonnect_gitops.model.pool import POOL_APP
+from qonnect_gitops.model.secrets import plain_secrets
 from qonnect_gitops.render.capi import capi_objects
 
 CILIUM_GLOBAL = "service.cilium.io/global"
@@ -78,8 +78,8 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
         for cluster, path, body in _service_files(goals, component, hosts, callers_on):
             files[f"clusters/{cluster}/{path}"] = body
     for cluster, folder, obj in capi_objects(goals, plan):
-        meta = obj["metadata"]
-        path = f"clusters/{cluster}/{meta['namespace']}/{folder}/{obj['kind'].lower()}-{meta['name']}.yaml"
+        where = obj["metadata"]
+        path = f"clusters/{cluster}/{where['namespace']}/{folder}/{obj['kind'].lower()}-{where['name']}.yaml"
         files[path] = _dump(_owned(obj, POOL_APP, folder))
     objects: dict[str, int] = {}
     adopted = {app.namespace for app in goals.apps.values() if app.document.spec.adopt_namespace}

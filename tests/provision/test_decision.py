@@ -83,9 +83,10 @@ def test_the_management_cluster_alone_speaks_for_cluster_api() -> None:
     f.reporting.add("burst-1")
     current = f.plan.current() if f.plan else None
     assert current is not None and f.plan is not None
+    from datetime import timedelta
+
     from qonnect_gitops.model.observed import Observed, ObservedCluster
     from qonnect_gitops.model.pool import ClusterApiStatus
-    from datetime import timedelta
     ready = ClusterApiStatus(name="burst-1", namespace="qonnect-pools", phase="Provisioned",
                              control_plane_ready=True, kubeconfig=True)
     observed = Observed(now=T0 + timedelta(seconds=9),

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from qonnect_gitops.cli.status import render as render_status
 from qonnect_gitops.demo import cloudburst
 from qonnect_gitops.demo.stack import Settings, Stack
 from tests.conftest import TEMPLATE
@@ -62,9 +63,11 @@ def test_cloud_burst_with_a_failure_and_a_leader_killed_mid_provisioning(stack: 
     assert out.killed is not None
     assert out.clusters_seen == ["burst-1", "burst-2"] and out.cluster == "burst-2"
     assert out.most_at_once == 1
-    # /v1/status (what qonnect status prints) showed it as a joined pool cluster.
-    assert out.status_row is not None and out.status_row["dynamic"]["phase"] == "joined"
-    assert out.status_row["dynamic"]["pool"] == "burst" and out.status_row["reported"]
-    assert "POOL CLUSTERS" in out.status_text and "burst-2" in out.status_text
+    # /v1/status, and qonnect status printing it, showed it as a joined pool cluster.
+    assert out.status is not None
+    row = next(r for r in out.status["clusters"] if r["name"] == "burst-2")
+    assert row["dynamic"]["phase"] == "joined" and row["dynamic"]["pool"] == "burst" and row["reported"]
+    text = render_status(out.status)
+    assert "POOL CLUSTERS" in text and "burst-2" in text
     removed = out.phases["removedSeconds"]
     assert removed is not None and removed >= LINGER

@@ -16,6 +16,7 @@ from tests.kb.test_kb import T0, at, entry, kb_with_goals
 from tests.lead.harness import report
 from tests.provision.fleet import POOL, goals_files
 
+FILE = "clusterPools/burst.yaml"
 DYNAMIC = {"burst-1": {"pool": "burst", "phase": "provisioning", "nodes": 2, "tier": "cloud",
                        "region": "eu-central"}}
 
@@ -69,12 +70,13 @@ def test_a_cluster_object_is_healthy_when_provisioned_and_degraded_at_once_when_
 
 
 @pytest.mark.parametrize(("old", "new", "where"), [
-    (b"namespace: qonnect-pools", b"namespace: kube-system", "clusterPools/burst.yaml:8:14: spec.namespace"),
-    (b"managementCluster: cloud-1", b"managementCluster: cloud-9", "clusterPools/burst.yaml:7:22: spec.managementCluster"),
-    (b"name: burst", b"name: other", "clusterPools/burst.yaml:5:9: metadata.name"),
-    (b"region: eu-central", b"region: mars", "clusterPools/burst.yaml:21:11: spec.region"),
-    (b"lingerSeconds: 20", b"lingerSeconds: 20\n  colour: blue", "clusterPools/burst.yaml:32:3: spec.colour"),
-    (b"maxNodesPerCluster: 6", b"maxNodesPerCluster: 6, minNodesPerCluster: 9", "clusterPools/burst.yaml:7:3: spec: limits.minNodesPerCluster is above"),
+    (b"namespace: qonnect-pools", b"namespace: kube-system", f"{FILE}:8:14: spec.namespace"),
+    (b"managementCluster: cloud-1", b"managementCluster: cloud-9", f"{FILE}:7:22: spec.managementCluster"),
+    (b"name: burst", b"name: other", f"{FILE}:5:9: metadata.name"),
+    (b"region: eu-central", b"region: mars", f"{FILE}:21:11: spec.region"),
+    (b"lingerSeconds: 20", b"lingerSeconds: 20\n  colour: blue", f"{FILE}:32:3: spec.colour"),
+    (b"maxNodesPerCluster: 6", b"maxNodesPerCluster: 6, minNodesPerCluster: 9",
+     f"{FILE}:7:3: spec: limits.minNodesPerCluster is above"),
 ])
 def test_a_broken_pool_file_is_reported_with_file_line_and_field(old: bytes, new: bytes, where: str) -> None:
     assert POOL.count(old) == 1

@@ -35,7 +35,13 @@ import qonnect_gitops
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.cluster import NodeShape
 from qonnect_gitops.sim.api import ApiCore, WriteOptions
-from qonnect_gitops.sim.control.base import Context, condition, key_of, meta, terminating
+from qonnect_gitops.sim.control.base import (
+    Context,
+    condition,
+    key_of,
+    meta,
+    terminating,
+)
 from qonnect_gitops.sim.errors import ApiError
 from qonnect_gitops.sim.nodes import build_node
 from qonnect_gitops.sim.store import Event, ObjKey
