@@ -72,6 +72,10 @@ class KBReader:
         """The clusters cloud bursting created, as recorded (``KnowledgeBase.dynamic``)."""
         return self.read(lambda kb: {k: dict(v) for k, v in kb.dynamic.items()})
 
+    def pool_token_owner(self, digest: str) -> str | None:
+        """The pool cluster whose agent token hashes to ``digest`` (issued by the leader)."""
+        return self.read(lambda kb: kb.pool_token_owner(digest))
+
     def last_good_commit(self) -> str | None:
         return self.read(lambda kb: str(kb.last_good["commit"]) if kb.last_good else None)
 

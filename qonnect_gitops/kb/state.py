@@ -157,6 +157,8 @@ class KnowledgeBase:
         # name -> {pool, phase, nodes, tier, region}. Their agents may report like
         # declared clusters'; the planner sees them once they joined (placement.provision).
         self.dynamic: dict[str, dict[str, Any]] = {}
+        # Agent tokens the leader issued to pool clusters: cluster -> SHA-256 of the token.
+        self.pool_tokens: dict[str, str] = {}
         # Derived (not dumped): cluster -> components the plan in force places there.
         self._placed_on: dict[str, frozenset[str]] = {}
 
@@ -333,6 +335,7 @@ class KnowledgeBase:
             if after is None:
                 self.reports.pop(name, None)
                 self.latency_history.pop(name, None)
+                self.pool_tokens.pop(name, None)  # its agent may no longer report
                 changes.append(f"{name} removed")
             elif before is None or before.get("phase") != after.get("phase"):
                 changes.append(f"{name} {after.get('phase')}")
@@ -340,6 +343,19 @@ class KnowledgeBase:
         if changes:
             self._log(now, "provisioning", "pool clusters: " + ", ".join(changes))
         return True
+
+    def apply_pool_token(self, cluster: str, digest: str, now: float) -> bool:
+        """Record the hash of the agent token issued to a pool cluster (replacing an earlier
+        one); False when the cluster is no pool cluster."""
+        if cluster not in self.dynamic:
+            return False
+        self.pool_tokens[cluster] = digest
+        self._log(now, "provisioning", f"agent token issued to pool cluster {cluster}")
+        return True
+
+    def pool_token_owner(self, digest: str) -> str | None:
+        """The pool cluster a token hash was issued to, if any."""
+        return next((name for name, d in self.pool_tokens.items() if d == digest), None)
 
     def apply_goals_failure(self, commit: str, errors: Sequence[str], now: float) -> bool:
         """Record an invalid goals commit; the last good one stays in force."""
@@ -646,6 +662,7 @@ class KnowledgeBase:
             "decisionSeq": self.decision_seq,
             "rejectedProposals": self.rejected_proposals,
             "dynamic": self.dynamic,
+            "poolTokens": self.pool_tokens,
         }
 
     @classmethod
@@ -684,6 +701,7 @@ class KnowledgeBase:
         kb.decision_seq = d["decisionSeq"]
         kb.rejected_proposals = d.get("rejectedProposals", {})  # absent in dumps before review
         kb.dynamic = d.get("dynamic", {})  # absent in dumps before cloud bursting
+        kb.pool_tokens = d.get("poolTokens", {})
         return kb
 
 

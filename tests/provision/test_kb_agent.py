@@ -89,3 +89,16 @@ def test_the_pool_schema_is_exported() -> None:
     from qonnect_gitops.model.schema import combined_schema, schema_for
     assert schema_for("ClusterPool")["properties"]["kind"]["const"] == "ClusterPool"
     assert "ClusterPool" in combined_schema()["$defs"]
+
+
+def test_the_leader_issues_agent_tokens_only_to_pool_clusters_and_they_end_with_them() -> None:
+    kb = kb_with_goals()
+    assert not kb.apply_pool_token("burst-1", "ab" * 32, T0)  # not a pool cluster (yet)
+    kb.apply_dynamic(DYNAMIC, T0 + 1)
+    assert kb.apply_pool_token("burst-1", "ab" * 32, T0 + 2)
+    assert kb.pool_token_owner("ab" * 32) == "burst-1" and kb.pool_token_owner("cd" * 32) is None
+    assert KnowledgeBase.from_dict(kb.to_dict()).pool_token_owner("ab" * 32) == "burst-1"
+    kb.apply_pool_token("burst-1", "cd" * 32, T0 + 3)  # asked again: the old one is gone
+    assert kb.pool_token_owner("ab" * 32) is None
+    kb.apply_dynamic({}, T0 + 4)
+    assert kb.pool_token_owner("cd" * 32) is None
