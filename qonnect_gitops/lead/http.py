@@ -29,8 +29,8 @@ from __future__ import annotations
 
 import json
 import math
-import secrets
 import re
+import secrets
 import ssl
 import time
 import urllib.error
