@@ -69,5 +69,7 @@ def test_cloud_burst_with_a_failure_and_a_leader_killed_mid_provisioning(stack: 
     assert row["dynamic"]["phase"] == "joined" and row["dynamic"]["pool"] == "burst" and row["reported"]
     text = render_status(out.status)
     assert "POOL CLUSTERS" in text and "burst-2" in text
+    # Its agent reported with the token the leader issued: the tokens file never had one.
+    assert "burst-2" not in stack.tokens_file.read_text()
     removed = out.phases["removedSeconds"]
     assert removed is not None and removed >= LINGER
