@@ -115,6 +115,9 @@ class KnowledgeBase:
         self.decision_log_limit = decision_log_limit
         # Inventory and heartbeat settings from the last good goals commit.
         self.inventory: dict[str, dict[str, Any]] = {}
+        # When each cluster entered the inventory: its agent could not report before (a
+        # report from an undeclared cluster is refused), so silence counts from then.
+        self.declared_since: dict[str, float] = {}
         self.heartbeat: dict[str, float] = {
             "intervalSeconds": DEFAULT_INTERVAL_SECONDS,
             "graceSeconds": DEFAULT_GRACE_SECONDS,
@@ -304,6 +307,7 @@ class KnowledgeBase:
         added = sorted(set(inventory) - set(self.inventory))
         removed = sorted(set(self.inventory) - set(inventory))
         self.inventory = {name: dict(value) for name, value in sorted(inventory.items())}
+        self.declared_since = {name: self.declared_since.get(name, now) for name in self.inventory}
         self.heartbeat = {k: float(v) for k, v in heartbeat.items()}
         self.workloads = dict(sorted(workloads.items()))
         self.last_good = {"commit": commit, "at": now}
@@ -493,15 +497,17 @@ class KnowledgeBase:
     def heartbeat_age(self, cluster: str, now: float) -> float | None:
         """Seconds of silence from ``cluster`` as the group can judge them.
 
-        Counted from the later of the last report and the current leader's start:
-        while the leads themselves were down or electing, nobody could hear agents,
-        and failing every cluster after a group restart would be wrong. None means
-        the cluster has not reported and the group has no start time yet.
+        Counted from the latest of the last report, the current leader's start and the
+        moment the cluster was declared: while the leads themselves were down or
+        electing, nobody could hear agents, and an agent of a cluster the goals did not
+        declare yet has its reports refused; failing clusters for either silence would be
+        wrong. None means the cluster has not reported and the group has no start time yet.
         """
         epoch = self._epoch()
         entry = self.reports.get(cluster)
         heard = entry.received_at if entry else None
-        since = max((t for t in (heard, epoch) if t is not None), default=None)
+        declared = self.declared_since.get(cluster)
+        since = max((t for t in (heard, epoch, declared) if t is not None), default=None)
         if since is None:
             return None
         return max(0.0, now - since)
@@ -636,6 +642,7 @@ class KnowledgeBase:
             "version": STATE_VERSION,
             "decisionLogLimit": self.decision_log_limit,
             "inventory": self.inventory,
+            "declaredSince": self.declared_since,
             "heartbeat": self.heartbeat,
             "workloads": {key: {"kind": w.kind, "digest": w.digest} for key, w in self.workloads.items()},
             "lastGood": self.last_good,
@@ -673,6 +680,7 @@ class KnowledgeBase:
         d = copy.deepcopy(dict(data))
         kb = cls(decision_log_limit=int(d["decisionLogLimit"]))
         kb.inventory = d["inventory"]
+        kb.declared_since = {name: float(at) for name, at in d.get("declaredSince", {}).items()}  # absent before
         kb.heartbeat = d["heartbeat"]
         kb.last_good = d["lastGood"]
         kb.last_failed = d["lastFailed"]
