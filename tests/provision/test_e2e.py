@@ -16,6 +16,7 @@ from qonnect_gitops.cli.status import render as render_status
 from qonnect_gitops.demo import cloudburst
 from qonnect_gitops.demo.stack import Settings, Stack
 from tests.conftest import TEMPLATE
+from tests.load import scaled
 from tests.provision.fleet import APP, CLUSTER, DEPLOYMENT, POOL
 
 LINGER = 5.0
@@ -52,7 +53,7 @@ def stack(tmp_path: Path) -> Iterator[Stack]:
 def test_cloud_burst_with_a_failure_and_a_leader_killed_mid_provisioning(stack: Stack) -> None:
     burst = cloudburst.Burst(path="apps/shop/app.yaml", small="replicas: 4", large="replicas: 12",
                              component="shop/api", linger=LINGER, kill_leader_while_provisioning=True,
-                             failures_expected=1, timeout=120.0)
+                             failures_expected=1, timeout=scaled(120.0))
     out = cloudburst.run(stack, burst)
     print("figures:", out.phases, "cluster:", out.cluster, "seen:", out.clusters_seen)
     assert out.problems == []
