@@ -312,10 +312,9 @@ class ReconcileLoop:
         self._schedule_deadline(now.timestamp())
         self._dynamic = set(fleet_record(result.plan.provisioning, self._goals)) if self._goals else set()
         if self._goals is not None:
-            due = next_deadline(self._goals, result.plan.provisioning)
+            due = next_deadline(self._goals, result.plan.provisioning, now)
             if due is not None:
-                self.trigger_at(max(due.timestamp(), time.time()) + DEADLINE_SLACK, "provisioning",
-                                "provisioning")
+                self.trigger_at(due.timestamp() + DEADLINE_SLACK, "provisioning", "provisioning")
         return result
 
     def _open_mirror(self) -> Mirror:

@@ -479,10 +479,10 @@ def _free_name(pool: str, goals: Goals, clusters: list[DynamicCluster], n: int) 
     return f"{pool}-{n}"
 
 
-def next_deadline(goals: Goals, state: Provisioning | None) -> datetime | None:
-    """The earliest moment a provisioning rule may decide something new without any other
-    change (a pool's unplaced delay, a linger, a provisioning timeout, a back-off): the
-    leader plans again then."""
+def next_deadline(goals: Goals, state: Provisioning | None, now: datetime) -> datetime | None:
+    """The earliest moment after ``now`` a provisioning rule may decide something new
+    without any other change (a pool's unplaced delay, a linger, a provisioning timeout, a
+    back-off): the leader plans again then. A moment already past was decided at it."""
     if state is None:
         return None
     times: list[datetime] = []
@@ -499,7 +499,7 @@ def next_deadline(goals: Goals, state: Provisioning | None) -> datetime | None:
             times.append(dyn.idle_since + timedelta(seconds=pool.spec.linger_seconds))
     if state.unplaced_since is not None:
         times += [b.retry_at for b in state.backoff]
-    return min(times, default=None)
+    return min((t for t in times if t > now), default=None)
 
 
 def fleet_record(state: Provisioning | None, goals: Goals) -> dict[str, dict[str, object]]:

@@ -251,3 +251,25 @@ def test_a_joined_cluster_offers_its_pool_node_shape() -> None:
     assert fleet.latencies[("burst-1", "eu-central")] == 15
     draining = f.plan.provisioning.clusters[0].model_copy(update={"phase": "draining"})
     assert member(f.goals.pools["burst"], draining).spec.taints[0].key == "qonnect.io/draining"
+
+
+def test_the_leader_is_woken_at_the_next_provisioning_deadline() -> None:
+    from datetime import timedelta
+
+    from qonnect_gitops.placement.provision import next_deadline, state_key
+    f = fleet(12)
+    plan = f.cycle(0)
+    assert next_deadline(f.goals, plan.provisioning, T0) == T0 + timedelta(seconds=5)  # the pool's delay
+    requested = f.cycle(5)
+    # The delay is past (it was decided at): next, the provisioning timeout; never a moment
+    # already past, which would make the leader plan again and again.
+    now = T0 + timedelta(seconds=5)
+    assert next_deadline(f.goals, requested.provisioning, now) == T0 + timedelta(seconds=5 + 900)
+    assert state_key(plan.provisioning) != state_key(requested.provisioning)
+    f.cycle(6)
+    assert f.plan is not None and state_key(f.plan.provisioning) == state_key(requested.provisioning)
+    j = joined()
+    assert j.plan is not None
+    j.cycle(30, load_goals(goals_files(8)))
+    now = T0 + timedelta(seconds=30)
+    assert next_deadline(j.goals, j.plan.provisioning, now) == T0 + timedelta(seconds=30 + 20)  # the linger
