@@ -115,3 +115,18 @@ def test_a_failed_provisioning_shows_in_phase_and_conditions(mgmt: Management) -
     assert conditions["InfrastructureReady"]["status"] == "False"
     assert conditions["InfrastructureReady"]["reason"] == "ProvisioningFailed"
     assert mgmt.ready == [] and mgmt.controller.sims == {}
+
+
+def test_qonnect_sim_capi_needs_a_management_cluster(tmp_path: Any) -> None:
+    import subprocess
+    import sys
+
+    from tests.conftest import ROOT, TEMPLATE
+    def sim(*extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "qonnect_gitops", "sim", "--clusters", str(TEMPLATE),
+                               "--kubeconfig-dir", str(tmp_path), "--capi", *extra],
+                              capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
+    no_pool = sim()
+    assert no_pool.returncode == 2 and "--capi needs --capi-on CLUSTER" in no_pool.stderr
+    unknown = sim("--capi-on", "cloud-9")
+    assert unknown.returncode == 2 and "--capi-on cloud-9: no such cluster" in unknown.stderr
