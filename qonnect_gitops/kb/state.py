@@ -48,6 +48,7 @@ from qonnect_gitops.model.observed import (
     ObservedTraffic,
 )
 from qonnect_gitops.model.plan import CurrentPlacement
+from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.report import MAX_RPS
 
 STATE_VERSION = 2
@@ -155,6 +156,12 @@ class KnowledgeBase:
         # Bounded decision log, oldest first; seq numbers survive trimming.
         self.decisions: list[dict[str, Any]] = []
         self.decision_seq = 0
+        # Clusters created from cluster pools (cloud bursting), from the plan in force:
+        # name -> {pool, phase, nodes, tier, region}. Their agents may report like
+        # declared clusters'; the planner sees them once they joined (placement.provision).
+        self.dynamic: dict[str, dict[str, Any]] = {}
+        # Agent tokens the leader issued to pool clusters: cluster -> SHA-256 of the token.
+        self.pool_tokens: dict[str, str] = {}
         # Derived (not dumped): cluster -> components the plan in force places there.
         self._placed_on: dict[str, frozenset[str]] = {}
 
@@ -198,7 +205,7 @@ class KnowledgeBase:
             cluster = entry.cluster
             generation = self.cluster_generations.get(cluster, 0)
             current = self.reports.get(cluster)
-            if self.last_good is not None and cluster not in self.inventory:
+            if self.last_good is not None and cluster not in self.inventory and cluster not in self.dynamic:
                 result.append(ReportVerdict(False, generation, refused="undeclared"))
                 continue
             if current is not None and entry.received_at < current.received_at:
@@ -319,6 +326,40 @@ class KnowledgeBase:
             summary += f", removed {', '.join(removed)}"
         self._log(now, "goals", summary, commit=commit)
         return True
+
+    def apply_dynamic(self, clusters: Mapping[str, Mapping[str, Any]], now: float) -> bool:
+        """The clusters cloud bursting created, as the plan in force has them; False if
+        unchanged. A cluster that left forgets its reports (it is being deleted)."""
+        new = {name: dict(value) for name, value in sorted(clusters.items())}
+        if new == self.dynamic:
+            return False
+        changes = []
+        for name in sorted(set(new) | set(self.dynamic)):
+            before, after = self.dynamic.get(name), new.get(name)
+            if after is None:
+                self.reports.pop(name, None)
+                self.latency_history.pop(name, None)
+                self.pool_tokens.pop(name, None)  # its agent may no longer report
+                changes.append(f"{name} removed")
+            elif before is None or before.get("phase") != after.get("phase"):
+                changes.append(f"{name} {after.get('phase')}")
+        self.dynamic = new
+        if changes:
+            self._log(now, "provisioning", "pool clusters: " + ", ".join(changes))
+        return True
+
+    def apply_pool_token(self, cluster: str, digest: str, now: float) -> bool:
+        """Record the hash of the agent token issued to a pool cluster (replacing an earlier
+        one); False when the cluster is no pool cluster."""
+        if cluster not in self.dynamic:
+            return False
+        self.pool_tokens[cluster] = digest
+        self._log(now, "provisioning", f"agent token issued to pool cluster {cluster}")
+        return True
+
+    def pool_token_owner(self, digest: str) -> str | None:
+        """The pool cluster a token hash was issued to, if any."""
+        return next((name for name, d in self.pool_tokens.items() if d == digest), None)
 
     def apply_goals_failure(self, commit: str, errors: Sequence[str], now: float) -> bool:
         """Record an invalid goals commit; the last good one stays in force."""
@@ -492,10 +533,13 @@ class KnowledgeBase:
         clusters: dict[str, ObservedCluster] = {}
         latencies: dict[tuple[str, str], float] = {}
         traffic: dict[tuple[str, str], float] = {}
-        for name in sorted(self.inventory):
+        cluster_api: dict[str, tuple[ClusterApiStatus, ...]] = {}
+        for name in sorted(set(self.inventory) | set(self.dynamic)):
             entry = self.reports.get(name)
             healthy = self.cluster_health(name, ts)
             age = self.heartbeat_age(name, ts)
+            if entry is None and name not in self.inventory:
+                continue  # a pool cluster counts as reporting only once its agent did
             if entry is None:
                 # Never reported: declared nodes apply; after the grace it counts as failed.
                 clusters[name] = ObservedCluster(healthy=healthy, heartbeat_age_seconds=age)
@@ -525,6 +569,8 @@ class KnowledgeBase:
             for item in record.traffic:
                 key = (item.component, item.region)
                 traffic[key] = saturating_add(traffic.get(key, 0.0), item.rps)
+            if record.cluster_api:
+                cluster_api[name] = record.cluster_api
         completed = sorted(
             key for key, done in self.completed_jobs.items()
             if key in self.workloads and self.workloads[key].digest == done.digest
@@ -541,6 +587,7 @@ class KnowledgeBase:
                 for (comp, region), rps in sorted(traffic.items())
             ),
             completed_jobs=tuple(completed),
+            cluster_api=cluster_api,
         )
 
     def current_placement(self) -> CurrentPlacement:
@@ -556,8 +603,8 @@ class KnowledgeBase:
     def cluster_rows(self, now: float) -> list[dict[str, Any]]:
         """Per-cluster status for the API: inventory plus what the last report said."""
         rows = []
-        for name in sorted(set(self.inventory) | set(self.reports)):
-            declared = self.inventory.get(name)
+        for name in sorted(set(self.inventory) | set(self.reports) | set(self.dynamic)):
+            declared = self.inventory.get(name) or self.dynamic.get(name)
             entry = self.reports.get(name)
             record = entry.record if entry else None
             nodes = record.nodes if record else ()
@@ -582,6 +629,7 @@ class KnowledgeBase:
                     "nodesReady": sum(1 for n in nodes if n.ready),
                     "nodes": len(nodes) if nodes else (declared["nodes"] if declared else 0),
                     "generation": self.cluster_generation(name),
+                    "dynamic": dict(self.dynamic[name]) if name in self.dynamic else None,
                 }
             )
         return rows
@@ -620,6 +668,8 @@ class KnowledgeBase:
             "decisions": self.decisions,
             "decisionSeq": self.decision_seq,
             "rejectedProposals": self.rejected_proposals,
+            "dynamic": self.dynamic,
+            "poolTokens": self.pool_tokens,
         }
 
     @classmethod
@@ -658,6 +708,8 @@ class KnowledgeBase:
         kb.decisions = d["decisions"]
         kb.decision_seq = d["decisionSeq"]
         kb.rejected_proposals = d.get("rejectedProposals", {})  # absent in dumps before review
+        kb.dynamic = d.get("dynamic", {})  # absent in dumps before cloud bursting
+        kb.pool_tokens = d.get("poolTokens", {})
         return kb
 
 
