@@ -272,11 +272,12 @@ def resettle(cycle: Cycle, fresh: list[Work]) -> None:
 
 
 def complete(cycle: Cycle, works: list[Work]) -> None:
-    """A component placed in part (its preferred cluster was full, bursting is off) was
-    placed before the components it talks to had a place; the next cycle's repair adds
-    its missing replicas by the rules with every neighbour known, often on another
-    cluster that is now the best. Do that now, so the first plan is the one a quiet
-    replan keeps instead of a plan that reports an unmet goal for one cycle."""
+    """Components left short of replicas were placed before the components they talk
+    to had a place, so their best cluster may have changed since. The next cycle would
+    find that: its repair adds the missing replicas of one placed in part (its best
+    cluster was full, bursting off), then it places anew one placed nowhere. Do both
+    now, in that order, so the first plan is the one a quiet replan keeps instead of a
+    plan that reports an unmet goal for one cycle."""
     ev = cycle.evaluator
     for work in works:
         c = work.component
@@ -299,3 +300,5 @@ def complete(cycle: Cycle, works: list[Work]) -> None:
         work.blocked = dist.blocked if work.unplaced else None
         work.moves = [PendingMove(None, i, n, "new", NEW) for i, n in sorted(work.target.items())]
         cycle.placement[work.key] = dict(work.target)
+    for work in biggest_first([w for w in works if not w.target and w.unplaced > 0]):
+        place(cycle, work)
