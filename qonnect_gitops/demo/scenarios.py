@@ -12,10 +12,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from qonnect_gitops.demo import cloudburst
 from qonnect_gitops.demo.observe import FleetObserver, Observed, by_component, matches
 from qonnect_gitops.demo.stack import FORGE_REPOSITORY, Stack, git
 from qonnect_gitops.forge import (
@@ -43,11 +45,12 @@ class Result:
     observed: dict[str, Any] = field(default_factory=dict)
     seconds: float | None = None
     notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # scenario-specific entries (cloud-burst's phases)
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "passed": self.passed, "expected": self.expected,
                 "observed": self.observed, "seconds": None if self.seconds is None else round(self.seconds, 3),
-                "notes": self.notes}
+                "notes": self.notes, **self.extra}
 
 
 class Timeout(Exception):
@@ -660,7 +663,41 @@ def regions(d: Demo, component: str = "bookinfo/productpage") -> Result:
     return r
 
 
+def cloud_burst(d: Demo) -> Result:
+    """A burst the fixed clusters cannot hold: a cloud cluster is provisioned through Cluster
+    API, the overflow runs there, and after the burst and the linger it is removed."""
+    r = Result("cloud-burst")
+    pool = (Path(__file__).parent / "cloud_pool.yaml").read_text()
+    target = d.stack.work / "clusterPools" / "burst.yaml"
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(pool)
+    d.stack.commit_push("clusterPools/burst: cloud-1 may provision a burst cluster")
+    linger = float(yaml.safe_load(pool)["spec"]["lingerSeconds"])
+    out = cloudburst.run(d.stack, cloudburst.Burst(
+        path="apps/sensor-pipeline/manifests/ingest.yaml", small="replicas: 6", large="replicas: 200",
+        component="sensor-pipeline/ingest", linger=linger, timeout=120.0), d.event)
+    phases = out.phases
+    problems = list(out.problems)
+    running, removed = phases.get("runningSeconds"), phases.get("removedSeconds")
+    if running is not None and running > RUNNING_GOAL:
+        problems.append(f"running after {running} s (goal: {RUNNING_GOAL} s with a 10 s provisioning delay)")
+    if removed is not None and removed > linger + REMOVED_SLACK:
+        problems.append(f"removed {removed} s after the burst (goal: linger + {REMOVED_SLACK} s)")
+    r.extra = {"cluster": out.cluster, "phases": phases}
+    r.expected = {"cluster": "provisioned from pool burst on cloud-1 (Cluster API)",
+                  "runningSeconds": f"<= {RUNNING_GOAL}", "removedSeconds": f"<= linger + {REMOVED_SLACK}",
+                  "other components": "not moved"}
+    r.observed = {"cluster": out.cluster, "clusters requested": out.clusters_seen,
+                  "phases": phases, "problems": problems}
+    r.seconds = running
+    r.passed = not problems
+    return r
+
+
+RUNNING_GOAL = 30.0
+REMOVED_SLACK = 20.0
+
 SCENARIOS: dict[str, Callable[[Demo], Result]] = {
     "initial": initial, "goals-change": goals_change, "resize": resize, "regions": regions, "failover": failover,
-    "burst": burst, "leader-kill": leader_kill, "review": review,
+    "burst": burst, "leader-kill": leader_kill, "review": review, "cloud-burst": cloud_burst,
 }

@@ -16,6 +16,7 @@ from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.errors import Problem
 from qonnect_gitops.model.fleet import Fleet
 from qonnect_gitops.model.network import Network
+from qonnect_gitops.model.pool import ClusterPool
 
 WorkloadKind = Literal["Deployment", "StatefulSet", "DaemonSet", "Job", "CronJob"]
 WORKLOAD_KINDS: tuple[WorkloadKind, ...] = (
@@ -184,6 +185,7 @@ class Goals:
     apps: Mapping[str, App]  # sorted by name
     latencies: Mapping[tuple[str, str], float] = field(default_factory=dict)
     warnings: tuple[Problem, ...] = ()  # worth knowing, not wrong: e.g. custom resources not checked
+    pools: Mapping[str, ClusterPool] = field(default_factory=dict)  # sorted by name (cloud bursting)
 
     def components(self) -> Iterator[Component]:
         """Every component of every app, in app then component order."""

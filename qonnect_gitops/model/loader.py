@@ -8,7 +8,7 @@ Git tree) and returns ``Goals`` or raises ``GoalsError``.
 from __future__ import annotations
 
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -35,6 +35,7 @@ from qonnect_gitops.model.limits import (
 )
 from qonnect_gitops.model.network import Network, latency_table
 from qonnect_gitops.model.parsing import check_tree, load_documents
+from qonnect_gitops.model.pool import ClusterPool
 from qonnect_gitops.model.quantity import (
     format_bytes,
     format_millicores,
@@ -48,6 +49,7 @@ FLEET_FILE = "qonnect.yaml"
 NETWORK_FILE = "network.yaml"
 CLUSTERS_DIR = "clusters/"
 APPS_DIR = "apps/"
+POOLS_DIR = "clusterPools/"
 APP_FILE = "app.yaml"
 
 
@@ -87,6 +89,7 @@ class _Loader:
         fleet = self._load_fleet()
         network = self._document(NETWORK_FILE, Network) if NETWORK_FILE in self.files else None
         clusters = self._load_clusters()
+        pools = self._load_pools(set(fleet.spec.regions) if fleet else set())
         apps_docs = self._load_app_documents()
         regions = set(fleet.spec.regions) if fleet else set()
         latencies: dict[tuple[str, str], float] = {}
@@ -122,6 +125,7 @@ class _Loader:
             network=network,
             apps=dict(sorted(apps.items())),
             latencies=latencies,
+            pools=dict(sorted(pools.items())),
         )
         self.warnings += [self._locate(a) for a in advise(goals)]
         return replace(goals, warnings=tuple(sorted(set(self.warnings))))
@@ -163,27 +167,54 @@ class _Loader:
             and p.endswith((".yaml", ".yml"))
         }
 
-    def _load_clusters(self) -> dict[str, Cluster]:
-        clusters: dict[str, Cluster] = {}
+    def _named_documents(self, folder: str, model: Any, what: str) -> Iterator[tuple[str, Any]]:
+        """``(path, document)`` of every valid file directly in ``folder`` whose name is its
+        file's (a mismatch is reported); ``what`` names the kind in the message."""
         for path in sorted(self.files):
-            if not path.startswith(CLUSTERS_DIR):
+            rest = path[len(folder):]
+            if not path.startswith(folder) or "/" in rest or not rest.endswith((".yaml", ".yml")):
                 continue
-            rest = path[len(CLUSTERS_DIR):]
-            if "/" in rest or not rest.endswith((".yaml", ".yml")):
-                continue
-            cluster = self._document(path, Cluster)
-            if cluster is None:
+            doc = self._document(path, model)
+            if doc is None:
                 continue
             stem = rest.rsplit(".", 1)[0]
-            if cluster.name != stem:
+            if doc.metadata.name != stem:
                 self._report(
                     path, ("metadata", "name"),
-                    f"'{cluster.name}' does not match the file name; expected '{stem}' "
-                    f"(the file of cluster X is clusters/X.yaml)",
+                    f"'{doc.metadata.name}' does not match the file name; expected '{stem}' "
+                    f"(the file of {what} X is {folder}X.yaml)",
                 )
                 continue
-            clusters[cluster.name] = cluster
-        return clusters
+            yield path, doc
+
+    def _load_clusters(self) -> dict[str, Cluster]:
+        return {cluster.name: cluster for _, cluster in self._named_documents(CLUSTERS_DIR, Cluster, "cluster")}
+
+    def _load_pools(self, regions: set[str]) -> dict[str, ClusterPool]:
+        """``clusterPools/*.yaml``: each pool's name matches its file, its management
+        cluster is a fleet member, its latencies name regions or clusters."""
+        declared = self._declared_clusters()
+        pools: dict[str, ClusterPool] = {}
+        for path, pool in self._named_documents(POOLS_DIR, ClusterPool, "pool"):
+            spec = pool.spec
+            if spec.management_cluster not in declared:
+                self._report(path, ("spec", "managementCluster"),
+                             f"unknown cluster '{spec.management_cluster}'; expected the fleet "
+                             f"cluster running Cluster API, one of: {_names(declared)}")
+            if regions and spec.region not in regions:
+                self._report(path, ("spec", "region"), f"unknown region '{spec.region}'; expected "
+                             f"one of the regions in qonnect.yaml: {_names(regions)}")
+            for i, link in enumerate(spec.latencies):
+                if link.to not in declared and link.to not in regions:
+                    self._report(path, ("spec", "latencies", i, "to"),
+                                 f"unknown cluster or region '{link.to}'; expected a cluster "
+                                 f"({_names(declared)}) or a region ({_names(regions)})")
+            if any(c.startswith(f"{pool.name}-") for c in declared):
+                self._report(path, ("metadata", "name"),
+                             f"clusters of pool '{pool.name}' are named '{pool.name}-<n>'; a fleet "
+                             "cluster already uses that prefix")
+            pools[pool.name] = pool
+        return pools
 
     def _load_app_documents(self) -> dict[str, tuple[str, QoSApp]]:
         folders = sorted(

@@ -419,4 +419,5 @@ def assemble(cycle: Cycle) -> Plan:
         unmet=tuple(sorted(unmet, key=lambda u: (u.component, u.goal))),
         moves=tuple(moves),
         last_moved=dict(sorted(last_moved.items())),
+        provisioning=None,  # placement.provision adds it when the fleet has cluster pools
     )

@@ -35,7 +35,9 @@ from qonnect_gitops.model.labels import (
     MANAGED_BY_VALUE,
 )
 from qonnect_gitops.model.plan import Plan
+from qonnect_gitops.model.pool import POOL_APP
 from qonnect_gitops.model.secrets import plain_secrets
+from qonnect_gitops.render.capi import capi_objects
 from qonnect_gitops.render.nodes import constrain_pods
 from qonnect_gitops.render.shared import SharedObject, borrowed, definitions
 
@@ -65,7 +67,10 @@ class RenderedPlan:
 
 def render(goals: Goals, plan: Plan) -> RenderedPlan:
     """Render every cluster's manifests for ``plan``. Pure and deterministic."""
-    files: dict[str, bytes] = {PLACEMENT_FILE: _dump(plan.model_dump(mode="json", by_alias=True))}
+    # Without cloud bursting the placement file stays as it always was.
+    dump = plan.model_dump(mode="json", by_alias=True,
+                           exclude={"provisioning"} if plan.provisioning is None else None)
+    files: dict[str, bytes] = {PLACEMENT_FILE: _dump(dump)}
     hosts = {key: plan.clusters_of(key) for key in sorted(plan.components)}
     callers_on = _caller_clusters(goals, hosts)
     app_hosts: dict[str, set[str]] = {}
@@ -82,6 +87,10 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
         consumers = app_hosts.get(component.app, set())
         for cluster, path, body in _service_files(goals, component, hosts, callers_on, consumers):
             files[f"clusters/{cluster}/{path}"] = body
+    for cluster, folder, obj in capi_objects(goals, plan):
+        where = obj["metadata"]
+        path = f"clusters/{cluster}/{where['namespace']}/{folder}/{obj['kind'].lower()}-{where['name']}.yaml"
+        files[path] = _dump(_owned(obj, POOL_APP, folder))
     objects: dict[str, int] = {}
     adopted = {app.namespace for app in goals.apps.values() if app.document.spec.adopt_namespace}
     for cluster in goals.clusters:
