@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import posixpath
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
+from qonnect_gitops.model.advice import Advice, advise
 from qonnect_gitops.model.app import ComponentSpec, QoS, QoSApp
 from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.errors import GoalsError, Problem
@@ -117,15 +119,21 @@ class _Loader:
         if self.problems:
             raise GoalsError(self.problems)
         assert fleet is not None
-        return Goals(
+        goals = Goals(
             fleet=fleet,
             clusters=dict(sorted(clusters.items())),
             network=network,
             apps=dict(sorted(apps.items())),
             latencies=latencies,
-            warnings=tuple(sorted(set(self.warnings))),
             pools=dict(sorted(pools.items())),
         )
+        self.warnings += [self._locate(a) for a in advise(goals)]
+        return replace(goals, warnings=tuple(sorted(set(self.warnings))))
+
+    def _locate(self, advice: Advice) -> Problem:
+        """An advice as a warning with the line and column of the field it is about."""
+        doc = self.docs[advice.path] if advice.path in self.docs else self.manifest_docs[advice.path][advice.index]
+        return doc.problem(advice.loc, advice.message)
 
     def _custom_kinds(self) -> dict[tuple[str, str], Any]:
         """Kinds the CustomResourceDefinitions in the app folders define. Only files that
@@ -302,14 +310,35 @@ class _Loader:
             if name not in apps:
                 continue  # already reported
             for ci, spec in enumerate(doc.spec.components):
-                for k, call in enumerate(spec.calls):
-                    target = call if "/" in call else f"{name}/{call}"
-                    loc = ("spec", "components", ci, "calls", k)
-                    if target == f"{name}/{spec.name}":
-                        self._report(path, loc, "a component cannot call itself")
-                    elif target not in known:
-                        self._report(path, loc, f"unknown component '{call}'; expected a "
-                                     f"component of this app or 'app/component' ({_names(known)})")
+                for field, names, itself in (("calls", spec.calls, "call itself"),
+                                             ("colocateWith", spec.colocate_with, "be colocated with itself")):
+                    for k, written in enumerate(names):
+                        target = written if "/" in written else f"{name}/{written}"
+                        loc = ("spec", "components", ci, field, k)
+                        if target == f"{name}/{spec.name}":
+                            self._report(path, loc, f"a component cannot {itself}")
+                        elif target not in known:
+                            self._report(path, loc, f"unknown component '{written}'; expected a "
+                                         f"component of this app or 'app/component' ({_names(known)})")
+        self._check_colocation_cycles(apps)
+
+    def _check_colocation_cycles(self, apps: dict[str, App]) -> None:
+        """``colocateWith`` follows anchors: a chain that comes back to where it started has
+        no anchor to follow."""
+        follows = {c.key: c.colocate_with for app in apps.values() for c in app.components}
+        for app in apps.values():
+            for ci, c in enumerate(app.components):
+                seen, todo = set(), list(c.colocate_with)
+                while todo:
+                    k = todo.pop()
+                    if k == c.key:
+                        self._report(f"{APPS_DIR}{app.name}/{APP_FILE}", ("spec", "components", ci, "colocateWith"),
+                                     "colocateWith leads back to this component; one of them must be the anchor "
+                                     "the others follow")
+                        break
+                    if k not in seen:
+                        seen.add(k)
+                        todo.extend(follows.get(k, ()))
 
     def _check_unique_objects(self, apps: dict[str, App]) -> None:
         """The same object (group, kind, namespace, name) may be defined once in all the goals."""
@@ -525,6 +554,8 @@ class _Loader:
             calls=tuple(calls),
             qos=qos,
             stability=stability,
+            stateful=spec.stateful,
+            colocate_with=tuple(sorted({c if "/" in c else f"{doc.metadata.name}/{c}" for c in spec.colocate_with})),
         )
 
     def _replicas(self, app_path: str, loc: tuple[int | str, ...], spec: ComponentSpec, kind: str,
@@ -561,15 +592,20 @@ class _Loader:
         ok = True
         for group in ("containers", "initContainers"):
             for i, container in enumerate(pod_spec.get(group) or []):
-                requests = ((container.get("resources") or {}).get("requests") or {}) if isinstance(container, dict) else {}
+                resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
+                requests = resources.get("requests") or {} if isinstance(resources, dict) else {}
+                limits = resources.get("limits") or {} if isinstance(resources, dict) else {}
                 for res in ("cpu", "memory"):
-                    if res not in requests:
+                    # Kubernetes sets a missing request to the limit: so does the planner.
+                    source = "requests" if res in requests else "limits"
+                    table = requests if res in requests else limits
+                    if not isinstance(table, dict) or res not in table:
                         continue
                     try:
-                        value = parse[res](requests[res])
+                        value = parse[res](table[res])
                     except ValueError as exc:
                         self.problems.append(wdoc.problem(
-                            pod_loc + (group, i, "resources", "requests", res), str(exc)))
+                            pod_loc + (group, i, "resources", source, res), str(exc)))
                         ok = False
                         continue
                     sidecar = group == "initContainers" and container.get("restartPolicy") == "Always"
@@ -583,8 +619,8 @@ class _Loader:
         missing = [res for res in ("cpu", "memory") if not found[res]]
         if missing:
             self._report(app_path, loc, f"component '{spec.name}' has no {' or '.join(missing)} "
-                         "request; set resources on the component or resources.requests on its "
-                         "containers, so the planner knows what a replica needs")
+                         "request; set resources on the component or resources.requests (or "
+                         "limits) on its containers, so the planner knows what a replica needs")
             return None
         cpu, memory = max(totals["cpu"], init_peak["cpu"]), max(totals["memory"], init_peak["memory"])
         if cpu > MAX_NODE_CPU or memory > MAX_NODE_MEMORY:

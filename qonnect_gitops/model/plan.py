@@ -16,7 +16,8 @@ from qonnect_gitops.model.goals import Goals
 from qonnect_gitops.model.quantity import Bytes, MilliCPU
 from qonnect_gitops.model.yamlpos import parse_yaml, validate_document
 
-DecisionReason = Literal["goals-changed", "failover", "rescheduling", "scaling"]
+# ``initial``: the first placement, when nothing ran before.
+DecisionReason = Literal["initial", "goals-changed", "failover", "rescheduling", "scaling"]
 MoveReason = Literal["new", "failover", "rescheduling", "scaling", "goals-changed", "removed"]
 # The hard goals a plan can fail to meet (``Plan.unmet``). ``availability`` is
 # ``minClusters``; ``spread`` is ``availability.spread``; taints and tolerations count as
