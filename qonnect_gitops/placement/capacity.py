@@ -87,6 +87,14 @@ class Running(NamedTuple):
     old_memory: int | None = None
 
 
+def settle_order(r: Running) -> tuple[int, int, int, str]:
+    """The order running replicas are put back on a cluster's nodes: those that run on
+    fewer architectures first (a multi-arch replica packed first would take the only
+    node an arm64- or amd64-only one can use, which the planner never did), then biggest
+    first (first fit decreasing packs the most)."""
+    return (len(r.archs), -r.cpu, -r.memory, r.key)
+
+
 @dataclass(frozen=True)
 class Settled:
     """A declared cluster after its running replicas were put on its nodes."""
@@ -301,7 +309,7 @@ class Ledger:
                 if self.planned_memory[cluster] > 0 else 0.0,
             )
             if share > 0 and cluster in self.segments_observed:
-                for r in sorted(self.running_on.get(cluster, ()), key=lambda r: (-r.cpu, -r.memory, r.key)):
+                for r in sorted(self.running_on.get(cluster, ()), key=settle_order):
                     self._first_fit(cluster, r.cpu, r.memory, r.archs, math.ceil(r.replicas * min(share, 1.0)))
         for cluster in sorted(self.pending):
             self._settle(cluster)
@@ -357,7 +365,7 @@ class Ledger:
                 return
         fitted_here: dict[tuple[int, str], int] = {}
         results: list[tuple[Running, int]] = []
-        for r in sorted(waiting, key=lambda r: (-r.cpu, -r.memory, r.key)):
+        for r in sorted(waiting, key=settle_order):
             if observed:
                 # Observed free capacity is net of the replicas at their old size: give
                 # that back (to the nodes in order, as far as they are used) and fit

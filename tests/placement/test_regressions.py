@@ -7,6 +7,7 @@ lists it in ``unmet`` with a true reason.
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import timedelta
 
 import pytest
@@ -355,3 +356,26 @@ def test_a_component_short_of_replicas_gets_in_its_first_plan_what_a_quiet_repla
     assert first.placements()["shop/c2"]
     replan = plan(g, observed(now=LATER, traffic=traffic), first.current())
     assert replan.moves == ()
+
+
+def test_running_replicas_go_back_on_the_nodes_only_they_can_use_before_multi_arch_ones() -> None:
+    # Found by the property test: edge-1 has an amd64 node (2 CPU, 4 GiB) and an arm64 one
+    # (8 CPU, 2 GiB). The first plan put c2 (arm64 only) and two c4 (either arch, 1 CPU)
+    # on the arm64 node and c3 (amd64 only, 4 GiB) on the amd64 node, and found no room
+    # for a third c4. Putting the running replicas back biggest first packed c4 onto the
+    # amd64 node, left room on the arm64 one, and a quiet cycle scaled c4 up there.
+    nodes = [{"count": 1, "cpu": "2000m", "memory": "4Gi", "arch": "amd64"},
+             {"count": 1, "cpu": "8000m", "memory": "2Gi", "arch": "arm64"}]
+    fleet = [cluster("edge-1", tier="edge", region="r1", nodes=nodes, cpu_hour=0.01)]
+    rules = {"objective": "latency", "offloading": False, "bursting": False}
+    comps = [
+        component("c2", replicas=2, cpu=3000, memory=GI // 4, arch=("arm64",), qos=rules),
+        component("c3", replicas=1, cpu=250, memory=4 * GI, qos=rules),
+        # a follower is placed after what it follows: c3 takes the amd64 node first
+        dataclasses.replace(component("c4", replicas=3, cpu=1000, memory=GI // 4, arch=("amd64", "arm64"), qos=rules),
+                            colocate_with=("shop/c3",)),
+    ]
+    g = goals(fleet, comps, regions=("r1",))
+    first = plan(g, observed(), CurrentPlacement())
+    assert first.placements()["shop/c4"] == {"edge-1": 2}
+    assert plan(g, observed(now=LATER), first.current()).moves == ()
