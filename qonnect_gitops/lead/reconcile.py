@@ -36,6 +36,7 @@ from qonnect_gitops.model import (
     Goals,
     GoalsError,
     Observed,
+    ParseCache,
     Plan,
     load_goals,
 )
@@ -119,7 +120,7 @@ def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials) 
     if commit is None:
         return mirror
     try:
-        goals = load_goals(mirror.read_goals(commit))
+        goals = load_goals(mirror.read_goals(commit), _PARSED)
     except GoalsError:
         return mirror  # reconcile_once reports the problems
     branches = goals.fleet.spec.branches
@@ -230,6 +231,8 @@ def decision_summary(plan: Plan) -> str:
 
 _GOALS: dict[str, Goals] = {}  # the goals of the last commits read (a commit never changes)
 _GOALS_KEEP = 2
+# Files parsed for earlier commits, by blob id: a goals push re-parses only what it changed.
+_PARSED = ParseCache()
 
 
 def _goals_at(mirror: Mirror, commit: str) -> Goals:
@@ -237,7 +240,7 @@ def _goals_at(mirror: Mirror, commit: str) -> Goals:
     lets the planner keep what it derived from it between cycles."""
     goals = _GOALS.get(commit)
     if goals is None:
-        goals = load_goals(mirror.read_goals(commit))  # raises GoalsError: nothing cached
+        goals = load_goals(mirror.read_goals(commit), _PARSED)  # raises GoalsError: not in _GOALS
         while len(_GOALS) >= _GOALS_KEEP:
             del _GOALS[next(iter(_GOALS))]
         _GOALS[commit] = goals
