@@ -66,25 +66,31 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
     files: dict[str, bytes] = {PLACEMENT_FILE: _dump(plan.model_dump(mode="json", by_alias=True))}
     hosts = {key: plan.clusters_of(key) for key in sorted(plan.components)}
     callers_on = _caller_clusters(goals, hosts)
+    # Per cluster, its paths (without the clusters/<name>/ prefix): one pass, not one per cluster.
+    by_cluster: dict[str, list[str]] = {}
     for component in goals.components():
         for cluster, replicas in hosts.get(component.key, {}).items():
-            for path, body in _component_files(goals, component, hosts[component.key], replicas):
+            for path, body in _component_files_cached(goals, component, hosts[component.key], replicas):
                 files[f"clusters/{cluster}/{path}"] = body
+                by_cluster.setdefault(cluster, []).append(path)
         for cluster, path, body in _service_files(goals, component, hosts, callers_on):
             files[f"clusters/{cluster}/{path}"] = body
+            by_cluster.setdefault(cluster, []).append(path)
     objects: dict[str, int] = {}
     adopted = {app.namespace for app in goals.apps.values() if app.document.spec.adopt_namespace}
     for cluster in goals.clusters:
         prefix = f"clusters/{cluster}/"
-        namespaces = sorted({p.split("/")[2] for p in files
-                             if p.startswith(prefix) and p.split("/")[2] != "_cluster"})
+        paths = set(by_cluster.get(cluster, ()))
+        namespaces = sorted({p.split("/")[0] for p in paths if p.split("/")[0] != "_cluster"})
         for ns in namespaces:
             meta: dict[str, Any] = {"name": ns}
             if ns in adopted:
                 meta["annotations"] = {ADOPT_ANNOTATION: ENABLED}
-            files[f"{prefix}_cluster/namespace-{ns}.yaml"] = _dump(_owned(
+            path = f"_cluster/namespace-{ns}.yaml"
+            files[prefix + path] = _dump(_owned(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}, None, None))
-        objects[cluster] = sum(1 for p in files if p.startswith(prefix))
+            paths.add(path)
+        objects[cluster] = len(paths)
     return RenderedPlan(dict(sorted(files.items())), tuple(goals.clusters), objects)
 
 
@@ -95,6 +101,30 @@ def _caller_clusters(goals: Goals, hosts: Mapping[str, Mapping[str, int]]) -> di
         for callee in component.calls:
             result.setdefault(callee, set()).update(hosts.get(component.key, {}))
     return result
+
+
+# A component's files on a cluster, by (the component object, replicas there, replicas in
+# all, the app's plain-secrets opt-in): what they are a function of. The lead reuses one
+# Goals (so the same Component objects) across the cycles of a goals commit, and an
+# idle cycle renders nothing anew. The entry holds the component, so its id stays its own.
+_COMPONENT_FILES: dict[tuple[int, int, int, bool], tuple[Component, tuple[tuple[str, bytes], ...]]] = {}
+_COMPONENT_FILES_MAX = 1 << 17
+
+
+def _component_files_cached(
+    goals: Goals, component: Component, placed: Mapping[str, int], replicas: int
+) -> tuple[tuple[str, bytes], ...]:
+    document = goals.apps[component.app].document
+    allow_plain = bool(document is not None and document.spec.allow_plain_secrets)
+    key = (id(component), replicas, sum(placed.values()), allow_plain)
+    hit = _COMPONENT_FILES.get(key)
+    if hit is not None and hit[0] is component:
+        return hit[1]
+    out = tuple(_component_files(goals, component, placed, replicas))
+    if len(_COMPONENT_FILES) >= _COMPONENT_FILES_MAX:
+        _COMPONENT_FILES.clear()
+    _COMPONENT_FILES[key] = (component, out)
+    return out
 
 
 def _component_files(
@@ -269,7 +299,29 @@ def _service_export(service: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
+# YAML text by a digest of the data it was dumped from. Every cycle renders the whole
+# fleet again and almost all of it is what the last cycle rendered; PyYAML's emitter
+# is most of a cycle's cost at fleet scale, JSON encoding and hashing are a small part.
+# Content-keyed, so rendering stays pure and deterministic; dropped whole when full.
+_DUMPED: dict[bytes, bytes] = {}
+_DUMPED_MAX = 1 << 18
+
+
 def _dump(data: Any) -> bytes:
-    return yaml.safe_dump(
-        data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096
-    ).encode()
+    # The key keeps key order (the YAML does too) and tells types apart that JSON
+    # would not (a date from a manifest and the string it prints as).
+    key = hashlib.blake2b(json.dumps(data, separators=(",", ":"), ensure_ascii=False,
+                                     default=_typed).encode(), digest_size=20).digest()
+    text = _DUMPED.get(key)
+    if text is None:
+        text = yaml.safe_dump(
+            data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096
+        ).encode()
+        if len(_DUMPED) >= _DUMPED_MAX:
+            _DUMPED.clear()
+        _DUMPED[key] = text
+    return text
+
+
+def _typed(value: Any) -> str:
+    return f"\0{type(value).__name__}\0{value}"
