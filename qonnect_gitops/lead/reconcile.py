@@ -22,7 +22,6 @@ from qonnect_gitops.gitstore import (
     RefChange,
     WriteResult,
     read_file,
-    read_tree_files,
 )
 from qonnect_gitops.gitstore.remote import Credentials, Mirror, PublishResult
 from qonnect_gitops.gitstore.store import (
@@ -30,7 +29,13 @@ from qonnect_gitops.gitstore.store import (
     DEFAULT_PLAN_BRANCH,
     DEFAULT_PROPOSAL_PREFIX,
 )
-from qonnect_gitops.gitstore.tree import EMPTY_TREE_HEX, list_tree_paths, resolve_commit, subtree_id, tree_id_of
+from qonnect_gitops.gitstore.tree import (
+    EMPTY_TREE_HEX,
+    list_tree_paths,
+    resolve_commit,
+    subtree_id,
+    tree_id_of,
+)
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import (
     CurrentPlacement,

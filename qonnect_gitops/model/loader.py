@@ -42,7 +42,7 @@ from qonnect_gitops.model.quantity import (
     to_millicores,
 )
 from qonnect_gitops.model.secrets import is_sops_encrypted, plain_secrets
-from qonnect_gitops.model.yamlpos import YamlDocument, parse_yaml, validate_document
+from qonnect_gitops.model.yamlpos import YamlDocument, detached, parse_yaml, validate_document
 
 FLEET_FILE = "qonnect.yaml"
 NETWORK_FILE = "network.yaml"
@@ -74,7 +74,9 @@ class ParseCache:
     """Parsed and validated goals files, keyed by (path, what it was read as, blob id).
 
     Parsing (ruamel, positions kept) is most of the cost of loading goals; a cycle after
-    a goals push re-parses only the files whose blob changed. An entry not used by the
+    a goals push re-parses only the files whose blob changed. Entries hold plain data
+    and the file's bytes, not ruamel's node trees (several times larger): a problem's
+    position re-parses its file. An entry not used by the
     last two loads is dropped, so the cache holds about one goals tree. Parsed documents
     are shared between the ``Goals`` of different commits: nothing mutates them (the
     lead already reuses one ``Goals`` across cycles of a commit). Thread-safe.
@@ -137,6 +139,7 @@ class _Loader:
             doc: YamlDocument | None = None
             try:
                 (doc,) = parse_yaml(path, raw)
+                doc = detached(doc, raw, 0)
                 cached = (doc, validate_document(model, doc), ())
             except GoalsError as exc:
                 cached = (doc, None, tuple(exc.problems))
@@ -154,7 +157,8 @@ class _Loader:
         cached = self.cache.get(key)
         if cached is None:
             try:
-                cached = [d for d in parse_yaml(path, raw, multi=True) if d.data is not None]
+                cached = [detached(d, raw, i) for i, d in enumerate(parse_yaml(path, raw, multi=True))
+                          if d.data is not None]
             except GoalsError as exc:
                 cached = exc
             self.cache.put(key, cached)

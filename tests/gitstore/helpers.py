@@ -6,6 +6,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from qonnect_gitops.gitstore.daemon import GitDaemon
 
@@ -95,7 +96,7 @@ class CountingProxy:
         self._threads: list[threading.Thread] = []
         self._accepting = threading.Thread(target=self._accept, daemon=True)
 
-    def __enter__(self) -> CountingProxy:
+    def __enter__(self) -> Self:
         self._accepting.start()
         return self
 
