@@ -172,12 +172,7 @@ def read_tree_files(repo: RepoLike, rev: str, prefix: str = "", skipped: list[st
     entries are skipped (never followed): goals are plain files; their paths are appended
     to ``skipped`` when given. A missing ``prefix`` gives ``{}``.
     """
-    r = open_repo(repo)
-    commit = resolve_commit(r, rev)
-    prefix = prefix.strip("/")
-    if prefix:
-        split_path(prefix)
-    start = subtree_id(r, commit.tree, prefix)
+    r, start, prefix = _subtree_at(repo, rev, prefix)
     if start is None:
         return {}
     out: dict[str, bytes] = {}
@@ -185,14 +180,20 @@ def read_tree_files(repo: RepoLike, rev: str, prefix: str = "", skipped: list[st
     return out
 
 
-def list_tree_paths(repo: RepoLike, rev: str, prefix: str = "") -> set[str]:
-    """The paths of ``read_tree_files`` without reading any blob: tree objects only."""
+def _subtree_at(repo: RepoLike, rev: str, prefix: str) -> tuple[pygit2.Repository, pygit2.Oid | None, str]:
+    """The repository, the tree id at ``prefix`` of commit ``rev`` (None: absent) and the
+    prefix as a checked path without slashes at either end."""
     r = open_repo(repo)
     commit = resolve_commit(r, rev)
     prefix = prefix.strip("/")
     if prefix:
         split_path(prefix)
-    start = subtree_id(r, commit.tree, prefix)
+    return r, subtree_id(r, commit.tree, prefix), prefix
+
+
+def list_tree_paths(repo: RepoLike, rev: str, prefix: str = "") -> set[str]:
+    """The paths of ``read_tree_files`` without reading any blob: tree objects only."""
+    r, start, prefix = _subtree_at(repo, rev, prefix)
     out: set[str] = set()
     pending = [] if start is None else [(start, prefix)]
     while pending:
