@@ -115,8 +115,8 @@ def fleet_goals(clusters: int, components_per_cluster: int = 10) -> dict[str, by
     total = clusters * components_per_cluster
     for a in range(0, total, APP_SIZE):
         app = f"app-{a // APP_SIZE:05d}"
-        lines = [f"apiVersion: qonnect.io/v1alpha1\nkind: QoSApp\nmetadata:\n  name: {app}\nspec:\n"
-                 f"  namespace: {app}\n  defaults:\n    qos:\n      objective: cost\n  components:\n"]
+        lines = [(f"apiVersion: qonnect.io/v1alpha1\nkind: QoSApp\nmetadata:\n  name: {app}\nspec:\n"
+                  f"  namespace: {app}\n  defaults:\n    qos:\n      objective: cost\n  components:\n")]
         for k in range(min(APP_SIZE, total - a)):
             lines.append(f"    - name: c{k}\n      manifests: [manifests/c{k}.yaml]\n")
             if k % 3 == 0:
