@@ -140,9 +140,26 @@ def _commit_goals(repo: pygit2.Repository, files: dict[str, bytes], message: str
     return str(repo.create_commit("refs/heads/main", sig, sig, message, build_tree(repo, files), parents))
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (so field 4, ppid, is [1])."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _daemon_pid(pid: int) -> int:
+    """``git daemon`` runs ``git-daemon`` as its child: the process whose children serve."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int(_stat(int(entry.name))[1]) == pid:
+                    return int(entry.name)
+            except (OSError, IndexError, ValueError):
+                continue
+    return pid
+
+
 def _children_cpu_s(pid: int) -> float:
     """CPU seconds of the reaped children of ``pid`` (git daemon's upload-packs)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -235,7 +252,7 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         narrow_fetch(workdir / "agent-v0.git", url, branch)  # an idle poll as libgit2 fetches it
         out["agent_fetch_v0_bytes"] = proxy.total() - before
         source.fetch(agent, url, branch)  # the first poll fetches
-        pid = daemon._proc.pid if daemon._proc is not None else 0
+        pid = _daemon_pid(daemon._proc.pid if daemon._proc is not None else 0)
         cpu, before = _children_cpu_s(pid), proxy.total()
         for _ in range(POLLS):
             source.fetch(agent, url, branch)

@@ -103,11 +103,13 @@ def _caller_clusters(goals: Goals, hosts: Mapping[str, Mapping[str, int]]) -> di
     return result
 
 
-# A component's files on a cluster, by (the component object, replicas there, replicas in
-# all, the app's plain-secrets opt-in): what they are a function of. The lead reuses one
-# Goals (so the same Component objects) across the cycles of a goals commit, and an
-# idle cycle renders nothing anew. The entry holds the component, so its id stays its own.
-_COMPONENT_FILES: dict[tuple[int, int, int, bool], tuple[Component, tuple[tuple[str, bytes], ...]]] = {}
+# A component's files on a cluster, by what they are a function of: the component's
+# names and kind, its manifest objects (by identity: the loader's parse cache hands the
+# same objects to every Goals whose file blob did not change), the replicas there and in
+# all, and the app's plain-secrets opt-in. An idle cycle renders nothing anew and a goals
+# push re-renders only the components whose files it changed. Each entry holds the
+# objects its key names, so their ids stay theirs while it lives.
+_COMPONENT_FILES: dict[tuple[Any, ...], tuple[Any, tuple[tuple[str, bytes], ...]]] = {}
 _COMPONENT_FILES_MAX = 1 << 17
 
 
@@ -116,14 +118,17 @@ def _component_files_cached(
 ) -> tuple[tuple[str, bytes], ...]:
     document = goals.apps[component.app].document
     allow_plain = bool(document is not None and document.spec.allow_plain_secrets)
-    key = (id(component), replicas, sum(placed.values()), allow_plain)
+    manifests = tuple((m.path, m.encrypted, m.raw if m.encrypted else None, tuple(map(id, m.objects)),
+                       m.namespaced) for m in component.manifests)
+    key = (component.app, component.name, component.namespace, component.kind, id(component.workload),
+           manifests, replicas, sum(placed.values()), allow_plain)
     hit = _COMPONENT_FILES.get(key)
-    if hit is not None and hit[0] is component:
+    if hit is not None:
         return hit[1]
     out = tuple(_component_files(goals, component, placed, replicas))
     if len(_COMPONENT_FILES) >= _COMPONENT_FILES_MAX:
         _COMPONENT_FILES.clear()
-    _COMPONENT_FILES[key] = (component, out)
+    _COMPONENT_FILES[key] = ((component.manifests, component.workload), out)
     return out
 
 

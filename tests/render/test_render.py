@@ -267,3 +267,21 @@ def test_rendering_again_reuses_nothing_stale(template_files) -> None:
     body = yaml.safe_load(third.files["clusters/edge-1/bookinfo/productpage/deployment-productpage-v1.yaml"])
     assert body["spec"]["replicas"] == 2
     assert third.files == render(load_goals(template_files), make_plan(goals, scaled)).files
+
+
+def test_goals_sharing_parsed_objects_render_like_fresh_goals(template_files) -> None:
+    """Through the parse cache two commits share the objects of unchanged files; what
+    renders for the second is exactly what its goals loaded afresh render."""
+    from qonnect_gitops.model import ParseCache
+
+    cache = ParseCache()
+    goals = load_goals(template_files, cache)
+    render(goals, make_plan(goals))
+    files = dict(template_files)
+    files["apps/bookinfo/manifests/details.yaml"] = files["apps/bookinfo/manifests/details.yaml"].replace(
+        b"image: ", b"image: mirror.example.org/")
+    files["apps/bookinfo/app.yaml"] += b"# the app file changed too: every component object is new\n"
+    shared = load_goals(files, cache)
+    assert shared.component("bookinfo/ratings").workload is goals.component("bookinfo/ratings").workload
+    fresh = load_goals(files)
+    assert render(shared, make_plan(shared)).files == render(fresh, make_plan(fresh)).files
