@@ -12,15 +12,15 @@ import argparse
 import contextlib
 import dataclasses
 import json
-import os
 import math
+import os
 import random
 import statistics
 import sys
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import numpy as np
@@ -34,7 +34,7 @@ from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
 from qonnect_gitops.placement import plan
 
-NOW = datetime(2026, 11, 29, 12, 0, tzinfo=timezone.utc)
+NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 MI = 2**20
 
 
@@ -236,7 +236,7 @@ def speed(quick: bool) -> dict[str, Any]:
         label = f"{nc}x{nm}"
         # Best of three cold runs: each gets a new Goals object, so nothing the planner
         # derives from the goals is reused; the minimum filters out a busy machine.
-        t, p = timed(lambda: plan(_fresh(goals), observed(), CurrentPlacement()), repeat=3)
+        t, p = timed(lambda goals=goals: plan(_fresh(goals), observed(), CurrentPlacement()), repeat=3)
         out["full_plan_s"][label] = round(t, 4)
         out["mix"][label] = mix.row()
         plans[label] = (goals, p)
@@ -387,7 +387,7 @@ def exact(goals: Goals, obs: Observed, time_limit: float) -> tuple[str, float | 
         n_i = int(t.replicas[i])
         for a in np.flatnonzero(t.feasible[i]).tolist():
             vs = []
-            for k, (na, cpu, mem, pods, arch) in enumerate(nodes):
+            for k, (na, cpu, mem, _pods, arch) in enumerate(nodes):
                 if na != a or arch not in c.architectures or cpu < c.cpu or mem < c.memory:
                     continue
                 v = new(0, n_i, True, float(t.scores[i, a]) / n_i)
@@ -444,7 +444,7 @@ def exact(goals: Goals, obs: Observed, time_limit: float) -> tuple[str, float | 
         return "infeasible", None, {}
     placements: dict[str, dict[str, int]] = {}
     for (i, a), vs in sorted(z.items()):
-        n = int(round(sum(res.x[v] for v in vs)))
+        n = round(sum(res.x[v] for v in vs))
         if n:
             placements.setdefault(t.components[i], {})[t.clusters[a]] = n
     return "optimal", float(res.fun), placements

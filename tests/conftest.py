@@ -1,4 +1,13 @@
-"""Fixtures shared by every test package."""
+"""Fixtures shared by every test package, and the test tiers.
+
+Two tiers (docs/contributing.md): ``pytest -m "not slow"`` is the inner loop; the whole
+suite (``pytest``) is what CI runs. ``slow`` marks the tests that start processes or
+servers: simulated clusters, agents, lead groups, git daemons, forges, the demo. ``fuzz``
+marks the hypothesis fuzzers of hostile input; they are slow too. The lists below are the
+one place that says which tests those are: whole directories where every test does it,
+single files elsewhere. A test that starts a process in a fast directory is marked with
+``@pytest.mark.slow`` where it is written.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +17,57 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 TEMPLATE = ROOT / "repo-template"
+TESTS = Path(__file__).resolve().parent
+
+# Every test under these directories runs processes or servers.
+SLOW_DIRS = {
+    "agent": "agents against running simulated clusters and served branches",
+    "demo": "the demo stack: leads, agents, simulated clusters, git daemon",
+    "forge": "the fake forge's server and lead groups reviewing through it",
+    "lead": "lead groups (Raft over loopback), the HTTP API, kill and partition tests",
+    "sim": "simulated clusters (HTTP servers and controllers on timers) and kubectl",
+}
+# Files in otherwise fast directories whose tests do.
+SLOW_FILES = {
+    "gitstore/test_concurrency.py": "concurrent writers over a git daemon",
+    "gitstore/test_proposals.py": "review mode over a repository served by git daemon",
+    "gitstore/test_remote.py": "mirrors fetching from and pushing to git daemons",
+    "gitstore/test_transports.py": "git daemon and smart HTTP transports",
+    "model/test_validate_cli.py": "`qonnect validate` in real subprocesses",
+    "placement/test_cli_regressions.py": "`qonnect plan` in real subprocesses",
+    "reconcile/test_hostile_goals.py": "`qonnect reconcile --once` against a goals repo on git daemon",
+    "reconcile/test_reconcile_once.py": "`qonnect reconcile --once` against a goals repo on git daemon",
+}
+# Hypothesis fuzzers of hostile input (also slow): files, or single tests as FILE::NAME.
+FUZZ = {
+    "agent/test_fuzz_branches.py",
+    "lead/test_fuzz.py",
+    "model/test_fuzz_goals.py",
+    "model/test_loader.py::test_arbitrary_yaml_only_ever_raises_goals_error",
+}
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Fail at once when a listed directory or file no longer exists (a rename would
+    otherwise move its tests to the fast tier without anyone noticing)."""
+    missing = [p for p in [*SLOW_DIRS, *SLOW_FILES, *FUZZ] if not (TESTS / p.split("::")[0]).exists()]
+    if missing:
+        raise pytest.UsageError(f"tests/conftest.py lists test paths that do not exist: {missing}")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark the slow and fuzz tiers from the lists above."""
+    for item in items:
+        try:
+            rel = item.path.resolve().relative_to(TESTS).as_posix()
+        except ValueError:
+            continue
+        name = getattr(item, "originalname", item.name)  # without its parameters
+        if rel in FUZZ or f"{rel}::{name}" in FUZZ:
+            item.add_marker(pytest.mark.fuzz)
+        if (item.get_closest_marker("fuzz") is not None or rel.split("/", 1)[0] in SLOW_DIRS
+                or rel in SLOW_FILES):
+            item.add_marker(pytest.mark.slow)
 
 
 @pytest.fixture(scope="session")

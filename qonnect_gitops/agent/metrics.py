@@ -165,7 +165,8 @@ class _Handler(BaseHTTPRequestHandler):
     timeout = READ_TIMEOUT
 
     def setup(self) -> None:
-        self.timeout = self.server.read_timeout
+        # typeshed declares timeout a ClassVar; socketserver reads it per instance in setup()
+        self.timeout = self.server.read_timeout  # type: ignore[misc]
         super().setup()
 
     def log_message(self, format: str, *args: Any) -> None:

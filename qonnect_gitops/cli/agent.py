@@ -98,8 +98,8 @@ def _kind(text: str) -> tuple[str, str]:
 
 def build_config(args: argparse.Namespace) -> Any:
     from qonnect_gitops.agent.config import DEFAULT_PROTECTED_KINDS, AgentConfig
-    from qonnect_gitops.model.limits import RESERVED_NAMESPACES
     from qonnect_gitops.gitstore.remote import credentials_from_env
+    from qonnect_gitops.model.limits import RESERVED_NAMESPACES
 
     missing = [f"--{n} ({_ENV[n]})" for n in ("cluster", "repo") if not getattr(args, n)]
     if missing:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 from qonnect_gitops.cli.table import format_table
@@ -70,7 +70,7 @@ def run(args: argparse.Namespace) -> int:
         observed = (
             load_observed(args.observed, _read(args.observed), goals)
             if args.observed
-            else empty_observation(datetime.now(timezone.utc))  # the shell owns the clock
+            else empty_observation(datetime.now(UTC))  # the shell owns the clock
         )
         current = load_current(args.current, _read(args.current), goals) if args.current else CurrentPlacement()
     except GoalsError as exc:

@@ -6,17 +6,17 @@ import argparse
 import contextlib
 import sys
 import tempfile
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from qonnect_gitops.cli.plan import plan_table
 from qonnect_gitops.cli.table import format_table
 from qonnect_gitops.gitstore import GitStoreError, StaleRef
 from qonnect_gitops.gitstore.remote import credentials_from_env
 from qonnect_gitops.lead.reconcile import CycleResult, open_mirror_for_goals, reconcile_once
 from qonnect_gitops.logs import redact
-from qonnect_gitops.model import GoalsError, Goals, Observed
-from qonnect_gitops.cli.plan import plan_table
+from qonnect_gitops.model import Goals, GoalsError, Observed
 from qonnect_gitops.model.observed import empty_observation, load_observed
 
 ATTEMPTS = 3  # a lost compare-and-swap race is retried from a fresh fetch
@@ -42,7 +42,7 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    now = datetime.now(timezone.utc)  # the shell owns the clock; plan() never reads it
+    now = datetime.now(UTC)  # the shell owns the clock; plan() never reads it
     with contextlib.ExitStack() as stack:
         cache = args.cache or stack.enter_context(tempfile.TemporaryDirectory(prefix="qonnect-"))
         try:

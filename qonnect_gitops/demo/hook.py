@@ -22,6 +22,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 
@@ -39,8 +40,8 @@ def post(url: str, body: bytes, secret: bytes, timeout: float = 2.0) -> int:
 
 
 def main(argv: list[str]) -> int:
-    config: dict[str, Any] = json.loads(open(argv[1]).read())
-    secret = open(config["secret_file"], "rb").read().strip()
+    config: dict[str, Any] = json.loads(Path(argv[1]).read_text())
+    secret = Path(config["secret_file"]).read_bytes().strip()
     main_ref = "refs/heads/" + config.get("main", "main")
     prefix = "refs/heads/" + config.get("cluster_prefix", "cluster/")
     lines: list[str] = []
@@ -52,7 +53,7 @@ def main(argv: list[str]) -> int:
         old, new, ref = parts
         body = json.dumps({"ref": ref, "before": old, "after": new}).encode()
         if ref == main_ref:
-            def to_leads(body: bytes = body) -> None:
+            def to_leads(body: bytes = body, ref: str = ref) -> None:
                 for url in config["leads"]:
                     code = post(url.rstrip("/") + "/v1/hooks/git", body, secret)
                     lines.append(f"{time.time():.3f} {ref} -> {url} {code}")

@@ -32,9 +32,9 @@ class ClusterReader:
                            self.apps.list_stateful_set_for_all_namespaces):
                 items = lister(label_selector=COMPONENT_LABEL, _request_timeout=2).items
                 for obj in items:
-                    labels = obj.metadata.labels or {}
+                    labels = (obj.metadata.labels if obj.metadata else None) or {}
                     key = f"{labels.get(APP_LABEL)}/{labels.get(COMPONENT_LABEL)}"
-                    out[key] = out.get(key, 0) + int(obj.status.ready_replicas or 0)
+                    out[key] = out.get(key, 0) + int((obj.status.ready_replicas if obj.status else None) or 0)
         except Exception as exc:  # noqa: BLE001 - any failure means "cannot see it now"
             self.last_error = f"{type(exc).__name__}: {exc}"[:300]
             return None

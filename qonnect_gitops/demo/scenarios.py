@@ -387,7 +387,7 @@ def leader_kill(d: Demo) -> Result:
     decided = time.monotonic() - t0
     new_term = int((d.stack.trailers("qonnect/plan").get("Qonnect-Term") or ["0"])[0])
     d.event(f"decision written by the new leader {decided:.2f}s after the kill (term {new_term})")
-    seconds, observed, expected = d.wait_running(t0)
+    seconds, observed, _expected = d.wait_running(t0)
     new_leader = d.stack.leader()
     details = by_component(observed).get("bookinfo/details", {})
     problems = []
@@ -487,7 +487,7 @@ def review(d: Demo) -> Result:
     if open_proposals:
         problems.append(f"a new proposal waits for review: {open_proposals}")
     d.event(f"draining replica of reviews-v2 gone {drained_after:.2f}s after the merged target ran "
-            f"(plan {approved[:12]} -> {finished[:12]}, no new proposal)")
+            f"(plan {(approved or 'none')[:12]} -> {(finished or 'none')[:12]}, no new proposal)")
     placed = _status(d, forge, commit, "qonnect/placed", {CommitState.SUCCESS, CommitState.FAILURE}, 90)
     d.event(f"qonnect/placed on {commit[:12]}: {placed.state.value if placed else None} "
             f"({placed.description if placed else 'not set'})")
@@ -584,7 +584,7 @@ def resize(d: Demo, component: str = "bookinfo/details") -> Result:
     decision = d.plan_doc()
     first = {a["cluster"]: a["replicas"] for a in decision["components"][component]["assignments"] if a["replicas"]}
     unmet = [u for u in decision.get("unmet") or [] if u["component"] == component]
-    seconds, observed, expected = d.wait_running(t0)
+    seconds, _observed, expected = d.wait_running(t0)
     now = d.wait_drained(component)  # the old replicas run until the new ones are ready
     goals = d.goals()
     small = {name for name, c in goals.clusters.items()

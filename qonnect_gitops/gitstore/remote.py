@@ -202,7 +202,7 @@ class Mirror:
 
     def _managed(self, ref: str) -> bool:
         for pattern in self._local_patterns:
-            if pattern.endswith("*") and ref.startswith(pattern[:-1]) or ref == pattern:
+            if (pattern.endswith("*") and ref.startswith(pattern[:-1])) or ref == pattern:
                 return True
         return False
 

@@ -259,7 +259,7 @@ class GitStore:
         clusters: Iterable[str],
         timestamp: int,
         prune_limits: Mapping[str, int] | None = None,
-        expected_plan: str | None | object = _CURRENT,
+        expected_plan: str | object | None = _CURRENT,
     ) -> WriteResult:
         """Commit a decision on the plan branch, close superseded proposals, fan out.
 
@@ -411,7 +411,7 @@ class GitStore:
         clusters: Iterable[str],
         timestamp: int,
         prune_limits: Mapping[str, int] | None = None,
-        expected_plan: str | None | object = _CURRENT,
+        expected_plan: str | object | None = _CURRENT,
     ) -> Proposal | None:
         """Write a decision to ``<proposal_prefix><id>`` instead of the plan branch.
 

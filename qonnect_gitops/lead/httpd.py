@@ -303,7 +303,7 @@ class AsyncHTTPServer:
             raise _Refuse(error_response(405, f"method {method} is not allowed",
                                          {"Allow": ", ".join(METHODS)}, close=True))
         length = self._content_length(method, headers)
-        if length and headers.get("Expect", "").lower() == "100-continue":
+        if length and (headers.get("Expect") or "").lower() == "100-continue":
             writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         body = b""
         if length:

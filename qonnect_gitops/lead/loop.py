@@ -62,8 +62,6 @@ from qonnect_gitops.kb import (
 from qonnect_gitops.lead.faults import fault_point
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode
-from qonnect_gitops.lead.review import TICK_SECONDS as REVIEW_TICK_SECONDS
-from qonnect_gitops.lead.review import ReviewBridge
 from qonnect_gitops.lead.reconcile import (
     CycleHooks,
     CycleResult,
@@ -73,6 +71,8 @@ from qonnect_gitops.lead.reconcile import (
     reconcile_once,
     unmet_of,
 )
+from qonnect_gitops.lead.review import TICK_SECONDS as REVIEW_TICK_SECONDS
+from qonnect_gitops.lead.review import ReviewBridge
 from qonnect_gitops.logs import get_logger, redact, redact_url
 from qonnect_gitops.model import Goals, GoalsError, Observed
 from qonnect_gitops.model.observed import ObservedCluster

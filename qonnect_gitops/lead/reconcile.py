@@ -82,6 +82,19 @@ class CycleHooks:
 
 
 @dataclass(frozen=True)
+class DecisionWrite:
+    """What a cycle writes with its decision, the same whether it goes straight to the
+    plan branch or to a proposal for review."""
+
+    summary: str
+    meta: DecisionMeta
+    clusters: tuple[str, ...]
+    timestamp: int
+    prune_limits: dict[str, int]
+    expected_plan: str | None  # the plan head the cycle planned from (compare-and-swap)
+
+
+@dataclass(frozen=True)
 class CycleResult:
     """What one cycle decided and wrote."""
 
@@ -325,9 +338,9 @@ def reconcile_once(
         result = CycleResult(goals_commit, decision, generation, degraded=degraded)
         published = _publish(mirror, result, hooks) if mirror.pending() else None
         return CycleResult(goals_commit, decision, generation, published=published, degraded=degraded)
-    common = dict(summary=decision_summary(decision), meta=meta, clusters=rendered.clusters,
-                  timestamp=int(now.timestamp()), prune_limits=prune_limits(mirror, head, rendered),
-                  expected_plan=head)
+    write = DecisionWrite(summary=decision_summary(decision), meta=meta, clusters=rendered.clusters,
+                          timestamp=int(now.timestamp()), prune_limits=prune_limits(mirror, head, rendered),
+                          expected_plan=head)
     if review and hooks.may_propose is not None and not hooks.may_propose(goals_commit, head, decision):
         log.info("proposal_withheld", goals=goals_commit[:12], reason="rejected-by-reviewer")
         if head is not None:
@@ -337,10 +350,14 @@ def reconcile_once(
     if review:
         digest = hashlib.sha256(b"".join(p.encode() + b"\0" + b for p, b in rendered.files.items()))
         proposal = mirror.store.propose(f"g{generation + 1}-{digest.hexdigest()[:10]}", rendered.files,
-                                        description=describe(decision), **common)
+                                        description=describe(decision), summary=write.summary,
+                                        meta=write.meta, clusters=write.clusters, timestamp=write.timestamp,
+                                        prune_limits=write.prune_limits, expected_plan=write.expected_plan)
         result = CycleResult(goals_commit, decision, generation, proposal=proposal)
     else:
-        written = mirror.store.write_decision(rendered.files, body=describe(decision), **common)
+        written = mirror.store.write_decision(rendered.files, body=describe(decision), summary=write.summary,
+                                              meta=write.meta, clusters=write.clusters, timestamp=write.timestamp,
+                                              prune_limits=write.prune_limits, expected_plan=write.expected_plan)
         if written.plan_commit is not None:
             generation += 1
         result = CycleResult(goals_commit, decision, generation, written=written)

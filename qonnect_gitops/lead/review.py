@@ -71,10 +71,10 @@ from qonnect_gitops.model.fleet import ReviewForge
 from qonnect_gitops.render.render import PLACEMENT_FILE
 
 if TYPE_CHECKING:
-    from qonnect_gitops.lead.loop import ReconcileLoop
-    from qonnect_gitops.lead.reconcile import CycleResult
     from qonnect_gitops.kb import KBReader
+    from qonnect_gitops.lead.loop import ReconcileLoop
     from qonnect_gitops.lead.raft import RaftNode
+    from qonnect_gitops.lead.reconcile import CycleResult
 
 log = get_logger(__name__)
 
@@ -133,22 +133,32 @@ def unmet_section(mirror: Mirror, commit: str, description: str) -> str:
 
 def cluster_progress(entry: Any) -> tuple[int, bool, list[str]]:
     """From a cluster's latest report in the KB: the generation it applied, whether all its
-    components are healthy, and the reasons of its refusals (``StaleGeneration`` left out:
-    that is an old branch, not a failure of this one). The one place that reads reports
-    here: it takes the KB's plain-dict entries and its typed ``StoredReport`` records."""
+    components are healthy, and the reasons of the refusals that stopped a commit.
+
+    Left out: ``StaleGeneration`` (an old branch, not a failure of this one) and refusals of
+    the very commit the agent applied. Those are prunes it declined (a protected kind such
+    as a Namespace stays when its last component moves away): the commit runs, and the
+    agent repeats them on every later pass, so counting them would fail every next
+    generation before the agent even fetched it. The one place that reads reports here:
+    it takes the KB's plain-dict entries and its typed ``StoredReport`` records."""
     if entry is None:
         return 0, False, []
     record = getattr(entry, "record", None)
     if record is not None:  # kb.records.StoredReport
-        generation = record.applied.generation if record.applied is not None else 0
+        applied = record.applied
+        generation = applied.generation if applied is not None else 0
         healthy = all(c.healthy for c in record.components)
-        reasons = [str(r.reason) for r in record.refusals]
+        applied_commit = applied.commit if applied is not None else None
+        refusals = [(str(r.reason), r.commit) for r in record.refusals]
     else:
         report = entry.get("report") or {}
-        generation = int((report.get("applied") or {}).get("generation") or 0)
+        applied_json = report.get("applied") or {}
+        generation = int(applied_json.get("generation") or 0)
         healthy = all(c.get("healthy", True) for c in report.get("components") or ())
-        reasons = [str(r.get("reason")) for r in report.get("refusals") or ()]
-    return generation, healthy, [r for r in reasons if r != "StaleGeneration"]
+        applied_commit = applied_json.get("commit")
+        refusals = [(str(r.get("reason")), r.get("commit")) for r in report.get("refusals") or ()]
+    return generation, healthy, [reason for reason, commit in refusals
+                                 if reason != "StaleGeneration" and (commit is None or commit != applied_commit)]
 
 
 class ReviewBridge:

@@ -42,7 +42,7 @@ from qonnect_gitops.model.quantity import (
     to_millicores,
 )
 from qonnect_gitops.model.secrets import is_sops_encrypted, plain_secrets
-from qonnect_gitops.model.yamlpos import YamlDocument, detached, parse_yaml, validate_document
+from qonnect_gitops.model.yamlpos import M, YamlDocument, detached, parse_yaml, validate_document
 
 FLEET_FILE = "qonnect.yaml"
 NETWORK_FILE = "network.yaml"
@@ -130,7 +130,7 @@ class _Loader:
 
     # -- parsing ---------------------------------------------------------------------------
 
-    def _document(self, path: str, model: Any) -> Any:
+    def _document(self, path: str, model: type[M]) -> M | None:
         """Parse and validate one single-document file; None (problems recorded) when bad."""
         raw = self.files[path]
         key = (path, model.__name__, blob_id(raw))

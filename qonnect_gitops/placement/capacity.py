@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -26,7 +26,7 @@ from qonnect_gitops.placement.fleet import StaticFleet
 UNLIMITED = 1 << 62
 
 # A node: [free cpu, free memory, free pod slots, arch] (mutable: consumed in place).
-Node = list
+Node = list[Any]
 
 
 @dataclass(slots=True)
@@ -212,7 +212,7 @@ class Ledger:
             for node_cpu, node_mem, pods, arch in segment.nodes:
                 if arch not in archs:
                     continue
-                k = min(
+                k: int = min(
                     total - placed,
                     node_cpu // cpu if cpu else UNLIMITED,
                     node_mem // memory if memory else UNLIMITED,

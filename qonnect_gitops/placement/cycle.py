@@ -144,7 +144,8 @@ class Cycle:
         seen = (self.fleet.healthy.tobytes(), self.latency_token, tuple(self.ledger.shapes))
         entry = self.fleet_memo.get("evaluator")
         if isinstance(entry, tuple) and entry[0] == seen and len(entry[1].pins) <= 4 * len(self.components) + 64:
-            return entry[1]
+            cached: EvalCaches = entry[1]
+            return cached
         caches = EvalCaches()
         self.fleet_memo["evaluator"] = (seen, caches)
         return caches

@@ -113,7 +113,8 @@ def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterato
 def _with_room(ctx: Context, allowed: np.ndarray) -> np.ndarray:
     """Allowed clusters whose free totals could take one replica (the capacity filter's
     quick vector check; the exact per-node answer comes from ``Room``)."""
-    return allowed & CAPACITY.mask(ctx)
+    room: np.ndarray = allowed & CAPACITY.mask(ctx)
+    return room
 
 
 def distribute(

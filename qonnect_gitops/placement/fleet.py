@@ -198,7 +198,8 @@ def _larger_known(table: np.ndarray) -> np.ndarray:
 
 def _larger_known_pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     both = np.isfinite(a) & np.isfinite(b)
-    return np.where(both, np.maximum(a, b), np.minimum(a, b))
+    larger: np.ndarray = np.where(both, np.maximum(a, b), np.minimum(a, b))
+    return larger
 
 
 def _read_only(view: tuple[np.ndarray, float]) -> tuple[np.ndarray, float]:

@@ -7,8 +7,9 @@ then revisit the fresh ones: ``refine`` (re-place a component whose neighbours l
 after it), the local search (``improve.Search``: moves, swaps, ejections, groups),
 ``make_room`` (move other fresh replicas so an unplaced component fits) and
 ``resettle`` (components offloaded or burst when clusters were full get their better
-place once the steps above freed it). All stay within the filters, node capacity and
-the availability rules.
+place once the steps above freed it); last, ``complete`` gives a component placed in
+part the replicas the next cycle's repair would add. All stay within the filters, node
+capacity and the availability rules.
 """
 
 from __future__ import annotations
@@ -54,6 +55,7 @@ def place_fresh(cycle: Cycle, works: list[Work]) -> None:
     search(cycle, fresh, works)
     resettle(cycle, fresh)
     rebalance(cycle, fresh)
+    complete(cycle, works)
 
 
 def place(cycle: Cycle, work: Work) -> None:
@@ -267,3 +269,33 @@ def resettle(cycle: Cycle, fresh: list[Work]) -> None:
             moved |= improve(cycle, work, recheck=True)
         if not moved:
             break
+
+
+def complete(cycle: Cycle, works: list[Work]) -> None:
+    """A component placed in part (its preferred cluster was full, bursting is off) was
+    placed before the components it talks to had a place; the next cycle's repair adds
+    its missing replicas by the rules with every neighbour known, often on another
+    cluster that is now the best. Do that now, so the first plan is the one a quiet
+    replan keeps instead of a plan that reports an unmet goal for one cycle."""
+    ev = cycle.evaluator
+    for work in works:
+        c = work.component
+        if not work.target or work.unplaced <= 0 or c.qos.availability.spread or c.kind == "DaemonSet":
+            continue
+        ctx = ev.context(c, work.replicas)
+        total, _ = ev.scores(ctx)
+        dist = distribute(ctx, ev.static_mask(ctx), total, Request(work.unplaced, existing=dict(work.target)),
+                          wanted=ev.wanted_mask(ctx))
+        added = 0
+        for i, n in sorted(dist.replicas.items()):
+            taken = cycle.ledger.take(i, c.cpu, c.memory, c.architectures, n, work.takes)
+            if taken:
+                work.target[i] = work.target.get(i, 0) + taken
+                work.why.setdefault(i, dist.why.get(i, Why(Rule.BEST)))
+                added += taken
+        if not added:
+            continue
+        work.unplaced -= added
+        work.blocked = dist.blocked if work.unplaced else None
+        work.moves = [PendingMove(None, i, n, "new", NEW) for i, n in sorted(work.target.items())]
+        cycle.placement[work.key] = dict(work.target)

@@ -34,8 +34,8 @@ _WORKLOADS = [
 
 
 def _view_rules() -> list[dict[str, Any]]:
-    rules = [{"apiGroups": [g], "resources": [r for r in rs if "/" not in r or r.endswith("/scale")
-                                               and g != ""], "verbs": list(_READ)} for g, rs in _WORKLOADS]
+    rules = [{"apiGroups": [g], "resources": [r for r in rs if "/" not in r or (r.endswith("/scale")
+                                               and g != "")], "verbs": list(_READ)} for g, rs in _WORKLOADS]
     rules.append({"apiGroups": [""], "resources": ["events", "limitranges", "namespaces", "namespaces/status",
                                                    "pods/log", "pods/status", "resourcequotas",
                                                    "resourcequotas/status", "bindings"], "verbs": list(_READ)})

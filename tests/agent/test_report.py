@@ -72,7 +72,7 @@ def test_node_capacity_from_pods_requests(make_agent, branch: Branch, core):
     for name, cpu in (("n1", "4"), ("n2", "2")):
         core.create_node(client.V1Node(metadata=client.V1ObjectMeta(name=name, labels={"kubernetes.io/arch": "arm64"})))
         core.patch_node_status(name, {"status": {"allocatable": {"cpu": cpu, "memory": "8Gi"},
-                                                 "conditions": [{"type": "Ready", "status": name == "n1" and "True" or "False"}]}})
+                                                 "conditions": [{"type": "Ready", "status": (name == "n1" and "True") or "False"}]}})
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="work")))
 
     def pod(name: str, node: str, cpu: str, mem: str, phase: str = "Running") -> None:

@@ -130,7 +130,7 @@ def test_stale_proposal_is_refused_with_the_reason(served: Served, tmp_path: Pat
     lead.fetch()
     [listed] = lead.store.list_proposals()
     assert listed.stale
-    with pytest.raises(StaleProposal, match="has moved to .* \\(hand-made plan\\)"):
+    with pytest.raises(StaleProposal, match=r"has moved to .* \(hand-made plan\)"):
         lead.store.approve("p1")
     assert cli("approve", "p1", "--repo", served.url, "--no-validate") == 1
     assert "refused" in capsys.readouterr().out

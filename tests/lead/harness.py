@@ -22,8 +22,9 @@ from typing import Any
 
 import pygit2
 
-from qonnect_gitops.gitstore.daemon import free_ports
 from qonnect_gitops.lead.tokens import ADMIN, create_token, read_only_subject
+from tests.load import scaled
+from tests.ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -329,6 +330,7 @@ class LeadGroup:
         """Wait until a live lead believes it leads and (if ``agreed``) every live lead
         in ``among`` names it; returns it."""
         among = [m for m in (among or self.leads) if m.alive()]
+        timeout = scaled(timeout)
         deadline = time.monotonic() + timeout
         last: list[Any] = []
         while time.monotonic() < deadline:
@@ -351,8 +353,9 @@ class LeadGroup:
                              f"{[(s or {}).get('leader') for s in last]}\n{self.log_tails()}")
 
     def wait_until(self, predicate: Any, timeout: float = 15.0, what: str = "condition") -> Any:
-        """Poll ``predicate()`` until it returns something truthy."""
-        deadline = time.monotonic() + timeout
+        """Poll ``predicate()`` until it returns something truthy (the deadline stretches
+        with the machine's load)."""
+        deadline = time.monotonic() + scaled(timeout)
         while time.monotonic() < deadline:
             value = predicate()
             if value:

@@ -180,8 +180,8 @@ def test_scope_table_matches_the_official_1_37_api() -> None:
     from qonnect_gitops.model.kube_scopes import CLUSTER_SCOPED, NOT_STORED
 
     cluster, virtual = official_scopes()
-    assert CLUSTER_SCOPED == cluster
-    assert NOT_STORED == virtual
+    assert cluster == CLUSTER_SCOPED
+    assert virtual == NOT_STORED
 
 
 def test_real_sops_files_are_recognised_fake_ones_are_not() -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 
-from qonnect_gitops.render.describe import plan_json
 from qonnect_gitops.model.goals import App, Goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.placement import plan
+from qonnect_gitops.render.describe import plan_json
 from tests.placement.builders import NOW, cluster, component, current, goals, observed
 
 

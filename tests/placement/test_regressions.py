@@ -312,3 +312,29 @@ def test_reports_lagging_a_decision_do_not_let_a_cluster_take_more_than_it_has()
              current({"shop/ingest": {"fog-1": 40}}, {"shop/ingest": NOW - timedelta(hours=1)}))
     assert p.placements()["shop/ingest"]["fog-1"] <= 48
     assert sum(p.placements()["shop/ingest"].values()) == 100
+
+
+def test_a_component_placed_in_part_gets_in_its_first_plan_what_a_quiet_replan_adds() -> None:
+    # Found by the property test: shop/c2 (3 replicas of 1 GiB, bursting off) was placed
+    # before shop/c1, which calls it; edge-0 held two, the third was reported unplaced,
+    # and the next quiet cycle added it on edge-1 once c1's place was known.
+    shape = [{"count": 1, "cpu": "1000m", "memory": "2Gi", "arch": "amd64"}]
+    taint = ({"key": "edge", "value": "true", "effect": "NoSchedule"},)
+    fleet = [cluster("edge-0", tier="edge", region="r1", nodes=shape, cpu_hour=0.01),
+             cluster("edge-1", tier="edge", region="r1", nodes=shape, taints=taint, cpu_hour=0.01),
+             cluster("edge-2", tier="edge", region="r2", nodes=shape, cpu_hour=0.01),
+             cluster("edge-3", tier="edge", region="r2", nodes=shape, cpu_hour=0.01)]
+    links = [("edge-0", "r2", 2.0), ("edge-1", "r2", 1.0), ("edge-2", "r1", 1.0), ("edge-3", "r1", 1.0)]
+    tolerate = [{"key": "edge", "operator": "Exists"}]
+    comps = [
+        component("c1", replicas=1, cpu=250, memory=GI // 4, calls=("shop/c2",),
+                  qos={"objective": "latency", "offloading": True, "bursting": False}),
+        component("c2", replicas=3, cpu=250, memory=GI, cooldown=300.0,
+                  qos={"objective": "latency", "tolerations": tolerate, "offloading": False, "bursting": False}),
+    ]
+    g = goals(fleet, comps, links=links, regions=("r1", "r2"))
+    first = plan(g, observed(), CurrentPlacement())
+    assert sum(first.placements()["shop/c2"].values()) == 3
+    assert not [u for u in first.unplaced if u.component == "shop/c2"]
+    replan = plan(g, observed(now=LATER), first.current())
+    assert replan.moves == ()

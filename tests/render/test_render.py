@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from qonnect_gitops.model import load_goals
-from qonnect_gitops.model.plan import Assignment, ComponentPlan, Draining, Plan
 from qonnect_gitops.model.labels import COMPONENT_LABEL, DIGEST_ANNOTATION, MANAGED_BY_LABEL
+from qonnect_gitops.model.plan import Assignment, ComponentPlan, Draining, Plan
 from qonnect_gitops.render import render
 
 PLACEMENT = {

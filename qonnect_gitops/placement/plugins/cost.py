@@ -14,7 +14,8 @@ from qonnect_gitops.placement.framework import Context
 def replica_cost(ctx: Context) -> np.ndarray:
     """Price per hour of one replica on each cluster."""
     s = ctx.fleet.static
-    return ctx.component.cpu * s.cpu_price + ctx.component.memory * s.memory_price
+    price: np.ndarray = ctx.component.cpu * s.cpu_price + ctx.component.memory * s.memory_price
+    return price
 
 
 def _normalised(values: np.ndarray) -> np.ndarray:

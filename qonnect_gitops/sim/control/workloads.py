@@ -10,7 +10,7 @@ Events the upstream controllers record.
 from __future__ import annotations
 
 import copy
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from typing import Any
 
 from qonnect_gitops.logs import get_logger
@@ -565,9 +565,11 @@ class Jobs:
         active = [p for p in pods if pod_active(p)]
         status: dict[str, Any] = {"startTime": old.get("startTime") or now_rfc3339(), "uncountedTerminatedPods": {}}
         now = now_rfc3339()
-        finished: Callable[[str, str, str], list[dict[str, Any]]] = lambda kind, reason, message: [
-            dict(condition(conds, kind + "Target" if kind == "Failure" else kind, "True", reason, message,
-                           probe=True), lastProbeTime=now)]
+
+        def finished(kind: str, reason: str, message: str) -> list[dict[str, Any]]:
+            return [dict(condition(conds, kind + "Target" if kind == "Failure" else kind, "True", reason, message,
+                                   probe=True), lastProbeTime=now)]
+
         if succeeded >= target:
             status["completionTime"] = now
             status["conditions"] = [*finished("SuccessCriteriaMet", "CompletionsReached",
