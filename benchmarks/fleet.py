@@ -120,7 +120,8 @@ def fleet_goals(clusters: int, components_per_cluster: int = 10) -> dict[str, by
         for k in range(min(APP_SIZE, total - a)):
             lines.append(f"    - name: c{k}\n      manifests: [manifests/c{k}.yaml]\n")
             if k % 3 == 0:
-                lines.append(f"      qos:\n        latency:\n          - {{region: {regions[(a // APP_SIZE) % REGIONS]}, maxMs: 60}}\n")
+                region = regions[(a // APP_SIZE) % REGIONS]
+                lines.append(f"      qos:\n        latency:\n          - {{region: {region}, maxMs: 60}}\n")
             files[f"apps/{app}/manifests/c{k}.yaml"] = (
                 f"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: c{k}\n  labels:\n    app: c{k}\n"
                 f"spec:\n  replicas: {1 + k % 2}\n  selector:\n    matchLabels:\n      app: c{k}\n"

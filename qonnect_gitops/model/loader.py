@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-import threading
 from collections.abc import Mapping
 from typing import Any
 
@@ -79,7 +78,8 @@ class ParseCache:
     position re-parses its file. An entry not used by the
     last two loads is dropped, so the cache holds about one goals tree. Parsed documents
     are shared between the ``Goals`` of different commits: nothing mutates them (the
-    lead already reuses one ``Goals`` across cycles of a commit). Thread-safe.
+    lead already reuses one ``Goals`` across cycles of a commit). One load at a time: the
+    lead's loop loads goals under its cycle lock (the pure core takes no locks).
     """
 
     KEEP_LOADS = 2
@@ -87,7 +87,6 @@ class ParseCache:
     def __init__(self) -> None:
         self._entries: dict[tuple[str, str, str], tuple[int, Any]] = {}
         self._load = 0
-        self._lock = threading.Lock()
         self.parsed = 0
         """Files parsed (cache misses) since the cache was made: what a test or a benchmark reads."""
 
@@ -96,25 +95,22 @@ class ParseCache:
 
     def begin(self) -> None:
         """Start a load: entries unused by the last ``KEEP_LOADS`` loads are dropped."""
-        with self._lock:
-            self._load += 1
-            oldest = self._load - self.KEEP_LOADS
-            self._entries = {k: v for k, v in self._entries.items() if v[0] >= oldest}
+        self._load += 1
+        oldest = self._load - self.KEEP_LOADS
+        self._entries = {k: v for k, v in self._entries.items() if v[0] >= oldest}
 
     def get(self, key: tuple[str, str, str]) -> Any:
         """The entry of ``key`` (marked used by this load), or None."""
-        with self._lock:
-            hit = self._entries.get(key)
-            if hit is None:
-                return None
-            self._entries[key] = (self._load, hit[1])
-            return hit[1]
+        hit = self._entries.get(key)
+        if hit is None:
+            return None
+        self._entries[key] = (self._load, hit[1])
+        return hit[1]
 
     def put(self, key: tuple[str, str, str], value: Any) -> None:
         """Remember a parse result (documents, or the problems found)."""
-        with self._lock:
-            self.parsed += 1
-            self._entries[key] = (self._load, value)
+        self.parsed += 1
+        self._entries[key] = (self._load, value)
 
 
 class _Loader:
@@ -148,7 +144,7 @@ class _Loader:
         if doc is not None:
             self.docs[path] = doc
         self.problems.extend(problems)
-        return value
+        return value if isinstance(value, model) else None
 
     def _parse_manifest(self, path: str) -> list[YamlDocument]:
         """Every non-empty document of a manifest file; raises GoalsError (cached too)."""
