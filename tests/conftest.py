@@ -36,6 +36,7 @@ SLOW_FILES = {
     "model/test_validate_cli.py": "`qonnect validate` in real subprocesses",
     "placement/test_cli_regressions.py": "`qonnect plan` in real subprocesses",
     "reconcile/test_hostile_goals.py": "`qonnect reconcile --once` against a goals repo on git daemon",
+    "reconcile/test_incremental.py": "reconcile cycles against a goals repo on git daemon",
     "reconcile/test_reconcile_once.py": "`qonnect reconcile --once` against a goals repo on git daemon",
 }
 # Hypothesis fuzzers of hostile input (also slow): files, or single tests as FILE::NAME.
