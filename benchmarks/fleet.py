@@ -3,8 +3,9 @@
     PYTHONPATH=. nice python benchmarks/fleet.py --clusters 1000 [--clusters 3000] [--json]
         [--poll 30] [--report 10] [--ingest-seconds 10]
 
-Generated goals: N clusters over eight regions, N apps of 10 components (10 N
-components), one Deployment manifest each, and a network.yaml with every cluster's
+Generated goals: N clusters over eight regions, apps of 10 components (10 N
+components, fewer where that passes the goals tree's limit of 20,000 files: 5 N at
+3,000 clusters), one Deployment manifest each, and a network.yaml with every cluster's
 latency to every region. Everything runs on loopback in this process, except the
 Git server (``git daemon``) and, with ``--ingest-seconds``, a group of three leads.
 
@@ -67,6 +68,7 @@ from qonnect_gitops.model import (
     ParseCache,
     load_goals,
 )
+from qonnect_gitops.model.limits import MAX_TREE_FILES
 from qonnect_gitops.model.observed import empty_observation
 from qonnect_gitops.placement import plan as make_plan
 from tests.gitstore.helpers import CountingProxy
@@ -192,10 +194,18 @@ def _observe(goals: Goals) -> Observed:
     return empty_observation(NOW)
 
 
+def components_per_cluster(clusters: int) -> int:
+    """10, or fewer where 10 per cluster would pass the goals tree's file limit (each
+    component has a manifest file of its own; apps of 10 add an app.yaml each)."""
+    room = MAX_TREE_FILES - clusters - 100
+    return max(1, min(10, room * APP_SIZE // ((APP_SIZE + 1) * clusters)))
+
+
 def run(clusters: int, workdir: Path) -> dict[str, Any]:
     """Every figure at one size."""
-    out: dict[str, Any] = {"clusters": clusters, "components": clusters * 10}
-    files = fleet_goals(clusters)
+    per_cluster = components_per_cluster(clusters)
+    out: dict[str, Any] = {"clusters": clusters, "components": clusters * per_cluster}
+    files = fleet_goals(clusters, per_cluster)
     srv = workdir / "srv"
     srv.mkdir(parents=True)
     served = pygit2.init_repository(str(srv / "goals.git"), bare=True)
@@ -303,6 +313,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.ingest_seconds > 0 else None
         fig["cost_model"] = cost_model(fig, args.poll, args.report)
         sizes[str(n)] = fig
+        print(json.dumps({"size": n, **fig}, sort_keys=True), file=sys.stderr, flush=True)  # survives a later failure
         if not args.json:
             _print(fig, args.poll, args.report)
     if args.json:
