@@ -35,6 +35,8 @@ SLOW_FILES = {
     "gitstore/test_transports.py": "git daemon and smart HTTP transports",
     "model/test_validate_cli.py": "`qonnect validate` in real subprocesses",
     "placement/test_cli_regressions.py": "`qonnect plan` in real subprocesses",
+    "provision/test_e2e.py": "cloud bursting: leads, agents, simulated Cluster API, git daemon",
+    "provision/test_sim_capi.py": "a simulated management cluster starting simulated clusters",
     "reconcile/test_hostile_goals.py": "`qonnect reconcile --once` against a goals repo on git daemon",
     "reconcile/test_incremental.py": "reconcile cycles against a goals repo on git daemon",
     "reconcile/test_reconcile_once.py": "`qonnect reconcile --once` against a goals repo on git daemon",

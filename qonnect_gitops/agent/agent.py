@@ -23,7 +23,7 @@ from datetime import UTC, datetime
 from enum import Enum
 from typing import Any
 
-from qonnect_gitops.agent import capacity, drift, prometheus
+from qonnect_gitops.agent import capacity, capi, drift, prometheus
 from qonnect_gitops.agent.config import INVENTORY_NAME, AgentConfig
 from qonnect_gitops.agent.health import (
     CHECKS,
@@ -60,6 +60,7 @@ from qonnect_gitops.agent.sync import (
     normalise_namespaces,
 )
 from qonnect_gitops.logs import get_logger
+from qonnect_gitops.model.pool import POOL_APP
 from qonnect_gitops.model.report import (
     MAX_REFUSALS,
     AgentReport,
@@ -540,6 +541,8 @@ class Agent:
     def build_report(self, result: SyncResult) -> AgentReport:
         comps = []
         for c in rollup(result.health):
+            if c.component.startswith(POOL_APP + "/"):
+                continue  # Cluster API objects: reported as cluster_api, not as a component
             if not _COMPONENT.match(c.component):  # a label the lead's model refuses must not sink the report
                 log.warning("component_not_reported", component=c.component, why="labels are not RFC 1123 names")
                 continue
@@ -567,7 +570,15 @@ class Agent:
             cluster=self.cfg.cluster, agent_time=datetime.now(UTC), applied=result.applied,
             attempted=result.commit, sync=status, refusals=tuple(result.refusals[:32]),
             components=tuple(comps[:1000]), nodes=tuple(nodes), latencies=tuple(latencies),
-            traffic=tuple(traffic))
+            traffic=tuple(traffic), cluster_api=self._cluster_api(result))
+
+    def _cluster_api(self, result: SyncResult) -> tuple[Any, ...]:
+        """The Cluster API clusters this cluster runs (a management cluster: cloud bursting)."""
+        try:
+            return capi.statuses(self.kube, result.health)
+        except (KubeError, ValueError) as exc:
+            log.warning("capi_status_failed", error=str(exc))
+            return ()
 
     def _on_lead_response(self, doc: dict[str, Any]) -> None:
         interval = doc.get("heartbeatIntervalSeconds")

@@ -227,3 +227,13 @@ def rollup(objects: list[tuple[dict[str, Any], Health]]) -> list[ComponentRollup
         out.append(ComponentRollup(name, worst, ready, desired, jobs > 0 and completed_jobs == jobs,
                                    message[:512]))
     return out
+
+
+def _cluster_api(obj: dict[str, Any]) -> Health:
+    from qonnect_gitops.agent.capi import cluster_health  # its module imports this one
+
+    return cluster_health(obj)
+
+
+CHECKS[("cluster.x-k8s.io", "Cluster")] = _cluster_api
+

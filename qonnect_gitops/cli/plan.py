@@ -80,6 +80,8 @@ def run(args: argparse.Namespace) -> int:
     except OSError as exc:
         print(f"qonnect plan: {exc}", file=sys.stderr)
         return 1
+    for problem in goals.warnings:
+        print(f"warning: {problem}", file=sys.stderr)
     p = make_plan(goals, observed, current)
     if args.format == "json":
         print(plan_json(p))

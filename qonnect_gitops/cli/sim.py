@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import signal
 import sys
@@ -13,7 +14,7 @@ from typing import Any
 
 from qonnect_gitops.cli.table import format_table
 from qonnect_gitops.model import GoalsError
-from qonnect_gitops.sim.fleet import SimFleet
+from qonnect_gitops.sim.fleet import SimFleet, load_clusters, write_atomic
 
 USER_NAME = re.compile(r"^(?!system:)[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -35,6 +36,16 @@ def register(sub: Any) -> None:
     parser.add_argument("--user", action="append", default=[], metavar="NAME",
                         help="also write <cluster>.<NAME>.yaml: a kubeconfig of a restricted user whose requests "
                              "the cluster's RBAC authorises (repeatable)")
+    parser.add_argument("--capi", action="store_true",
+                        help="run emulated Cluster API controllers on the management clusters of the "
+                             "goals' cluster pools (docs/cloud-bursting.md); new clusters' kubeconfigs "
+                             "appear in --kubeconfig-dir")
+    parser.add_argument("--capi-on", action="append", default=[], metavar="CLUSTER",
+                        help="the management cluster(s) for --capi (default: those the pools name)")
+    parser.add_argument("--capi-delay", type=float, default=10.0, metavar="S",
+                        help="seconds from a Cluster object to a ready cluster (default: 10)")
+    parser.add_argument("--capi-fail", type=int, default=0, metavar="N",
+                        help="the first N clusters requested fail to provision (phase Failed)")
     parser.set_defaults(handler=run)
 
 
@@ -56,15 +67,25 @@ def run(args: argparse.Namespace) -> int:
     except (FileNotFoundError, ValueError) as exc:
         print(f"qonnect sim: {exc}", file=sys.stderr)
         return 1
+    out = Path(args.kubeconfig_dir)
+    cluster_api: list[Any] = []
+    if args.capi:
+        try:
+            _capi_managers(fleet, args)
+        except ValueError as exc:
+            print(f"qonnect sim: {exc}", file=sys.stderr)
+            return 2
     stop = threading.Event()
 
     def on_signal(signum: int, frame: FrameType | None) -> None:
         stop.set()
 
     previous = {s: signal.signal(s, on_signal) for s in (signal.SIGINT, signal.SIGTERM)}
-    out = Path(args.kubeconfig_dir)
     try:
         fleet.start(kubeconfig_dir=out, users=args.user)
+        if args.capi:
+            # After the clusters listen: reading the CRDs takes seconds, agents need not wait.
+            cluster_api = _enable_capi(fleet, args, out)
         print(format_table(("CLUSTER", "API", "PROMETHEUS", "ADMIN", "NODES"), fleet.rows()))
         print(f"\nkubeconfigs in {out}/ (kubectl --kubeconfig {out}/<cluster>.yaml get nodes); "
               "Ctrl-C stops all.", flush=True)
@@ -74,8 +95,47 @@ def run(args: argparse.Namespace) -> int:
         while not stop.wait(1.0):  # a timed wait keeps the main thread responsive to signals
             pass
     finally:
+        for controller in cluster_api:
+            controller.stop_all()
         fleet.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
     print("stopped", flush=True)
     return 0
+
+
+def _capi_managers(fleet: SimFleet, args: argparse.Namespace) -> list[str]:
+    """The management clusters for --capi (ValueError: what is wrong)."""
+    if args.capi_delay < 0 or args.capi_fail < 0:
+        raise ValueError("--capi-delay and --capi-fail must not be negative")
+    _, goals = load_clusters(args.clusters)
+    managers = sorted(set(args.capi_on) or (
+        {p.spec.management_cluster for p in goals.pools.values()} if goals else set()))
+    if not managers:
+        raise ValueError("--capi needs --capi-on CLUSTER or a goals repository with clusterPools/ "
+                         "(the management clusters come from there)")
+    unknown = [name for name in managers if name not in fleet.clusters]
+    if unknown:
+        raise ValueError(f"--capi-on {', '.join(unknown)}: no such cluster")
+    return managers
+
+
+def _enable_capi(fleet: SimFleet, args: argparse.Namespace, out: Path) -> list[Any]:
+    """Cluster API on the management clusters (``_capi_managers``)."""
+    from qonnect_gitops.sim.control import capi
+
+    managers = _capi_managers(fleet, args)
+
+    def ready(name: str, sim: Any) -> None:
+        # As a bootstrap would: the new cluster's kubeconfig appears for its agent.
+        write_atomic(out / f"{name}.endpoints.json", json.dumps(
+            {"name": name, "api": sim.url, "prometheus": sim.prometheus_url, "admin": sim.admin_url}) + "\n")
+        write_atomic(out / f"{name}.yaml", sim.kubeconfig_yaml())
+        print(f"cluster-api: {name} provisioned at {sim.url}", flush=True)
+
+    def deleted(name: str, sim: Any) -> None:
+        for suffix in (".yaml", ".endpoints.json"):
+            (out / f"{name}{suffix}").unlink(missing_ok=True)
+        print(f"cluster-api: {name} deleted", flush=True)
+
+    return [capi.enable(fleet[name], args.capi_delay, args.capi_fail, ready, deleted) for name in managers]

@@ -112,6 +112,13 @@ def render(status: dict[str, Any]) -> str:
             for c in status["clusters"]
         ],
     )]
+    dynamic = [c for c in status["clusters"] if c.get("dynamic")]
+    if dynamic:
+        lines += ["", "POOL CLUSTERS (cloud bursting)", format_table(
+            ("NAME", "POOL", "PHASE", "NODES", "TIER", "REGION"),
+            [(c["name"], c["dynamic"]["pool"], c["dynamic"]["phase"], c["dynamic"]["nodes"],
+              c["dynamic"]["tier"], c["dynamic"]["region"]) for c in dynamic],
+        )]
     placements = status["placements"]
     lines += ["", "PLACEMENTS"]
     if placements:

@@ -39,10 +39,9 @@ def summary(goals: Goals) -> str:
     """One line that says what a valid goals tree declares."""
     components = list(goals.components())
     objects = sum(len(m.objects) for c in components for m in c.manifests)
-    return (
-        f"{len(goals.clusters)} clusters, {len(goals.fleet.spec.regions)} regions, "
-        f"{len(goals.apps)} apps, {len(components)} components, {objects} manifest objects"
-    )
+    counts = ((len(goals.clusters), "cluster"), (len(goals.fleet.spec.regions), "region"),
+              (len(goals.apps), "app"), (len(components), "component"), (objects, "manifest object"))
+    return ", ".join(f"{n} {word}{'' if n == 1 else 's'}" for n, word in counts)
 
 
 def _read(args: argparse.Namespace) -> tuple[str, dict[str, bytes], list[Problem]]:

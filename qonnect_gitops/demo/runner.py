@@ -16,10 +16,13 @@ from qonnect_gitops.demo.scenarios import SCENARIOS, Demo, Result
 from qonnect_gitops.demo.stack import Settings, Stack, temp_root
 from qonnect_gitops.demo.view import View
 
-ORDER = list(SCENARIOS)
+ORDER = [name for name in SCENARIOS if name != "cloud-burst"]  # cloud-burst runs when named
 # what each scenario needs to have happened first
-NEEDS = {"initial": [], "goals-change": ["initial"], "resize": ["initial"], "failover": ["initial"],
-         "burst": ["initial"], "leader-kill": ["initial"], "review": ["initial"]}
+NEEDS = {"initial": [], "goals-change": ["initial"], "resize": ["initial"], "regions": ["initial"],
+         "failover": ["initial"], "burst": ["initial"], "leader-kill": ["initial"], "review": ["initial"],
+         "cloud-burst": ["initial"]}
+# The simulated Cluster API provider on cloud-1 (the cloud-burst pool's management cluster).
+CAPI_SIM_ARGS = ["--capi", "--capi-on", "cloud-1", "--capi-delay", "10"]
 
 
 def plan_order(only: str | None) -> list[str]:
@@ -32,6 +35,8 @@ def run(only: str | None = None, report: Path | None = None, keep: bool = False,
         settings: Settings | None = None, live: bool | None = None) -> int:
     view = View(live=live)
     stack = Stack(root or temp_root(), settings or Settings())
+    if "cloud-burst" in plan_order(only):
+        stack.sim_args = list(CAPI_SIM_ARGS)
     results: list[Result] = []
     started = time.monotonic()
 

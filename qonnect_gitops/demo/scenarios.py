@@ -12,10 +12,12 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import yaml
 
+from qonnect_gitops.demo import cloudburst
 from qonnect_gitops.demo.observe import FleetObserver, Observed, by_component, matches
 from qonnect_gitops.demo.stack import FORGE_REPOSITORY, Stack, git
 from qonnect_gitops.forge import (
@@ -43,11 +45,12 @@ class Result:
     observed: dict[str, Any] = field(default_factory=dict)
     seconds: float | None = None
     notes: list[str] = field(default_factory=list)
+    extra: dict[str, Any] = field(default_factory=dict)  # scenario-specific entries (cloud-burst's phases)
 
     def as_json(self) -> dict[str, Any]:
         return {"name": self.name, "passed": self.passed, "expected": self.expected,
                 "observed": self.observed, "seconds": None if self.seconds is None else round(self.seconds, 3),
-                "notes": self.notes}
+                "notes": self.notes, **self.extra}
 
 
 class Timeout(Exception):
@@ -185,6 +188,8 @@ def envelope_violations(goals: Any, placement: dict[str, dict[str, int]]) -> lis
     out = []
     for comp in goals.components():
         for goal in comp.qos.latency:
+            if goal.serve == "nearest":
+                continue  # a coverage goal: judged over all the component's clusters, not each
             for cluster in placement.get(comp.key, {}):
                 ms = goals.latencies.get((cluster, goal.region))
                 if ms is None or ms > goal.max_ms:
@@ -612,7 +617,87 @@ def resize(d: Demo, component: str = "bookinfo/details") -> Result:
     return r
 
 
+def served_from_nearby(goals: Any, component: str, where: dict[str, int]) -> list[str]:
+    """What breaks the component's ``serve: nearest`` goals, by declared latencies: a region
+    with no cluster of ``where`` in its envelope, a cluster near none of the regions."""
+    comp = goals.component(component)
+    nearest = [g for g in comp.qos.latency if g.serve == "nearest"]
+
+    def near(cluster: str, goal: Any) -> bool:
+        ms = goals.latencies.get((cluster, goal.region))
+        return ms is not None and ms <= goal.max_ms
+
+    problems = [f"{component}: no replica within {g.max_ms:g} ms of {g.region}" for g in nearest
+                if not any(near(c, g) for c in where)]
+    problems += [f"{component} on {c}: near none of {[g.region for g in nearest]}" for c in where
+                 if nearest and not any(near(c, g) for g in nearest)]
+    return problems
+
+
+def regions(d: Demo, component: str = "bookinfo/productpage") -> Result:
+    r = Result("regions")
+    path = "apps/bookinfo/app.yaml"
+    before = by_component(d.snapshot()).get(component, {})
+    one = "          - {region: eu-central, maxMs: 15}\n"
+    both = ("          - {region: eu-central, maxMs: 15, serve: nearest}\n"
+            "          - {region: eu-west, maxMs: 15, serve: nearest}\n")
+    t0 = time.monotonic()
+    commit = d.push_edits([(path, one, both)], "productpage: serve eu-central and eu-west each from nearby")
+    seconds, _, expected = d.wait_landed(commit, t0)
+    now = d.wait_drained(component)
+    goals = d.goals()
+    problems = served_from_nearby(goals, component, now)
+    if sum(now.values()) != goals.component(component).replicas:
+        problems.append(f"{component}: {sum(now.values())} ready, goals ask {goals.component(component).replicas}")
+    d.event(f"{component} serving both regions: {before} -> {now} in {seconds:.2f}s")
+    # back to the template's single envelope, so the later scenarios find the fleet as they expect
+    commit2 = d.push_edits([(path, both, one)], "productpage: back to eu-central within 15 ms")
+    d.wait_landed(commit2, time.monotonic())
+    d.wait_drained(component)
+    r.expected = {"goalsCommit": commit, "rules": f"{component} has a replica within 15 ms of eu-central and one "
+                  "within 15 ms of eu-west (declared latencies, which the sims serve), every replica near one "
+                  "of them, all its replicas ready", "placement": expected}
+    r.observed = {f"{component} before": before, f"{component} after": now, "problems": problems}
+    r.seconds = seconds
+    r.passed = not problems
+    return r
+
+
+def cloud_burst(d: Demo) -> Result:
+    """A burst the fixed clusters cannot hold: a cloud cluster is provisioned through Cluster
+    API, the overflow runs there, and after the burst and the linger it is removed."""
+    r = Result("cloud-burst")
+    pool = (Path(__file__).parent / "cloud_pool.yaml").read_text()
+    target = d.stack.work / "clusterPools" / "burst.yaml"
+    target.parent.mkdir(exist_ok=True)
+    target.write_text(pool)
+    d.stack.commit_push("clusterPools/burst: cloud-1 may provision a burst cluster")
+    linger = float(yaml.safe_load(pool)["spec"]["lingerSeconds"])
+    out = cloudburst.run(d.stack, cloudburst.Burst(
+        path="apps/sensor-pipeline/manifests/ingest.yaml", small="replicas: 6", large="replicas: 200",
+        component="sensor-pipeline/ingest", linger=linger, timeout=120.0), d.event)
+    phases = out.phases
+    problems = list(out.problems)
+    running, removed = phases.get("runningSeconds"), phases.get("removedSeconds")
+    if running is not None and running > RUNNING_GOAL:
+        problems.append(f"running after {running} s (goal: {RUNNING_GOAL} s with a 10 s provisioning delay)")
+    if removed is not None and removed > linger + REMOVED_SLACK:
+        problems.append(f"removed {removed} s after the burst (goal: linger + {REMOVED_SLACK} s)")
+    r.extra = {"cluster": out.cluster, "phases": phases}
+    r.expected = {"cluster": "provisioned from pool burst on cloud-1 (Cluster API)",
+                  "runningSeconds": f"<= {RUNNING_GOAL}", "removedSeconds": f"<= linger + {REMOVED_SLACK}",
+                  "other components": "not moved"}
+    r.observed = {"cluster": out.cluster, "clusters requested": out.clusters_seen,
+                  "phases": phases, "problems": problems}
+    r.seconds = running
+    r.passed = not problems
+    return r
+
+
+RUNNING_GOAL = 30.0
+REMOVED_SLACK = 20.0
+
 SCENARIOS: dict[str, Callable[[Demo], Result]] = {
-    "initial": initial, "goals-change": goals_change, "resize": resize, "failover": failover,
-    "burst": burst, "leader-kill": leader_kill, "review": review,
+    "initial": initial, "goals-change": goals_change, "resize": resize, "regions": regions, "failover": failover,
+    "burst": burst, "leader-kill": leader_kill, "review": review, "cloud-burst": cloud_burst,
 }

@@ -75,6 +75,8 @@ class Stack:
     leads: list[LeadInfo] = field(default_factory=list)
     endpoints: dict[str, dict[str, str]] = field(default_factory=dict)
     agent_hooks: dict[str, str] = field(default_factory=dict)
+    template: Path | None = None  # the goals to start from (default: repo-template)
+    sim_args: list[str] = field(default_factory=list)  # e.g. --capi for cloud bursting
 
     def __post_init__(self) -> None:
         self.procs = Processes(cwd=self.root)
@@ -106,7 +108,7 @@ class Stack:
             d.mkdir(parents=True, exist_ok=True)
         self.secret_file.write_text(secrets.token_hex(16))
         self.secret_file.chmod(0o600)
-        template = find_template()
+        template = self.template or find_template()
         self.clusters = sorted(p.stem for p in (template / "clusters").glob("*.yaml"))
         ports = free_ports(1 + 2 * 3 + len(self.clusters))
         self.git_port = ports[0]
@@ -139,7 +141,7 @@ class Stack:
 
         # simulated fleet: one process for the nine clusters
         self.procs.start("sim", self.cli("sim", "--clusters", str(self.work), "--kubeconfig-dir", str(self.kube),
-                                         "--startup-delay", str(self.settings.startup_delay)),
+                                         "--startup-delay", str(self.settings.startup_delay), *self.sim_args),
                          self.logs / "sim.log", self.env)
         # tokens and leads
         tokens = {c: create_token(self.tokens_file, c) for c in self.clusters}
@@ -152,22 +154,28 @@ class Stack:
         self.endpoints = {c: json.loads((self.kube / f"{c}.endpoints.json").read_text()) for c in self.clusters}
         on_step(f"{len(self.clusters)} simulated clusters up (kubeconfigs in {self.kube})")
         for cluster in self.clusters:
-            token_file = self.root / "agents" / cluster / "token"
-            token_file.parent.mkdir(parents=True, exist_ok=True)
-            token_file.write_text(tokens[cluster])
-            token_file.chmod(0o600)
-            self.procs.start(f"agent-{cluster}", self.cli(
-                "agent", "--cluster", cluster, "--repo", self.repo_url, "--kubeconfig", str(self.kubeconfig(cluster)),
-                "--lead", ",".join(lead.url for lead in self.leads), "--token-file", str(token_file),
-                "--prometheus", self.endpoints[cluster]["prometheus"],
-                "--cache-dir", str(token_file.parent / "cache"),
-                "--interval", str(self.settings.agent_interval),
-                "--report-interval", str(self.settings.report_interval),
-                "--webhook-addr", self.agent_hooks[cluster].removeprefix("http://"),
-                "--webhook-secret-file", str(self.secret_file)),
-                self.logs / f"agent-{cluster}.log", self.env)
+            self.start_agent(cluster, tokens[cluster], self.endpoints[cluster]["prometheus"],
+                             self.agent_hooks[cluster])
         self._wait(lambda: self.leader() is not None, 60, "an elected lead", "lead-1")
-        on_step(f"3 leads up, leader {getattr(self.leader(), 'node_id', None)}; 9 agents started")
+        on_step(f"3 leads up, leader {getattr(self.leader(), 'node_id', None)}; "
+                f"{len(self.clusters)} agents started")
+
+    def start_agent(self, cluster: str, token: str, prometheus: str, webhook: str | None) -> None:
+        """Start the agent of ``cluster`` with its token (also for a cluster a pool created)."""
+        token_file = self.root / "agents" / cluster / "token"
+        token_file.parent.mkdir(parents=True, exist_ok=True)
+        token_file.write_text(token)
+        token_file.chmod(0o600)
+        hook = ["--webhook-addr", webhook.removeprefix("http://"),
+                "--webhook-secret-file", str(self.secret_file)] if webhook else []
+        self.procs.start(f"agent-{cluster}", self.cli(
+            "agent", "--cluster", cluster, "--repo", self.repo_url, "--kubeconfig", str(self.kubeconfig(cluster)),
+            "--lead", ",".join(lead.url for lead in self.leads), "--token-file", str(token_file),
+            "--prometheus", prometheus,
+            "--cache-dir", str(token_file.parent / "cache"),
+            "--interval", str(self.settings.agent_interval),
+            "--report-interval", str(self.settings.report_interval), *hook),
+            self.logs / f"agent-{cluster}.log", self.env)
 
     def start_forge(self) -> None:
         """The fake forge, hosting the goals repository as ``demo/goals`` and sending pull

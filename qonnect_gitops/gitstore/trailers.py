@@ -13,7 +13,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Literal, get_args
 
-Reason = Literal["goals-changed", "failover", "rescheduling", "scaling"]
+Reason = Literal["initial", "goals-changed", "failover", "rescheduling", "scaling"]
 REASONS: tuple[str, ...] = get_args(Reason)
 
 SOURCE = "Qonnect-Source"

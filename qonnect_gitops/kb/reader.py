@@ -68,6 +68,14 @@ class KBReader:
 
     # ------------------------------------------------------------------ goals records
 
+    def dynamic_clusters(self) -> dict[str, dict[str, Any]]:
+        """The clusters cloud bursting created, as recorded (``KnowledgeBase.dynamic``)."""
+        return self.read(lambda kb: {k: dict(v) for k, v in kb.dynamic.items()})
+
+    def pool_token_owner(self, digest: str) -> str | None:
+        """The pool cluster whose agent token hashes to ``digest`` (issued by the leader)."""
+        return self.read(lambda kb: kb.pool_token_owner(digest))
+
     def last_good_commit(self) -> str | None:
         return self.read(lambda kb: str(kb.last_good["commit"]) if kb.last_good else None)
 
@@ -100,7 +108,7 @@ class KBReader:
     def admission(self, cluster: str) -> ClusterAdmission:
         """Whether ``cluster`` may report now, and the heartbeat settings to answer with."""
         return self.read(lambda kb: ClusterAdmission(
-            None if kb.last_good is None else cluster in kb.inventory,
+            None if kb.last_good is None else cluster in kb.inventory or cluster in kb.dynamic,
             kb.grace_seconds, kb.interval_seconds))
 
     def cluster_generation(self, cluster: str) -> tuple[int, int]:

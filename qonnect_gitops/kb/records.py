@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Literal
 
+from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.report import (
     AgentReport,
     AppliedCommit,
@@ -110,6 +111,7 @@ class ReportRecord:
     nodes: tuple[NodeRecord, ...]
     latencies: tuple[LatencyRecord, ...]
     traffic: tuple[TrafficRecord, ...]
+    cluster_api: tuple[ClusterApiStatus, ...] = ()  # frozen pydantic models: they pickle
 
     @classmethod
     def from_report(cls, report: AgentReport) -> ReportRecord:
@@ -134,6 +136,7 @@ class ReportRecord:
             ),
             latencies=tuple(LatencyRecord(lat.to, lat.ms) for lat in report.latencies),
             traffic=tuple(TrafficRecord(t.component, t.region, t.rps) for t in report.traffic),
+            cluster_api=report.cluster_api,
         )
 
     def to_report(self) -> AgentReport:
@@ -166,6 +169,7 @@ class ReportRecord:
             latencies=tuple(Latency(to=lat.to, ms=lat.ms) for lat in self.latencies),
             traffic=tuple(Traffic(component=t.component, region=t.region, rps=t.rps)
                           for t in self.traffic),
+            cluster_api=self.cluster_api,
         )
 
     def sync_json(self) -> dict[str, Any]:

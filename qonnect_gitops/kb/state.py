@@ -48,6 +48,7 @@ from qonnect_gitops.model.observed import (
     ObservedTraffic,
 )
 from qonnect_gitops.model.plan import CurrentPlacement
+from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.report import MAX_RPS
 
 STATE_VERSION = 2
@@ -114,6 +115,9 @@ class KnowledgeBase:
         self.decision_log_limit = decision_log_limit
         # Inventory and heartbeat settings from the last good goals commit.
         self.inventory: dict[str, dict[str, Any]] = {}
+        # When each cluster entered the inventory: its agent could not report before (a
+        # report from an undeclared cluster is refused), so silence counts from then.
+        self.declared_since: dict[str, float] = {}
         self.heartbeat: dict[str, float] = {
             "intervalSeconds": DEFAULT_INTERVAL_SECONDS,
             "graceSeconds": DEFAULT_GRACE_SECONDS,
@@ -152,6 +156,12 @@ class KnowledgeBase:
         # Bounded decision log, oldest first; seq numbers survive trimming.
         self.decisions: list[dict[str, Any]] = []
         self.decision_seq = 0
+        # Clusters created from cluster pools (cloud bursting), from the plan in force:
+        # name -> {pool, phase, nodes, tier, region}. Their agents may report like
+        # declared clusters'; the planner sees them once they joined (placement.provision).
+        self.dynamic: dict[str, dict[str, Any]] = {}
+        # Agent tokens the leader issued to pool clusters: cluster -> SHA-256 of the token.
+        self.pool_tokens: dict[str, str] = {}
         # Derived (not dumped): cluster -> components the plan in force places there.
         self._placed_on: dict[str, frozenset[str]] = {}
 
@@ -195,7 +205,7 @@ class KnowledgeBase:
             cluster = entry.cluster
             generation = self.cluster_generations.get(cluster, 0)
             current = self.reports.get(cluster)
-            if self.last_good is not None and cluster not in self.inventory:
+            if self.last_good is not None and cluster not in self.inventory and cluster not in self.dynamic:
                 result.append(ReportVerdict(False, generation, refused="undeclared"))
                 continue
             if current is not None and entry.received_at < current.received_at:
@@ -297,6 +307,7 @@ class KnowledgeBase:
         added = sorted(set(inventory) - set(self.inventory))
         removed = sorted(set(self.inventory) - set(inventory))
         self.inventory = {name: dict(value) for name, value in sorted(inventory.items())}
+        self.declared_since = {name: self.declared_since.get(name, now) for name in self.inventory}
         self.heartbeat = {k: float(v) for k, v in heartbeat.items()}
         self.workloads = dict(sorted(workloads.items()))
         self.last_good = {"commit": commit, "at": now}
@@ -315,6 +326,40 @@ class KnowledgeBase:
             summary += f", removed {', '.join(removed)}"
         self._log(now, "goals", summary, commit=commit)
         return True
+
+    def apply_dynamic(self, clusters: Mapping[str, Mapping[str, Any]], now: float) -> bool:
+        """The clusters cloud bursting created, as the plan in force has them; False if
+        unchanged. A cluster that left forgets its reports (it is being deleted)."""
+        new = {name: dict(value) for name, value in sorted(clusters.items())}
+        if new == self.dynamic:
+            return False
+        changes = []
+        for name in sorted(set(new) | set(self.dynamic)):
+            before, after = self.dynamic.get(name), new.get(name)
+            if after is None:
+                self.reports.pop(name, None)
+                self.latency_history.pop(name, None)
+                self.pool_tokens.pop(name, None)  # its agent may no longer report
+                changes.append(f"{name} removed")
+            elif before is None or before.get("phase") != after.get("phase"):
+                changes.append(f"{name} {after.get('phase')}")
+        self.dynamic = new
+        if changes:
+            self._log(now, "provisioning", "pool clusters: " + ", ".join(changes))
+        return True
+
+    def apply_pool_token(self, cluster: str, digest: str, now: float) -> bool:
+        """Record the hash of the agent token issued to a pool cluster (replacing an earlier
+        one); False when the cluster is no pool cluster."""
+        if cluster not in self.dynamic:
+            return False
+        self.pool_tokens[cluster] = digest
+        self._log(now, "provisioning", f"agent token issued to pool cluster {cluster}")
+        return True
+
+    def pool_token_owner(self, digest: str) -> str | None:
+        """The pool cluster a token hash was issued to, if any."""
+        return next((name for name, d in self.pool_tokens.items() if d == digest), None)
 
     def apply_goals_failure(self, commit: str, errors: Sequence[str], now: float) -> bool:
         """Record an invalid goals commit; the last good one stays in force."""
@@ -452,15 +497,17 @@ class KnowledgeBase:
     def heartbeat_age(self, cluster: str, now: float) -> float | None:
         """Seconds of silence from ``cluster`` as the group can judge them.
 
-        Counted from the later of the last report and the current leader's start:
-        while the leads themselves were down or electing, nobody could hear agents,
-        and failing every cluster after a group restart would be wrong. None means
-        the cluster has not reported and the group has no start time yet.
+        Counted from the latest of the last report, the current leader's start and the
+        moment the cluster was declared: while the leads themselves were down or
+        electing, nobody could hear agents, and an agent of a cluster the goals did not
+        declare yet has its reports refused; failing clusters for either silence would be
+        wrong. None means the cluster has not reported and the group has no start time yet.
         """
         epoch = self._epoch()
         entry = self.reports.get(cluster)
         heard = entry.received_at if entry else None
-        since = max((t for t in (heard, epoch) if t is not None), default=None)
+        declared = self.declared_since.get(cluster)
+        since = max((t for t in (heard, epoch, declared) if t is not None), default=None)
         if since is None:
             return None
         return max(0.0, now - since)
@@ -486,10 +533,13 @@ class KnowledgeBase:
         clusters: dict[str, ObservedCluster] = {}
         latencies: dict[tuple[str, str], float] = {}
         traffic: dict[tuple[str, str], float] = {}
-        for name in sorted(self.inventory):
+        cluster_api: dict[str, tuple[ClusterApiStatus, ...]] = {}
+        for name in sorted(set(self.inventory) | set(self.dynamic)):
             entry = self.reports.get(name)
             healthy = self.cluster_health(name, ts)
             age = self.heartbeat_age(name, ts)
+            if entry is None and name not in self.inventory:
+                continue  # a pool cluster counts as reporting only once its agent did
             if entry is None:
                 # Never reported: declared nodes apply; after the grace it counts as failed.
                 clusters[name] = ObservedCluster(healthy=healthy, heartbeat_age_seconds=age)
@@ -519,6 +569,8 @@ class KnowledgeBase:
             for item in record.traffic:
                 key = (item.component, item.region)
                 traffic[key] = saturating_add(traffic.get(key, 0.0), item.rps)
+            if record.cluster_api:
+                cluster_api[name] = record.cluster_api
         completed = sorted(
             key for key, done in self.completed_jobs.items()
             if key in self.workloads and self.workloads[key].digest == done.digest
@@ -535,6 +587,7 @@ class KnowledgeBase:
                 for (comp, region), rps in sorted(traffic.items())
             ),
             completed_jobs=tuple(completed),
+            cluster_api=cluster_api,
         )
 
     def current_placement(self) -> CurrentPlacement:
@@ -550,8 +603,8 @@ class KnowledgeBase:
     def cluster_rows(self, now: float) -> list[dict[str, Any]]:
         """Per-cluster status for the API: inventory plus what the last report said."""
         rows = []
-        for name in sorted(set(self.inventory) | set(self.reports)):
-            declared = self.inventory.get(name)
+        for name in sorted(set(self.inventory) | set(self.reports) | set(self.dynamic)):
+            declared = self.inventory.get(name) or self.dynamic.get(name)
             entry = self.reports.get(name)
             record = entry.record if entry else None
             nodes = record.nodes if record else ()
@@ -576,6 +629,7 @@ class KnowledgeBase:
                     "nodesReady": sum(1 for n in nodes if n.ready),
                     "nodes": len(nodes) if nodes else (declared["nodes"] if declared else 0),
                     "generation": self.cluster_generation(name),
+                    "dynamic": dict(self.dynamic[name]) if name in self.dynamic else None,
                 }
             )
         return rows
@@ -588,6 +642,7 @@ class KnowledgeBase:
             "version": STATE_VERSION,
             "decisionLogLimit": self.decision_log_limit,
             "inventory": self.inventory,
+            "declaredSince": self.declared_since,
             "heartbeat": self.heartbeat,
             "workloads": {key: {"kind": w.kind, "digest": w.digest} for key, w in self.workloads.items()},
             "lastGood": self.last_good,
@@ -613,6 +668,8 @@ class KnowledgeBase:
             "decisions": self.decisions,
             "decisionSeq": self.decision_seq,
             "rejectedProposals": self.rejected_proposals,
+            "dynamic": self.dynamic,
+            "poolTokens": self.pool_tokens,
         }
 
     @classmethod
@@ -623,6 +680,7 @@ class KnowledgeBase:
         d = copy.deepcopy(dict(data))
         kb = cls(decision_log_limit=int(d["decisionLogLimit"]))
         kb.inventory = d["inventory"]
+        kb.declared_since = {name: float(at) for name, at in d.get("declaredSince", {}).items()}  # absent before
         kb.heartbeat = d["heartbeat"]
         kb.last_good = d["lastGood"]
         kb.last_failed = d["lastFailed"]
@@ -650,6 +708,8 @@ class KnowledgeBase:
         kb.decisions = d["decisions"]
         kb.decision_seq = d["decisionSeq"]
         kb.rejected_proposals = d.get("rejectedProposals", {})  # absent in dumps before review
+        kb.dynamic = d.get("dynamic", {})  # absent in dumps before cloud bursting
+        kb.pool_tokens = d.get("poolTokens", {})
         return kb
 
 

@@ -14,6 +14,8 @@ request is answered 2xx only once this lead has applied the committed entry.
     POST /v1/clusters/{name}/report    an agent's report (that cluster's token)
     POST /v1/plan                      put a placement in force (admin token)
     POST /v1/members                   add or remove a lead (admin token)
+    POST /v1/clusters/{name}/token     issue the agent token of a cluster a pool created
+                                       (admin token; cloud bursting)
     POST /v1/hooks/git                 a forge's push webhook (HMAC or token verified):
                                        the leader runs a cycle now; a follower forwards
 
@@ -28,6 +30,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import secrets
 import ssl
 import time
 import urllib.error
@@ -48,7 +51,7 @@ from qonnect_gitops.lead.httpd import (
 from qonnect_gitops.lead.raft import ProposalError
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.service import LeadService
-from qonnect_gitops.lead.tokens import Principal, TokenKind
+from qonnect_gitops.lead.tokens import TOKEN_PREFIX, Principal, TokenKind, hash_token
 from qonnect_gitops.lead.webhook import WebhookRejected, read_secret, verify
 from qonnect_gitops.logs import get_logger, redact
 from qonnect_gitops.model.plan import DecisionReason
@@ -60,6 +63,7 @@ _FORWARDED = "X-Qonnect-Forwarded-By"
 _HOOK_HEADERS = {"content-type", "x-hub-signature-256", "x-gitea-signature", "x-gitlab-token",
                  "x-github-event", "x-gitea-event", "x-forgejo-event", "x-gitlab-event"}
 _REPORT_PATH = re.compile(r"^/v1/clusters/([^/]+)/report$")
+_TOKEN_PATH = re.compile(r"^/v1/clusters/([a-z0-9-]{1,63})/token$")
 _MAX_ERRORS_SHOWN = 10
 _MAX_INT_DIGITS = 20  # JSON integers beyond this are refused before Python converts them
 MAX_PLAN_REPLICAS = 10_000
@@ -145,7 +149,29 @@ class LeadAPI:
             return self._members(parse_json(request.body))
         if path == "/v1/hooks/git":
             return self._hook(request)
+        match = _TOKEN_PATH.match(path)
+        if match:
+            self._admin(request)
+            return self._pool_token(match.group(1))
         raise HTTPError(404, f"no route {path}")
+
+    def _pool_token(self, cluster: str) -> Response:
+        """Issue the agent token of a pool cluster (cloud bursting): the bootstrap of the new
+        cluster asks with an admin token; only the hash is kept, in the KB (every lead
+        accepts it, a new leader too); asking again replaces it."""
+        service = self.service
+        if cluster not in service.kb.dynamic_clusters():
+            raise HTTPError(404, f"'{cluster}' is no cluster a pool created")
+        token = TOKEN_PREFIX + secrets.token_urlsafe(32)
+        try:
+            issued = service.node.propose(service.node.state.pool_token, cluster, hash_token(token),
+                                          time.time(), timeout=service.config.commit_timeout)
+        except ProposalError as exc:
+            raise HTTPError(503, f"token not committed ({exc.reason}); retry", {"Retry-After": "1"}) from None
+        if not issued:
+            raise HTTPError(404, f"'{cluster}' is no cluster a pool created")
+        log.info("pool_token_issued", cluster=cluster)
+        return Response.json(200, {"cluster": cluster, "token": token})
 
     def _principal(self, request: Request) -> Principal:
         """Who the bearer token belongs to; 401 without a valid one."""
@@ -155,6 +181,10 @@ class LeadAPI:
             raise HTTPError(401, "a bearer token is required",
                             {"WWW-Authenticate": 'Bearer realm="qonnect"'})
         principal = self.service.tokens.principal(token.strip())
+        if principal is None:
+            # An agent token the leader issued to a pool cluster (cloud bursting).
+            owner = self.service.kb.pool_token_owner(hash_token(token.strip()))
+            principal = Principal(TokenKind.CLUSTER, owner) if owner else None
         if principal is None:
             raise HTTPError(401, "unknown token",
                             {"WWW-Authenticate": 'Bearer realm="qonnect", error="invalid_token"'})

@@ -76,6 +76,7 @@ from qonnect_gitops.lead.review import ReviewBridge
 from qonnect_gitops.logs import get_logger, redact, redact_url
 from qonnect_gitops.model import Goals, GoalsError, Observed
 from qonnect_gitops.model.observed import ObservedCluster
+from qonnect_gitops.placement.provision import fleet_record, next_deadline
 from qonnect_gitops.render.describe import plan_markdown
 
 log = get_logger(__name__)
@@ -136,6 +137,8 @@ class ReconcileLoop:
         self._signatures: dict[str, tuple[Any, ...]] = {}
         # Per region, the sorted latency envelopes (ms) of every component's goals.
         self._envelopes: dict[str, list[float]] = {}
+        self._goals: Goals | None = None  # the goals of the last cycle (pool rules)
+        self._dynamic: set[str] = set()  # pool clusters of the last decision
         self.cycles = 0
         self.last_cycle: dict[str, Any] | None = None
         self.last_error: str | None = None
@@ -204,6 +207,9 @@ class ReconcileLoop:
             signature = report_signature(entry.record, self._envelopes)
             before = self._signatures.get(cluster)
             self._signatures[cluster] = signature
+            if before is None and cluster in self._dynamic:
+                self.trigger(f"joined:{cluster}")  # a pool cluster's agent speaks: it may join
+                continue
             if before is None or before == signature:
                 continue
             self.trigger(f"report:{cluster}")
@@ -304,6 +310,11 @@ class ReconcileLoop:
         log.info("cycle_done", **{k: v for k, v in self.last_cycle.items() if k != "why"},
                  why=",".join(why))
         self._schedule_deadline(now.timestamp())
+        self._dynamic = set(fleet_record(result.plan.provisioning, self._goals)) if self._goals else set()
+        if self._goals is not None:
+            due = next_deadline(self._goals, result.plan.provisioning, now)
+            if due is not None:
+                self.trigger_at(due.timestamp() + DEADLINE_SLACK, "provisioning", "provisioning")
         return result
 
     def _open_mirror(self) -> Mirror:
@@ -335,6 +346,7 @@ class ReconcileLoop:
             raise Fenced("branch names changed; the next cycle uses the new ones")
         self._branches = names
         self._envelopes = _envelopes(goals)
+        self._goals = goals
         self.fetch.last_fetch_at, self.fetch.last_fetch_error = time.time(), None
         if self.kb.last_good_commit() == commit:
             return
@@ -377,12 +389,28 @@ class ReconcileLoop:
                 raise Fenced(f"decision not recorded: {exc.reason}") from exc
             if generation == -1:
                 raise Fenced(f"the KB refused a decision from term {term}")
+            self._record_dynamic(result, now)
         # Decided, recorded in the KB, committed locally, not pushed: the crash tests'
         # fault point (a no-op unless QONNECT_FAULT_FILE arms it).
         if fault_point("before-publish"):
             return
         if not self.may_write(term):
             raise Fenced("lost leadership while recording the decision")
+
+    def _record_dynamic(self, result: CycleResult, now: datetime) -> None:
+        """The pool clusters of the decision, in the KB before the push: their agents may
+        report from then on (cloud bursting)."""
+        goals = self._goals
+        if goals is None:
+            return
+        record = fleet_record(result.plan.provisioning, goals)
+        if record == self.kb.dynamic_clusters():
+            return
+        try:
+            self.node.propose(self.node.state.dynamic, record, now.timestamp())
+        except ProposalError as exc:
+            raise Fenced(f"pool clusters not recorded: {exc.reason}") from exc
+        self._dynamic = set(record)
 
     def _between_pushes(self, term: int) -> None:
         """After the plan branch was pushed: stop before the fan-out if deposed (the next
@@ -466,8 +494,9 @@ def report_signature(record: ReportRecord, envelopes: dict[str, list[float]]) ->
     breaches = tuple(sorted(
         (lat.to, bisect.bisect_left(envelopes.get(lat.to, []), lat.ms)) for lat in record.latencies
     ))
+    capi = tuple((c.name, c.phase, c.ready) for c in record.cluster_api)
     return (len(ready), len(record.nodes), int(4 * free / alloc), sum(n for _, n in breaches),
-            breaches)
+            breaches, capi)
 
 
 def liveness_only(observed: Observed) -> Observed:

@@ -88,6 +88,16 @@ class ReplicatedKB(SyncObjConsumer):
             return self.kb.apply_goals(commit, inventory, heartbeat, workloads, now)
 
     @replicated
+    def dynamic(self, clusters: dict[str, dict[str, Any]], now: float) -> bool:
+        with self.lock:
+            return self.kb.apply_dynamic(clusters, now)
+
+    @replicated
+    def pool_token(self, cluster: str, digest: str, now: float) -> bool:
+        with self.lock:
+            return self.kb.apply_pool_token(cluster, digest, now)
+
+    @replicated
     def goals_failure(self, commit: str, errors: list[str], now: float) -> bool:
         with self.lock:
             return self.kb.apply_goals_failure(commit, errors, now)

@@ -47,7 +47,7 @@ from qonnect_gitops.model import (
     load_goals,
 )
 from qonnect_gitops.model.plan import DecisionReason
-from qonnect_gitops.placement import plan as make_plan
+from qonnect_gitops.placement.provision import plan_with_pools, state_key, with_members
 from qonnect_gitops.render import RenderedPlan, render
 from qonnect_gitops.render.describe import plan_markdown
 from qonnect_gitops.render.render import PLACEMENT_FILE
@@ -182,11 +182,17 @@ def current_placement(mirror: Mirror) -> tuple[str | None, int, CurrentPlacement
     """The plan commit in force, its generation and its placement (empty before the first):
     what runs, when each component last moved, the size it was placed at, and the replicas
     still draining."""
+    head, generation, plan = _in_force(mirror)
+    return head, generation, plan.current() if plan else CurrentPlacement()
+
+
+def _in_force(mirror: Mirror) -> tuple[str | None, int, Plan | None]:
+    """The plan commit in force, its generation and its decision (None before the first)."""
     head = mirror.store.plan_head()
     if head is None:
-        return None, 0, CurrentPlacement()
+        return None, 0, None
     meta = mirror.store.decision_of(head)
-    return head, meta.generation, plan_in_force(mirror, head).current()
+    return head, meta.generation, plan_in_force(mirror, head)
 
 
 def unmet_of(plan: Plan) -> list[dict[str, str]]:
@@ -230,6 +236,7 @@ def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: Rend
     unmet = sorted((u.component, u.goal) for u in plan.unmet)
     return (
         previous.placements() == plan.placements()
+        and state_key(previous.provisioning) == state_key(plan.provisioning)
         and unplaced == sorted((u.component, u.replicas) for u in previous.unplaced)
         and unmet == sorted((u.component, u.goal) for u in previous.unmet)
     )
@@ -262,6 +269,10 @@ def decision_summary(plan: Plan) -> str:
         text += f", {len(plan.moves)} moves"
     if plan.unplaced:
         text += f", {sum(u.replicas for u in plan.unplaced)} replicas unplaced"
+    acted = [e for e in (plan.provisioning.events if plan.provisioning else ())
+             if e.action in ("provision", "joined", "drain", "remove", "failed")]
+    if acted:
+        text += "; " + ", ".join(f"{e.action} {e.cluster}" for e in acted)
     return text
 
 
@@ -312,17 +323,21 @@ def reconcile_once(
         hooks.on_goals(goals_commit, goals)
     # The generation and the placement in force come from the plan branch: it is the
     # fenced source of truth, so a new leader (or a rebuilt lead group) resumes from it.
-    head, generation, current = current_placement(mirror)
+    head, generation, in_force = _in_force(mirror)
+    current = in_force.current() if in_force else CurrentPlacement()
+    # Cloud bursting resumes from the plan branch too: a new leader neither provisions
+    # twice nor forgets a cluster (placement.provision).
+    provisioning = in_force.provisioning if in_force else None
     degraded = None
     try:
-        decision = make_plan(goals, observe(goals), current)
+        decision = plan_with_pools(goals, observe(goals), current, provisioning)
     except Exception as exc:  # a planner bug or a value it cannot take: plan on liveness
         if fallback is None:
             raise
         degraded = f"planning with measurements failed ({type(exc).__name__}: {exc}); planned from liveness only"
         log.error("plan_degraded", error=exc)
-        decision = make_plan(goals, fallback(goals), current)
-    rendered = render(goals, decision)
+        decision = plan_with_pools(goals, fallback(goals), current, provisioning)
+    rendered = render(with_members(goals, decision.provisioning), decision)
     meta = DecisionMeta(source=goals_commit, term=term, generation=generation + 1,
                         reason=decision.reason)
     result = CycleResult(goals_commit, decision, generation, degraded=degraded)

@@ -251,12 +251,12 @@ class ReviewBridge:
             return False
         if not self.loop.may_write(term):
             return False
-        empty = Plan(reason="goals-changed", components={})
+        empty = Plan(reason="initial", components={})
         files = {PLACEMENT_FILE: yaml.safe_dump(empty.model_dump(mode="json", by_alias=True)).encode()}
         store.write_decision(files, summary="qonnect: plan branch created, nothing placed yet",
                              body="Review mode with a forge: pull requests of proposals need a base branch. "
                                   "This commit places nothing; the first proposal follows as a pull request.",
-                             meta=DecisionMeta(result.goals_commit, term, 0, "goals-changed"), clusters=(),
+                             meta=DecisionMeta(result.goals_commit, term, 0, "initial"), clusters=(),
                              timestamp=int(time.time()), expected_plan=None)
         mirror.publish()
         log.info("plan_branch_created_for_review", goals=result.goals_commit[:12])

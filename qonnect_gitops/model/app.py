@@ -36,6 +36,16 @@ class LatencyGoal(UserModel):
 
     region: Name
     max_ms: float = Field(gt=0, le=MAX_LATENCY_MS)
+    serve: Literal["all", "nearest"] = Field(
+        "all",
+        description="`all`: every replica within `maxMs` of the region. `nearest`: at least one "
+        "replica within `maxMs` of it, each replica near one of the component's `nearest` "
+        "regions (serve each region from nearby).",
+    )
+
+
+# (latency, cost, energy) weights when neither the component nor its app sets an objective.
+DEFAULT_OBJECTIVE = (0.6, 0.3, 0.1)
 
 
 class Objective(UserModel):
@@ -188,7 +198,8 @@ class Migration(UserModel):
     disruption_budget: int | None = Field(None, ge=1, le=MAX_DISRUPTION_BUDGET)
     allow_stateful: bool = Field(
         False,
-        description="Let rescheduling and failover move a StatefulSet (its data does not move).",
+        description="Let rescheduling and failover move a StatefulSet or a `stateful` component "
+        "(its data does not move).",
     )
 
 
@@ -202,7 +213,12 @@ class QoS(UserModel):
         description="Preferred tiers, best first; when given, tiers not listed are not used. "
         "Empty means any tier, with no preference.",
     )
-    objective: Objective = Field(default_factory=lambda: Objective(latency=1.0))
+    objective: Objective = Field(
+        default_factory=lambda: Objective(latency=DEFAULT_OBJECTIVE[0], cost=DEFAULT_OBJECTIVE[1],
+                                          energy=DEFAULT_OBJECTIVE[2]),
+        description="Without one, latency 0.6, cost 0.3, energy 0.1: a component with no latency "
+        "goal and no traffic is still placed on the cheapest, cleanest cluster, not by name order.",
+    )
     availability: Availability = Field(default_factory=Availability)
     max_cost_per_hour: float | None = Field(
         None, gt=0, le=MAX_COST_CAP, description="Cap on what all replicas of the component cost per hour."
@@ -259,6 +275,15 @@ class ComponentSpec(UserModel):
     )
     calls: tuple[str, ...] = Field(
         (), description="Components it sends requests to: `name` in this app or `app/name`."
+    )
+    colocate_with: tuple[str, ...] = Field(
+        (), description="Components it must run beside (`name` in this app or `app/name`): it goes "
+        "only to clusters where all of them run, and follows them when they move.",
+    )
+    stateful: bool | None = Field(
+        None, description="Its replicas keep data where they run (e.g. a Deployment with state in "
+        "an emptyDir): placed once and then pinned like a StatefulSet, unless "
+        "`qos.migration.allowStateful`. Default: true for StatefulSets only.",
     )
     qos: QoS = Field(default_factory=QoS)
 

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
+from qonnect_gitops.model.advice import Advice, advise
 from qonnect_gitops.model.app import ComponentSpec, QoS, QoSApp
 from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.errors import GoalsError, Problem
@@ -34,6 +36,7 @@ from qonnect_gitops.model.limits import (
 )
 from qonnect_gitops.model.network import Network, latency_table
 from qonnect_gitops.model.parsing import check_tree, load_documents
+from qonnect_gitops.model.pool import ClusterPool
 from qonnect_gitops.model.quantity import (
     format_bytes,
     format_millicores,
@@ -47,6 +50,7 @@ FLEET_FILE = "qonnect.yaml"
 NETWORK_FILE = "network.yaml"
 CLUSTERS_DIR = "clusters/"
 APPS_DIR = "apps/"
+POOLS_DIR = "clusterPools/"
 APP_FILE = "app.yaml"
 
 
@@ -170,6 +174,7 @@ class _Loader:
         fleet = self._load_fleet()
         network = self._document(NETWORK_FILE, Network) if NETWORK_FILE in self.files else None
         clusters = self._load_clusters()
+        pools = self._load_pools(set(fleet.spec.regions) if fleet else set())
         apps_docs = self._load_app_documents()
         regions = set(fleet.spec.regions) if fleet else set()
         latencies: dict[tuple[str, str], float] = {}
@@ -199,14 +204,21 @@ class _Loader:
         if self.problems:
             raise GoalsError(self.problems)
         assert fleet is not None
-        return Goals(
+        goals = Goals(
             fleet=fleet,
             clusters=dict(sorted(clusters.items())),
             network=network,
             apps=dict(sorted(apps.items())),
             latencies=latencies,
-            warnings=tuple(sorted(set(self.warnings))),
+            pools=dict(sorted(pools.items())),
         )
+        self.warnings += [self._locate(a) for a in advise(goals)]
+        return replace(goals, warnings=tuple(sorted(set(self.warnings))))
+
+    def _locate(self, advice: Advice) -> Problem:
+        """An advice as a warning with the line and column of the field it is about."""
+        doc = self.docs[advice.path] if advice.path in self.docs else self.manifest_docs[advice.path][advice.index]
+        return doc.problem(advice.loc, advice.message)
 
     def _custom_kinds(self) -> dict[tuple[str, str], Any]:
         """Kinds the CustomResourceDefinitions in the app folders define. Only files that
@@ -243,27 +255,54 @@ class _Loader:
             and p.endswith((".yaml", ".yml"))
         }
 
-    def _load_clusters(self) -> dict[str, Cluster]:
-        clusters: dict[str, Cluster] = {}
+    def _named_documents(self, folder: str, model: Any, what: str) -> Iterator[tuple[str, Any]]:
+        """``(path, document)`` of every valid file directly in ``folder`` whose name is its
+        file's (a mismatch is reported); ``what`` names the kind in the message."""
         for path in sorted(self.files):
-            if not path.startswith(CLUSTERS_DIR):
+            rest = path[len(folder):]
+            if not path.startswith(folder) or "/" in rest or not rest.endswith((".yaml", ".yml")):
                 continue
-            rest = path[len(CLUSTERS_DIR):]
-            if "/" in rest or not rest.endswith((".yaml", ".yml")):
-                continue
-            cluster = self._document(path, Cluster)
-            if cluster is None:
+            doc = self._document(path, model)
+            if doc is None:
                 continue
             stem = rest.rsplit(".", 1)[0]
-            if cluster.name != stem:
+            if doc.metadata.name != stem:
                 self._report(
                     path, ("metadata", "name"),
-                    f"'{cluster.name}' does not match the file name; expected '{stem}' "
-                    f"(the file of cluster X is clusters/X.yaml)",
+                    f"'{doc.metadata.name}' does not match the file name; expected '{stem}' "
+                    f"(the file of {what} X is {folder}X.yaml)",
                 )
                 continue
-            clusters[cluster.name] = cluster
-        return clusters
+            yield path, doc
+
+    def _load_clusters(self) -> dict[str, Cluster]:
+        return {cluster.name: cluster for _, cluster in self._named_documents(CLUSTERS_DIR, Cluster, "cluster")}
+
+    def _load_pools(self, regions: set[str]) -> dict[str, ClusterPool]:
+        """``clusterPools/*.yaml``: each pool's name matches its file, its management
+        cluster is a fleet member, its latencies name regions or clusters."""
+        declared = self._declared_clusters()
+        pools: dict[str, ClusterPool] = {}
+        for path, pool in self._named_documents(POOLS_DIR, ClusterPool, "pool"):
+            spec = pool.spec
+            if spec.management_cluster not in declared:
+                self._report(path, ("spec", "managementCluster"),
+                             f"unknown cluster '{spec.management_cluster}'; expected the fleet "
+                             f"cluster running Cluster API, one of: {_names(declared)}")
+            if regions and spec.region not in regions:
+                self._report(path, ("spec", "region"), f"unknown region '{spec.region}'; expected "
+                             f"one of the regions in qonnect.yaml: {_names(regions)}")
+            for i, link in enumerate(spec.latencies):
+                if link.to not in declared and link.to not in regions:
+                    self._report(path, ("spec", "latencies", i, "to"),
+                                 f"unknown cluster or region '{link.to}'; expected a cluster "
+                                 f"({_names(declared)}) or a region ({_names(regions)})")
+            if any(c.startswith(f"{pool.name}-") for c in declared):
+                self._report(path, ("metadata", "name"),
+                             f"clusters of pool '{pool.name}' are named '{pool.name}-<n>'; a fleet "
+                             "cluster already uses that prefix")
+            pools[pool.name] = pool
+        return pools
 
     def _load_app_documents(self) -> dict[str, tuple[str, QoSApp]]:
         folders = sorted(
@@ -359,14 +398,35 @@ class _Loader:
             if name not in apps:
                 continue  # already reported
             for ci, spec in enumerate(doc.spec.components):
-                for k, call in enumerate(spec.calls):
-                    target = call if "/" in call else f"{name}/{call}"
-                    loc = ("spec", "components", ci, "calls", k)
-                    if target == f"{name}/{spec.name}":
-                        self._report(path, loc, "a component cannot call itself")
-                    elif target not in known:
-                        self._report(path, loc, f"unknown component '{call}'; expected a "
-                                     f"component of this app or 'app/component' ({_names(known)})")
+                for field, names, itself in (("calls", spec.calls, "call itself"),
+                                             ("colocateWith", spec.colocate_with, "be colocated with itself")):
+                    for k, written in enumerate(names):
+                        target = written if "/" in written else f"{name}/{written}"
+                        loc = ("spec", "components", ci, field, k)
+                        if target == f"{name}/{spec.name}":
+                            self._report(path, loc, f"a component cannot {itself}")
+                        elif target not in known:
+                            self._report(path, loc, f"unknown component '{written}'; expected a "
+                                         f"component of this app or 'app/component' ({_names(known)})")
+        self._check_colocation_cycles(apps)
+
+    def _check_colocation_cycles(self, apps: dict[str, App]) -> None:
+        """``colocateWith`` follows anchors: a chain that comes back to where it started has
+        no anchor to follow."""
+        follows = {c.key: c.colocate_with for app in apps.values() for c in app.components}
+        for app in apps.values():
+            for ci, c in enumerate(app.components):
+                seen, todo = set(), list(c.colocate_with)
+                while todo:
+                    k = todo.pop()
+                    if k == c.key:
+                        self._report(f"{APPS_DIR}{app.name}/{APP_FILE}", ("spec", "components", ci, "colocateWith"),
+                                     "colocateWith leads back to this component; one of them must be the anchor "
+                                     "the others follow")
+                        break
+                    if k not in seen:
+                        seen.add(k)
+                        todo.extend(follows.get(k, ()))
 
     def _check_unique_objects(self, apps: dict[str, App]) -> None:
         """The same object (group, kind, namespace, name) may be defined once in all the goals."""
@@ -599,6 +659,8 @@ class _Loader:
             calls=tuple(calls),
             qos=qos,
             stability=stability,
+            stateful=spec.stateful,
+            colocate_with=tuple(sorted({c if "/" in c else f"{doc.metadata.name}/{c}" for c in spec.colocate_with})),
         )
 
     def _replicas(self, app_path: str, loc: tuple[int | str, ...], spec: ComponentSpec, kind: str,
@@ -635,15 +697,20 @@ class _Loader:
         ok = True
         for group in ("containers", "initContainers"):
             for i, container in enumerate(pod_spec.get(group) or []):
-                requests = ((container.get("resources") or {}).get("requests") or {}) if isinstance(container, dict) else {}
+                resources = (container.get("resources") or {}) if isinstance(container, dict) else {}
+                requests = resources.get("requests") or {} if isinstance(resources, dict) else {}
+                limits = resources.get("limits") or {} if isinstance(resources, dict) else {}
                 for res in ("cpu", "memory"):
-                    if res not in requests:
+                    # Kubernetes sets a missing request to the limit: so does the planner.
+                    source = "requests" if res in requests else "limits"
+                    table = requests if res in requests else limits
+                    if not isinstance(table, dict) or res not in table:
                         continue
                     try:
-                        value = parse[res](requests[res])
+                        value = parse[res](table[res])
                     except ValueError as exc:
                         self.problems.append(wdoc.problem(
-                            pod_loc + (group, i, "resources", "requests", res), str(exc)))
+                            pod_loc + (group, i, "resources", source, res), str(exc)))
                         ok = False
                         continue
                     sidecar = group == "initContainers" and container.get("restartPolicy") == "Always"
@@ -657,8 +724,8 @@ class _Loader:
         missing = [res for res in ("cpu", "memory") if not found[res]]
         if missing:
             self._report(app_path, loc, f"component '{spec.name}' has no {' or '.join(missing)} "
-                         "request; set resources on the component or resources.requests on its "
-                         "containers, so the planner knows what a replica needs")
+                         "request; set resources on the component or resources.requests (or "
+                         "limits) on its containers, so the planner knows what a replica needs")
             return None
         cpu, memory = max(totals["cpu"], init_peak["cpu"]), max(totals["memory"], init_peak["memory"])
         if cpu > MAX_NODE_CPU or memory > MAX_NODE_MEMORY:

@@ -13,6 +13,7 @@ from pydantic import AwareDatetime, Field
 from qonnect_gitops.model.base import Arch, Name, UserModel
 from qonnect_gitops.model.errors import GoalsError, Problem
 from qonnect_gitops.model.goals import Goals
+from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.quantity import Bytes, MilliCPU
 from qonnect_gitops.model.yamlpos import parse_yaml, validate_document
 
@@ -70,6 +71,10 @@ class Observed(UserModel):
     traffic: tuple[ObservedTraffic, ...] = ()
     completed_jobs: tuple[str, ...] = Field(
         (), description="Components (`app/name`) whose Job has completed: never placed again."
+    )
+    cluster_api: dict[Name, tuple[ClusterApiStatus, ...]] = Field(
+        default_factory=dict, description="Per management cluster, the Cluster API clusters "
+        "its agent reports (cloud bursting)."
     )
 
     def cluster(self, name: str) -> ObservedCluster:

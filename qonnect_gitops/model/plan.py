@@ -16,7 +16,8 @@ from qonnect_gitops.model.goals import Goals
 from qonnect_gitops.model.quantity import Bytes, MilliCPU
 from qonnect_gitops.model.yamlpos import parse_yaml, validate_document
 
-DecisionReason = Literal["goals-changed", "failover", "rescheduling", "scaling"]
+# ``initial``: the first placement, when nothing ran before.
+DecisionReason = Literal["initial", "goals-changed", "failover", "rescheduling", "scaling"]
 MoveReason = Literal["new", "failover", "rescheduling", "scaling", "goals-changed", "removed"]
 # The hard goals a plan can fail to meet (``Plan.unmet``). ``availability`` is
 # ``minClusters``; ``spread`` is ``availability.spread``; taints and tolerations count as
@@ -113,6 +114,66 @@ class Move(PlanModel):
     detail: str
 
 
+ProvisionPhase = Literal["provisioning", "joined", "draining"]
+ProvisionAction = Literal["provision", "scale", "joined", "idle", "drain", "remove", "failed", "wait"]
+
+
+class DynamicCluster(PlanModel):
+    """A cluster the fleet created from a ``ClusterPool`` (``placement.provision``).
+
+    ``provisioning``: Cluster API objects are on the management branch, the cluster is not
+    ready or its agent has not reported yet; ``joined``: a fleet member the planner places
+    on; ``draining``: unneeded past the linger time, its replicas move off under the
+    stability rules. Once empty it leaves the state, and with it its objects leave the
+    management branch."""
+
+    name: str
+    pool: str
+    nodes: int = Field(ge=1, description="Worker nodes (the MachineDeployment's replicas).")
+    phase: ProvisionPhase
+    requested_at: AwareDatetime = Field(alias="requestedAt")
+    since: AwareDatetime = Field(description="When the cluster entered its phase.")
+    idle_since: AwareDatetime | None = Field(None, alias="idleSince")
+    reason: str
+
+
+class PoolBackoff(PlanModel):
+    """A pool whose last provisioning failed: not used again before ``retryAt``."""
+
+    pool: str
+    failures: int = Field(ge=1)
+    retry_at: AwareDatetime = Field(alias="retryAt")
+    reason: str
+
+
+class ProvisionEvent(PlanModel):
+    """One provisioning decision of this cycle, explained."""
+
+    action: ProvisionAction
+    pool: str
+    cluster: str | None = None
+    nodes: int | None = None
+    detail: str
+
+
+class Provisioning(PlanModel):
+    """The provisioner's state, carried from plan to plan on the plan branch (the fenced
+    source of truth: a new leader resumes it and neither provisions twice nor forgets a
+    cluster)."""
+
+    unplaced_since: AwareDatetime | None = Field(
+        None, alias="unplacedSince", description="Since when some replicas fit nowhere.")
+    clusters: tuple[DynamicCluster, ...] = ()  # sorted by name
+    backoff: tuple[PoolBackoff, ...] = ()  # sorted by pool
+    requested: int = Field(0, ge=0, description="Clusters requested so far: names are never "
+                           "reused (a failed cluster's objects may still be deleted).")
+    events: tuple[ProvisionEvent, ...] = ()
+
+    def cluster(self, name: str) -> DynamicCluster | None:
+        """The dynamic cluster called ``name``, if any."""
+        return next((c for c in self.clusters if c.name == name), None)
+
+
 class Plan(PlanModel):
     """A complete placement decision."""
 
@@ -122,6 +183,8 @@ class Plan(PlanModel):
     unmet: tuple[Unmet, ...] = ()  # sorted by component, then goal
     moves: tuple[Move, ...] = ()
     last_moved: dict[str, AwareDatetime] = Field(default_factory=dict, alias="lastMoved")
+    provisioning: Provisioning | None = Field(
+        None, description="Clusters created from cluster pools, and why (absent without pools).")
 
     def requests(self) -> dict[str, ReplicaRequest]:
         """``{component: request}``: what each component's placement was sized at."""

@@ -26,6 +26,7 @@ from pydantic import (
 )
 
 from qonnect_gitops.model.base import Arch, Name, UserModel
+from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.quantity import (
     format_bytes,
     format_millicores,
@@ -156,6 +157,8 @@ class AgentReport(UserModel):
     nodes: tuple[NodeCapacity, ...] = Field((), max_length=MAX_NODES)
     latencies: tuple[Latency, ...] = Field((), max_length=MAX_LATENCIES)
     traffic: tuple[Traffic, ...] = Field((), max_length=MAX_TRAFFIC)
+    cluster_api: tuple[ClusterApiStatus, ...] = Field(
+        (), max_length=100, description="Cluster API clusters this (management) cluster runs.")
 
     @model_validator(mode="after")
     def _unique_keys(self) -> AgentReport:
@@ -164,6 +167,7 @@ class AgentReport(UserModel):
             ("components", [c.component for c in self.components]),
             ("latencies", [lat.to for lat in self.latencies]),
             ("traffic", [(t.component, t.region) for t in self.traffic]),
+            ("clusterApi", [(c.namespace, c.name) for c in self.cluster_api]),
         ):
             if len(set(keys)) != len(keys):
                 raise ValueError(f"{label}: duplicate entries")

@@ -11,18 +11,21 @@ from qonnect_gitops.model.app import QoSApp
 from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.fleet import Fleet
 from qonnect_gitops.model.network import Network
+from qonnect_gitops.model.pool import ClusterPool
 
 KINDS: dict[str, type[BaseModel]] = {
     "Fleet": Fleet,
     "Cluster": Cluster,
     "Network": Network,
     "QoSApp": QoSApp,
+    "ClusterPool": ClusterPool,
 }
 DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
 
 def schema_for(kind: str) -> dict[str, Any]:
-    """The JSON Schema of one file kind (``Fleet``, ``Cluster``, ``Network``, ``QoSApp``)."""
+    """The JSON Schema of one file kind (``Fleet``, ``Cluster``, ``Network``, ``QoSApp``,
+    ``ClusterPool``)."""
     model = KINDS[kind]
     return {"$schema": DIALECT, **model.model_json_schema(mode="validation", by_alias=True)}
 

@@ -23,6 +23,7 @@ import numpy as np
 
 from qonnect_gitops.placement.framework import Context
 from qonnect_gitops.placement.plugins.capacity import CapacityFilter
+from qonnect_gitops.placement.plugins.latency import nearest_goals, unserved
 from qonnect_gitops.placement.records import Blocked, Rule, Why
 
 CAPACITY = CapacityFilter()
@@ -122,6 +123,71 @@ def distribute(
 ) -> Distribution:
     """Distribute ``req.need`` more replicas over the ``allowed`` clusters (those passing
     every filter but free capacity), best ``total`` score first; see the module doc.
+    With ``serve: nearest`` latency goals, new replicas then move one by one to serve
+    every such region from nearby (``serve_nearest``)."""
+    room = Room(ctx)
+    result = _distribute(ctx, allowed, total, req, wanted, room)
+    nearest = nearest_goals(ctx.component, ctx.fleet.static.region_index)
+    if nearest and result.replicas:
+        serve_nearest(ctx, allowed, total, req, result, room, nearest)
+    return result
+
+
+def serve_nearest(ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Request, result: Distribution,
+                  room: Room, nearest: tuple[tuple[int, float], ...]) -> None:
+    """For each ``serve: nearest`` region no replica is near yet, move one new replica
+    (from the cluster that got the most, never the only one near another region) to the
+    best allowed cluster with room within that region's envelope."""
+    lat = ctx.fleet.region_latency
+    placed = {i: n for i, n in req.existing.items() if n > 0}
+    for i, n in result.replicas.items():
+        placed[i] = placed.get(i, 0) + n
+    for i, n in result.removed.items():
+        placed[i] = placed.get(i, 0) - n
+
+    def may_leave(i: int, dst: int) -> bool:  # no region loses its only nearby replica
+        return placed[i] > 1 or all(
+            lat[dst, r] <= m or any(lat[j, r] <= m for j, k in placed.items() if k > 0 and j != i)
+            for r, m in nearest if lat[i, r] <= m)
+
+    for region, max_ms in unserved(lat, nearest, (i for i, n in placed.items() if n > 0)):
+        if not unserved(lat, ((region, max_ms),), (i for i, n in placed.items() if n > 0)):
+            continue  # served by a move made for another region
+        within = np.flatnonzero(allowed & (lat[:, region] <= max_ms))
+        dst = next((c for c in ranked(within, total) if room.left(c, 1) > 0), None)
+        if dst is None:
+            continue
+        sources = [i for i, n in result.replicas.items() if n > 0 and i != dst and may_leave(i, dst)]
+        if not sources:
+            continue
+        src = min(sources, key=lambda i: (-result.replicas[i], -float(total[i]), i))
+        result.replicas[src] -= 1
+        placed[src] -= 1
+        room.used[src] = room.used.get(src, 0) - 1
+        if not result.replicas[src]:
+            del result.replicas[src]
+            result.why.pop(src, None)
+        result.replicas[dst] = result.replicas.get(dst, 0) + 1
+        placed[dst] = placed.get(dst, 0) + 1
+        room.use(dst, 1)
+        result.why[dst] = Why(Rule.NEAREST, region=region)
+        if result.unplaced:
+            # The replica that left made room where it was: what fit nowhere may fit now.
+            put = room.left(src, result.unplaced)
+            if put:
+                result.replicas[src] = result.replicas.get(src, 0) + put
+                placed[src] += put
+                room.use(src, put)
+                result.why.setdefault(src, Why(Rule.BEST))
+                result.unplaced -= put
+                if not result.unplaced:
+                    result.blocked = None
+
+
+def _distribute(
+    ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Request, wanted: np.ndarray | None, room: Room
+) -> Distribution:
+    """The distribution rules without ``serve: nearest`` (see ``distribute``).
 
     ``wanted``: ``allowed`` without the node-size check. With offloading, the preferred
     cluster is the best of these: one whose nodes are too small offloads to the nearest
@@ -133,10 +199,9 @@ def distribute(
     existing = {i: n for i, n in req.existing.items() if n > 0}
     daemon = req.per_cluster_max == 1
     if qos.availability.spread and not daemon and (need > 0 or _uneven(existing)):
-        return _spread(ctx, allowed, total, req, existing, Room(ctx))
+        return _spread(ctx, allowed, total, req, existing, room)
     if need <= 0:
         return result
-    room = Room(ctx)
     cap = req.per_cluster_max if req.per_cluster_max is not None else need
     pool = allowed
     if daemon and existing:

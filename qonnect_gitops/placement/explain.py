@@ -95,6 +95,10 @@ class Explainer:
             return "local search: lowers the objective below the greedy choice"
         if rule == Rule.MADE_ROOM:
             return "placed after moving others to make room"
+        if rule == Rule.COLOCATED:
+            return "colocateWith: beside the components it follows"
+        if rule == Rule.NEAREST:
+            return f"serves {self.cycle.fleet.static.regions[why.region]} from nearby (latency goal, serve: nearest)"
         return "kept"
 
     def keep(self, keep: Keep) -> str:
@@ -150,6 +154,10 @@ class Explainer:
             return f"availability: at least {work.component.qos.availability.min_clusters} clusters"
         if kind == CauseKind.SPREAD:
             return "spread: replica counts evened out"
+        if kind == CauseKind.COLOCATION:
+            return f"follows {', '.join(work.component.colocate_with)} (colocateWith), which no longer run on {name}"
+        if kind == CauseKind.NEAREST:
+            return f"a replica serves {self.cycle.fleet.static.regions[cause.region]} from nearby (serve: nearest)"
         if kind == CauseKind.DAEMONSET:
             return "a DaemonSet runs one replica per cluster"
         if kind == CauseKind.IMPROVES:
@@ -175,11 +183,14 @@ class Explainer:
     def latency_breach(self, work: Work, cluster: int) -> str:
         view = self.cycle.fleet
         index = view.static.region_index
-        broken = []
+        broken: list[str] = []
+        near: list[str] = []
         for goal in work.component.qos.latency:
             ms = float(view.region_latency[cluster, index[goal.region]])
             if ms > goal.max_ms:
-                broken.append(f"{ms:g} ms to {goal.region} > {goal.max_ms:g}")
+                (near if goal.serve == "nearest" else broken).append(f"{ms:g} ms to {goal.region} > {goal.max_ms:g}")
+        if near and len(near) == sum(1 for g in work.component.qos.latency if g.serve == "nearest"):
+            broken.append("near none of the regions it serves: " + ", ".join(near))
         return ", ".join(broken) or "outside the envelope"
 
     def shortfall(self, sf: Shortfall, work: Work) -> str:
@@ -195,10 +206,12 @@ class Explainer:
                 return f"{head}: the clusters chosen are full and bursting is off{rest}"
             return f"{head}: no cluster takes more: {self.census(sf.census) if sf.census else 'no clusters'}"
         if kind == ShortfallKind.WAITING:
+            c = work.component
+            what = "a StatefulSet" if c.kind == "StatefulSet" else f"a stateful {c.kind}"
             if sf.goal == "health":
                 return (f"{sf.replicas} replica(s) wait on failed cluster {name} ({self.failure(sf.cluster or 0)}): "
-                        "a StatefulSet moves only with qos.migration.allowStateful")
-            return (f"{name} lost the capacity for {sf.replicas} replica(s): a StatefulSet waits for it "
+                        f"{what} moves only with qos.migration.allowStateful")
+            return (f"{name} lost the capacity for {sf.replicas} replica(s): {what} waits for it "
                     "(qos.migration.allowStateful lets it move)")
         if kind == ShortfallKind.MEASURED_BREACH:
             return (f"{name} is outside the latency envelope by measured latency ({self.latency_breach(work, sf.cluster or 0)}); "
@@ -210,6 +223,13 @@ class Explainer:
             f = FILTERS_BY_NAME.get(sf.filter or "")
             why = f.reason if f else ("breaks the goal" if sf.goal != "latency" else "is outside the latency envelope")
             return (f"{sf.replicas} replica(s) keep running on {name}, which {why}: no replacement fits elsewhere yet")
+        if kind == ShortfallKind.NOT_COLOCATED:
+            return (f"{sf.replicas} cluster(s), {name} first, run it without {', '.join(work.component.colocate_with)} "
+                    "(colocateWith): no replacement beside them fits")
+        if kind == ShortfallKind.UNSERVED:
+            region = self.cycle.fleet.static.regions[sf.region]
+            return (f"no replica within {sf.max_ms:g} ms of {region} (serve: nearest): "
+                    f"no cluster in that envelope with room, or too few replicas to serve every region")
         if kind == ShortfallKind.TOO_FEW_REPLICAS:
             return f"{sf.have} replica(s) cannot run on minClusters {sf.wanted} clusters"
         if kind == ShortfallKind.TOO_FEW_CLUSTERS:
@@ -381,7 +401,9 @@ def assemble(cycle: Cycle) -> Plan:
             moves.append(_built(Move, component=removal.key, source=name, target=None, replicas=n, reason="removed",
                                 detail="completed Job" if removal.cause.kind == CauseKind.COMPLETED
                                 else "no longer in the goals"))
-    decision: DecisionReason = "goals-changed"
+    # Nothing ran before: the first placement, not a change of goals.
+    first = not any(cycle.current.placements.values()) and not any(cycle.current.draining.values())
+    decision: DecisionReason = "initial" if first else "goals-changed"
     if "failover" in reasons:
         decision = "failover"
     elif "scaling" in reasons:
@@ -397,4 +419,5 @@ def assemble(cycle: Cycle) -> Plan:
         unmet=tuple(sorted(unmet, key=lambda u: (u.component, u.goal))),
         moves=tuple(moves),
         last_moved=dict(sorted(last_moved.items())),
+        provisioning=None,  # placement.provision adds it when the fleet has cluster pools
     )

@@ -21,6 +21,7 @@ from qonnect_gitops.placement.cycle import Cycle
 from qonnect_gitops.placement.distribute import Distribution, Request, distribute
 from qonnect_gitops.placement.improve import Movable, Search
 from qonnect_gitops.placement.plugins.closeness import CLOSENESS_WEIGHT
+from qonnect_gitops.placement.plugins.latency import nearest_goals, unserved
 from qonnect_gitops.placement.records import (
     RULE_PLACED,
     Blocked,
@@ -58,16 +59,21 @@ def place_fresh(cycle: Cycle, works: list[Work]) -> None:
     complete(cycle, works)
 
 
-def place(cycle: Cycle, work: Work) -> None:
-    """Place a component from scratch by the distribution rules."""
+def place(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> None:
+    """Place a component from scratch by the distribution rules; ``beside``: only on
+    these clusters (``colocateWith``)."""
     c = work.component
     ev = cycle.evaluator
     work.touched = True
     ctx = ev.context(c, work.replicas)
     total, _ = ev.scores(ctx)
     per_cluster_max = 1 if c.kind == "DaemonSet" else None
-    dist = distribute(ctx, ev.static_mask(ctx), total, Request(work.replicas, per_cluster_max=per_cluster_max),
-                      wanted=ev.wanted_mask(ctx))
+    allowed, wanted = ev.static_mask(ctx), ev.wanted_mask(ctx)
+    if beside is not None:
+        allowed, wanted = allowed & beside, wanted & beside
+    dist = distribute(ctx, allowed, total, Request(work.replicas, per_cluster_max=per_cluster_max), wanted=wanted)
+    if beside is not None:
+        dist.why = {i: Why(Rule.COLOCATED) for i in dist.why}
     _commit(cycle, work, dist)
 
 
@@ -99,7 +105,7 @@ def improve(cycle: Cycle, work: Work, recheck: bool = False) -> bool:
     before = sum(total[i] * k for i, k in work.target.items()) / n
     allowed = ev.static_mask(ctx)
     wanted = ev.wanted_mask(ctx) if c.qos.offloading else allowed
-    short = _short_of_availability(work.component, work.replicas, work.target)
+    short = _short_of_availability(cycle, work.component, work.replicas, work.target)
     if not short:
         # No replica can do better than the best cluster ignoring capacity: most
         # components stop here without running the distribution.
@@ -116,7 +122,7 @@ def improve(cycle: Cycle, work: Work, recheck: bool = False) -> bool:
     if best.unplaced or not best.replicas:
         return False
     if short:
-        if _short_of_availability(c, work.replicas, best.replicas):
+        if _short_of_availability(cycle, c, work.replicas, best.replicas):
             return False  # the rules cannot do better now either
     else:
         work.preferred = best.preferred
@@ -170,6 +176,8 @@ def search(cycle: Cycle, fresh: list[Work], works: list[Work]) -> None:
     ev = cycle.evaluator
     movables = []
     for work in fresh:
+        if nearest_goals(work.component, cycle.fleet.static.region_index):
+            continue  # placed to serve regions by the rules: a single-replica move could undo that
         ctx = ev.context(work.component, work.replicas, own=work.target)
         movables.append(
             Movable(work.component, work.replicas, work.target, work.takes,
@@ -230,10 +238,14 @@ def make_room(cycle: Cycle, s: Search, changed: set[str], works: list[Work]) -> 
             work.blocked = None
 
 
-def _short_of_availability(c: Component, replicas: int, target: dict[int, int]) -> bool:
-    """Fewer clusters than minClusters (while there are replicas for them), or uneven."""
+def _short_of_availability(cycle: Cycle, c: Component, replicas: int, target: dict[int, int]) -> bool:
+    """Fewer clusters than minClusters (while there are replicas for them), uneven, or a
+    ``serve: nearest`` region without a replica near it."""
     counts = [n for n in target.values() if n > 0]
     if len(counts) < min(c.qos.availability.min_clusters, replicas):
+        return True
+    nearest = nearest_goals(c, cycle.fleet.static.region_index)
+    if nearest and unserved(cycle.fleet.region_latency, nearest, (i for i, n in target.items() if n > 0)):
         return True
     return c.qos.availability.spread and bool(counts) and max(counts) - min(counts) > 1
 
@@ -243,7 +255,7 @@ def rebalance(cycle: Cycle, fresh: list[Work]) -> None:
     above freed: one that misses minClusters or its spread gets the rules' placement
     again if that now meets them."""
     for work in fresh:
-        if _short_of_availability(work.component, work.replicas, work.target):
+        if _short_of_availability(cycle, work.component, work.replicas, work.target):
             improve(cycle, work)
 
 
@@ -272,11 +284,12 @@ def resettle(cycle: Cycle, fresh: list[Work]) -> None:
 
 
 def complete(cycle: Cycle, works: list[Work]) -> None:
-    """A component placed in part (its preferred cluster was full, bursting is off) was
-    placed before the components it talks to had a place; the next cycle's repair adds
-    its missing replicas by the rules with every neighbour known, often on another
-    cluster that is now the best. Do that now, so the first plan is the one a quiet
-    replan keeps instead of a plan that reports an unmet goal for one cycle."""
+    """Components left short of replicas were placed before the components they talk
+    to had a place, so their best cluster may have changed since. The next cycle would
+    find that: its repair adds the missing replicas of one placed in part (its best
+    cluster was full, bursting off), then it places anew one placed nowhere. Do both
+    now, in that order, so the first plan is the one a quiet replan keeps instead of a
+    plan that reports an unmet goal for one cycle."""
     ev = cycle.evaluator
     for work in works:
         c = work.component
@@ -299,3 +312,5 @@ def complete(cycle: Cycle, works: list[Work]) -> None:
         work.blocked = dist.blocked if work.unplaced else None
         work.moves = [PendingMove(None, i, n, "new", NEW) for i, n in sorted(work.target.items())]
         cycle.placement[work.key] = dict(work.target)
+    for work in biggest_first([w for w in works if not w.target and w.unplaced > 0]):
+        place(cycle, work)

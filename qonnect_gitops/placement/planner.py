@@ -23,11 +23,12 @@ from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
 from qonnect_gitops.placement.cycle import Cycle
 from qonnect_gitops.placement.explain import assemble
-from qonnect_gitops.placement.optimise import biggest_first, place_fresh
+from qonnect_gitops.placement.optimise import biggest_first, place, place_fresh
 from qonnect_gitops.placement.records import Work
 from qonnect_gitops.placement.repair import (
     Verdict,
     carry_drains,
+    colocated,
     inspect,
     repair,
     verify,
@@ -57,7 +58,11 @@ def _run(cycle: Cycle) -> Plan:
     broken: list[Work] = []
     fresh: list[Work] = []
     candidates: list[Work] = []
+    followers: list[Work] = []
     for work in cycle.works.values():
+        if work.component.colocate_with:
+            followers.append(work)  # decided once what they follow is (step 3b)
+            continue
         if work.fresh:
             fresh.append(work)
             continue
@@ -75,11 +80,49 @@ def _run(cycle: Cycle) -> Plan:
     place_fresh(cycle, biggest_first(fresh))
     for work in candidates:
         reschedule(cycle, work)
+    # 3b. colocateWith: components go (or stay) where what they follow runs now.
+    for work in _anchors_first(followers):
+        follow(cycle, work)
     # 4. Explain.
     for work in cycle.works.values():
         carry_drains(cycle, work)
         verify(cycle, work)
     return assemble(cycle)
+
+
+def _anchors_first(followers: list[Work]) -> list[Work]:
+    """Followers after the followers they follow (the loader refuses cycles)."""
+    by_key = {w.key: w for w in followers}
+    done: set[str] = set()
+    out: list[Work] = []
+
+    def visit(w: Work) -> None:
+        if w.key in done:
+            return
+        done.add(w.key)
+        for anchor in w.component.colocate_with:
+            if anchor in by_key:
+                visit(by_key[anchor])
+        out.append(w)
+
+    for w in followers:
+        visit(w)
+    return out
+
+
+def follow(cycle: Cycle, work: Work) -> None:
+    """Place, keep or repair a ``colocateWith`` component on the clusters where every
+    component it follows runs; it is never rescheduled on its own (it moves with them)."""
+    beside = colocated(cycle, work.component)
+    if work.fresh:
+        place(cycle, work, beside)
+        return
+    verdict = inspect(cycle, work)
+    if verdict == Verdict.OK and all(beside[i] for i in work.current):
+        work.target = work.current
+        cycle.placement[work.key] = work.target
+        return
+    repair(cycle, work, beside)
 
 
 def _keep(cycle: Cycle, work: Work, candidates: list[Work]) -> None:

@@ -26,6 +26,8 @@ class Rule(Enum):
     BURST = "burst"  # overflow of the primary cluster, nearest first
     SEARCH = "search"  # the local search found it better than the greedy choice
     MADE_ROOM = "made-room"  # placed after moving other fresh components away
+    COLOCATED = "colocated"  # beside the components it is colocated with
+    NEAREST = "nearest"  # serves a region from nearby (``serve: nearest``)
 
 
 # Replicas the offloading and bursting rules placed: the local search only moves them
@@ -40,6 +42,7 @@ class Why:
     ordinal: int = 0  # AVAILABILITY / SPREAD: the how-manieth cluster
     of: int = 0  # AVAILABILITY / SPREAD: out of how many
     too_small: bool = False  # OFFLOADED: the preferred cluster's nodes cannot hold a replica
+    region: int = 0  # NEAREST: the region served (index into the fleet's regions)
 
 
 class Blocked(Enum):
@@ -65,6 +68,8 @@ class CauseKind(Enum):
     CAPACITY = "capacity"  # no longer fits on the cluster's nodes at today's size
     AVAILABILITY = "availability"  # moved to use minClusters clusters
     SPREAD = "spread"  # moved to even the spread
+    NEAREST = "nearest"  # moved so a region is served from nearby
+    COLOCATION = "colocation"  # follows the components it is colocated with
     DAEMONSET = "daemonset"  # a DaemonSet runs one per cluster
     IMPROVES = "improves"  # rescheduling: the objective improves past the threshold
     GONE = "gone"  # the component left the goals
@@ -79,6 +84,7 @@ class Cause:
     gain: float = 0.0  # IMPROVES: relative gain
     threshold: float = 0.0  # IMPROVES: minImprovement
     count: int = 0  # SCALE_UP / SCALE_DOWN: the new replica count
+    region: int = 0  # NEAREST: the region served (index into the fleet's regions)
 
 
 @dataclass(slots=True)
@@ -131,6 +137,8 @@ class ShortfallKind(Enum):
     TOO_FEW_CLUSTERS = "too-few-clusters"  # not enough allowed clusters with room
     UNEVEN = "uneven"  # spread: capacity does not allow an even spread
     MAX_REPLICAS = "max-replicas"  # traffic needs more replicas than maxReplicas
+    UNSERVED = "unserved"  # serve: nearest: no replica within the envelope of a region
+    NOT_COLOCATED = "not-colocated"  # colocateWith: replicas on clusters without the anchors
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +168,8 @@ class Shortfall:
     have: int = 0  # clusters / replicas achieved
     rps: float = 0.0
     filter: str | None = None
+    region: int = 0  # UNSERVED: the region (index into the fleet's regions)
+    max_ms: float = 0.0  # UNSERVED: its envelope
 
 
 @dataclass(slots=True)

@@ -20,10 +20,12 @@ from enum import Enum
 
 import numpy as np
 
+from qonnect_gitops.model.goals import Component
 from qonnect_gitops.model.plan import GoalKind, MoveReason
 from qonnect_gitops.placement.cycle import DRAINING, Cycle
 from qonnect_gitops.placement.distribute import Request, distribute, ranked
 from qonnect_gitops.placement.evaluate import FILTERS_BY_NAME, NODE_SIZE, replicas_for
+from qonnect_gitops.placement.plugins.latency import nearest_goals, unserved
 from qonnect_gitops.placement.records import (
     Blocked,
     Cause,
@@ -74,6 +76,9 @@ def inspect(cycle: Cycle, work: Work) -> Verdict:
     availability = c.qos.availability
     if len(cur) < min(availability.min_clusters, total) or (availability.spread and high - low > 1):
         return Verdict.REPAIR
+    nearest = nearest_goals(c, cycle.fleet.static.region_index)
+    if nearest and unserved(cycle.fleet.region_latency, nearest, cur):
+        return Verdict.REPAIR
     if measured:
         ev = cycle.evaluator
         ctx = ev.context(c, work.replicas)
@@ -99,9 +104,10 @@ class _Leaving:
 _ORDER = {"failover": 0, "goals-changed": 1, "rescheduling": 2, "scaling": 3}
 
 
-def repair(cycle: Cycle, work: Work) -> None:
+def repair(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> None:
     """Give a running component a target that meets every hard goal it can, keeping as
-    many replicas where they are as the goals allow."""
+    many replicas where they are as the goals allow. ``beside``: ``colocateWith``, the
+    clusters where every component it follows runs (the only ones it may use)."""
     c = work.component
     key = work.key
     ev = cycle.evaluator
@@ -110,6 +116,8 @@ def repair(cycle: Cycle, work: Work) -> None:
     ctx = ev.context(c, work.replicas)
     allowed = ev.static_mask(ctx)
     goal_ok = ev.goal_mask(ctx)
+    if beside is not None:
+        allowed, goal_ok = allowed & beside, goal_ok & beside
     declared_ok = ev.declared_envelope(ctx)
     size_ok = ev.mask(ev.filter(NODE_SIZE), ctx)
     total, _ = ev.scores(ctx)
@@ -127,6 +135,9 @@ def repair(cycle: Cycle, work: Work) -> None:
             else:  # a StatefulSet waits for its cluster: its data is there
                 pinned[i] = n
                 work.shortfalls.append(Shortfall("health", ShortfallKind.WAITING, replicas=n, cluster=i))
+            continue
+        if beside is not None and not beside[i]:
+            leaving.append(_Leaving(i, n, "goals-changed", Cause(CauseKind.COLOCATION, i), drain=True))
             continue
         if not goal_ok[i]:
             f = ev.exclusion(ctx, i)
@@ -166,8 +177,9 @@ def repair(cycle: Cycle, work: Work) -> None:
     leaving.sort(key=lambda s: _ORDER[s.reason])
     need = work.replicas - sum(keep.values()) - sum(pinned.values())
     per_cluster_max = 1 if c.kind == "DaemonSet" else None
+    wanted = ev.wanted_mask(ctx) if beside is None else ev.wanted_mask(ctx) & beside
     dist = distribute(ctx, allowed, total, Request(max(need, 0), existing=keep, per_cluster_max=per_cluster_max),
-                      wanted=ev.wanted_mask(ctx))
+                      wanted=wanted)
     for i, n in sorted(dist.removed.items()):
         keep[i] -= n
         if not keep[i]:
@@ -182,6 +194,7 @@ def repair(cycle: Cycle, work: Work) -> None:
     work.unplaced, work.blocked, work.preferred = dist.unplaced, dist.blocked, dist.preferred
     _pair(work, leaving, [i for i, n in sorted(dist.replicas.items()) for _ in range(n)])
     _availability(cycle, work, keep, allowed, total, leaving)
+    _serve_nearest(cycle, work, keep, allowed, total, leaving)
     cycle.placement[key] = {i: n for i, n in work.target.items() if n > 0}
 
 
@@ -255,6 +268,48 @@ def _availability(
         d = work.drains.get(src)
         work.drains[src] = Drain((d.replicas if d else 0) + 1, cause)
         missing -= 1
+
+
+def _serve_nearest(
+    cycle: Cycle, work: Work, keep: dict[int, int], allowed: np.ndarray, total: np.ndarray, leaving: list[_Leaving]
+) -> None:
+    """When no replica serves a ``serve: nearest`` region from nearby (the goal is new,
+    or the clusters near it were lost), move one replica there from the fullest cluster
+    that is not the only one near another region, make before break."""
+    c = work.component
+    if c.kind == "DaemonSet" or not c.movable:
+        return
+    nearest = nearest_goals(c, cycle.fleet.static.region_index)
+    if not nearest:
+        return
+    lat = cycle.fleet.region_latency
+
+    def used() -> list[int]:
+        return [i for i, n in work.target.items() if n > 0 and cycle.healthy[i]]
+
+    def may_leave(i: int, dst: int) -> bool:  # no region loses its only nearby replica
+        return keep[i] > 1 or all(lat[dst, r] <= m or any(lat[j, r] <= m for j in used() if j != i)
+                                  for r, m in nearest if lat[i, r] <= m)
+
+    for region, max_ms in unserved(lat, nearest, used()):
+        if not unserved(lat, ((region, max_ms),), used()):
+            continue
+        for dst in ranked(np.flatnonzero(allowed & (lat[:, region] <= max_ms)), total):
+            sources = [i for i in keep if keep[i] > 0 and i != dst and may_leave(i, dst)]
+            if sources and cycle.ledger.take(dst, c.cpu, c.memory, c.architectures, 1, work.takes):
+                break
+        else:
+            continue
+        src = min(sources, key=lambda i: (-keep[i], -float(total[i]), i))
+        keep[src] -= 1
+        work.target[src] -= 1
+        work.target[dst] = work.target.get(dst, 0) + 1
+        work.why[dst] = Why(Rule.NEAREST, region=region)
+        reason: MoveReason = "failover" if any(s.reason == "failover" for s in leaving) else "goals-changed"
+        cause = Cause(CauseKind.NEAREST, src, region=region)
+        work.moves.append(PendingMove(src, dst, 1, reason, cause))
+        d = work.drains.get(src)
+        work.drains[src] = Drain((d.replicas if d else 0) + 1, cause)
 
 
 def _pair(work: Work, leaving: list[_Leaving], slots: list[int]) -> None:
@@ -334,6 +389,17 @@ def verify(cycle: Cycle, work: Work) -> None:
             census = work.census or ev.census(ev.context(c, work.replicas), work.target)
             work.shortfalls.append(Shortfall("availability", ShortfallKind.TOO_FEW_CLUSTERS,
                                              wanted=min_clusters, have=len(used), census=census))
+    if c.colocate_with:
+        beside = colocated(cycle, c)
+        apart = sorted(i for i, n in work.target.items() if n > 0 and not beside[i])
+        if apart:
+            work.shortfalls.append(Shortfall("selector", ShortfallKind.NOT_COLOCATED, replicas=len(apart),
+                                             cluster=apart[0]))
+    nearest = nearest_goals(c, cycle.fleet.static.region_index)
+    if nearest and work.target:
+        served_by = [i for i, n in work.target.items() if n > 0 and cycle.healthy[i]]
+        for region, max_ms in unserved(cycle.fleet.region_latency, nearest, served_by):
+            work.shortfalls.append(Shortfall("latency", ShortfallKind.UNSERVED, region=region, max_ms=max_ms))
     if qos.availability.spread and used and max(used) - min(used) > 1:
         work.shortfalls.append(Shortfall("spread", ShortfallKind.UNEVEN, wanted=max(used) - min(used),
                                          have=len(used)))
@@ -346,6 +412,18 @@ def verify(cycle: Cycle, work: Work) -> None:
                                              have=scaling.max_replicas))
 
 
+def colocated(cycle: Cycle, c: Component) -> np.ndarray:
+    """``colocateWith``: the clusters where every component ``c`` follows has replicas in
+    this cycle's decision, its target (none where one of them runs nowhere)."""
+    ok = np.ones(len(cycle.fleet.names), dtype=bool)
+    for anchor in c.colocate_with:
+        here = np.zeros(len(cycle.fleet.names), dtype=bool)
+        work = cycle.works.get(anchor)
+        here[[i for i, n in (work.target if work is not None else {}).items() if n > 0]] = True
+        ok &= here
+    return ok
+
+
 def _goal_of(cause: Cause) -> GoalKind:
     """The goal a replica left its cluster for."""
     if cause.kind in (CauseKind.DECLARED_LATENCY, CauseKind.MEASURED_LATENCY):
@@ -354,6 +432,10 @@ def _goal_of(cause: Cause) -> GoalKind:
         return "spread"
     if cause.kind == CauseKind.AVAILABILITY:
         return "availability"
+    if cause.kind == CauseKind.NEAREST:
+        return "latency"
+    if cause.kind == CauseKind.COLOCATION:
+        return "selector"
     if cause.filter is not None and cause.filter in FILTERS_BY_NAME:
         return FILTERS_BY_NAME[cause.filter].goal
     return "capacity"

@@ -12,6 +12,7 @@ from __future__ import annotations
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.cycle import Cycle
 from qonnect_gitops.placement.distribute import Request, distribute
+from qonnect_gitops.placement.plugins.latency import nearest_goals, unserved
 from qonnect_gitops.placement.records import (
     Cause,
     CauseKind,
@@ -101,7 +102,7 @@ def reschedule(cycle: Cycle, work: Work) -> None:
         target[src] -= 1
         target[dst] = target.get(dst, 0) + 1
     target = {i: n for i, n in target.items() if n > 0}
-    if not _keeps_goals(c, work.replicas, target):
+    if not _keeps_goals(cycle, c, work.replicas, target):
         # Within the budget the move would break the spread or minClusters: a hard goal
         # is worth more than the gain.
         work.keep = Keep(KeepKind.BUDGET_SPREAD, gain=gain, threshold=threshold)
@@ -129,8 +130,11 @@ def reschedule(cycle: Cycle, work: Work) -> None:
     work.touched = True
 
 
-def _keeps_goals(c: Component, replicas: int, target: dict[int, int]) -> bool:
+def _keeps_goals(cycle: Cycle, c: Component, replicas: int, target: dict[int, int]) -> bool:
     counts = [n for n in target.values() if n > 0]
     if len(counts) < min(c.qos.availability.min_clusters, replicas):
+        return False
+    nearest = nearest_goals(c, cycle.fleet.static.region_index)
+    if nearest and unserved(cycle.fleet.region_latency, nearest, (i for i, n in target.items() if n > 0)):
         return False
     return not (c.qos.availability.spread and counts and max(counts) - min(counts) > 1)

@@ -59,4 +59,10 @@ def plan_markdown(p: Plan) -> str:
         lines += ["", "#### Unmet goals", "", "| Component | Goal | Why |", "|---|---|---|"]
         for goal in p.unmet:
             lines.append(f"| `{goal.component}` | {goal.goal} | {_md(goal.message)} |")
+    if p.provisioning is not None and (p.provisioning.clusters or p.provisioning.events):
+        lines += ["", "#### Cloud bursting", "", "| Cluster | Pool | Phase | Nodes | Why |", "|---|---|---|---:|---|"]
+        for c in p.provisioning.clusters:
+            lines.append(f"| {c.name} | {c.pool} | {c.phase} | {c.nodes} | {_md(c.reason)} |")
+        for e in p.provisioning.events:
+            lines.append(f"| {_md(e.cluster)} | {e.pool} | {e.action} | {e.nodes or ''} | {_md(e.detail)} |")
     return "\n".join(lines)

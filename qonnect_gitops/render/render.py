@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-from qonnect_gitops.model.goals import Component, Goals
+from qonnect_gitops.model.goals import Component, Goals, Manifest, exposes_nodes
 from qonnect_gitops.model.labels import (
     ADOPT_ANNOTATION,
     APP_LABEL,
@@ -35,7 +35,11 @@ from qonnect_gitops.model.labels import (
     MANAGED_BY_VALUE,
 )
 from qonnect_gitops.model.plan import Plan
+from qonnect_gitops.model.pool import POOL_APP
 from qonnect_gitops.model.secrets import plain_secrets
+from qonnect_gitops.render.capi import capi_objects
+from qonnect_gitops.render.nodes import constrain_pods
+from qonnect_gitops.render.shared import SharedObject, borrowed, definitions
 
 CILIUM_GLOBAL = "service.cilium.io/global"
 CILIUM_SHARED = "service.cilium.io/shared"
@@ -63,23 +67,39 @@ class RenderedPlan:
 
 def render(goals: Goals, plan: Plan) -> RenderedPlan:
     """Render every cluster's manifests for ``plan``. Pure and deterministic."""
+    # Without cloud bursting the placement file stays as it always was.
+    dump = plan.model_dump(mode="json", by_alias=True,
+                           exclude={"provisioning"} if plan.provisioning is None else None)
     # placement.yaml changes with every decision's wording and is megabytes at fleet
     # scale: libyaml's emitter (the same output for plain data) writes it in a fraction
     # of the time. It is on the plan branch only; cluster branches keep the pure emitter.
-    files: dict[str, bytes] = {PLACEMENT_FILE: _dump(plan.model_dump(mode="json", by_alias=True),
-                                                     dumper=_FAST_DUMPER)}
+    files: dict[str, bytes] = {PLACEMENT_FILE: _dump(dump, dumper=_FAST_DUMPER)}
     hosts = {key: plan.clusters_of(key) for key in sorted(plan.components)}
     callers_on = _caller_clusters(goals, hosts)
-    # Per cluster, its paths (without the clusters/<name>/ prefix): one pass, not one per cluster.
-    by_cluster: dict[str, list[str]] = {}
+    app_hosts: dict[str, set[str]] = {}
+    for key, where in hosts.items():
+        app_hosts.setdefault(key.partition("/")[0], set()).update(where)
+    defined = {name: definitions(app) for name, app in goals.apps.items()}
     for component in goals.components():
         for cluster, replicas in hosts.get(component.key, {}).items():
-            for path, body in _component_files_cached(goals, component, hosts[component.key], replicas):
+            for path, body in _component_files_cached(goals, component, cluster, hosts[component.key], replicas):
                 files[f"clusters/{cluster}/{path}"] = body
-                by_cluster.setdefault(cluster, []).append(path)
-        for cluster, path, body in _service_files(goals, component, hosts, callers_on):
+            for shared in borrowed(component, defined[component.app]):
+                path, body = _shared_file(goals, shared)
+                files[f"clusters/{cluster}/{path}"] = body
+        consumers = app_hosts.get(component.app, set())
+        for cluster, path, body in _service_files(goals, component, hosts, callers_on, consumers):
             files[f"clusters/{cluster}/{path}"] = body
-            by_cluster.setdefault(cluster, []).append(path)
+    for cluster, folder, obj in capi_objects(goals, plan):
+        where = obj["metadata"]
+        path = f"clusters/{cluster}/{where['namespace']}/{folder}/{obj['kind'].lower()}-{where['name']}.yaml"
+        files[path] = _dump(_owned(obj, POOL_APP, folder))
+    # Per cluster, its paths (without the clusters/<name>/ prefix): one pass, not one per cluster.
+    by_cluster: dict[str, list[str]] = {}
+    for path in files:
+        if path.startswith("clusters/"):
+            _, cluster, rest = path.split("/", 2)
+            by_cluster.setdefault(cluster, []).append(rest)
     objects: dict[str, int] = {}
     adopted = {app.namespace for app in goals.apps.values() if app.document.spec.adopt_namespace}
     for cluster in goals.clusters:
@@ -108,36 +128,37 @@ def _caller_clusters(goals: Goals, hosts: Mapping[str, Mapping[str, int]]) -> di
 
 
 # A component's files on a cluster, by what they are a function of: the component's
-# names and kind, its manifest objects (by identity: the loader's parse cache hands the
-# same objects to every Goals whose file blob did not change), the replicas there and in
-# all, and the app's plain-secrets opt-in. An idle cycle renders nothing anew and a goals
-# push re-renders only the components whose files it changed. Each entry holds the
-# objects its key names, so their ids stay theirs while it lives.
+# names and kind, its manifest objects and its app's document (by identity: the loader's
+# parse cache hands the same objects to every Goals whose file blob did not change), the
+# cluster and its Cluster object (pods are constrained to its nodes), and the replicas
+# there and in all. An idle cycle renders nothing anew and a goals push re-renders only
+# the components whose files it changed. Each entry holds the objects its key names by
+# id, so their ids stay theirs while it lives.
 _COMPONENT_FILES: dict[tuple[Any, ...], tuple[Any, tuple[tuple[str, bytes], ...]]] = {}
 _COMPONENT_FILES_MAX = 1 << 17
 
 
 def _component_files_cached(
-    goals: Goals, component: Component, placed: Mapping[str, int], replicas: int
+    goals: Goals, component: Component, cluster: str, placed: Mapping[str, int], replicas: int
 ) -> tuple[tuple[str, bytes], ...]:
     document = goals.apps[component.app].document
-    allow_plain = bool(document is not None and document.spec.allow_plain_secrets)
+    target = goals.clusters[cluster]
     manifests = tuple((m.path, m.encrypted, m.raw if m.encrypted else None, tuple(map(id, m.objects)),
                        m.namespaced) for m in component.manifests)
     key = (component.app, component.name, component.namespace, component.kind, id(component.workload),
-           manifests, replicas, sum(placed.values()), allow_plain)
+           id(document), cluster, id(target), manifests, replicas, sum(placed.values()))
     hit = _COMPONENT_FILES.get(key)
     if hit is not None:
         return hit[1]
-    out = tuple(_component_files(goals, component, placed, replicas))
+    out = tuple(_component_files(goals, component, cluster, placed, replicas))
     if len(_COMPONENT_FILES) >= _COMPONENT_FILES_MAX:
         _COMPONENT_FILES.clear()
-    _COMPONENT_FILES[key] = ((component.manifests, component.workload), out)
+    _COMPONENT_FILES[key] = ((component.manifests, component.workload, document, target), out)
     return out
 
 
 def _component_files(
-    goals: Goals, component: Component, placed: Mapping[str, int], replicas: int
+    goals: Goals, component: Component, cluster: str, placed: Mapping[str, int], replicas: int
 ) -> list[tuple[str, bytes]]:
     """Everything a component runs on one cluster, except its Services (see _service_files)."""
     out: list[tuple[str, bytes]] = []
@@ -151,29 +172,49 @@ def _component_files(
         for index, source in enumerate(manifest.objects):
             if source.get("kind") == "Service":
                 continue
-            if plain_secrets(source) and not goals.apps[component.app].document.spec.allow_plain_secrets:
-                raise RenderError(
-                    f"{manifest.path}: a Secret in '{source['metadata']['name']}' holds plain data; "
-                    "refusing to write it to cluster branches"
-                )
+            _refuse_plain_secret(goals, component, manifest, source)
             obj = copy.deepcopy(dict(source))
             if _same_object(source, component.workload):
                 _set_replicas(obj, component, replicas, autoscaled=hpa is not None)
+                constrain_pods(obj, component, goals.clusters[cluster])
             elif hpa is not None and _same_object(source, hpa):
                 _split_autoscaler(obj, replicas, total)
             out.append(_object_file(obj, component, manifest.is_namespaced(index)))
     return out
 
 
+def _refuse_plain_secret(goals: Goals, component: Component, manifest: Manifest, source: Mapping[str, Any]) -> None:
+    if plain_secrets(source) and not goals.apps[component.app].document.spec.allow_plain_secrets:
+        raise RenderError(
+            f"{manifest.path}: a Secret in '{source['metadata']['name']}' holds plain data; "
+            "refusing to write it to cluster branches"
+        )
+
+
+def _shared_file(goals: Goals, shared: SharedObject) -> tuple[str, bytes]:
+    """An object another component's pods use, as its own component renders it (same path,
+    same bytes: where both run it is one file)."""
+    owner, manifest = shared.owner, shared.manifest
+    if manifest.encrypted:
+        return f"{owner.namespace}/{owner.name}/sops-{posixpath.basename(manifest.path)}", manifest.raw
+    source = manifest.objects[shared.index]
+    _refuse_plain_secret(goals, owner, manifest, source)
+    return _object_file(copy.deepcopy(dict(source)), owner, manifest.is_namespaced(shared.index))
+
+
 def _service_files(
     goals: Goals, component: Component, hosts: Mapping[str, Mapping[str, int]],
-    callers_on: Mapping[str, set[str]],
+    callers_on: Mapping[str, set[str]], app_clusters: set[str],
 ) -> list[tuple[str, str, bytes]]:
     """A component's Services, as ``(cluster, path, bytes)``.
 
     A Service goes wherever its backends run (the components its selector matches, as
-    with reviews v1/v2/v3 behind one Service) and, made global by the mesh, wherever
-    something that calls those backends runs.
+    with reviews v1/v2/v3 behind one Service). A ClusterIP Service (or headless or
+    ExternalName) goes, made global by the mesh, also wherever a component of the same
+    app runs (its name resolves app-wide, as in one cluster, whether or not ``calls``
+    says so) and wherever a declared caller from another app runs. A LoadBalancer or
+    NodePort Service opens a port to the outside: only where its backends run, never a
+    public address with nothing behind it.
     """
     out = []
     mesh = goals.fleet.spec.mesh
@@ -183,9 +224,11 @@ def _service_files(
         for source in manifest.objects:
             if source.get("kind") != "Service":
                 continue
-            backends = {component.key} | _selected_components(goals, component, source)
+            backends = {component.key} | goals.apps[component.app].selected_by(source)
             hosting = {c for key in backends for c in hosts.get(key, {})}
-            consumers = {c for key in backends for c in callers_on.get(key, set())}
+            consumers: set[str] = set()
+            if not exposes_nodes(source):
+                consumers = app_clusters | {c for key in backends for c in callers_on.get(key, set())}
             for cluster in sorted(hosting | consumers):
                 obj = copy.deepcopy(dict(source))
                 hosted = cluster in hosting
@@ -196,26 +239,6 @@ def _service_files(
                     path, body = _object_file(_service_export(obj), component, namespaced=True)
                     out.append((cluster, path, body))
     return out
-
-
-def _selected_components(goals: Goals, owner: Component, service: Mapping[str, Any]) -> set[str]:
-    """Components of the same app whose pods the Service's selector matches."""
-    selector = (service.get("spec") or {}).get("selector") or {}
-    if not selector:
-        return set()
-    selected = set()
-    for other in goals.apps[owner.app].components:
-        labels = _pod_labels(other)
-        if all(labels.get(k) == v for k, v in selector.items()):
-            selected.add(other.key)
-    return selected
-
-
-def _pod_labels(component: Component) -> Mapping[str, Any]:
-    spec = component.workload.get("spec") or {}
-    if component.kind == "CronJob":
-        spec = ((spec.get("jobTemplate") or {}).get("spec")) or {}
-    return ((spec.get("template") or {}).get("metadata") or {}).get("labels") or {}
 
 
 def _same_object(a: Mapping[str, Any], b: Mapping[str, Any]) -> bool:

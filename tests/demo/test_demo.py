@@ -18,7 +18,7 @@ from kubernetes import client, config
 
 from tests.conftest import ROOT
 
-SEVEN = ["initial", "goals-change", "resize", "failover", "burst", "leader-kill", "review"]
+SCENARIOS = ["initial", "goals-change", "resize", "regions", "failover", "burst", "leader-kill", "review"]
 
 
 def demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
@@ -85,7 +85,7 @@ def test_all_scenarios_then_keep(tmp_path: Path) -> None:
                 break
         assert any("Everything keeps running" in line for line in lines), "".join(lines[-60:])
         report = json.loads((tmp_path / "report.json").read_text())
-        check_report(report, SEVEN)
+        check_report(report, SCENARIOS)
         by_name = {s["name"]: s for s in report["scenarios"]}
         # the clusters themselves, read now through their Kubernetes APIs
         kube = tmp_path / "run" / "kube"

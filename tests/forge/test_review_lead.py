@@ -139,7 +139,7 @@ def run_review(make_group: Callable[..., LeadGroup],  # noqa: F811
             first = wait_for(lambda: [p for p in pulls(fake) if p["state"] == "open" and p["labels"]], 30,
                              "a labelled pull request", group)[0]
             assert first["head"].startswith("qonnect/proposals/") and first["base"] == "qonnect/plan"
-            assert first["labels"] == ["qonnect"] and first["title"].startswith("goals-changed:")
+            assert first["labels"] == ["qonnect"] and first["title"].startswith("initial:")
             assert "| Component | Cluster | Replicas | Score | Why |" in first["body"]
             # The plan branch exists (a pull request needs a base) but places nothing yet.
             assert not goals.has("cluster/edge-1") and goals.trailers("qonnect/plan")["Qonnect-Generation"] == ["0"]

@@ -115,6 +115,22 @@ def test_never_reported_cluster_is_healthy_for_one_grace_period_then_failed() ->
     assert late.heartbeat_age_seconds == 10.5
 
 
+def test_silence_counts_from_when_the_goals_declared_the_cluster() -> None:
+    # The group ran for a while before the first goals arrived: agents that reported
+    # then were refused (undeclared), so a cluster is not failed the moment it is declared.
+    kb = KnowledgeBase()
+    kb.apply_leader("lead-1", 1, T0)
+    assert apply_goals(kb, "c1" * 20, goals_files(["edge-1"], grace=10.0), T0 + 60)
+    assert kb.snapshot(at(T0 + 65)).clusters["edge-1"].healthy
+    assert kb.snapshot(at(T0 + 65)).clusters["edge-1"].heartbeat_age_seconds == 5.0
+    # A cluster added later gets its own grace; one that stays keeps its date.
+    assert apply_goals(kb, "c2" * 20, goals_files(["edge-1", "edge-2"], grace=10.0), T0 + 68)
+    assert not kb.snapshot(at(T0 + 71)).clusters["edge-1"].healthy
+    assert kb.snapshot(at(T0 + 71)).clusters["edge-2"].healthy
+    again = KnowledgeBase.from_dict(kb.to_dict())
+    assert again.declared_since == {"edge-1": T0 + 60, "edge-2": T0 + 68}
+
+
 def test_reported_cluster_goes_stale_after_grace() -> None:
     kb = kb_with_goals(grace=10.0)
     kb.apply_reports([entry("edge-1", T0 + 20, agent_time=T0 + 20)])

@@ -42,5 +42,16 @@ def test_node_not_ready_capacity_lost_and_envelope_crossed_trigger() -> None:
 
 
 def test_unknown_region_and_missing_fields_are_harmless() -> None:
-    assert report_signature(body(ready=(), ms=None), ENVELOPES) == (0, 0, 0, 0, ())
+    assert report_signature(body(ready=(), ms=None), ENVELOPES) == (0, 0, 0, 0, (), ())
     assert report_signature(body(latencies=[{"to": "mars", "ms": 900}]), ENVELOPES)[3] == 0
+
+
+def test_a_cluster_api_cluster_changing_phase_triggers() -> None:
+    """A management cluster's report: a pool cluster turning ready (or failing) is worth a cycle."""
+    def with_cluster(phase: str) -> tuple[Any, ...]:
+        out = report("edge-1")
+        out["clusterApi"] = [{"name": "burst-1", "namespace": "qonnect-pools", "phase": phase,
+                              "controlPlaneReady": phase == "Provisioned", "kubeconfig": phase == "Provisioned"}]
+        return report_signature(ReportRecord.from_report(AgentReport.model_validate(out)), ENVELOPES)
+    assert with_cluster("Provisioning") != with_cluster("Provisioned") != with_cluster("Failed")
+    assert with_cluster("Provisioning") == with_cluster("Provisioning")

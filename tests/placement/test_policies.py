@@ -213,9 +213,11 @@ def test_failover_then_nothing_moves_back_until_stability_allows() -> None:
     assert p3.placements()["shop/web"] == {"a": 1, "b": 1} and p3.reason == "rescheduling"
 
 
-def test_decision_reason_goals_changed_for_new_components() -> None:
+def test_decision_reason_initial_for_a_first_placement_then_goals_changed() -> None:
     g = goals([cluster("a")], [component("web")])
-    assert plan(g, observed(), current({})).reason == "goals-changed"
+    assert plan(g, observed(), current({})).reason == "initial"
+    g2 = goals([cluster("a")], [component("web"), component("api")])
+    assert plan(g2, observed(), current({"shop/web": {"a": 1}})).reason == "goals-changed"
     p = plan(g, observed(), current({"shop/web": {"a": 1}}))
     assert p.reason == "goals-changed" and p.moves == ()
 

@@ -58,6 +58,9 @@ def qos_of(draw: st.DrawFn) -> dict[str, Any]:
     q: dict[str, Any] = {"objective": draw(st.sampled_from(("latency", "cost", "energy")))}
     if draw(st.booleans()):
         q["latency"] = [{"region": draw(st.sampled_from(REGIONS)), "maxMs": float(draw(st.sampled_from((10, 25, 50))))}]
+    elif draw(st.integers(0, 2)) == 0:  # serve each region from nearby
+        q["latency"] = [{"region": r, "maxMs": float(draw(st.sampled_from((10, 25, 50)))), "serve": "nearest"}
+                        for r in REGIONS]
     if draw(st.integers(0, 3)) == 0:
         q["tiers"] = draw(st.sampled_from((["edge", "fog"], ["fog", "cloud"], ["cloud"])))
     if draw(st.booleans()):
@@ -84,6 +87,8 @@ def apps(draw: st.DrawFn) -> list[Component]:
             arch=draw(st.sampled_from((("amd64",), ("arm64",), ("amd64", "arm64")))),
             calls=calls, qos=qos_of(draw), cooldown=COOLDOWN, budget=draw(st.integers(1, 2)),
         ))
+        if j > 0 and draw(st.integers(0, 4)) == 0:  # runs beside the one before it
+            comps[-1] = dataclasses.replace(comps[-1], colocate_with=(f"shop/c{j - 1}",))
     return comps
 
 
@@ -147,8 +152,20 @@ def check(g: Goals, obs: Observed, p: Plan) -> None:
             elif not any(s.cpu >= c.cpu and s.memory >= c.memory for s in shapes):
                 assert (c.key, "capacity") in unmet, (c.key, name)
             for goal in c.qos.latency:
-                if _latency(g, obs, name, goal.region) > goal.max_ms:
+                if goal.serve == "all" and _latency(g, obs, name, goal.region) > goal.max_ms:
                     assert (c.key, "latency") in unmet, (c.key, name, goal)
+            nearest = [goal for goal in c.qos.latency if goal.serve == "nearest"]
+            if nearest and all(_latency(g, obs, name, goal.region) > goal.max_ms for goal in nearest):
+                assert (c.key, "latency") in unmet, (c.key, name, "near none of its regions")
+        serving = [name for name, n in where.items() if n > 0 and healthy[name]]
+        for goal in c.qos.latency:
+            if goal.serve == "nearest" and serving and \
+                    all(_latency(g, obs, name, goal.region) > goal.max_ms for name in serving):
+                assert (c.key, "latency") in unmet, (c.key, goal.region, "served by no replica")
+        for anchor in c.colocate_with:
+            beside = {name for name, n in p.placements().get(anchor, {}).items() if n > 0}
+            if any(n > 0 and healthy[name] and name not in beside for name, n in where.items()):
+                assert (c.key, "selector") in unmet, (c.key, "not beside", anchor)
         counts = [n for name, n in where.items() if n > 0 and healthy[name]]
         if len(counts) < c.qos.availability.min_clusters and (counts or c.qos.availability.min_clusters > 1):
             assert (c.key, "availability") in unmet, c.key

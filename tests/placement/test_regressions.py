@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from qonnect_gitops.model.plan import CurrentPlacement, Plan, ReplicaRequest
 from qonnect_gitops.placement import plan
 from tests.placement.builders import (
@@ -314,10 +316,7 @@ def test_reports_lagging_a_decision_do_not_let_a_cluster_take_more_than_it_has()
     assert sum(p.placements()["shop/ingest"].values()) == 100
 
 
-def test_a_component_placed_in_part_gets_in_its_first_plan_what_a_quiet_replan_adds() -> None:
-    # Found by the property test: shop/c2 (3 replicas of 1 GiB, bursting off) was placed
-    # before shop/c1, which calls it; edge-0 held two, the third was reported unplaced,
-    # and the next quiet cycle added it on edge-1 once c1's place was known.
+def _edge_quad() -> tuple[list, list]:
     shape = [{"count": 1, "cpu": "1000m", "memory": "2Gi", "arch": "amd64"}]
     taint = ({"key": "edge", "value": "true", "effect": "NoSchedule"},)
     fleet = [cluster("edge-0", tier="edge", region="r1", nodes=shape, cpu_hour=0.01),
@@ -325,16 +324,34 @@ def test_a_component_placed_in_part_gets_in_its_first_plan_what_a_quiet_replan_a
              cluster("edge-2", tier="edge", region="r2", nodes=shape, cpu_hour=0.01),
              cluster("edge-3", tier="edge", region="r2", nodes=shape, cpu_hour=0.01)]
     links = [("edge-0", "r2", 2.0), ("edge-1", "r2", 1.0), ("edge-2", "r1", 1.0), ("edge-3", "r1", 1.0)]
-    tolerate = [{"key": "edge", "operator": "Exists"}]
+    return fleet, links
+
+
+TOLERATE_EDGE = [{"key": "edge", "operator": "Exists"}]
+
+
+@pytest.mark.parametrize("crowd", [False, True], ids=["placed-in-part", "placed-nowhere"])
+def test_a_component_short_of_replicas_gets_in_its_first_plan_what_a_quiet_replan_adds(crowd: bool) -> None:
+    # Found by the property test: shop/c2 (1 GiB replicas, bursting and offloading off)
+    # was placed before shop/c1, which calls it: edge-0 held two of three (or, with c0
+    # scaled to three replicas there first, none), and the next quiet cycle placed the
+    # rest on edge-1 once c1's place was known. The first plan must be that fixpoint.
+    fleet, links = _edge_quad()
+    rules = {"objective": "latency", "tolerations": TOLERATE_EDGE, "offloading": False, "bursting": False}
+    scaled = {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}
     comps = [
         component("c1", replicas=1, cpu=250, memory=GI // 4, calls=("shop/c2",),
                   qos={"objective": "latency", "offloading": True, "bursting": False}),
         component("c2", replicas=3, cpu=250, memory=GI, cooldown=300.0,
-                  qos={"objective": "latency", "tolerations": tolerate, "offloading": False, "bursting": False}),
+                  qos={**rules, "scaling": scaled} if crowd else rules),
     ]
+    traffic = []
+    if crowd:
+        comps.append(component("c0", replicas=1, cpu=250, memory=GI, cooldown=300.0,
+                               qos={**rules, "tiers": ["edge", "fog"], "scaling": scaled}))
+        traffic = [{"component": f"shop/{c}", "region": "r1", "rps": 250.0} for c in ("c0", "c2")]
     g = goals(fleet, comps, links=links, regions=("r1", "r2"))
-    first = plan(g, observed(), CurrentPlacement())
-    assert sum(first.placements()["shop/c2"].values()) == 3
-    assert not [u for u in first.unplaced if u.component == "shop/c2"]
-    replan = plan(g, observed(now=LATER), first.current())
+    first = plan(g, observed(traffic=traffic), CurrentPlacement())
+    assert first.placements()["shop/c2"]
+    replan = plan(g, observed(now=LATER, traffic=traffic), first.current())
     assert replan.moves == ()

@@ -34,7 +34,7 @@ def test_first_cycle_writes_plan_and_cluster_branches_second_writes_nothing(goal
     plan = goals.rev("qonnect/plan")
     trailers = goals.trailers("qonnect/plan")
     assert trailers["Qonnect-Source"] == [goals.rev("main")]
-    assert trailers["Qonnect-Generation"] == ["1"] and trailers["Qonnect-Reason"] == ["goals-changed"]
+    assert trailers["Qonnect-Generation"] == ["1"] and trailers["Qonnect-Reason"] == ["initial"]
     placement = yaml.safe_load(subprocess.run(
         ["git", "-C", str(goals.bare), "show", f"{plan}:placement.yaml"],
         capture_output=True, text=True, check=True).stdout)
@@ -121,7 +121,7 @@ def test_decision_commits_carry_the_readable_table(goals: GoalsRepo) -> None:
     assert reconcile(goals).returncode == 0
     body = subprocess.run(["git", "-C", str(goals.bare), "log", "-1", "--format=%b", "qonnect/plan"],
                           capture_output=True, text=True, check=True).stdout
-    assert "### Proposed placement (goals-changed)" in body
+    assert "### Proposed placement (initial)" in body
     assert "| `bookinfo/productpage` |" in body
 
 

@@ -281,6 +281,8 @@ def test_goals_sharing_parsed_objects_render_like_fresh_goals(template_files) ->
     files["apps/bookinfo/manifests/details.yaml"] = files["apps/bookinfo/manifests/details.yaml"].replace(
         b"image: ", b"image: mirror.example.org/")
     files["apps/bookinfo/app.yaml"] += b"# the app file changed too: every component object is new\n"
+    # A cluster's nodes decide the pods' architecture affinity: its file changed, its files change.
+    files["clusters/edge-1.yaml"] = files["clusters/edge-1.yaml"].replace(b"arch: arm64", b"arch: amd64")
     shared = load_goals(files, cache)
     assert shared.component("bookinfo/ratings").workload is goals.component("bookinfo/ratings").workload
     fresh = load_goals(files)

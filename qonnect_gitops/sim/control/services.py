@@ -8,6 +8,7 @@ store's label index.
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Callable, Iterable
 from typing import Any
 
@@ -48,6 +49,10 @@ class Services:
         self._index: dict[tuple[str, str, str], set[str]] = {}
         self._selectors: dict[ObjKey, dict[str, str]] = {}
         self._next_lb = 0
+        # Each simulated cluster hands out load balancer addresses from its own /24 in
+        # 172.16.0.0/12 (from its name), so two clusters' first addresses differ.
+        digest = hashlib.sha256(ctx.core.cluster_name.encode()).digest()
+        self._lb_block = f"172.{16 + digest[0] % 16}.{digest[1]}"
 
     def _remember(self, key: ObjKey, svc: dict[str, Any] | None) -> None:
         old = self._selectors.pop(key, None)
@@ -120,7 +125,7 @@ class Services:
         if (status.get("loadBalancer") or {}).get("ingress"):
             return None
         self._next_lb += 1
-        ip = f"172.18.255.{self._next_lb % 250 + 1}"
+        ip = f"{self._lb_block}.{self._next_lb % 250 + 1}"
         ports = [{"port": p.get("port"), "protocol": p.get("protocol", "TCP")}
                  for p in (svc.get("spec") or {}).get("ports") or []]
         self.ctx.event(svc, "EnsuringLoadBalancer", "Ensuring load balancer", "service-controller")
