@@ -38,6 +38,7 @@ SLOW_FILES = {
     "provision/test_e2e.py": "cloud bursting: leads, agents, simulated Cluster API, git daemon",
     "provision/test_sim_capi.py": "a simulated management cluster starting simulated clusters",
     "reconcile/test_hostile_goals.py": "`qonnect reconcile --once` against a goals repo on git daemon",
+    "reconcile/test_incremental.py": "reconcile cycles against a goals repo on git daemon",
     "reconcile/test_reconcile_once.py": "`qonnect reconcile --once` against a goals repo on git daemon",
 }
 # Hypothesis fuzzers of hostile input (also slow): files, or single tests as FILE::NAME.

@@ -25,6 +25,8 @@ from qonnect_gitops.logs import get_logger
 log = get_logger(__name__)
 
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+LIST_PAGE_SIZE = 500  # what kubectl and client-go's pager ask for
+LIST_RESTARTS = 3
 
 
 class KubeError(Exception):
@@ -206,10 +208,32 @@ class Kube:
                 return None
             raise
 
-    def list(self, res: Resource, namespace: str | None = None, label_selector: str | None = None) -> list[dict[str, Any]]:
-        query = {"labelSelector": label_selector} if label_selector else None
-        doc = self.request("GET", res.path(namespace), query)
-        return list(doc.get("items") or [])
+    def list(self, res: Resource, namespace: str | None = None, label_selector: str | None = None,
+             page_size: int = LIST_PAGE_SIZE) -> list[dict[str, Any]]:
+        """Every object of ``res`` (in ``namespace``, matching ``label_selector``), read in
+        pages of ``page_size`` with ``limit``/``continue``: a cluster with tens of thousands
+        of objects is never one response held whole by the API server and by us at once.
+        A continue token that expired (410) restarts the list from the first page."""
+        for _ in range(LIST_RESTARTS):
+            items: list[dict[str, Any]] = []
+            token: str | None = None
+            try:
+                while True:
+                    query = {"limit": str(page_size)}
+                    if label_selector:
+                        query["labelSelector"] = label_selector
+                    if token:
+                        query["continue"] = token
+                    doc = self.request("GET", res.path(namespace), query)
+                    items.extend(doc.get("items") or [])
+                    token = (doc.get("metadata") or {}).get("continue") or None
+                    if token is None:
+                        return items
+            except KubeError as exc:
+                if exc.status != 410 or token is None:
+                    raise
+                log.info("kube_list_restarted", resource=res.plural, why=exc.message)
+        raise KubeError(410, "Expired", f"listing {res.plural}: the continue token kept expiring")
 
     def apply(self, res: Resource, obj: dict[str, Any], *, dry_run: bool = False, force: bool = True,
               manager: str = FIELD_MANAGER) -> dict[str, Any]:

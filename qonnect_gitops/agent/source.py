@@ -22,9 +22,10 @@ from typing import Any
 import pygit2
 
 from qonnect_gitops.gitstore import trailers as tr
+from qonnect_gitops.gitstore.lsrefs import LsRefsError, Unsupported, ls_ref
 from qonnect_gitops.gitstore.remote import narrow_fetch
 from qonnect_gitops.gitstore.tree import read_tree_files
-from qonnect_gitops.logs import get_logger
+from qonnect_gitops.logs import get_logger, redact_url
 from qonnect_gitops.model.errors import GoalsError
 from qonnect_gitops.model.parsing import check_tree, load_documents
 
@@ -52,14 +53,52 @@ class Revision:
     ignored: tuple[str, ...] = field(default=())  # symlinks and submodules: never read
 
 
+# Remotes that answered ls-refs in protocol v0: polled by fetching, never asked again.
+_V0_REMOTES: set[str] = set()
+
+
 def fetch(cache: Path, url: str, branch: str, credentials: Any = None) -> str:
-    """Fetch the branch; returns its head commit id. Raises ``SourceError``."""
+    """The branch's head commit, fetched into ``cache`` when it moved. Raises ``SourceError``.
+
+    An idle poll costs one protocol v2 ``ls-refs`` of this branch alone (see
+    ``gitstore.lsrefs``): hundreds of bytes, where a fetch first downloads every branch
+    name of the fleet. Only a moved branch, a first poll, or a remote that does not speak
+    v2 to us goes through libgit2's fetch."""
+    ref = f"refs/heads/{branch}"
+    cached = _cached_head(cache, ref)
+    if cached is not None and url not in _V0_REMOTES:
+        try:
+            answer = ls_ref(url, ref, credentials)
+        except Unsupported as exc:
+            _V0_REMOTES.add(url)
+            log.info("poll_protocol_v0", url=redact_url(url), why=str(exc))
+        except (LsRefsError, ValueError) as exc:
+            log.debug("poll_ls_refs_failed", url=redact_url(url), error=str(exc))  # the fetch says why
+        else:
+            if answer.commit == cached:
+                return cached
+            if answer.commit is None:
+                raise SourceError(f"{redact_url(url)} has no branch {branch}")
     try:
         result = narrow_fetch(cache, url, branch, credentials)
     except Exception as exc:  # RemoteError, GitError, OSError: all mean "unreachable or unreadable"
         raise SourceError(str(exc)) from exc
     assert result.commit is not None
     return result.commit
+
+
+def _cached_head(cache: Path, ref: str) -> str | None:
+    """The commit the cache holds for ``ref``, when the commit itself is there too."""
+    if not (Path(cache) / "HEAD").exists():
+        return None
+    try:
+        repo = pygit2.Repository(str(cache))
+        target = repo.references[ref].target
+    except (KeyError, pygit2.GitError, ValueError):
+        return None
+    if not isinstance(target, pygit2.Oid) or target not in repo:
+        return None
+    return str(target)
 
 
 def read_revision(cache: Path, commit: str) -> Revision:

@@ -333,11 +333,13 @@ class GitStore:
         meta = _decision_of(self.repo, commit)
         recorded = _recorded_fan(commit)
         names = set(recorded.clusters) if clusters is None else set(clusters)
-        names.update(_cluster_dirs(self.repo, commit.tree))
+        present = _cluster_subtrees(self.repo, commit.tree)
+        names.update(present)
         limits = dict(recorded.prune_limits if prune_limits is None else prune_limits)
         when = commit.committer.time if timestamp is None else timestamp
         summary = commit.message.splitlines()[0] if commit.message.strip() else "qonnect plan"
-        subtrees = {name: subtree_id(self.repo, commit.tree, f"clusters/{name}") for name in names}
+        # One read of the clusters tree: a path lookup per cluster re-reads it every time.
+        subtrees = {name: present.get(name) for name in names}
         batch = ObjectBatch(self.repo)
         updates = self._cluster_commits(commit.id, summary, meta, subtrees, limits, when, batch)
         batch.flush()
@@ -666,10 +668,11 @@ def _fan_trailers(fan: _FanOutPlan) -> list[tuple[str, str]]:
     return out
 
 
-def _cluster_dirs(repo: pygit2.Repository, tree: pygit2.Tree) -> list[str]:
+def _cluster_subtrees(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.Oid]:
+    """Each ``clusters/<name>`` directory of a plan tree and its tree id, read at once."""
     sub = subtree_id(repo, tree, "clusters")
     if sub is None:
-        return []
+        return {}
     clusters = repo[sub]
     assert isinstance(clusters, pygit2.Tree)
-    return [e.name or "" for e in clusters if e.filemode == pygit2.enums.FileMode.TREE]
+    return {e.name or "": e.id for e in clusters if e.filemode == pygit2.enums.FileMode.TREE}

@@ -75,6 +75,25 @@ def build_tree(
     caller flushes; otherwise they are written before returning. ``trees``, when
     given, receives the id of every directory by path (``""`` is the root).
     """
+    root = _nest(files)
+    own = batch is None
+    batch = ObjectBatch(repo) if batch is None else batch
+    base_tree = repo[base] if base is not None else None
+    tree_id = _write_node(repo, batch, root, base_tree if isinstance(base_tree, pygit2.Tree) else None,
+                          "", trees if trees is not None else {})
+    if own:
+        batch.flush()
+    return tree_id
+
+
+def tree_id_of(files: Mapping[str, bytes]) -> pygit2.Oid:
+    """The root tree id ``build_tree`` would give ``files``, computed in memory: nothing is
+    written or read, so comparing a decision with a commit costs hashing, not blob reads."""
+    return pygit2.Oid(raw=_hash_node(_nest(files)))
+
+
+def _nest(files: Mapping[str, bytes]) -> dict[str, object]:
+    """``files`` as nested dicts (directories) of bytes (files), paths checked."""
     root: dict[str, object] = {}
     for path, data in files.items():
         parts = split_path(path)
@@ -87,14 +106,18 @@ def build_tree(
         if parts[-1] in node:
             raise InvalidPath(f"{path!r} is both a file and a directory")
         node[parts[-1]] = bytes(data)
-    own = batch is None
-    batch = ObjectBatch(repo) if batch is None else batch
-    base_tree = repo[base] if base is not None else None
-    tree_id = _write_node(repo, batch, root, base_tree if isinstance(base_tree, pygit2.Tree) else None,
-                          "", trees if trees is not None else {})
-    if own:
-        batch.flush()
-    return tree_id
+    return root
+
+
+def _hash_node(node: Mapping[str, object]) -> bytes:
+    entries: list[tuple[str, int, bytes]] = []
+    for name, child in node.items():
+        if isinstance(child, dict):
+            entries.append((name, MODE_TREE, _hash_node(child)))
+        else:
+            assert isinstance(child, bytes)
+            entries.append((name, MODE_BLOB, object_id(BLOB, child)))
+    return object_id(TREE, serialize_tree(entries))
 
 
 def _write_node(
@@ -149,16 +172,38 @@ def read_tree_files(repo: RepoLike, rev: str, prefix: str = "", skipped: list[st
     entries are skipped (never followed): goals are plain files; their paths are appended
     to ``skipped`` when given. A missing ``prefix`` gives ``{}``.
     """
+    r, start, prefix = _subtree_at(repo, rev, prefix)
+    if start is None:
+        return {}
+    out: dict[str, bytes] = {}
+    _collect(r, _tree(r, start), prefix, out, skipped)
+    return out
+
+
+def _subtree_at(repo: RepoLike, rev: str, prefix: str) -> tuple[pygit2.Repository, pygit2.Oid | None, str]:
+    """The repository, the tree id at ``prefix`` of commit ``rev`` (None: absent) and the
+    prefix as a checked path without slashes at either end."""
     r = open_repo(repo)
     commit = resolve_commit(r, rev)
     prefix = prefix.strip("/")
     if prefix:
         split_path(prefix)
-    start = subtree_id(r, commit.tree, prefix)
-    if start is None:
-        return {}
-    out: dict[str, bytes] = {}
-    _collect(r, _tree(r, start), prefix, out, skipped)
+    return r, subtree_id(r, commit.tree, prefix), prefix
+
+
+def list_tree_paths(repo: RepoLike, rev: str, prefix: str = "") -> set[str]:
+    """The paths of ``read_tree_files`` without reading any blob: tree objects only."""
+    r, start, prefix = _subtree_at(repo, rev, prefix)
+    out: set[str] = set()
+    pending = [] if start is None else [(start, prefix)]
+    while pending:
+        oid, base = pending.pop()
+        for entry in _tree(r, oid):
+            path = f"{base}/{entry.name}" if base else entry.name or ""
+            if entry.filemode == pygit2.enums.FileMode.TREE:
+                pending.append((entry.id, path))
+            elif entry.filemode in _BLOB_MODES:
+                out.add(path)
     return out
 
 

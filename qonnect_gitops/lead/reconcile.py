@@ -22,7 +22,6 @@ from qonnect_gitops.gitstore import (
     RefChange,
     WriteResult,
     read_file,
-    read_tree_files,
 )
 from qonnect_gitops.gitstore.remote import Credentials, Mirror, PublishResult
 from qonnect_gitops.gitstore.store import (
@@ -30,12 +29,20 @@ from qonnect_gitops.gitstore.store import (
     DEFAULT_PLAN_BRANCH,
     DEFAULT_PROPOSAL_PREFIX,
 )
+from qonnect_gitops.gitstore.tree import (
+    EMPTY_TREE_HEX,
+    list_tree_paths,
+    resolve_commit,
+    subtree_id,
+    tree_id_of,
+)
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import (
     CurrentPlacement,
     Goals,
     GoalsError,
     Observed,
+    ParseCache,
     Plan,
     load_goals,
 )
@@ -132,7 +139,7 @@ def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials) 
     if commit is None:
         return mirror
     try:
-        goals = load_goals(mirror.read_goals(commit))
+        goals = load_goals(mirror.read_goals(commit), _PARSED)
     except GoalsError:
         return mirror  # reconcile_once reports the problems
     branches = goals.fleet.spec.branches
@@ -143,17 +150,32 @@ def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials) 
     return open_mirror(path, url, credentials, goals)
 
 
+_PLANS: dict[str, Plan] = {}  # placement.yaml of the last plan commits read (immutable)
+_PLANS_KEEP = 4
+# placement.yaml of a fleet is megabytes (every component, with reasons): libyaml reads
+# it in a second where the pure-Python loader takes tens (the same safe schema).
+_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
 def plan_in_force(mirror: Mirror, head: str) -> Plan:
-    """The decision of a plan commit (its ``placement.yaml``)."""
+    """The decision of a plan commit (its ``placement.yaml``), parsed once per commit."""
+    cached = _PLANS.get(head)
+    if cached is not None:
+        return cached
     raw = read_file(mirror.repo, head, PLACEMENT_FILE)
     if raw is None:
         raise RuntimeError(f"the plan commit {head[:12]} has no {PLACEMENT_FILE}; refusing to "
                            "plan as if nothing ran")
     try:
-        return Plan.model_validate(yaml.safe_load(raw))
+        plan = Plan.model_validate(yaml.load(raw, Loader=_SAFE_LOADER))
     except (yaml.YAMLError, ValidationError) as exc:
         # A plan we cannot read must not be mistaken for "nothing runs": refuse to plan.
         raise RuntimeError(f"{PLACEMENT_FILE} at {head[:12]} is unreadable: {exc}") from exc
+    if len(head) == 40:  # a commit id, never a branch name: what it names never changes
+        while len(_PLANS) >= _PLANS_KEEP:
+            del _PLANS[next(iter(_PLANS))]
+        _PLANS[head] = plan
+    return plan
 
 
 def current_placement(mirror: Mirror) -> tuple[str | None, int, CurrentPlacement]:
@@ -182,31 +204,33 @@ def prune_limits(mirror: Mirror, head: str | None, rendered: RenderedPlan) -> di
     """Per cluster, how many objects the new tree knowingly removes from the one in force."""
     if head is None:
         return {}
-    old = read_tree_files(mirror.repo, head, "clusters/")
-    limits = {}
-    for cluster in rendered.clusters:
-        prefix = f"clusters/{cluster}/"
-        removed = {p for p in old if p.startswith(prefix)} - set(rendered.files)
-        if removed:
-            limits[cluster] = len(removed)
+    old = list_tree_paths(mirror.repo, head, "clusters/")  # names only: no blob is read
+    new = set(rendered.files)
+    limits: dict[str, int] = {}
+    for path in old - new:
+        cluster = path.split("/", 2)[1]
+        if cluster in rendered.clusters:
+            limits[cluster] = limits.get(cluster, 0) + 1
     return limits
 
 
 def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: RenderedPlan) -> bool:
     """Whether ``commit`` already holds this decision: the same cluster trees, the same
     placement and the same unplaced replicas. Reasons and timestamps may differ: a
-    cycle that changes nothing but wording must write nothing."""
+    cycle that changes nothing but wording must write nothing.
+
+    The cluster trees are compared by id: the new one is hashed in memory (as the
+    decision writer would build it) and the old one is one tree lookup, so an idle cycle
+    reads no blobs but ``placement.yaml`` (parsed once per commit)."""
     if commit is None:
         return False
-    new_files = {p: b for p, b in rendered.files.items() if p.startswith("clusters/")}
-    if read_tree_files(mirror.repo, commit, "clusters/") != new_files:
-        return False
-    raw = read_file(mirror.repo, commit, PLACEMENT_FILE)
-    if raw is None:
+    new_files = {p[len("clusters/"):]: b for p, b in rendered.files.items() if p.startswith("clusters/")}
+    old_tree = subtree_id(mirror.repo, resolve_commit(mirror.repo, commit).tree, "clusters")
+    if str(old_tree or EMPTY_TREE_HEX) != str(tree_id_of(new_files)):
         return False
     try:
-        previous = Plan.model_validate(yaml.safe_load(raw))
-    except (yaml.YAMLError, ValidationError):
+        previous = plan_in_force(mirror, commit)
+    except RuntimeError:
         return False
     unplaced = sorted((u.component, u.replicas) for u in plan.unplaced)
     unmet = sorted((u.component, u.goal) for u in plan.unmet)
@@ -254,6 +278,8 @@ def decision_summary(plan: Plan) -> str:
 
 _GOALS: dict[str, Goals] = {}  # the goals of the last commits read (a commit never changes)
 _GOALS_KEEP = 2
+# Files parsed for earlier commits, by blob id: a goals push re-parses only what it changed.
+_PARSED = ParseCache()
 
 
 def _goals_at(mirror: Mirror, commit: str) -> Goals:
@@ -261,7 +287,7 @@ def _goals_at(mirror: Mirror, commit: str) -> Goals:
     lets the planner keep what it derived from it between cycles."""
     goals = _GOALS.get(commit)
     if goals is None:
-        goals = load_goals(mirror.read_goals(commit))  # raises GoalsError: nothing cached
+        goals = load_goals(mirror.read_goals(commit), _PARSED)  # raises GoalsError: not in _GOALS
         while len(_GOALS) >= _GOALS_KEEP:
             del _GOALS[next(iter(_GOALS))]
         _GOALS[commit] = goals
@@ -314,9 +340,6 @@ def reconcile_once(
     rendered = render(with_members(goals, decision.provisioning), decision)
     meta = DecisionMeta(source=goals_commit, term=term, generation=generation + 1,
                         reason=decision.reason)
-    write = DecisionWrite(summary=decision_summary(decision), meta=meta, clusters=rendered.clusters,
-                          timestamp=int(now.timestamp()), prune_limits=prune_limits(mirror, head, rendered),
-                          expected_plan=head)
     result = CycleResult(goals_commit, decision, generation, degraded=degraded)
     review = needs_review(goals, decision.reason) and not finishes(mirror, head, decision)
     open_proposals = [p for p in mirror.store.list_proposals() if p.base == head] if review else []
@@ -330,6 +353,9 @@ def reconcile_once(
         result = CycleResult(goals_commit, decision, generation, degraded=degraded)
         published = _publish(mirror, result, hooks) if mirror.pending() else None
         return CycleResult(goals_commit, decision, generation, published=published, degraded=degraded)
+    write = DecisionWrite(summary=decision_summary(decision), meta=meta, clusters=rendered.clusters,
+                          timestamp=int(now.timestamp()), prune_limits=prune_limits(mirror, head, rendered),
+                          expected_plan=head)
     if review and hooks.may_propose is not None and not hooks.may_propose(goals_commit, head, decision):
         log.info("proposal_withheld", goals=goals_commit[:12], reason="rejected-by-reviewer")
         if head is not None:

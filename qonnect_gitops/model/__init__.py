@@ -8,7 +8,7 @@ from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.errors import GoalsError, Problem
 from qonnect_gitops.model.fleet import Fleet
 from qonnect_gitops.model.goals import App, Component, Goals, Manifest, StabilityRules
-from qonnect_gitops.model.loader import load_goals
+from qonnect_gitops.model.loader import ParseCache, load_goals
 from qonnect_gitops.model.network import Network
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
@@ -25,6 +25,7 @@ __all__ = [
     "Manifest",
     "Network",
     "Observed",
+    "ParseCache",
     "Plan",
     "Problem",
     "QoS",

@@ -7,6 +7,7 @@ Git tree) and returns ``Goals`` or raises ``GoalsError``.
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 from collections.abc import Iterator, Mapping
 from dataclasses import replace
@@ -43,7 +44,7 @@ from qonnect_gitops.model.quantity import (
     to_millicores,
 )
 from qonnect_gitops.model.secrets import is_sops_encrypted, plain_secrets
-from qonnect_gitops.model.yamlpos import M, YamlDocument, parse_yaml, validate_document
+from qonnect_gitops.model.yamlpos import M, YamlDocument, detached, parse_yaml, validate_document
 
 FLEET_FILE = "qonnect.yaml"
 NETWORK_FILE = "network.yaml"
@@ -53,33 +54,117 @@ POOLS_DIR = "clusterPools/"
 APP_FILE = "app.yaml"
 
 
-def load_goals(files: Mapping[str, bytes]) -> Goals:
+def load_goals(files: Mapping[str, bytes], cache: ParseCache | None = None) -> Goals:
     """Validate and resolve a goals tree. Raises GoalsError listing every problem found.
 
-    Warnings (custom resources that could not be checked) are on ``Goals.warnings``."""
-    return _Loader(files).load()
+    Warnings (custom resources that could not be checked) are on ``Goals.warnings``.
+    With ``cache`` (one per long-lived caller, such as the lead's loop), a file whose
+    bytes were parsed by an earlier call is not parsed or validated again; the checks
+    across files run every time, so the result is the same with or without it."""
+    if cache is None:
+        return _Loader(files, ParseCache()).load()
+    cache.begin()
+    return _Loader(files, cache).load()
+
+
+def blob_id(raw: bytes) -> str:
+    """The Git blob id of ``raw``: the cache key, so an unchanged file in a new commit
+    (same blob in the tree) is found without comparing contents."""
+    return hashlib.sha1(b"blob %d\0" % len(raw) + raw, usedforsecurity=False).hexdigest()
+
+
+class ParseCache:
+    """Parsed and validated goals files, keyed by (path, what it was read as, blob id).
+
+    Parsing (ruamel, positions kept) is most of the cost of loading goals; a cycle after
+    a goals push re-parses only the files whose blob changed. Entries hold plain data
+    and the file's bytes, not ruamel's node trees (several times larger): a problem's
+    position re-parses its file. An entry not used by the
+    last two loads is dropped, so the cache holds about one goals tree. Parsed documents
+    are shared between the ``Goals`` of different commits: nothing mutates them (the
+    lead already reuses one ``Goals`` across cycles of a commit). One load at a time: the
+    lead's loop loads goals under its cycle lock (the pure core takes no locks).
+    """
+
+    KEEP_LOADS = 2
+
+    def __init__(self) -> None:
+        self._entries: dict[tuple[str, str, str], tuple[int, Any]] = {}
+        self._load = 0
+        self.parsed = 0
+        """Files parsed (cache misses) since the cache was made: what a test or a benchmark reads."""
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+    def begin(self) -> None:
+        """Start a load: entries unused by the last ``KEEP_LOADS`` loads are dropped."""
+        self._load += 1
+        oldest = self._load - self.KEEP_LOADS
+        self._entries = {k: v for k, v in self._entries.items() if v[0] >= oldest}
+
+    def get(self, key: tuple[str, str, str]) -> Any:
+        """The entry of ``key`` (marked used by this load), or None."""
+        hit = self._entries.get(key)
+        if hit is None:
+            return None
+        self._entries[key] = (self._load, hit[1])
+        return hit[1]
+
+    def put(self, key: tuple[str, str, str], value: Any) -> None:
+        """Remember a parse result (documents, or the problems found)."""
+        self.parsed += 1
+        self._entries[key] = (self._load, value)
 
 
 class _Loader:
-    def __init__(self, files: Mapping[str, bytes]) -> None:
+    def __init__(self, files: Mapping[str, bytes], cache: ParseCache) -> None:
         self.files = files
+        self.cache = cache
         self.problems: list[Problem] = []
         self.warnings: list[Problem] = []
         self.docs: dict[str, YamlDocument] = {}
         self.manifest_docs: dict[str, list[YamlDocument]] = {}
         self.kinds = KindCatalog()
+        self.kinds_key = ""  # identifies the custom kinds: object checks are cached per kinds
 
     # -- parsing ---------------------------------------------------------------------------
 
     def _document(self, path: str, model: type[M]) -> M | None:
         """Parse and validate one single-document file; None (problems recorded) when bad."""
-        try:
-            (doc,) = parse_yaml(path, self.files[path])
+        raw = self.files[path]
+        key = (path, model.__name__, blob_id(raw))
+        cached = self.cache.get(key)
+        if cached is None:
+            doc: YamlDocument | None = None
+            try:
+                (doc,) = parse_yaml(path, raw)
+                doc = detached(doc, raw, 0)
+                cached = (doc, validate_document(model, doc), ())
+            except GoalsError as exc:
+                cached = (doc, None, tuple(exc.problems))
+            self.cache.put(key, cached)
+        doc, value, problems = cached
+        if doc is not None:
             self.docs[path] = doc
-            return validate_document(model, doc)
-        except GoalsError as exc:
-            self.problems.extend(exc.problems)
-            return None
+        self.problems.extend(problems)
+        return value if isinstance(value, model) else None
+
+    def _parse_manifest(self, path: str) -> list[YamlDocument]:
+        """Every non-empty document of a manifest file; raises GoalsError (cached too)."""
+        raw = self.files[path]
+        key = (path, "manifest", blob_id(raw))
+        cached = self.cache.get(key)
+        if cached is None:
+            try:
+                cached = [detached(d, raw, i) for i, d in enumerate(parse_yaml(path, raw, multi=True))
+                          if d.data is not None]
+            except GoalsError as exc:
+                cached = exc
+            self.cache.put(key, cached)
+        if isinstance(cached, GoalsError):
+            raise GoalsError(list(cached.problems))
+        return list(cached)
 
     def load(self) -> Goals:
         tree = check_tree(self.files, "the goals tree")
@@ -140,9 +225,12 @@ class _Loader:
         mention the kind are read (with libyaml); unreadable ones are reported later, when the
         component that lists them is loaded."""
         crds: list[Any] = []
+        sources = hashlib.sha1(usedforsecurity=False)
         for path, raw in sorted(self.files.items()):
             if path.startswith(APPS_DIR) and path.endswith((".yaml", ".yml")) \
                     and b"CustomResourceDefinition" in raw:
+                sources.update(f"{path}\0{blob_id(raw)}\0".encode())
+                self.kinds_key = sources.hexdigest()
                 try:
                     crds += load_documents(path, raw)
                 except GoalsError:
@@ -410,56 +498,73 @@ class _Loader:
             self._report(app_path, loc, f"manifest file '{relative}' not found (looked for {path})")
             return None
         try:
-            docs = [d for d in parse_yaml(path, self.files[path], multi=True) if d.data is not None]
+            docs = self._parse_manifest(path)
         except GoalsError as exc:
             self.problems.extend(exc.problems)
             return None
         if not docs:
             self._report(app_path, loc, f"manifest file '{relative}' holds no objects")
             return None
+        key = (path, f"objects {self.kinds_key}", blob_id(self.files[path]))
+        checked = self.cache.get(key)
+        if checked is None:
+            checked = self._check_objects(docs)
+            self.cache.put(key, checked)
+        objects, encrypted, namespaced, problems, warnings = checked
+        self.problems.extend(problems)
+        self.warnings.extend(warnings)
+        self.manifest_docs[path] = list(objects)
+        return Manifest(path, self.files[path], tuple(d.data for d in objects), encrypted, namespaced), list(objects)
+
+    def _check_objects(self, docs: list[YamlDocument]) -> tuple[
+            tuple[YamlDocument, ...], bool, tuple[bool, ...], tuple[Problem, ...], tuple[Problem, ...]]:
+        """The objects of one manifest file, whether it is SOPS-encrypted, whether each
+        object is namespaced, and the problems and warnings of each: a function of the
+        file's bytes and the custom kinds alone (what the cache keys it by)."""
+        problems: list[Problem] = []
+        warnings: list[Problem] = []
         encrypted = any(isinstance(d.data, dict) and is_sops_encrypted(d.data) for d in docs)
         objects = []
         for d in docs:
             if not isinstance(d.data, dict):
-                self.problems.append(d.problem((), "expected a Kubernetes object (a mapping)"))
+                problems.append(d.problem((), "expected a Kubernetes object (a mapping)"))
                 continue
             well_formed = True
             for field in ("apiVersion", "kind"):
                 if not isinstance(d.data.get(field), str) or not d.data[field]:
-                    self.problems.append(d.problem((field,), f"every object needs a '{field}' string"))
+                    problems.append(d.problem((field,), f"every object needs a '{field}' string"))
                     well_formed = False
             meta = d.data.get("metadata")
             if not isinstance(meta, dict) or not isinstance(meta.get("name"), str) or not meta["name"]:
-                self.problems.append(d.problem(("metadata",), "every object needs metadata.name"))
+                problems.append(d.problem(("metadata",), "every object needs metadata.name"))
                 well_formed = False
             if well_formed and not encrypted:
-                self._check_object(d)
+                self._check_object(d, problems, warnings)
             objects.append(d)
-        self.manifest_docs[path] = objects
         namespaced = tuple(
             self.kinds.namespaced(str(d.data.get("apiVersion", "")), str(d.data.get("kind", ""))) for d in objects
         )
-        return Manifest(path, self.files[path], tuple(d.data for d in objects), encrypted, namespaced), objects
+        return tuple(objects), encrypted, namespaced, tuple(problems), tuple(warnings)
 
-    def _check_object(self, doc: YamlDocument) -> None:
+    def _check_object(self, doc: YamlDocument, problems: list[Problem], warnings: list[Problem]) -> None:
         """The object as the Kubernetes API would check it, and qonnect's own rules for it."""
         obj = doc.data
         for finding in self.kinds.check(obj):
             problem = doc.problem(finding.loc, finding.message, key=finding.key)
-            (self.warnings if finding.warning else self.problems).append(problem)
+            (warnings if finding.warning else problems).append(problem)
         name = obj["metadata"]["name"]
         if obj["kind"] == "Namespace" and split_api_version(obj["apiVersion"])[0] == "" \
                 and name in RESERVED_NAMESPACES:
-            self.problems.append(doc.problem(("metadata", "name"), f"namespace '{name}' is reserved "
+            problems.append(doc.problem(("metadata", "name"), f"namespace '{name}' is reserved "
                                  f"({', '.join(sorted(RESERVED_NAMESPACES))}); agents never touch it"))
         annotations = obj["metadata"].get("annotations")
         if isinstance(annotations, dict) and annotations.get(PRUNE_ANNOTATION) == "enabled":
-            self.warnings.append(doc.problem(
+            warnings.append(doc.problem(
                 ("metadata", "annotations", PRUNE_ANNOTATION),
                 f"{PRUNE_ANNOTATION}: enabled has no effect in goals: agents never take it from a "
                 "branch; a person sets it on the live object to let a protected kind be deleted"))
         if isinstance(annotations, dict) and annotations.get(ADOPT_ANNOTATION) not in (None, "enabled"):
-            self.problems.append(doc.problem(("metadata", "annotations", ADOPT_ANNOTATION),
+            problems.append(doc.problem(("metadata", "annotations", ADOPT_ANNOTATION),
                                  f"got {annotations[ADOPT_ANNOTATION]!r}; expected 'enabled' (or leave it out)"))
 
     def _resolve_component(

@@ -7,6 +7,7 @@ wrote the value; every loader of user files (goals, observed snapshots, plans) u
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from collections.abc import Sequence
@@ -42,7 +43,7 @@ class YamlDocument:
         Walks as deep as the document goes; a path that leaves the document (a missing
         field) points at the deepest mapping or sequence that exists.
         """
-        node = self.node
+        node = self.node.load() if isinstance(self.node, _Reparse) else self.node
         line, col = self.start_line - 1, 0
         if isinstance(node, (CommentedMap, CommentedSeq)):
             line, col = node.lc.line, node.lc.col
@@ -66,6 +67,31 @@ class YamlDocument:
         """A problem about the value at ``loc`` in this document."""
         line, col = self.position(loc, key=key)
         return Problem(self.path, line, col, format_loc(loc), message)
+
+
+class _Reparse:
+    """Stands for the node tree of document ``index`` of ``raw``: parsed again when a
+    position is asked for. A node tree costs several times the plain data, and positions
+    are needed only to report a problem."""
+
+    __slots__ = ("index", "path", "raw")
+
+    def __init__(self, path: str, raw: bytes, index: int) -> None:
+        self.path, self.raw, self.index = path, raw, index
+
+    def load(self) -> Any:
+        return _nodes(self.path, self.raw)[self.index]
+
+
+@functools.lru_cache(maxsize=16)
+def _nodes(path: str, raw: bytes) -> list[Any]:
+    return list(_yaml().load_all(checked_text(path, raw)))
+
+
+def detached(doc: YamlDocument, raw: bytes, index: int) -> YamlDocument:
+    """``doc`` (document ``index`` of the file ``raw``) without its node tree, for keeping
+    many documents: positions re-parse the bytes on demand, so they come out the same."""
+    return YamlDocument(doc.path, doc.data, _Reparse(doc.path, raw, index), doc.start_line)
 
 
 def format_loc(loc: Loc) -> str:

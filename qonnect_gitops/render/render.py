@@ -70,7 +70,10 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
     # Without cloud bursting the placement file stays as it always was.
     dump = plan.model_dump(mode="json", by_alias=True,
                            exclude={"provisioning"} if plan.provisioning is None else None)
-    files: dict[str, bytes] = {PLACEMENT_FILE: _dump(dump)}
+    # placement.yaml changes with every decision's wording and is megabytes at fleet
+    # scale: libyaml's emitter (the same output for plain data) writes it in a fraction
+    # of the time. It is on the plan branch only; cluster branches keep the pure emitter.
+    files: dict[str, bytes] = {PLACEMENT_FILE: _dump(dump, dumper=_FAST_DUMPER)}
     hosts = {key: plan.clusters_of(key) for key in sorted(plan.components)}
     callers_on = _caller_clusters(goals, hosts)
     app_hosts: dict[str, set[str]] = {}
@@ -79,7 +82,7 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
     defined = {name: definitions(app) for name, app in goals.apps.items()}
     for component in goals.components():
         for cluster, replicas in hosts.get(component.key, {}).items():
-            for path, body in _component_files(goals, component, cluster, hosts[component.key], replicas):
+            for path, body in _component_files_cached(goals, component, cluster, hosts[component.key], replicas):
                 files[f"clusters/{cluster}/{path}"] = body
             for shared in borrowed(component, defined[component.app]):
                 path, body = _shared_file(goals, shared)
@@ -91,19 +94,27 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
         where = obj["metadata"]
         path = f"clusters/{cluster}/{where['namespace']}/{folder}/{obj['kind'].lower()}-{where['name']}.yaml"
         files[path] = _dump(_owned(obj, POOL_APP, folder))
+    # Per cluster, its paths (without the clusters/<name>/ prefix): one pass, not one per cluster.
+    by_cluster: dict[str, list[str]] = {}
+    for path in files:
+        if path.startswith("clusters/"):
+            _, cluster, rest = path.split("/", 2)
+            by_cluster.setdefault(cluster, []).append(rest)
     objects: dict[str, int] = {}
     adopted = {app.namespace for app in goals.apps.values() if app.document.spec.adopt_namespace}
     for cluster in goals.clusters:
         prefix = f"clusters/{cluster}/"
-        namespaces = sorted({p.split("/")[2] for p in files
-                             if p.startswith(prefix) and p.split("/")[2] != "_cluster"})
+        paths = set(by_cluster.get(cluster, ()))
+        namespaces = sorted({p.split("/")[0] for p in paths if p.split("/")[0] != "_cluster"})
         for ns in namespaces:
             meta: dict[str, Any] = {"name": ns}
             if ns in adopted:
                 meta["annotations"] = {ADOPT_ANNOTATION: ENABLED}
-            files[f"{prefix}_cluster/namespace-{ns}.yaml"] = _dump(_owned(
+            path = f"_cluster/namespace-{ns}.yaml"
+            files[prefix + path] = _dump(_owned(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}, None, None))
-        objects[cluster] = sum(1 for p in files if p.startswith(prefix))
+            paths.add(path)
+        objects[cluster] = len(paths)
     return RenderedPlan(dict(sorted(files.items())), tuple(goals.clusters), objects)
 
 
@@ -114,6 +125,36 @@ def _caller_clusters(goals: Goals, hosts: Mapping[str, Mapping[str, int]]) -> di
         for callee in component.calls:
             result.setdefault(callee, set()).update(hosts.get(component.key, {}))
     return result
+
+
+# A component's files on a cluster, by what they are a function of: the component's
+# names and kind, its manifest objects and its app's document (by identity: the loader's
+# parse cache hands the same objects to every Goals whose file blob did not change), the
+# cluster and its Cluster object (pods are constrained to its nodes), and the replicas
+# there and in all. An idle cycle renders nothing anew and a goals push re-renders only
+# the components whose files it changed. Each entry holds the objects its key names by
+# id, so their ids stay theirs while it lives.
+_COMPONENT_FILES: dict[tuple[Any, ...], tuple[Any, tuple[tuple[str, bytes], ...]]] = {}
+_COMPONENT_FILES_MAX = 1 << 17
+
+
+def _component_files_cached(
+    goals: Goals, component: Component, cluster: str, placed: Mapping[str, int], replicas: int
+) -> tuple[tuple[str, bytes], ...]:
+    document = goals.apps[component.app].document
+    target = goals.clusters[cluster]
+    manifests = tuple((m.path, m.encrypted, m.raw if m.encrypted else None, tuple(map(id, m.objects)),
+                       m.namespaced) for m in component.manifests)
+    key = (component.app, component.name, component.namespace, component.kind, id(component.workload),
+           id(document), cluster, id(target), manifests, replicas, sum(placed.values()))
+    hit = _COMPONENT_FILES.get(key)
+    if hit is not None:
+        return hit[1]
+    out = tuple(_component_files(goals, component, cluster, placed, replicas))
+    if len(_COMPONENT_FILES) >= _COMPONENT_FILES_MAX:
+        _COMPONENT_FILES.clear()
+    _COMPONENT_FILES[key] = ((component.manifests, component.workload, document, target), out)
+    return out
 
 
 def _component_files(
@@ -290,7 +331,32 @@ def _service_export(service: Mapping[str, Any]) -> dict[str, Any]:
     }
 
 
-def _dump(data: Any) -> bytes:
-    return yaml.safe_dump(
-        data, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096
-    ).encode()
+# YAML text by a digest of the data it was dumped from. Every cycle renders the whole
+# fleet again and almost all of it is what the last cycle rendered; PyYAML's emitter
+# is most of a cycle's cost at fleet scale, JSON encoding and hashing are a small part.
+# Content-keyed, so rendering stays pure and deterministic; dropped whole when full.
+_DUMPED: dict[bytes, bytes] = {}
+_DUMPED_MAX = 1 << 18
+
+
+_FAST_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+
+
+def _dump(data: Any, dumper: Any = yaml.SafeDumper) -> bytes:
+    # The key keeps key order (the YAML does too) and tells types apart that JSON
+    # would not (a date from a manifest and the string it prints as).
+    key = hashlib.blake2b(json.dumps(data, separators=(",", ":"), ensure_ascii=False,
+                                     default=_typed).encode(), digest_size=20).digest()
+    text = _DUMPED.get(key)
+    if text is None:
+        text = yaml.dump(
+            data, Dumper=dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096
+        ).encode()
+        if len(_DUMPED) >= _DUMPED_MAX:
+            _DUMPED.clear()
+        _DUMPED[key] = text
+    return text
+
+
+def _typed(value: Any) -> str:
+    return f"\0{type(value).__name__}\0{value}"

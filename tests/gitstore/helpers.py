@@ -6,6 +6,7 @@ import os
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Self
 
 from qonnect_gitops.gitstore.daemon import GitDaemon
 
@@ -76,3 +77,67 @@ def trailers_of(repo: str | Path, rev: str) -> dict[str, list[str]]:
             key, value = line.split(": ", 1)
             found.setdefault(key, []).append(value)
     return found
+
+
+class CountingProxy:
+    """A TCP relay on loopback that counts the bytes each way: what a client costs the
+    server, whatever client library it uses. ``with CountingProxy(port) as proxy``;
+    ``proxy.port`` takes the client, ``proxy.total()`` is the sum both ways so far."""
+
+    def __init__(self, target_port: int, host: str = "127.0.0.1") -> None:
+        import socket
+        import threading
+
+        self.target = (host, target_port)
+        self.up = self.down = 0
+        self._lock = threading.Lock()
+        self._listener = socket.create_server((host, 0))
+        self.port = self._listener.getsockname()[1]
+        self._threads: list[threading.Thread] = []
+        self._accepting = threading.Thread(target=self._accept, daemon=True)
+
+    def __enter__(self) -> Self:
+        self._accepting.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._listener.close()
+
+    def total(self) -> int:
+        with self._lock:
+            return self.up + self.down
+
+    def _accept(self) -> None:
+        import socket
+        import threading
+
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            server = socket.create_connection(self.target)
+            for src, dst, up in ((client, server, True), (server, client, False)):
+                t = threading.Thread(target=self._pump, args=(src, dst, up), daemon=True)
+                t.start()
+
+    def _pump(self, src: object, dst: object, up: bool) -> None:
+        import socket
+
+        assert isinstance(src, socket.socket) and isinstance(dst, socket.socket)
+        try:
+            while chunk := src.recv(65536):
+                with self._lock:
+                    if up:
+                        self.up += len(chunk)
+                    else:
+                        self.down += len(chunk)
+                dst.sendall(chunk)
+        except OSError:
+            pass
+        finally:
+            for s in (src, dst):
+                try:
+                    s.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass

@@ -18,6 +18,7 @@ from qonnect_gitops.gitstore import (
     read_tree_files,
 )
 from qonnect_gitops.gitstore.objects import ObjectBatch
+from qonnect_gitops.gitstore.tree import list_tree_paths, tree_id_of
 
 from .helpers import git, seed_goals
 
@@ -70,6 +71,19 @@ def test_tree_ids_match_libgit2(tmp_path_factory: pytest.TempPathFactory, files:
     files = _prefix_free(files)
     repo = pygit2.init_repository(str(tmp_path_factory.mktemp("r")), bare=True)
     assert build_tree(repo, files) == _reference_tree(repo, files)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.dictionaries(_paths, st.binary(max_size=40), max_size=12))
+def test_tree_id_in_memory_is_the_written_one(tmp_path_factory: pytest.TempPathFactory,
+                                              files: dict[str, bytes]) -> None:
+    """What an idle cycle compares with the plan commit, without writing or reading a blob."""
+    files = _prefix_free(files)
+    repo = pygit2.init_repository(str(tmp_path_factory.mktemp("r")), bare=True)
+    assert tree_id_of(files) == _reference_tree(repo, files)
+    sig = pygit2.Signature("t", "t@t", 1, 0)
+    commit = repo.create_commit("refs/heads/x", sig, sig, "x", build_tree(repo, files), [])
+    assert list_tree_paths(repo, str(commit)) == set(read_tree_files(repo, str(commit)))
 
 
 def test_incremental_build_reuses_unchanged_subtrees(tmp_path: Path) -> None:

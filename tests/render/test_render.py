@@ -247,3 +247,43 @@ def test_adopting_an_existing_namespace_is_an_explicit_opt_in(template_files) ->
         "qonnect.io/adopt"] == "enabled"
     assert "qonnect.io/adopt" not in yaml.safe_load(tree["_cluster/namespace-sensors.yaml"])["metadata"].get(
         "annotations", {})
+
+
+def test_rendering_again_reuses_nothing_stale(template_files) -> None:
+    """Rendering keeps what it made for a component between calls; a component of other
+    goals, a changed replica count or a new manifest gives new files, never old ones."""
+    goals = load_goals(template_files)
+    first = render(goals, make_plan(goals))
+    assert render(goals, make_plan(goals)).files == first.files
+    files = dict(template_files)
+    files["apps/bookinfo/manifests/details.yaml"] = files["apps/bookinfo/manifests/details.yaml"].replace(
+        b"image: ", b"image: mirror.example.org/")
+    edited = load_goals(files)
+    second = render(edited, make_plan(edited))
+    changed = {p for p in first.files if first.files[p] != second.files.get(p)}
+    assert changed == {"clusters/edge-1/bookinfo/details/deployment-details-v1.yaml"}
+    scaled = dict(PLACEMENT, **{"bookinfo/productpage": {"edge-1": 2, "edge-2": 1}})
+    third = render(goals, make_plan(goals, scaled))
+    body = yaml.safe_load(third.files["clusters/edge-1/bookinfo/productpage/deployment-productpage-v1.yaml"])
+    assert body["spec"]["replicas"] == 2
+    assert third.files == render(load_goals(template_files), make_plan(goals, scaled)).files
+
+
+def test_goals_sharing_parsed_objects_render_like_fresh_goals(template_files) -> None:
+    """Through the parse cache two commits share the objects of unchanged files; what
+    renders for the second is exactly what its goals loaded afresh render."""
+    from qonnect_gitops.model import ParseCache
+
+    cache = ParseCache()
+    goals = load_goals(template_files, cache)
+    render(goals, make_plan(goals))
+    files = dict(template_files)
+    files["apps/bookinfo/manifests/details.yaml"] = files["apps/bookinfo/manifests/details.yaml"].replace(
+        b"image: ", b"image: mirror.example.org/")
+    files["apps/bookinfo/app.yaml"] += b"# the app file changed too: every component object is new\n"
+    # A cluster's nodes decide the pods' architecture affinity: its file changed, its files change.
+    files["clusters/edge-1.yaml"] = files["clusters/edge-1.yaml"].replace(b"arch: arm64", b"arch: amd64")
+    shared = load_goals(files, cache)
+    assert shared.component("bookinfo/ratings").workload is goals.component("bookinfo/ratings").workload
+    fresh = load_goals(files)
+    assert render(shared, make_plan(shared)).files == render(fresh, make_plan(fresh)).files

@@ -1,0 +1,347 @@
+"""One benchmark for the whole fleet: what each cycle and each poll costs at N clusters.
+
+    PYTHONPATH=. nice python benchmarks/fleet.py --clusters 1000 [--clusters 3000] [--json]
+        [--poll 30] [--report 10] [--ingest-seconds 10]
+
+Generated goals: N clusters over eight regions, apps of 10 components (10 N
+components, fewer where that passes the goals tree's limit of 20,000 files: 5 N at
+3,000 clusters), one Deployment manifest each, and a network.yaml with every cluster's
+latency to every region. Everything runs on loopback in this process, except the
+Git server (``git daemon``) and, with ``--ingest-seconds``, a group of three leads.
+
+Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
+
+* ``goals_load_s``: the goals parsed and validated from nothing (a new leader);
+  ``goals_one_changed_s``: the same after one cluster file changed, with the lead's
+  parse cache (only that blob is parsed again).
+* ``first_cycle_s``: a new leader's first cycle with the goals loaded (fetch, plan,
+  render, write every branch, push); ``fanout_push_s``: its write and push alone.
+* ``idle_cycle_s``: a leader cycle with nothing changed (fetch, plan, render, "same
+  decision?", nothing written); ``idle_cycle_first_s``: the first such cycle after a
+  decision (the planner derives its structures for the placement in force).
+* ``one_changed_s``: a goals push changing one manifest, from fetch to every branch
+  pushed; ``one_changed_write_push_s``: its write and push alone, and
+  ``one_changed_branches``: how many cluster branches moved.
+* ``agent_poll_bytes`` / ``agent_poll_server_cpu_ms``: an idle agent's poll, both
+  directions, counted by a relay in front of the Git server, and the server's CPU per
+  poll (``git daemon``'s children) with refs packed (``..._loose_refs``: as pushed);
+  ``agent_fetch_v0_bytes``: the same poll as a libgit2 fetch (protocol v0: every ref
+  advertised), for comparison.
+* ``new_leader_fetch_bytes``: a new leader's first fetch of the goals repository.
+* ``plan_full_s`` / ``plan_failover_s``: the planner alone, from nothing and after
+  one hosting cluster failed.
+* ``reports_per_s``: committed reports per second by three leads (``--ingest-seconds``;
+  ``null`` when not run).
+
+The cost model below the table turns these into what a fleet of N agents polling every
+``--poll`` seconds and reporting every ``--report`` seconds asks of the Git server
+and the leads.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import pygit2
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from qonnect_gitops.agent import source
+from qonnect_gitops.gitstore.daemon import GitDaemon
+from qonnect_gitops.gitstore.remote import Mirror, narrow_fetch
+from qonnect_gitops.gitstore.tree import build_tree
+from qonnect_gitops.lead import reconcile
+from qonnect_gitops.lead.reconcile import reconcile_once
+from qonnect_gitops.model import (
+    CurrentPlacement,
+    Goals,
+    Observed,
+    ParseCache,
+    load_goals,
+)
+from qonnect_gitops.model.limits import MAX_TREE_FILES
+from qonnect_gitops.model.observed import empty_observation
+from qonnect_gitops.placement import plan as make_plan
+from tests.gitstore.helpers import CountingProxy
+
+REGIONS = 8
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+POLLS = 50  # idle polls averaged (CPU time comes in 10 ms ticks)
+APP_SIZE = 10
+
+
+def cluster_name(i: int) -> str:
+    """The name of generated cluster ``i`` (its tier in the name, as operators do)."""
+    tier = ("cloud", "fog", "edge")[0 if i % 10 == 0 else 1 if i % 10 < 4 else 2]
+    return f"{tier}-{i:05d}"
+
+
+def fleet_goals(clusters: int, components_per_cluster: int = 10) -> dict[str, bytes]:
+    """A goals tree: ``clusters`` Cluster files and ``clusters * components_per_cluster``
+    components in apps of ``APP_SIZE``, each with one Deployment manifest."""
+    regions = [f"region-{r}" for r in range(REGIONS)]
+    files: dict[str, bytes] = {}
+    files["qonnect.yaml"] = (
+        "apiVersion: qonnect.io/v1alpha1\nkind: Fleet\nmetadata:\n  name: bench\nspec:\n"
+        "  review:\n    mode: auto\n  mesh: none\n  regions: [" + ", ".join(regions) + "]\n"
+    ).encode()
+    links = []
+    for i in range(clusters):
+        name = cluster_name(i)
+        tier = name.split("-", 1)[0]
+        region = regions[i % REGIONS]
+        count, cpu, memory = {"cloud": (6, "16", "64Gi"), "fog": (3, "8", "32Gi"), "edge": (2, "4", "8Gi")}[tier]
+        files[f"clusters/{name}.yaml"] = (
+            f"apiVersion: qonnect.io/v1alpha1\nkind: Cluster\nmetadata:\n  name: {name}\n"
+            f"  labels:\n    zone: z{i % 3}\nspec:\n  tier: {tier}\n  distribution: k8s\n"
+            f"  region: {region}\n  nodes:\n    - {{count: {count}, cpu: \"{cpu}\", memory: {memory}, arch: amd64}}\n"
+            f"  cost:\n    cpuHour: 0.0{3 + i % 5}\n    memoryGiBHour: 0.005\n"
+            f"  energy:\n    wattsPerCpu: 9\n    carbonIntensity: {100 + i % 300}\n"
+        ).encode()
+        base = {"cloud": 8, "fog": 4, "edge": 1}[tier]
+        for r, other in enumerate(regions):
+            links.append(f"    - {{from: {name}, to: {other}, ms: {base + 10 * abs(r - i % REGIONS)}}}\n")
+    files["network.yaml"] = (
+        "apiVersion: qonnect.io/v1alpha1\nkind: Network\nmetadata:\n  name: bench\nspec:\n"
+        "  latencies:\n" + "".join(links)
+    ).encode()
+    total = clusters * components_per_cluster
+    for a in range(0, total, APP_SIZE):
+        app = f"app-{a // APP_SIZE:05d}"
+        lines = [(f"apiVersion: qonnect.io/v1alpha1\nkind: QoSApp\nmetadata:\n  name: {app}\nspec:\n"
+                  f"  namespace: {app}\n  defaults:\n    qos:\n      objective: cost\n  components:\n")]
+        for k in range(min(APP_SIZE, total - a)):
+            lines.append(f"    - name: c{k}\n      manifests: [manifests/c{k}.yaml]\n")
+            if k % 3 == 0:
+                region = regions[(a // APP_SIZE) % REGIONS]
+                lines.append(f"      qos:\n        latency:\n          - {{region: {region}, maxMs: 60}}\n")
+            files[f"apps/{app}/manifests/c{k}.yaml"] = (
+                f"apiVersion: apps/v1\nkind: Deployment\nmetadata:\n  name: c{k}\n  labels:\n    app: c{k}\n"
+                f"spec:\n  replicas: {1 + k % 2}\n  selector:\n    matchLabels:\n      app: c{k}\n"
+                f"  template:\n    metadata:\n      labels:\n        app: c{k}\n    spec:\n      containers:\n"
+                f"        - name: main\n          image: registry.example.org/{app}/c{k}:1.0.{k}\n"
+                f"          resources:\n            requests:\n              cpu: {100 + 50 * (k % 4)}m\n"
+                f"              memory: {64 * (1 + k % 4)}Mi\n"
+            ).encode()
+        files[f"apps/{app}/app.yaml"] = "".join(lines).encode()
+    return files
+
+
+def _commit_goals(repo: pygit2.Repository, files: dict[str, bytes], message: str, when: int) -> str:
+    """Commit ``files`` on main of the served repository (as an operator's push would)."""
+    sig = pygit2.Signature("op", "op@example.org", when, 0)
+    parents = [repo.references["refs/heads/main"].target] if "refs/heads/main" in repo.references else []
+    return str(repo.create_commit("refs/heads/main", sig, sig, message, build_tree(repo, files), parents))
+
+
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (so field 4, ppid, is [1])."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def _daemon_pid(pid: int) -> int:
+    """``git daemon`` runs ``git-daemon`` as its child: the process whose children serve."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if int(_stat(int(entry.name))[1]) == pid:
+                    return int(entry.name)
+            except (OSError, IndexError, ValueError):
+                continue
+    return pid
+
+
+def _children_cpu_s(pid: int) -> float:
+    """CPU seconds of the reaped children of ``pid`` (git daemon's upload-packs)."""
+    fields = _stat(pid)
+    return (int(fields[13]) + int(fields[14])) / os.sysconf("SC_CLK_TCK")
+
+
+def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
+    start = time.perf_counter()
+    out = fn()
+    return time.perf_counter() - start, out
+
+
+class _WriteTimer:
+    """Times the decision write and the publish of a mirror (the fan-out and push)."""
+
+    def __init__(self, mirror: Mirror) -> None:
+        self.seconds = 0.0
+        for owner, name in ((mirror.store, "write_decision"), (mirror, "publish")):
+            setattr(owner, name, self._wrap(getattr(owner, name)))
+
+    def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+        def timed(*args: Any, **kwargs: Any) -> Any:
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+        return timed
+
+
+def _observe(goals: Goals) -> Observed:
+    return empty_observation(NOW)
+
+
+def components_per_cluster(clusters: int) -> int:
+    """10, or fewer where 10 per cluster would pass the goals tree's file limit (each
+    component has a manifest file of its own; apps of 10 add an app.yaml each)."""
+    room = MAX_TREE_FILES - clusters - 100
+    return max(1, min(10, room * APP_SIZE // ((APP_SIZE + 1) * clusters)))
+
+
+def run(clusters: int, workdir: Path) -> dict[str, Any]:
+    """Every figure at one size."""
+    per_cluster = components_per_cluster(clusters)
+    out: dict[str, Any] = {"clusters": clusters, "components": clusters * per_cluster}
+    files = fleet_goals(clusters, per_cluster)
+    srv = workdir / "srv"
+    srv.mkdir(parents=True)
+    served = pygit2.init_repository(str(srv / "goals.git"), bare=True)
+    _commit_goals(served, files, "goals", 1_700_000_000)
+
+    cache = ParseCache()
+    out["goals_load_s"], goals = _timed(lambda: load_goals(files, cache))
+    edited = dict(files)
+    name = f"clusters/{cluster_name(clusters // 2)}.yaml"
+    edited[name] = edited[name].replace(b"carbonIntensity: ", b"carbonIntensity: 1")
+    out["goals_one_changed_s"], _ = _timed(lambda: load_goals(edited, cache))
+    out["goals_files"] = len(files)
+
+    # The planner alone (it keeps what it derived from a Goals object between calls).
+    out["plan_full_s"], first_plan = _timed(lambda: make_plan(goals, _observe(goals), CurrentPlacement()))
+    hosting = sorted({a.cluster for c in first_plan.components.values() for a in c.assignments})
+    failed = empty_observation(NOW).model_copy(update={"clusters": {
+        hosting[0]: empty_observation(NOW).cluster(hosting[0]).model_copy(
+            update={"healthy": False, "heartbeat_age_seconds": 3600.0})}})
+    out["plan_failover_s"], _ = _timed(lambda: make_plan(goals, failed, first_plan.current()))
+
+    with GitDaemon(srv) as daemon, CountingProxy(daemon.port) as proxy:
+        url = f"git://127.0.0.1:{proxy.port}/goals.git"
+        reconcile._PARSED = cache  # the lead's cache, warm from the load above
+        reconcile._GOALS.clear()
+        mirror = Mirror(workdir / "lead.git", url, gc=False)
+        before = proxy.total()
+        mirror.fetch()
+        out["new_leader_fetch_bytes"] = proxy.total() - before
+        timer = _WriteTimer(mirror)
+        # The goals at main are the unedited ones: reload them so the cycle finds them cached.
+        load_goals(files, cache)
+        out["first_cycle_s"], first = _timed(lambda: reconcile_once(mirror, _observe, now=NOW))
+        out["fanout_push_s"] = timer.seconds
+        out["branches_written"] = len(first.refs)
+        timer.seconds = 0.0
+        # The first cycle after a decision also warms the planner for a placement in force.
+        out["idle_cycle_first_s"], idle = _timed(lambda: reconcile_once(mirror, _observe, now=NOW))
+        out["idle_cycle_s"], idle = _timed(lambda: reconcile_once(mirror, _observe, now=NOW))
+        assert not idle.changed and not timer.seconds, "the idle cycle wrote something"
+
+        app = "apps/app-00000/manifests/c0.yaml"
+        pushed = dict(files)
+        pushed[app] = pushed[app].replace(b"image: registry.example.org/", b"image: mirror.example.org/")
+        _commit_goals(served, pushed, "one manifest changed", 1_700_000_100)
+        later = NOW + timedelta(seconds=1)
+        out["one_changed_s"], changed = _timed(lambda: reconcile_once(mirror, _observe, now=later))
+        out["one_changed_write_push_s"] = timer.seconds
+        out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
+
+        branch = f"cluster/{hosting[0]}"
+        agent = workdir / "agent.git"
+        narrow_fetch(workdir / "agent-v0.git", url, branch)
+        before = proxy.total()
+        narrow_fetch(workdir / "agent-v0.git", url, branch)  # an idle poll as libgit2 fetches it
+        out["agent_fetch_v0_bytes"] = proxy.total() - before
+        source.fetch(agent, url, branch)  # the first poll fetches
+        pid = _daemon_pid(daemon._proc.pid if daemon._proc is not None else 0)
+        cpu, before = _children_cpu_s(pid), proxy.total()
+        for _ in range(POLLS):
+            source.fetch(agent, url, branch)
+        time.sleep(0.2)  # let the daemon reap the last upload-pack
+        out["agent_poll_bytes"] = (proxy.total() - before) / POLLS
+        out["agent_poll_server_cpu_ms_loose_refs"] = 1000 * (_children_cpu_s(pid) - cpu) / POLLS
+        # As a served repository should be kept (docs/git-layout.md): refs packed.
+        subprocess.run(["git", "-C", str(srv / "goals.git"), "pack-refs", "--all"], check=True)
+        cpu = _children_cpu_s(pid)
+        for _ in range(POLLS):
+            source.fetch(agent, url, branch)
+        time.sleep(0.2)
+        out["agent_poll_server_cpu_ms"] = 1000 * (_children_cpu_s(pid) - cpu) / POLLS
+    out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # of this process so far
+    return out
+
+
+def cost_model(fig: dict[str, Any], poll_s: float, report_s: float) -> dict[str, Any]:
+    """What N agents polling every ``poll_s`` and reporting every ``report_s`` ask for."""
+    n = fig["clusters"]
+    polls = n / poll_s
+    model = {
+        "git_server_bytes_per_s": polls * fig["agent_poll_bytes"],
+        "git_server_cpu_cores": polls * fig["agent_poll_server_cpu_ms"] / 1000,
+        "git_server_bytes_per_s_v0": polls * fig["agent_fetch_v0_bytes"],
+        "reports_needed_per_s": n / report_s,
+        "goals_push_to_branches_s": fig["one_changed_s"],
+        "goals_push_to_agents_s": fig["one_changed_s"] + poll_s,
+    }
+    if fig.get("reports_per_s"):
+        model["report_headroom"] = fig["reports_per_s"] / model["reports_needed_per_s"]
+    return model
+
+
+def _ingest(seconds: float, clusters: int, workdir: Path) -> float:
+    from benchmarks.lead import ingest
+
+    return float(ingest(seconds, clusters, 2, 64, workdir, tls=False)["reports_per_s"])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--clusters", type=int, action="append", help="fleet size (repeatable; default 100)")
+    parser.add_argument("--poll", type=float, default=30.0, help="agents' poll interval for the cost model (s)")
+    parser.add_argument("--report", type=float, default=10.0, help="agents' report interval for the cost model (s)")
+    parser.add_argument("--ingest-seconds", type=float, default=0.0,
+                        help="also measure committed reports/s with three leads for this long (0: skip)")
+    parser.add_argument("--json", action="store_true", help="print one JSON object")
+    args = parser.parse_args(argv)
+    sizes: dict[str, Any] = {}
+    for n in args.clusters or [100]:
+        with tempfile.TemporaryDirectory(prefix="qonnect-fleet-") as tmp:
+            fig = run(n, Path(tmp))
+            fig["reports_per_s"] = _ingest(args.ingest_seconds, n, Path(tmp) / "ingest") \
+                if args.ingest_seconds > 0 else None
+        fig["cost_model"] = cost_model(fig, args.poll, args.report)
+        sizes[str(n)] = fig
+        print(json.dumps({"size": n, **fig}, sort_keys=True), file=sys.stderr, flush=True)  # survives a later failure
+        if not args.json:
+            _print(fig, args.poll, args.report)
+    if args.json:
+        print(json.dumps({"sizes": sizes}, indent=2, sort_keys=True))
+    return 0
+
+
+def _print(fig: dict[str, Any], poll_s: float, report_s: float) -> None:
+    print(f"== {fig['clusters']} clusters, {fig['components']} components, {fig['goals_files']} goals files")
+    for key, value in fig.items():
+        if key in ("clusters", "components", "goals_files", "cost_model"):
+            continue
+        print(f"  {key:36} {value:.3f}" if isinstance(value, float) else f"  {key:36} {value}")
+    print(f"  cost model: {fig['clusters']} agents polling every {poll_s:g} s, reporting every {report_s:g} s")
+    for key, value in fig["cost_model"].items():
+        print(f"    {key:36} {value:,.3f}")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
