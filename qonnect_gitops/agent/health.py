@@ -24,9 +24,8 @@ from datetime import datetime
 from typing import Any, Literal
 
 from qonnect_gitops.agent.inventory import ObjKey, key_of
-from qonnect_gitops.model.labels import APP_LABEL, COMPONENT_LABEL
+from qonnect_gitops.model.labels import APP_LABEL, CILIUM_GLOBAL, COMPONENT_LABEL, match_label_selector_object
 from qonnect_gitops.model.status import HealthReason
-from qonnect_gitops.render.render import CILIUM_GLOBAL
 
 HealthStatus = Literal["Healthy", "Progressing", "Degraded", "Unknown"]
 Health = tuple[HealthStatus, str]
@@ -202,24 +201,11 @@ def group_kind(obj: Mapping[str, Any]) -> tuple[str, str]:
 
 
 def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """Whether a LabelSelector (``matchLabels`` and ``matchExpressions``) matches ``labels``.
-    An empty or missing selector matches nothing here: no pod is "its" pod."""
-    if not selector:
+    """Whether a LabelSelector matches ``labels``. An empty or missing selector matches
+    nothing here (the API server would match everything): no pod is "its" pod."""
+    if not selector or not (selector.get("matchLabels") or selector.get("matchExpressions")):
         return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return bool(selector.get("matchLabels") or selector.get("matchExpressions"))
+    return match_label_selector_object(selector, labels)
 
 
 def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
@@ -295,7 +281,7 @@ def service_endpoints(svc: Mapping[str, Any], health: Health, workloads: Iterabl
     hosted = any(
         group_kind(w) in POD_TEMPLATE_KINDS
         and ((w.get("metadata") or {}).get("namespace") or "") == ns
-        and selects(as_label_selector, _labels(((w.get("spec") or {}).get("template") or {})))
+        and selects(as_label_selector, _labels((w.get("spec") or {}).get("template") or {}))
         for w in workloads)
     if not hosted:
         annotations = (svc.get("metadata") or {}).get("annotations") or {}

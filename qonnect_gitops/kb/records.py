@@ -25,7 +25,7 @@ from qonnect_gitops.model.report import (
     NodeCapacity,
     Traffic,
 )
-from qonnect_gitops.model.status import Refusal, SyncStatus
+from qonnect_gitops.model.status import HealthReason, Refusal, SyncStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,7 +156,8 @@ class ReportRecord:
                 ComponentHealth(component=c.component, healthy=c.healthy,
                                 ready_replicas=c.ready_replicas,
                                 desired_replicas=c.desired_replicas, completed=c.completed,
-                                message=c.message, reason=c.reason)
+                                message=c.message,
+                                reason=HealthReason(c.reason) if c.reason else None)
                 for c in self.components
             ),
             nodes=tuple(

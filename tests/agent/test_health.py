@@ -91,7 +91,8 @@ def _pod(labels: dict[str, str], phase: str = "Pending", conditions: list[dict[s
 
 
 UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                 "lastTransitionTime": "2026-01-01T00:00:00Z", "message": "0/2 nodes are available: 2 Insufficient cpu."}
+                 "lastTransitionTime": "2026-01-01T00:00:00Z",
+                 "message": "0/2 nodes are available: 2 Insufficient cpu."}
 T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
 
 
