@@ -30,14 +30,12 @@ from qonnect_gitops.agent.health import (
     DEGRADED,
     HEALTHY,
     POD_TEMPLATE_KINDS,
-    PROGRESSING,
-    SCHEDULED_KINDS,
     Health,
     group_kind,
     health_of,
+    needs_pods,
+    pod_verdict,
     rollup,
-    service_endpoints,
-    unschedulable,
 )
 from qonnect_gitops.agent.inventory import (
     Inventory,
@@ -529,25 +527,19 @@ class Agent:
         """Refine health with the pods beside each object: workloads whose pods stay
         unschedulable, Services with no ready backend or rendered for callers only. Pods are
         listed once per namespace that has something to check."""
-        def wants_pods(obj: dict[str, Any], h: Health) -> bool:
-            kind = group_kind(obj)
-            return (kind in SCHEDULED_KINDS and h[0] == PROGRESSING) or (kind == ("", "Service") and h[0] == HEALTHY)
-
-        namespaces = sorted({(o.get("metadata") or {}).get("namespace") or "" for o, h in checked if wants_pods(o, h)})
+        namespaces = sorted({(o.get("metadata") or {}).get("namespace") or "" for o, h in checked
+                             if needs_pods(o, h)})
         if not namespaces:
             return checked, {}
         pods_res = self.kube.resource("v1", "Pod")
         pods = {ns: self.kube.list(pods_res, ns) for ns in namespaces if ns}
         workloads = [o for o, _ in checked if group_kind(o) in POD_TEMPLATE_KINDS]
-        now, out, reasons = time.time(), [], {}
+        now = time.time()
+        out: list[tuple[dict[str, Any], Health]] = []
+        reasons: dict[ObjKey, HealthReason] = {}
         for obj, h in checked:
-            verdict = None
-            if wants_pods(obj, h):
-                here = pods.get((obj.get("metadata") or {}).get("namespace") or "", [])
-                if group_kind(obj) == ("", "Service"):
-                    verdict = service_endpoints(obj, h, workloads, here)
-                else:
-                    verdict = unschedulable(obj, here, now, self.cfg.unschedulable_grace)
+            here = pods.get((obj.get("metadata") or {}).get("namespace") or "", [])
+            verdict = pod_verdict(obj, h, workloads, here, now, self.cfg.unschedulable_grace)
             if verdict is None:
                 out.append((obj, h))
             else:

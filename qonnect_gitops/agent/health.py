@@ -297,6 +297,27 @@ def service_endpoints(svc: Mapping[str, Any], health: Health, workloads: Iterabl
             HealthReason.NO_READY_ENDPOINTS)
 
 
+def needs_pods(obj: Mapping[str, Any], health: Health) -> bool:
+    """Whether ``pod_verdict`` may change this object's health: a Deployment or StatefulSet
+    not healthy (also once Degraded by its progress deadline: the reason must outlive it),
+    a Service healthy by its own rules."""
+    kind = group_kind(obj)
+    if kind in SCHEDULED_KINDS:
+        return health[0] in (PROGRESSING, DEGRADED) and bool(obj.get("status"))
+    return kind == ("", "Service") and health[0] == HEALTHY
+
+
+def pod_verdict(obj: Mapping[str, Any], health: Health, workloads: Iterable[Mapping[str, Any]],
+                pods: Iterable[Mapping[str, Any]], now: float, grace: float) -> tuple[Health, HealthReason] | None:
+    """The health ``obj`` gets from the pods of its namespace (``unschedulable`` or
+    ``service_endpoints``), or None when they change nothing."""
+    if not needs_pods(obj, health):
+        return None
+    if group_kind(obj) == ("", "Service"):
+        return service_endpoints(obj, health, workloads, pods)
+    return unschedulable(obj, pods, now, grace)
+
+
 WORKLOAD_REPLICAS = {("apps", "Deployment"): "availableReplicas", ("apps", "StatefulSet"): "readyReplicas"}
 
 

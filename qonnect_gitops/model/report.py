@@ -120,8 +120,10 @@ class ComponentHealth(UserModel):
     desired_replicas: int = Field(ge=0, le=MAX_REPLICAS)
     completed: bool = Field(False, description="A Job (or CronJob) that ran to completion.")
     message: str = Field("", max_length=512)
+    # Left out when None: a lead from before this field refuses unknown fields, even null ones.
     reason: HealthReason | None = Field(
-        None, description="Why it is unhealthy where a machine must tell (e.g. `Unschedulable`).")
+        None, exclude_if=lambda v: v is None,
+        description="Why it is unhealthy where a machine must tell (e.g. `Unschedulable`).")
 
 
 class Latency(UserModel):

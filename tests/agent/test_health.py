@@ -153,3 +153,18 @@ def test_rollup_carries_the_reason_of_the_worst_object() -> None:
     caller = {("", "v1", "Service", "shop", "big"): HealthReason.CALLER_ONLY}
     [only] = health.rollup([(svc, ("Healthy", "caller-only"))], caller)
     assert (only.status, only.reason, only.message) == ("Healthy", HealthReason.CALLER_ONLY, "Service big: caller-only")
+
+
+def test_the_unschedulable_reason_outlives_the_progress_deadline() -> None:
+    """After progressDeadlineSeconds the Deployment is Degraded on its own; the pods still say why."""
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big", "namespace": "shop"},
+           "spec": {"selector": {"matchLabels": {"app": "big"}}},
+           "status": {"conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]}}
+    pods = [_pod({"app": "big"}, conditions=[UNSCHEDULABLE])]
+    deadline = ("Degraded", "deployment exceeded its progress deadline")
+    verdict = health.pod_verdict(dep, deadline, [], pods, now=T0 + 700, grace=120)
+    assert verdict is not None and verdict[0][0] == "Degraded" and verdict[1] == HealthReason.UNSCHEDULABLE
+    # Healthy workloads, missing ones (no status) and kinds without pods are not looked at.
+    assert not health.needs_pods(dep, ("Healthy", ""))
+    assert not health.needs_pods({**dep, "status": None}, ("Degraded", "object is missing"))
+    assert not health.needs_pods({"apiVersion": "v1", "kind": "ConfigMap"}, ("Healthy", ""))
