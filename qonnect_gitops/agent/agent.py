@@ -31,6 +31,7 @@ from qonnect_gitops.agent.health import (
     HEALTHY,
     POD_TEMPLATE_KINDS,
     Health,
+    PodIndex,
     group_kind,
     health_of,
     needs_pods,
@@ -532,13 +533,14 @@ class Agent:
         if not namespaces:
             return checked, {}
         pods_res = self.kube.resource("v1", "Pod")
-        pods = {ns: self.kube.list(pods_res, ns) for ns in namespaces if ns}
+        pods = {ns: PodIndex(self.kube.list(pods_res, ns)) for ns in namespaces if ns}
         workloads = [o for o, _ in checked if group_kind(o) in POD_TEMPLATE_KINDS]
         now = time.time()
         out: list[tuple[dict[str, Any], Health]] = []
         reasons: dict[ObjKey, HealthReason] = {}
         for obj, h in checked:
-            here = pods.get((obj.get("metadata") or {}).get("namespace") or "", [])
+            index = pods.get((obj.get("metadata") or {}).get("namespace") or "")
+            here = index.candidates(obj) if index is not None else []
             verdict = pod_verdict(obj, h, workloads, here, now, self.cfg.unschedulable_grace)
             if verdict is None:
                 out.append((obj, h))

@@ -297,6 +297,28 @@ def service_endpoints(svc: Mapping[str, Any], health: Health, workloads: Iterabl
             HealthReason.NO_READY_ENDPOINTS)
 
 
+class PodIndex:
+    """The pods of one namespace by label, so each object's check reads only the pods that
+    carry one of its selector's ``matchLabels`` pairs instead of every pod (100 Services
+    over 2,000 pods: a scan each is quadratic)."""
+
+    def __init__(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        self.pods = list(pods)
+        self.by_label: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for pod in self.pods:
+            for pair in _labels(pod).items():
+                self.by_label.setdefault(pair, []).append(pod)
+
+    def candidates(self, obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """A superset of the pods ``obj``'s selector can match (the checks match exactly)."""
+        spec = obj.get("spec") or {}
+        pairs = (spec.get("selector") or {}) if group_kind(obj) == ("", "Service") else \
+            ((spec.get("selector") or {}).get("matchLabels") or {})
+        if not pairs:
+            return self.pods
+        return min((self.by_label.get(pair, []) for pair in pairs.items()), key=len)
+
+
 def needs_pods(obj: Mapping[str, Any], health: Health) -> bool:
     """Whether ``pod_verdict`` may change this object's health: a Deployment or StatefulSet
     not healthy (also once Degraded by its progress deadline: the reason must outlive it),

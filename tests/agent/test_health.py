@@ -168,3 +168,16 @@ def test_the_unschedulable_reason_outlives_the_progress_deadline() -> None:
     assert not health.needs_pods(dep, ("Healthy", ""))
     assert not health.needs_pods({**dep, "status": None}, ("Degraded", "object is missing"))
     assert not health.needs_pods({"apiVersion": "v1", "kind": "ConfigMap"}, ("Healthy", ""))
+
+
+def test_pod_index_narrows_to_pods_with_a_selector_pair() -> None:
+    web, db = _pod({"app": "web", "tier": "f"}), _pod({"app": "db", "tier": "b"})
+    index = health.PodIndex([web, db])
+    svc = {"apiVersion": "v1", "kind": "Service", "spec": {"selector": {"app": "web", "tier": "f"}}}
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"selector": {"matchLabels": {"app": "db"}}}}
+    by_expression = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"selector": {"matchExpressions": [
+        {"key": "app", "operator": "Exists"}]}}}
+    assert index.candidates(svc) == [web]
+    assert index.candidates(dep) == [db]
+    assert index.candidates(by_expression) == [web, db]  # nothing to narrow by: every pod
+    assert index.candidates({**svc, "spec": {"selector": {"app": "none"}}}) == []
