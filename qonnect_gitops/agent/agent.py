@@ -29,8 +29,13 @@ from qonnect_gitops.agent.health import (
     CHECKS,
     DEGRADED,
     HEALTHY,
+    POD_TEMPLATE_KINDS,
     Health,
+    PodIndex,
+    group_kind,
     health_of,
+    needs_pods,
+    pod_verdict,
     rollup,
 )
 from qonnect_gitops.agent.inventory import (
@@ -71,6 +76,7 @@ from qonnect_gitops.model.status import (
     CHANGED_ACTIONS,
     MAX_MESSAGE,
     Action,
+    HealthReason,
     Refusal,
     RefusalReason,
     SyncReason,
@@ -101,6 +107,8 @@ class SyncResult:
     pruned: PruneResult = field(default_factory=PruneResult)
     refusals: list[Refusal] = field(default_factory=list)
     health: list[tuple[dict[str, Any], Health]] = field(default_factory=list)
+    # Machine reasons beside some health verdicts (unschedulable pods, Service endpoints).
+    health_reasons: dict[ObjKey, HealthReason] = field(default_factory=dict)
     source_stale: bool = False
     skipped_apply: bool = False
     drift_report_only: bool = False
@@ -511,9 +519,35 @@ class Agent:
                     out.append((stub, health_of(None)))
                 else:
                     out.append((live, health_of(live)))
-            result.health = out
+            result.health, result.health_reasons = self._pod_verdicts(out)
         except KubeError as exc:
             log.warning("health_failed", error=str(exc))
+
+    def _pod_verdicts(self, checked: list[tuple[dict[str, Any], Health]]
+                      ) -> tuple[list[tuple[dict[str, Any], Health]], dict[ObjKey, HealthReason]]:
+        """Refine health with the pods beside each object: workloads whose pods stay
+        unschedulable, Services with no ready backend or rendered for callers only. Pods are
+        listed once per namespace that has something to check."""
+        namespaces = sorted({(o.get("metadata") or {}).get("namespace") or "" for o, h in checked
+                             if needs_pods(o, h)})
+        if not namespaces:
+            return checked, {}
+        pods_res = self.kube.resource("v1", "Pod")
+        pods = {ns: PodIndex(self.kube.list(pods_res, ns)) for ns in namespaces if ns}
+        workloads = [o for o, _ in checked if group_kind(o) in POD_TEMPLATE_KINDS]
+        now = time.time()
+        out: list[tuple[dict[str, Any], Health]] = []
+        reasons: dict[ObjKey, HealthReason] = {}
+        for obj, h in checked:
+            index = pods.get((obj.get("metadata") or {}).get("namespace") or "")
+            here = index.candidates(obj) if index is not None else []
+            verdict = pod_verdict(obj, h, workloads, here, now, self.cfg.unschedulable_grace)
+            if verdict is None:
+                out.append((obj, h))
+            else:
+                out.append((obj, verdict[0]))
+                reasons[key_of(obj)] = verdict[1]
+        return out, reasons
 
     def _wait_health(self, result: SyncResult, timeout: float) -> None:
         """Re-check health until every object is healthy, one is Degraded, or ``timeout`` passes."""
@@ -540,14 +574,15 @@ class Agent:
 
     def build_report(self, result: SyncResult) -> AgentReport:
         comps = []
-        for c in rollup(result.health):
+        for c in rollup(result.health, result.health_reasons):
             if c.component.startswith(POOL_APP + "/"):
                 continue  # Cluster API objects: reported as cluster_api, not as a component
             if not _COMPONENT.match(c.component):  # a label the lead's model refuses must not sink the report
                 log.warning("component_not_reported", component=c.component, why="labels are not RFC 1123 names")
                 continue
             comps.append(ComponentHealth(component=c.component, healthy=c.status == HEALTHY, ready_replicas=c.ready,
-                                         desired_replicas=c.desired, completed=c.completed, message=c.message))
+                                         desired_replicas=c.desired, completed=c.completed, message=c.message,
+                                         reason=c.reason))
         nodes: list[Any] = []
         try:
             nodes = capacity.read_capacity(self.kube)

@@ -47,6 +47,9 @@ class AgentConfig:
     prune_fraction: float = 0.5
     wait_timeout: float = 60.0
     ready_timeout: float = 30.0
+    # Seconds a pod may stay unschedulable before its workload is Degraded/Unschedulable
+    # (room for a cluster autoscaler to add a node).
+    unschedulable_grace: float = 120.0
     api_retries: int = 6
     api_backoff: float = 0.2
     api_backoff_max: float = 5.0

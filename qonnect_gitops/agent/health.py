@@ -7,15 +7,25 @@ failed conditions (``ProgressDeadlineExceeded``, Job ``Failed``) are ``Degraded`
 once instead of waiting for a timeout. Kinds without a function are ``Healthy`` once
 they exist. ``rollup`` groups objects per component (``qonnect.io/app`` +
 ``qonnect.io/component`` labels) for the report.
+
+Two checks need the pods beside the object and give a machine reason
+(``model.status.HealthReason``) with their verdict: ``unschedulable`` (a workload whose
+pods the scheduler keeps refusing past a grace: ``Degraded``/``Unschedulable``) and
+``service_endpoints`` (a Service whose backends run on this cluster but select no ready
+pod: ``Progressing``/``NoReadyEndpoints``; one rendered for callers only:
+``Healthy``/``CallerOnly``).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Literal
 
-from qonnect_gitops.model.labels import APP_LABEL, COMPONENT_LABEL
+from qonnect_gitops.agent.inventory import ObjKey, key_of
+from qonnect_gitops.model.labels import APP_LABEL, CILIUM_GLOBAL, COMPONENT_LABEL, match_label_selector_object
+from qonnect_gitops.model.status import HealthReason
 
 HealthStatus = Literal["Healthy", "Progressing", "Degraded", "Unknown"]
 Health = tuple[HealthStatus, str]
@@ -177,6 +187,159 @@ def health_of(obj: dict[str, Any] | None) -> Health:
     return check(obj) if check else (HEALTHY, "")
 
 
+# Kinds whose pods the scheduler places from a pod template (a Job's pods too, but a Job
+# has its own deadline); a DaemonSet's pods are pinned to their node and not checked here.
+POD_TEMPLATE_KINDS = frozenset({("apps", "Deployment"), ("apps", "StatefulSet"), ("apps", "ReplicaSet"),
+                                ("apps", "DaemonSet"), ("batch", "Job"), ("", "ReplicationController")})
+SCHEDULED_KINDS = frozenset({("apps", "Deployment"), ("apps", "StatefulSet")})
+
+
+def group_kind(obj: Mapping[str, Any]) -> tuple[str, str]:
+    """``(group, kind)`` of an object (the core group is ``""``)."""
+    api_version = obj.get("apiVersion", "")
+    return (api_version.split("/")[0] if "/" in api_version else "", obj.get("kind", ""))
+
+
+def selects(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether a LabelSelector matches ``labels``. An empty or missing selector matches
+    nothing here (the API server would match everything): no pod is "its" pod."""
+    if not selector or not (selector.get("matchLabels") or selector.get("matchExpressions")):
+        return False
+    return match_label_selector_object(selector, labels)
+
+
+def _labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return (obj.get("metadata") or {}).get("labels") or {}
+
+
+def _since(timestamp: str | None) -> float | None:
+    """Seconds since the epoch of an RFC 3339 time, or None when absent or unreadable."""
+    if not timestamp:
+        return None
+    try:
+        return datetime.fromisoformat(timestamp.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return None
+
+
+def unschedulable(workload: Mapping[str, Any], pods: Iterable[Mapping[str, Any]], now: float,
+                  grace: float) -> tuple[Health, HealthReason] | None:
+    """``Degraded``/``Unschedulable`` when a pod of ``workload`` (same namespace, matched by its
+    selector) is Pending with ``PodScheduled=False`` reason ``Unschedulable`` for longer than
+    ``grace`` seconds (since the condition's ``lastTransitionTime``); else None.
+
+    The grace leaves room for a cluster autoscaler or a node coming back; past it the pod
+    waits for something the plan did not provide (a node shape, an architecture, a label)."""
+    ns = (workload.get("metadata") or {}).get("namespace") or ""
+    selector = (workload.get("spec") or {}).get("selector")
+    stuck, oldest, message = 0, now, ""
+    for pod in pods:
+        if ((pod.get("metadata") or {}).get("namespace") or "") != ns or not selects(selector, _labels(pod)):
+            continue
+        status = pod.get("status") or {}
+        if status.get("phase", "Pending") != "Pending":
+            continue
+        for cond in status.get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "False" \
+                    and cond.get("reason") == "Unschedulable":
+                since = _since(cond.get("lastTransitionTime"))
+                if since is not None and now - since >= grace:
+                    stuck += 1
+                    if since <= oldest:
+                        oldest, message = since, cond.get("message", "")
+    if not stuck:
+        return None
+    return ((DEGRADED, f"{stuck} pod(s) unschedulable for {now - oldest:.0f}s: {message}".strip()),
+            HealthReason.UNSCHEDULABLE)
+
+
+def _pod_ready(pod: Mapping[str, Any]) -> bool:
+    if (pod.get("metadata") or {}).get("deletionTimestamp"):
+        return False
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or [])
+
+
+def service_endpoints(svc: Mapping[str, Any], health: Health, workloads: Iterable[Mapping[str, Any]],
+                      pods: Iterable[Mapping[str, Any]]) -> tuple[Health, HealthReason] | None:
+    """The verdict on a selector Service from where its backends run.
+
+    ``workloads`` are the objects this cluster's branch runs: where none of their pod
+    templates in the Service's namespace carries the Service's selector, the Service was
+    rendered here for callers only (their names resolve; the mesh or the Multi-Cluster
+    Services API carries the traffic to clusters that host the backends), and it is
+    ``Healthy``/``CallerOnly`` whatever its endpoints. Where they do, it needs a ready pod
+    (or ``publishNotReadyAddresses``): without one it is ``Progressing``/``NoReadyEndpoints``.
+    A Service without a selector (its endpoints are written by hand, or ExternalName) and a
+    Service already unhealthy for its own reasons are left as they are (None)."""
+    spec = svc.get("spec") or {}
+    selector = spec.get("selector") or {}
+    if not selector or spec.get("type") == "ExternalName" or health[0] != HEALTHY:
+        return None
+    as_label_selector = {"matchLabels": selector}
+    ns = (svc.get("metadata") or {}).get("namespace") or ""
+    hosted = any(
+        group_kind(w) in POD_TEMPLATE_KINDS
+        and ((w.get("metadata") or {}).get("namespace") or "") == ns
+        and selects(as_label_selector, _labels((w.get("spec") or {}).get("template") or {}))
+        for w in workloads)
+    if not hosted:
+        annotations = (svc.get("metadata") or {}).get("annotations") or {}
+        note = " (Cilium global service)" if annotations.get(CILIUM_GLOBAL) == "true" else ""
+        return ((HEALTHY, f"caller-only: no backend runs on this cluster{note}"), HealthReason.CALLER_ONLY)
+    if spec.get("publishNotReadyAddresses"):
+        return None
+    ready = sum(1 for p in pods if ((p.get("metadata") or {}).get("namespace") or "") == ns
+                and selects(as_label_selector, _labels(p)) and _pod_ready(p))
+    if ready:
+        return None
+    return ((PROGRESSING, "no ready pod matches the selector: the Service has no endpoints"),
+            HealthReason.NO_READY_ENDPOINTS)
+
+
+class PodIndex:
+    """The pods of one namespace by label, so each object's check reads only the pods that
+    carry one of its selector's ``matchLabels`` pairs instead of every pod (100 Services
+    over 2,000 pods: a scan each is quadratic)."""
+
+    def __init__(self, pods: Iterable[Mapping[str, Any]]) -> None:
+        self.pods = list(pods)
+        self.by_label: dict[tuple[str, str], list[Mapping[str, Any]]] = {}
+        for pod in self.pods:
+            for pair in _labels(pod).items():
+                self.by_label.setdefault(pair, []).append(pod)
+
+    def candidates(self, obj: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """A superset of the pods ``obj``'s selector can match (the checks match exactly)."""
+        spec = obj.get("spec") or {}
+        pairs = (spec.get("selector") or {}) if group_kind(obj) == ("", "Service") else \
+            ((spec.get("selector") or {}).get("matchLabels") or {})
+        if not pairs:
+            return self.pods
+        return min((self.by_label.get(pair, []) for pair in pairs.items()), key=len)
+
+
+def needs_pods(obj: Mapping[str, Any], health: Health) -> bool:
+    """Whether ``pod_verdict`` may change this object's health: a Deployment or StatefulSet
+    not healthy (also once Degraded by its progress deadline: the reason must outlive it),
+    a Service healthy by its own rules."""
+    kind = group_kind(obj)
+    if kind in SCHEDULED_KINDS:
+        return health[0] in (PROGRESSING, DEGRADED) and bool(obj.get("status"))
+    return kind == ("", "Service") and health[0] == HEALTHY
+
+
+def pod_verdict(obj: Mapping[str, Any], health: Health, workloads: Iterable[Mapping[str, Any]],
+                pods: Iterable[Mapping[str, Any]], now: float, grace: float) -> tuple[Health, HealthReason] | None:
+    """The health ``obj`` gets from the pods of its namespace (``unschedulable`` or
+    ``service_endpoints``), or None when they change nothing."""
+    if not needs_pods(obj, health):
+        return None
+    if group_kind(obj) == ("", "Service"):
+        return service_endpoints(obj, health, workloads, pods)
+    return unschedulable(obj, pods, now, grace)
+
+
 WORKLOAD_REPLICAS = {("apps", "Deployment"): "availableReplicas", ("apps", "StatefulSet"): "readyReplicas"}
 
 
@@ -188,13 +351,18 @@ class ComponentRollup:
     desired: int
     completed: bool
     message: str
+    reason: HealthReason | None = None  # the reason of the object that set the status
 
 
 _ORDER = {HEALTHY: 0, PROGRESSING: 1, UNKNOWN: 2, DEGRADED: 3}
 
 
-def rollup(objects: list[tuple[dict[str, Any], Health]]) -> list[ComponentRollup]:
-    """Per component: the worst status of its objects, ready/desired replicas of its workloads."""
+def rollup(objects: list[tuple[dict[str, Any], Health]],
+           reasons: Mapping[ObjKey, HealthReason] | None = None) -> list[ComponentRollup]:
+    """Per component: the worst status of its objects, ready/desired replicas of its workloads.
+    ``reasons`` (by object key): the component carries the reason of its worst object, or,
+    all healthy, one every object shares (a component present only as caller-only Services)."""
+    reasons = reasons or {}
     groups: dict[str, list[tuple[dict[str, Any], Health]]] = {}
     for obj, health in objects:
         labels = (obj.get("metadata") or {}).get("labels") or {}
@@ -206,12 +374,14 @@ def rollup(objects: list[tuple[dict[str, Any], Health]]) -> list[ComponentRollup
     for name in sorted(groups):
         worst: HealthStatus = HEALTHY
         message = ""
+        reason: HealthReason | None = None
         ready = desired = 0
         jobs = completed_jobs = 0
         for obj, (status, msg) in groups[name]:
             if _ORDER[status] > _ORDER[worst]:
                 worst = status
                 message = f"{obj['kind']} {obj['metadata']['name']}: {msg}"
+                reason = reasons.get(key_of(obj))
             api_group = obj["apiVersion"].split("/")[0] if "/" in obj["apiVersion"] else ""
             kind = (api_group, obj["kind"])
             st, spec = obj.get("status") or {}, obj.get("spec") or {}
@@ -224,8 +394,14 @@ def rollup(objects: list[tuple[dict[str, Any], Health]]) -> list[ComponentRollup
             elif kind == ("batch", "Job"):
                 jobs += 1
                 completed_jobs += status == HEALTHY
+        if worst == HEALTHY:
+            shared = {reasons.get(key_of(obj)) for obj, _ in groups[name]}
+            reason = shared.pop() if len(shared) == 1 else None
+            if reason is not None:
+                first, (_, first_msg) = groups[name][0]
+                message = f"{first['kind']} {first['metadata']['name']}: {first_msg}"
         out.append(ComponentRollup(name, worst, ready, desired, jobs > 0 and completed_jobs == jobs,
-                                   message[:512]))
+                                   message[:512], reason))
     return out
 
 

@@ -26,7 +26,8 @@ _ENV = {
     "prometheus": "QONNECT_PROMETHEUS", "namespace": "QONNECT_NAMESPACE", "cache_dir": "QONNECT_CACHE_DIR",
     "interval": "QONNECT_INTERVAL", "drift_interval": "QONNECT_DRIFT_INTERVAL", "drift": "QONNECT_DRIFT",
     "report_interval": "QONNECT_REPORT_INTERVAL", "prune_fraction": "QONNECT_PRUNE_FRACTION",
-    "wait_timeout": "QONNECT_WAIT_TIMEOUT", "metrics_addr": "QONNECT_METRICS_ADDR",
+    "wait_timeout": "QONNECT_WAIT_TIMEOUT", "unschedulable_grace": "QONNECT_UNSCHEDULABLE_GRACE",
+    "metrics_addr": "QONNECT_METRICS_ADDR",
     "webhook_addr": "QONNECT_WEBHOOK_ADDR", "webhook_secret_file": "QONNECT_WEBHOOK_SECRET_FILE",
     "latency_metric": "QONNECT_LATENCY_METRIC", "traffic_metric": "QONNECT_TRAFFIC_METRIC",
     "log_level": "QONNECT_LOG_LEVEL", "once": "QONNECT_ONCE", "lead_ca": "QONNECT_LEAD_CA",
@@ -75,6 +76,9 @@ def register(sub: Any) -> None:
                    help="deletes in flight at once while pruning (default 16) [QONNECT_PRUNE_WORKERS]")
     p.add_argument("--wait-timeout", type=float, default=float(e(_ENV["wait_timeout"], "60")),
                    help="--once: seconds to wait for health (default 60; 0: do not wait)")
+    p.add_argument("--unschedulable-grace", type=float, default=float(e(_ENV["unschedulable_grace"], "120")),
+                   help="seconds a pod may stay unschedulable before its workload is reported "
+                        "Degraded/Unschedulable (default 120) [QONNECT_UNSCHEDULABLE_GRACE]")
     p.add_argument("--metrics-addr", default=e(_ENV["metrics_addr"]), help="host:port for /metrics [QONNECT_METRICS_ADDR]")
     p.add_argument("--webhook-addr", default=e(_ENV["webhook_addr"]), help="host:port for POST /webhook (needs a secret)")
     p.add_argument("--webhook-secret-file", default=e(_ENV["webhook_secret_file"]), type=Path)
@@ -120,7 +124,8 @@ def build_config(args: argparse.Namespace) -> Any:
         lead_ca=args.lead_ca, prometheus=args.prometheus,
         latency_metric=args.latency_metric, traffic_metric=args.traffic_metric, interval=args.interval,
         drift_interval=args.drift_interval, drift=args.drift, report_interval=args.report_interval,
-        prune_fraction=args.prune_fraction, wait_timeout=args.wait_timeout, metrics_addr=args.metrics_addr,
+        prune_fraction=args.prune_fraction, wait_timeout=args.wait_timeout,
+        unschedulable_grace=args.unschedulable_grace, metrics_addr=args.metrics_addr,
         webhook_addr=args.webhook_addr,
         webhook_secret=args.webhook_secret_file.read_bytes().strip() if args.webhook_secret_file else None,
         git_credentials=credentials_from_env(),

@@ -112,6 +112,13 @@ def render(status: dict[str, Any]) -> str:
             for c in status["clusters"]
         ],
     )]
+    unhealthy = [(c["name"], u) for c in status["clusters"] for u in c.get("unhealthy") or ()]
+    if unhealthy:
+        lines += ["", "UNHEALTHY COMPONENTS", format_table(
+            ("CLUSTER", "COMPONENT", "READY", "REASON", "MESSAGE"),
+            [(name, u["component"], f"{u['ready']}/{u['desired']}", u["reason"], u["message"][:100])
+             for name, u in unhealthy],
+        )]
     dynamic = [c for c in status["clusters"] if c.get("dynamic")]
     if dynamic:
         lines += ["", "POOL CLUSTERS (cloud bursting)", format_table(

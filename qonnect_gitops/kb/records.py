@@ -25,7 +25,7 @@ from qonnect_gitops.model.report import (
     NodeCapacity,
     Traffic,
 )
-from qonnect_gitops.model.status import Refusal, SyncStatus
+from qonnect_gitops.model.status import HealthReason, Refusal, SyncStatus
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +51,7 @@ class ComponentRecord:
     desired_replicas: int
     completed: bool
     message: str
+    reason: str | None = None  # model.status.HealthReason
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,7 +127,7 @@ class ReportRecord:
             refusals=tuple(RefusalRecord(r.reason, r.message, r.commit) for r in report.refusals),
             components=tuple(
                 ComponentRecord(c.component, c.healthy, c.ready_replicas, c.desired_replicas,
-                                c.completed, c.message)
+                                c.completed, c.message, c.reason)
                 for c in report.components
             ),
             nodes=tuple(
@@ -155,7 +156,8 @@ class ReportRecord:
                 ComponentHealth(component=c.component, healthy=c.healthy,
                                 ready_replicas=c.ready_replicas,
                                 desired_replicas=c.desired_replicas, completed=c.completed,
-                                message=c.message)
+                                message=c.message,
+                                reason=HealthReason(c.reason) if c.reason else None)
                 for c in self.components
             ),
             nodes=tuple(

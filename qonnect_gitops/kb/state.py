@@ -627,6 +627,10 @@ class KnowledgeBase:
                     "attempted": record.attempted if record else None,
                     "refusals": record.refusals_json() if record else [],
                     "nodesReady": sum(1 for n in nodes if n.ready),
+                    # Components not healthy on this cluster, with the agent's machine reason.
+                    "unhealthy": [{"component": c.component, "reason": c.reason, "ready": c.ready_replicas,
+                                   "desired": c.desired_replicas, "message": c.message}
+                                  for c in (record.components if record else ()) if not c.healthy],
                     "nodes": len(nodes) if nodes else (declared["nodes"] if declared else 0),
                     "generation": self.cluster_generation(name),
                     "dynamic": dict(self.dynamic[name]) if name in self.dynamic else None,

@@ -68,6 +68,7 @@ from qonnect_gitops.gitstore.remote import (
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import Goals, Plan
 from qonnect_gitops.model.fleet import ReviewForge
+from qonnect_gitops.model.status import HealthReason
 from qonnect_gitops.render.render import PLACEMENT_FILE
 
 if TYPE_CHECKING:
@@ -159,6 +160,19 @@ def cluster_progress(entry: Any) -> tuple[int, bool, list[str]]:
         refusals = [(str(r.get("reason")), r.get("commit")) for r in report.get("refusals") or ()]
     return generation, healthy, [reason for reason, commit in refusals
                                  if reason != "StaleGeneration" and (commit is None or commit != applied_commit)]
+
+
+def unschedulable_components(entry: Any) -> list[str]:
+    """The components a cluster's last report says can never schedule there
+    (``HealthReason.UNSCHEDULABLE``): the plan relied on something the cluster lacks."""
+    if entry is None:
+        return []
+    record = getattr(entry, "record", None)
+    if record is not None:
+        return [c.component for c in record.components if c.reason == HealthReason.UNSCHEDULABLE]
+    report = entry.get("report") or {}
+    return [str(c.get("component")) for c in report.get("components") or ()
+            if c.get("reason") == HealthReason.UNSCHEDULABLE]
 
 
 class ReviewBridge:
@@ -387,20 +401,25 @@ class ReviewBridge:
             return {c: (kb.reports.get(c), kb.cluster_health(c, now)) for c in placed.required}
 
         seen = self.kb.read(read)
-        applied, refused, waiting = [], [], []
+        applied, refused, waiting, stuck = [], [], [], []
         for cluster, generation in sorted(placed.required.items()):
             entry, healthy = seen[cluster]
             applied_generation, components_ok, refusals = cluster_progress(entry)
             done = applied_generation >= generation
+            unschedulable = unschedulable_components(entry) if done else []
             if refusals and not done:
                 refused.append(f"{cluster}: {refusals[0]}")
+            elif unschedulable:
+                # Waiting longer cannot help: the agent's grace for an autoscaler has passed.
+                stuck.append(f"{cluster}: {', '.join(unschedulable)}")
             elif done and healthy and components_ok:
                 applied.append(cluster)
             else:
                 waiting.append(cluster)
         total = len(placed.required)
-        if refused:
-            text = "refused on " + ", ".join(refused)
+        if refused or stuck:
+            text = "; ".join(([f"refused on {', '.join(refused)}"] if refused else [])
+                             + ([f"{HealthReason.UNSCHEDULABLE} on {'; '.join(stuck)}"] if stuck else []))
             if placed.unmet:
                 text += "; unmet: " + "; ".join(placed.unmet)
             return CommitState.FAILURE, text

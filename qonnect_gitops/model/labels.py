@@ -8,7 +8,8 @@ or annotation names; ``*_VALUE`` constants are the values qonnect compares again
 
 from __future__ import annotations
 
-from typing import Final
+from collections.abc import Mapping
+from typing import Any, Final
 
 # -- labels (the renderer writes them on every object) -------------------------------------
 
@@ -37,3 +38,30 @@ name that it did not create. Without it such an object is refused (``OwnershipCo
 
 ENABLED: Final = "enabled"
 DISABLED: Final = "disabled"
+
+# -- mesh annotations (the renderer writes them on Services with mesh: cilium) -------------
+
+CILIUM_GLOBAL: Final = "service.cilium.io/global"
+"""``"true"``: a Cilium ClusterMesh global service (its name resolves fleet-wide)."""
+CILIUM_SHARED: Final = "service.cilium.io/shared"
+"""``"true"`` where the backends run, ``"false"`` where the Service is there for callers only."""
+
+
+def match_label_selector_object(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
+    """Whether labels match a structured ``LabelSelector`` (matchLabels/matchExpressions)."""
+    if selector is None:
+        return False
+    for k, v in (selector.get("matchLabels") or {}).items():
+        if labels.get(k) != v:
+            return False
+    for req in selector.get("matchExpressions") or []:
+        k, op, values = req.get("key"), req.get("operator"), set(req.get("values") or [])
+        if op == "In" and labels.get(k) not in values:
+            return False
+        if op == "NotIn" and k in labels and labels[k] in values:
+            return False
+        if op == "Exists" and k not in labels:
+            return False
+        if op == "DoesNotExist" and k in labels:
+            return False
+    return True

@@ -32,7 +32,7 @@ from qonnect_gitops.model.quantity import (
     format_millicores,
     parse_quantity,
 )
-from qonnect_gitops.model.status import Refusal, SyncStatus
+from qonnect_gitops.model.status import HealthReason, Refusal, SyncStatus
 
 # Bounds on what one report may carry. Generous for real clusters; they exist so
 # one report stays well under the HTTP body limit and the Raft batch size.
@@ -120,6 +120,10 @@ class ComponentHealth(UserModel):
     desired_replicas: int = Field(ge=0, le=MAX_REPLICAS)
     completed: bool = Field(False, description="A Job (or CronJob) that ran to completion.")
     message: str = Field("", max_length=512)
+    # Left out when None: a lead from before this field refuses unknown fields, even null ones.
+    reason: HealthReason | None = Field(
+        None, exclude_if=lambda v: v is None,
+        description="Why it is unhealthy where a machine must tell (e.g. `Unschedulable`).")
 
 
 class Latency(UserModel):

@@ -62,6 +62,16 @@ class SyncReason(StrEnum):
     DUPLICATE_OBJECT = "DuplicateObject"
 
 
+class HealthReason(StrEnum):
+    """Why an object (and so its component) has the health it has, where a machine must tell.
+
+    Set beside the health status when the status alone does not say what to do about it."""
+
+    UNSCHEDULABLE = "Unschedulable"  # pods stayed unschedulable (PodScheduled=False) past the grace
+    NO_READY_ENDPOINTS = "NoReadyEndpoints"  # a Service whose backends run here selects no ready pod
+    CALLER_ONLY = "CallerOnly"  # a Service rendered for callers only: its backends run on other clusters
+
+
 class Action(StrEnum):
     """What the agent did with one object of its branch."""
 

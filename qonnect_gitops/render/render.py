@@ -28,6 +28,8 @@ from qonnect_gitops.model.goals import Component, Goals, Manifest, exposes_nodes
 from qonnect_gitops.model.labels import (
     ADOPT_ANNOTATION,
     APP_LABEL,
+    CILIUM_GLOBAL,
+    CILIUM_SHARED,
     COMPONENT_LABEL,
     DIGEST_ANNOTATION,
     ENABLED,
@@ -41,8 +43,6 @@ from qonnect_gitops.render.capi import capi_objects
 from qonnect_gitops.render.nodes import constrain_pods
 from qonnect_gitops.render.shared import SharedObject, borrowed, definitions
 
-CILIUM_GLOBAL = "service.cilium.io/global"
-CILIUM_SHARED = "service.cilium.io/shared"
 SERVICE_EXPORT_API = "multicluster.x-k8s.io/v1alpha1"
 PLACEMENT_FILE = "placement.yaml"
 

@@ -6,6 +6,9 @@ import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
+# The structured match lives with the label vocabulary (the agent uses it too); kept importable here.
+from qonnect_gitops.model.labels import match_label_selector_object  # noqa: F401
+
 
 class SelectorError(ValueError):
     """A selector the API would reject with 400 BadRequest."""
@@ -100,26 +103,6 @@ def _field_requirement(path: str, op: str, wanted: str) -> Callable[[Mapping[str
     if op == "!=":
         return lambda obj: _get_path(obj, path) != wanted
     return lambda obj: _get_path(obj, path) == wanted
-
-
-def match_label_selector_object(selector: Mapping[str, Any] | None, labels: Mapping[str, str]) -> bool:
-    """Whether labels match a structured ``LabelSelector`` (matchLabels/matchExpressions)."""
-    if selector is None:
-        return False
-    for k, v in (selector.get("matchLabels") or {}).items():
-        if labels.get(k) != v:
-            return False
-    for req in selector.get("matchExpressions") or []:
-        k, op, values = req.get("key"), req.get("operator"), set(req.get("values") or [])
-        if op == "In" and labels.get(k) not in values:
-            return False
-        if op == "NotIn" and k in labels and labels[k] in values:
-            return False
-        if op == "Exists" and k not in labels:
-            return False
-        if op == "DoesNotExist" and k in labels:
-            return False
-    return True
 
 
 def selector_to_string(selector: Mapping[str, Any] | None) -> str:

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
 
 from qonnect_gitops.agent import health
+from qonnect_gitops.model.status import HealthReason
 
 DATA = Path(__file__).parent / "testdata"
 
@@ -79,3 +82,102 @@ def test_rollup_per_component() -> None:
     assert by["bookinfo/reviews"].status == "Progressing" and "gateway" in by["bookinfo/reviews"].message
     assert (by["bookinfo/reviews"].ready, by["bookinfo/reviews"].desired) == (3, 3)
     assert by["bookinfo/migrate"].completed and by["bookinfo/migrate"].status == "Healthy"
+
+
+def _pod(labels: dict[str, str], phase: str = "Pending", conditions: list[dict[str, Any]] | None = None,
+         ns: str = "shop") -> dict[str, Any]:
+    return {"metadata": {"name": "p", "namespace": ns, "labels": labels},
+            "status": {"phase": phase, "conditions": conditions or []}}
+
+
+UNSCHEDULABLE = {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
+                 "lastTransitionTime": "2026-01-01T00:00:00Z",
+                 "message": "0/2 nodes are available: 2 Insufficient cpu."}
+T0 = datetime(2026, 1, 1, tzinfo=UTC).timestamp()
+
+
+def test_selects_match_labels_and_expressions() -> None:
+    sel = {"matchLabels": {"app": "a"}, "matchExpressions": [
+        {"key": "tier", "operator": "In", "values": ["web"]}, {"key": "canary", "operator": "DoesNotExist"}]}
+    assert health.selects(sel, {"app": "a", "tier": "web"})
+    assert not health.selects(sel, {"app": "a", "tier": "db"})
+    assert not health.selects(sel, {"app": "a", "tier": "web", "canary": "1"})
+    assert not health.selects({}, {"app": "a"})  # an empty selector owns no pod
+
+
+def test_unschedulable_after_the_grace_only() -> None:
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big", "namespace": "shop"},
+           "spec": {"selector": {"matchLabels": {"app": "big"}}}}
+    pods = [_pod({"app": "big"}, conditions=[UNSCHEDULABLE]), _pod({"app": "other"}, conditions=[UNSCHEDULABLE])]
+    assert health.unschedulable(dep, pods, now=T0 + 59, grace=60) is None
+    verdict = health.unschedulable(dep, pods, now=T0 + 61, grace=60)
+    assert verdict is not None
+    (status, message), reason = verdict
+    assert (status, reason) == ("Degraded", HealthReason.UNSCHEDULABLE)
+    assert message.startswith("1 pod(s) unschedulable for 61s") and "Insufficient cpu" in message
+    # The same pod in another namespace, or one that got scheduled, is not its pod / not stuck.
+    assert health.unschedulable(dep, [_pod({"app": "big"}, conditions=[UNSCHEDULABLE], ns="x")], T0 + 61, 60) is None
+    assert health.unschedulable(dep, [_pod({"app": "big"}, phase="Running", conditions=[UNSCHEDULABLE])],
+                                T0 + 61, 60) is None
+
+
+def test_service_endpoints_hosted_or_caller_only() -> None:
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "web", "namespace": "shop"},
+           "spec": {"selector": {"app": "web"}}}
+    backend = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "web", "namespace": "shop"},
+               "spec": {"template": {"metadata": {"labels": {"app": "web", "v": "1"}}}}}
+    ready = _pod({"app": "web"}, "Running", [{"type": "Ready", "status": "True"}])
+    not_ready = _pod({"app": "web"}, "Running", [{"type": "Ready", "status": "False"}])
+    assert health.service_endpoints(svc, ("Healthy", ""), [backend], [ready]) is None
+    assert health.service_endpoints(svc, ("Healthy", ""), [backend], [not_ready]) == (
+        ("Progressing", "no ready pod matches the selector: the Service has no endpoints"),
+        HealthReason.NO_READY_ENDPOINTS)
+    published = {**svc, "spec": {**svc["spec"], "publishNotReadyAddresses": True}}
+    assert health.service_endpoints(published, ("Healthy", ""), [backend], [not_ready]) is None
+    verdict = health.service_endpoints(svc, ("Healthy", ""), [], [])
+    assert verdict is not None and verdict[0][0] == "Healthy" and verdict[1] == HealthReason.CALLER_ONLY
+    elsewhere = {**backend, "metadata": {"name": "web", "namespace": "other"}}
+    assert health.service_endpoints(svc, ("Healthy", ""), [elsewhere], [])[1] == HealthReason.CALLER_ONLY
+    no_selector = {**svc, "spec": {}}
+    assert health.service_endpoints(no_selector, ("Healthy", ""), [backend], []) is None
+
+
+def test_rollup_carries_the_reason_of_the_worst_object() -> None:
+    labels = {"qonnect.io/app": "shop", "qonnect.io/component": "big"}
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big", "namespace": "shop",
+                                                                        "labels": labels}, "spec": {"replicas": 1}}
+    svc = {"apiVersion": "v1", "kind": "Service", "metadata": {"name": "big", "namespace": "shop", "labels": labels}}
+    reasons = {("apps", "v1", "Deployment", "shop", "big"): HealthReason.UNSCHEDULABLE}
+    [c] = health.rollup([(svc, ("Healthy", "")), (dep, ("Degraded", "1 pod(s) unschedulable"))], reasons)
+    assert (c.status, c.reason) == ("Degraded", HealthReason.UNSCHEDULABLE)
+    caller = {("", "v1", "Service", "shop", "big"): HealthReason.CALLER_ONLY}
+    [only] = health.rollup([(svc, ("Healthy", "caller-only"))], caller)
+    assert (only.status, only.reason, only.message) == ("Healthy", HealthReason.CALLER_ONLY, "Service big: caller-only")
+
+
+def test_the_unschedulable_reason_outlives_the_progress_deadline() -> None:
+    """After progressDeadlineSeconds the Deployment is Degraded on its own; the pods still say why."""
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "big", "namespace": "shop"},
+           "spec": {"selector": {"matchLabels": {"app": "big"}}},
+           "status": {"conditions": [{"type": "Progressing", "status": "False", "reason": "ProgressDeadlineExceeded"}]}}
+    pods = [_pod({"app": "big"}, conditions=[UNSCHEDULABLE])]
+    deadline = ("Degraded", "deployment exceeded its progress deadline")
+    verdict = health.pod_verdict(dep, deadline, [], pods, now=T0 + 700, grace=120)
+    assert verdict is not None and verdict[0][0] == "Degraded" and verdict[1] == HealthReason.UNSCHEDULABLE
+    # Healthy workloads, missing ones (no status) and kinds without pods are not looked at.
+    assert not health.needs_pods(dep, ("Healthy", ""))
+    assert not health.needs_pods({**dep, "status": None}, ("Degraded", "object is missing"))
+    assert not health.needs_pods({"apiVersion": "v1", "kind": "ConfigMap"}, ("Healthy", ""))
+
+
+def test_pod_index_narrows_to_pods_with_a_selector_pair() -> None:
+    web, db = _pod({"app": "web", "tier": "f"}), _pod({"app": "db", "tier": "b"})
+    index = health.PodIndex([web, db])
+    svc = {"apiVersion": "v1", "kind": "Service", "spec": {"selector": {"app": "web", "tier": "f"}}}
+    dep = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"selector": {"matchLabels": {"app": "db"}}}}
+    by_expression = {"apiVersion": "apps/v1", "kind": "Deployment", "spec": {"selector": {"matchExpressions": [
+        {"key": "app", "operator": "Exists"}]}}}
+    assert index.candidates(svc) == [web]
+    assert index.candidates(dep) == [db]
+    assert index.candidates(by_expression) == [web, db]  # nothing to narrow by: every pod
+    assert index.candidates({**svc, "spec": {"selector": {"app": "none"}}}) == []

@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from qonnect_gitops.kb.records import ReportRecord, StoredReport
-from qonnect_gitops.lead.review import cluster_progress
+from qonnect_gitops.lead.review import cluster_progress, unschedulable_components
 from tests.lead.harness import report
 
 OLD, NEW = "a" * 40, "b" * 40
@@ -43,3 +43,17 @@ def test_a_stale_generation_is_an_old_branch_not_a_failure() -> None:
 
 def test_no_report_yet() -> None:
     assert cluster_progress(None) == (0, False, [])
+
+
+@pytest.mark.parametrize("entry", [stored, lambda body: {"report": body}], ids=["typed", "json"])
+def test_components_that_cannot_schedule_are_named(entry: Any) -> None:
+    body = with_refusal("ProtectedKind", OLD)
+    body["components"] = [
+        {"component": "shop/big", "healthy": False, "readyReplicas": 0, "desiredReplicas": 1,
+         "message": "Deployment big: 1 pod(s) unschedulable", "reason": "Unschedulable"},
+        {"component": "shop/web", "healthy": False, "readyReplicas": 0, "desiredReplicas": 1},
+        {"component": "shop/reviews", "healthy": True, "readyReplicas": 0, "desiredReplicas": 0,
+         "reason": "CallerOnly"},
+    ]
+    assert unschedulable_components(entry(body)) == ["shop/big"]
+    assert unschedulable_components(None) == []

@@ -372,3 +372,29 @@ def test_latency_counts_by_its_lowest_value_over_the_window() -> None:
     # The replicated dump carries the history.
     assert KnowledgeBase.from_dict(kb.to_dict()).snapshot(at(T0 + 13.5)).latencies == \
         kb.snapshot(at(T0 + 13.5)).latencies
+
+
+def test_unschedulable_components_show_in_the_cluster_rows_and_status() -> None:
+    """What `qonnect status` prints for a component whose pods the cluster cannot schedule."""
+    from qonnect_gitops.cli.status import render as render_status
+
+    kb = kb_with_goals(("edge-1", "edge-2"), shop=True)
+    kb.apply_plan({"shop/web": {"edge-1": 1}}, {}, "goals-changed", None, 1, T0)
+    body = report("edge-1", agent_time=T0 + 1)
+    body["components"] = [{"component": "shop/web", "healthy": False, "readyReplicas": 0, "desiredReplicas": 1,
+                           "reason": "Unschedulable",
+                           "message": "Deployment web: 1 pod(s) unschedulable for 130s: 0/2 nodes are available"}]
+    kb.apply_reports([entry("edge-1", T0 + 1, body)])
+    rows = {r["name"]: r for r in kb.cluster_rows(T0 + 2)}
+    assert rows["edge-1"]["unhealthy"] == [{"component": "shop/web", "reason": "Unschedulable", "ready": 0,
+                                           "desired": 1, "message": body["components"][0]["message"]}]
+    assert rows["edge-2"]["unhealthy"] == []
+    status = {"leader": None, "self": {"id": "a", "state": "leader", "commitIndex": 1, "lastApplied": 1,
+                                       "hasQuorum": True},
+              "term": 1, "generation": 1, "pending": {"reportsQueued": 0, "reportBatchesInFlight": 0},
+              "goals": {"lastGood": None, "lastFailed": None}, "members": [], "clusters": list(rows.values()),
+              "placements": {}, "lastMoved": {}, "goalsSource": {"lastFetchError": None},
+              "tokens": {"fileError": None}}
+    text = render_status(status)
+    section = text.split("UNHEALTHY COMPONENTS", 1)[1]
+    assert "edge-1" in section and "shop/web" in section and "0/1" in section and "Unschedulable" in section
