@@ -82,10 +82,10 @@ class _Unusual(Exception):
     """A document the scan does not build: ruamel reads it (and names any error)."""
 
 
-def _yaml12_resolvers() -> dict[str, list[tuple[str, re.Pattern[str]]]]:
+def _yaml12_resolvers() -> dict[str, list[tuple[str, Any]]]:
     """ruamel's own table of implicit tags for YAML 1.2, by first character (as its
     ``VersionedResolver`` builds it), so a plain scalar resolves exactly as ruamel resolves it."""
-    table: dict[str, list[tuple[str, re.Pattern[str]]]] = {}
+    table: dict[str, list[tuple[str, Any]]] = {}  # ruamel compiles its patterns lazily
     for versions, tag, regexp, first in implicit_resolvers:
         if (1, 2) in versions:
             for ch in first:
@@ -189,9 +189,20 @@ def scan_documents(path: str, raw: bytes) -> tuple[str, list[tuple[Any, int]] | 
     loader and ``yamlpos.to_plain`` would: ``(text, [(data, start line), ...])``, or
     ``(text, None)`` when the file holds something the scan leaves to ruamel."""
     text = decode(path, raw)
+    if _SCANNERS_DIFFER.search(text, 1 if text.startswith("\ufeff") else 0):
+        _scan(path, text, None)
+        return text, None
     building = _Building()
     built = _scan(path, text, building)
     return text, (building.docs if built else None)
+
+
+# Text where libyaml (YAML 1.1) and ruamel read differently or only one accepts it: tabs,
+# 1.1-only line breaks, a byte-order mark past the start, a lone carriage return, a comment
+# right after a block scalar's indicator, a line that starts with '%' (a directive, or text
+# the two parsers split differently), a document end marker '...' (ruamel refuses one that
+# ends nothing). Found by tests/model/test_scan_agrees.py's fuzzers.
+_SCANNERS_DIFFER = re.compile("[\t\x85\u2028\u2029\ufeff]|\r(?!\n)|[|>][-+0-9]*#|^%|^\\.\\.\\.", re.MULTILINE)
 
 
 def _scan(path: str, text: str, building: _Building | None) -> bool:
@@ -257,6 +268,8 @@ def _build(b: _Building, event: Any) -> None:
     if kind is yaml.ScalarEvent:
         if event.anchor is not None or event.tag is not None:
             raise _Unusual
+        if not b.stack and event.style in ("|", ">"):
+            raise _Unusual  # a document that is one block scalar: ruamel ends it elsewhere
         b.add(_plain_scalar(event.value) if event.implicit[0] else event.value)
     elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
         if event.anchor is not None or event.tag is not None:
