@@ -17,6 +17,7 @@ agent reads by the thousand, go to ``load_documents`` (libyaml, YAML 1.1 as PyYA
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -172,6 +173,7 @@ class _Building:
 
 
 _KEY = object()
+_INTERNED = 40
 
 
 def check_structure(path: str, text: str) -> None:
@@ -270,7 +272,10 @@ def _build(b: _Building, event: Any) -> None:
             raise _Unusual
         if not b.stack and event.style in ("|", ">"):
             raise _Unusual  # a document that is one block scalar: ruamel ends it elsewhere
-        b.add(_plain_scalar(event.value) if event.implicit[0] else event.value)
+        value = _plain_scalar(event.value) if event.implicit[0] else event.value
+        # Field names and short values (apiVersion, kind, v1, cpu...) repeat in every object of
+        # the goals: one shared string each, not one per occurrence, in what the lead keeps.
+        b.add(sys.intern(value) if type(value) is str and len(value) <= _INTERNED else value)
     elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
         if event.anchor is not None or event.tag is not None:
             raise _Unusual
