@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal
+import functools
+from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import AfterValidator, Field, GetJsonSchemaHandler, model_validator
 from pydantic.json_schema import JsonSchemaValue
@@ -203,6 +204,21 @@ class Migration(UserModel):
     )
 
 
+_Part = TypeVar("_Part", bound=UserModel)
+
+
+@functools.cache
+def _shared_default(model: type[_Part]) -> _Part:
+    """One instance of a frozen model's defaults for every field that leaves it out: a fleet's
+    goals hold tens of thousands of components, most with the default QoS."""
+    return model()
+
+
+@functools.cache
+def _default_objective() -> Objective:
+    return Objective(latency=DEFAULT_OBJECTIVE[0], cost=DEFAULT_OBJECTIVE[1], energy=DEFAULT_OBJECTIVE[2])
+
+
 class QoS(UserModel):
     """The QoS goals of a component. Every field is optional; ``spec.defaults.qos`` fills
     in what a component leaves out, field by field."""
@@ -214,17 +230,16 @@ class QoS(UserModel):
         "Empty means any tier, with no preference.",
     )
     objective: Objective = Field(
-        default_factory=lambda: Objective(latency=DEFAULT_OBJECTIVE[0], cost=DEFAULT_OBJECTIVE[1],
-                                          energy=DEFAULT_OBJECTIVE[2]),
+        default_factory=_default_objective,
         description="Without one, latency 0.6, cost 0.3, energy 0.1: a component with no latency "
         "goal and no traffic is still placed on the cheapest, cleanest cluster, not by name order.",
     )
-    availability: Availability = Field(default_factory=Availability)
+    availability: Availability = Field(default_factory=lambda: _shared_default(Availability))
     max_cost_per_hour: float | None = Field(
         None, gt=0, le=MAX_COST_CAP, description="Cap on what all replicas of the component cost per hour."
     )
-    placement: Placement = Field(default_factory=Placement)
-    cluster_selector: ClusterSelector = Field(default_factory=ClusterSelector)
+    placement: Placement = Field(default_factory=lambda: _shared_default(Placement))
+    cluster_selector: ClusterSelector = Field(default_factory=lambda: _shared_default(ClusterSelector))
     tolerations: tuple[Toleration, ...] = ()
     bursting: bool = Field(
         True, description="Send replicas that do not fit the best cluster to its neighbours."
@@ -234,7 +249,7 @@ class QoS(UserModel):
         "one lacks capacity.",
     )
     scaling: Scaling | None = None
-    migration: Migration = Field(default_factory=Migration)
+    migration: Migration = Field(default_factory=lambda: _shared_default(Migration))
 
     @model_validator(mode="after")
     def _unique_tiers(self) -> QoS:
@@ -244,6 +259,8 @@ class QoS(UserModel):
 
     def overlaid_on(self, defaults: QoS) -> QoS:
         """This QoS with every field it does not set taken from ``defaults``."""
+        if not self.model_fields_set:
+            return defaults  # frozen: shared, not copied
         return defaults.model_copy(update={f: getattr(self, f) for f in self.model_fields_set})
 
 
@@ -285,11 +302,11 @@ class ComponentSpec(UserModel):
         "an emptyDir): placed once and then pinned like a StatefulSet, unless "
         "`qos.migration.allowStateful`. Default: true for StatefulSets only.",
     )
-    qos: QoS = Field(default_factory=QoS)
+    qos: QoS = Field(default_factory=lambda: _shared_default(QoS))
 
 
 class AppDefaults(UserModel):
-    qos: QoS = Field(default_factory=QoS)
+    qos: QoS = Field(default_factory=lambda: _shared_default(QoS))
 
 
 def _not_reserved(namespace: str) -> str:

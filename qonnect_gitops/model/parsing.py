@@ -7,17 +7,23 @@ it nests (``MAX_DEPTH``). An alias bomb is refused at the alias that crosses the
 with ``file:line:column``, long before it costs memory. Trees are bounded by
 ``MAX_TREE_FILES`` and ``MAX_TREE_BYTES``.
 
-Goals go on to ``yamlpos.parse_yaml`` (ruamel, positions for messages); branch files,
-which the agent reads by the thousand, to ``load_documents`` (libyaml, fast).
+The same scan builds each document's plain data as ruamel reads it (YAML 1.2), for
+``yamlpos.parse_yaml``: ruamel, pure Python, is run only for positions (when a problem is
+reported) and for the rare documents the scan leaves to it (anchors, tags, merge keys,
+timestamps, duplicate or complex keys, ``%YAML`` directives). Branch files, which the
+agent reads by the thousand, go to ``load_documents`` (libyaml, YAML 1.1 as PyYAML reads it).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import re
+import sys
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from ruamel.yaml.resolver import implicit_resolvers
 
 from qonnect_gitops.model.errors import GoalsError, Problem
 from qonnect_gitops.model.limits import (
@@ -73,6 +79,103 @@ class _Open:
     size: int = 1
 
 
+class _Unusual(Exception):
+    """A document the scan does not build: ruamel reads it (and names any error)."""
+
+
+def _yaml12_resolvers() -> dict[str, list[tuple[str, Any]]]:
+    """ruamel's own table of implicit tags for YAML 1.2, by first character (as its
+    ``VersionedResolver`` builds it), so a plain scalar resolves exactly as ruamel resolves it."""
+    table: dict[str, list[tuple[str, Any]]] = {}  # ruamel compiles its patterns lazily
+    for versions, tag, regexp, first in implicit_resolvers:
+        if (1, 2) in versions:
+            for ch in first:
+                table.setdefault(ch, []).append((tag, regexp))
+    return table
+
+
+_RESOLVERS = _yaml12_resolvers()
+
+
+def _int12(text: str) -> int:
+    """A YAML 1.2 int as ruamel's round-trip constructor reads it (underscores dropped,
+    0b/0o/0x prefixes, leading zeros decimal)."""
+    digits = text.replace("_", "")
+    sign = -1 if digits[:1] == "-" else 1
+    digits = digits[1:] if digits[:1] in ("+", "-") else digits
+    base = {"0b": 2, "0o": 8, "0x": 16}.get(digits[:2], 10)
+    if base != 10:
+        digits = digits[2:]
+    if not digits:
+        raise _Unusual  # ruamel fails on these; let it say how
+    return sign * int(digits, base)
+
+
+def _float12(text: str) -> float:
+    """A YAML 1.2 float as ruamel's round-trip constructor reads it."""
+    digits = text.replace("_", "").lower()
+    sign = -1.0 if digits[:1] == "-" else 1.0
+    digits = digits[1:] if digits[:1] in ("+", "-") else digits
+    if digits == ".nan":
+        return float("nan")
+    if digits == ".inf":
+        return sign * float("inf")
+    return sign * float(digits)
+
+
+def _unusual(_: str) -> Any:
+    raise _Unusual
+
+
+_CONSTRUCT: dict[str, Callable[[str], Any]] = {
+    "tag:yaml.org,2002:bool": lambda text: text in ("true", "True", "TRUE"),
+    "tag:yaml.org,2002:null": lambda text: None,
+    "tag:yaml.org,2002:int": _int12,
+    "tag:yaml.org,2002:float": _float12,
+}
+
+
+def _plain_scalar(text: str) -> Any:
+    for tag, regexp in _RESOLVERS.get(text[:1], ()):
+        if regexp.match(text):
+            return _CONSTRUCT.get(tag, _unusual)(text)  # merge, timestamp, value: ruamel's
+    return text
+
+
+@dataclass
+class _Building:
+    """The documents of a file as plain data, built from the scan's events."""
+
+    docs: list[tuple[Any, int]] = field(default_factory=list)
+    """(data, 1-based line where the document's node starts; 1 for a scalar document)"""
+    stack: list[Any] = field(default_factory=list)
+    keys: list[Any] = field(default_factory=list)
+    """per open mapping: the key whose value comes next, or _KEY when a key comes next"""
+    root: Any = None
+    line: int = 1
+
+    def add(self, value: Any, hashable: bool = True) -> None:
+        if not self.stack:
+            self.root = value
+            return
+        parent = self.stack[-1]
+        if isinstance(parent, list):
+            parent.append(value)
+            return
+        key = self.keys[-1]
+        if key is _KEY:
+            if not hashable or value in parent:
+                raise _Unusual  # a complex or duplicate key: ruamel keeps or refuses it
+            self.keys[-1] = value
+        else:
+            parent[key] = value
+            self.keys[-1] = _KEY
+
+
+_KEY = object()
+_INTERNED = 40
+
+
 def check_structure(path: str, text: str) -> None:
     """Refuse documents that expand past ``MAX_DOCUMENT_BYTES`` or nest deeper than ``MAX_DEPTH``.
 
@@ -80,12 +183,45 @@ def check_structure(path: str, text: str) -> None:
     alias counts what its anchor counted. Nothing is built, so a bomb costs only the scan.
     Text libyaml cannot parse is left to the parser that follows (it names the error).
     """
+    _scan(path, text, None)
+
+
+def scan_documents(path: str, raw: bytes) -> tuple[str, list[tuple[Any, int]] | None]:
+    """``checked_text`` that also builds every document as plain data, as ruamel's round-trip
+    loader and ``yamlpos.to_plain`` would: ``(text, [(data, start line), ...])``, or
+    ``(text, None)`` when the file holds something the scan leaves to ruamel."""
+    text = decode(path, raw)
+    if _SCANNERS_DIFFER.search(text, 1 if text.startswith("\ufeff") else 0):
+        _scan(path, text, None)
+        return text, None
+    building = _Building()
+    built = _scan(path, text, building)
+    return text, (building.docs if built else None)
+
+
+# Text where libyaml (YAML 1.1) and ruamel read differently or only one accepts it: tabs,
+# 1.1-only line breaks, a byte-order mark past the start, a lone carriage return, a comment
+# right after a block scalar's indicator, a line that starts with '%' (a directive, or text
+# the two parsers split differently), a document end marker '...' (ruamel refuses one that
+# ends nothing). Found by tests/model/test_scan_agrees.py's fuzzers.
+_SCANNERS_DIFFER = re.compile("[\t\x85\u2028\u2029\ufeff]|\r(?!\n)|[|>][-+0-9]*#|^%|^\\.\\.\\.", re.MULTILINE)
+
+
+def _scan(path: str, text: str, building: _Building | None) -> bool:
+    """The limits of ``check_structure``; with ``building``, builds the documents into it as
+    long as they stay usual. True when every document was built."""
     stack: list[_Open] = []
     anchors: dict[str, int] = {}
     total = 0  # this document, expanded
     done_before = 0  # the documents before it, expanded
+    b = building
     try:
         for event in yaml.parse(text, Loader=_Loader):
+            if b is not None:
+                try:
+                    _build(b, event)
+                except (_Unusual, ValueError):  # ValueError: a number ruamel fails on
+                    b = None
             if isinstance(event, yaml.DocumentStartEvent):
                 stack, anchors, done_before, total = [], {}, done_before + total, 0
                 continue
@@ -123,7 +259,45 @@ def check_structure(path: str, text: str) -> None:
             if done_before + total > MAX_FILE_BYTES:
                 raise _problem(path, event, f"the documents of this file expand past {size_text(MAX_FILE_BYTES)}")
     except yaml.YAMLError:
-        return
+        return False
+    return b is not None
+
+
+def _build(b: _Building, event: Any) -> None:
+    """One event into ``b``; raises _Unusual for what only ruamel reads the way it does
+    (anchors and aliases, explicit tags, ``%YAML``/``%TAG`` directives)."""
+    kind = type(event)
+    if kind is yaml.ScalarEvent:
+        if event.anchor is not None or event.tag is not None:
+            raise _Unusual
+        if not b.stack and event.style in ("|", ">"):
+            raise _Unusual  # a document that is one block scalar: ruamel ends it elsewhere
+        value = _plain_scalar(event.value) if event.implicit[0] else event.value
+        # Field names and short values (apiVersion, kind, v1, cpu...) repeat in every object of
+        # the goals: one shared string each, not one per occurrence, in what the lead keeps.
+        b.add(sys.intern(value) if type(value) is str and len(value) <= _INTERNED else value)
+    elif kind is yaml.MappingStartEvent or kind is yaml.SequenceStartEvent:
+        if event.anchor is not None or event.tag is not None:
+            raise _Unusual
+        node: Any = {} if kind is yaml.MappingStartEvent else []
+        if not b.stack:
+            b.line = event.start_mark.line + 1
+        b.add(node, hashable=False)
+        b.stack.append(node)
+        if kind is yaml.MappingStartEvent:
+            b.keys.append(_KEY)
+    elif kind is yaml.MappingEndEvent or kind is yaml.SequenceEndEvent:
+        if kind is yaml.MappingEndEvent:
+            b.keys.pop()
+        b.stack.pop()
+    elif kind is yaml.DocumentStartEvent:
+        if event.version is not None or event.tags:
+            raise _Unusual
+        b.root, b.line = None, 1
+    elif kind is yaml.DocumentEndEvent:
+        b.docs.append((b.root, b.line))
+    elif kind is yaml.AliasEvent:
+        raise _Unusual
 
 
 def _problem(path: str, event: Any, message: str) -> GoalsError:

@@ -22,7 +22,7 @@ from ruamel.yaml.error import MarkedYAMLError
 
 from qonnect_gitops.model.errors import GoalsError, Problem
 from qonnect_gitops.model.limits import MAX_DOCUMENT_BYTES
-from qonnect_gitops.model.parsing import checked_text, size_text
+from qonnect_gitops.model.parsing import checked_text, scan_documents, size_text
 
 M = TypeVar("M", bound=BaseModel)
 Loc = Sequence[int | str]
@@ -116,8 +116,17 @@ def parse_yaml(path: str, raw: bytes, multi: bool = False) -> list[YamlDocument]
 
     The file passes the limits of ``model.parsing`` first (size, alias expansion, depth).
     Raises GoalsError naming the file, line and what the parser found.
+
+    The data comes from the limits' libyaml scan when it could build it (the usual
+    case); the documents' positions then re-parse the file with ruamel when asked for.
+    Files the scan leaves to ruamel, and every file with a problem, are parsed here with
+    ruamel, so errors read as they always did.
     """
-    text = checked_text(path, raw)
+    text, built = scan_documents(path, raw)
+    if built is not None and (multi or (len(built) == 1 and built[0][0] is not None)):
+        # No anchors in a built document, so it is never larger than the scan measured:
+        # the budget below cannot run out for it.
+        return [YamlDocument(path, data, _Reparse(path, raw, i), line) for i, (data, line) in enumerate(built)]
     try:
         nodes = list(_yaml().load_all(text))
     except MarkedYAMLError as exc:
