@@ -127,6 +127,8 @@ def _job(spec: dict[str, Any]) -> None:
 
 # Status fields without omitempty: the zero status of a new object still carries them.
 _INITIAL_STATUS: dict[str, dict[str, Any]] = {
+    # A real API server returns every new Service with an empty load balancer status.
+    "Service": {"loadBalancer": {}},
     "ReplicaSet": {"replicas": 0},
     "StatefulSet": {"replicas": 0, "availableReplicas": 0},
     "DaemonSet": {"currentNumberScheduled": 0, "numberMisscheduled": 0, "desiredNumberScheduled": 0,

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from tests.sim.kubelet_helpers import clients, make_sim, shape, wait_for
 
 SERVICE = {"metadata": {"name": "web"},
@@ -12,9 +14,12 @@ def _first_address(name: str) -> str:
     with make_sim(shape(1, "2"), name=name) as sim:
         core, *_ = clients(sim)
         core.create_namespaced_service("default", SERVICE)
-        ingress = wait_for(lambda: core.read_namespaced_service("web", "default").status.load_balancer.ingress,
-                           what=f"a load balancer address on {name}")
-        return str(ingress[0].ip)
+        def ingress() -> list[Any] | None:
+            balancer = core.read_namespaced_service("web", "default").status.load_balancer
+            return balancer.ingress if balancer is not None else None
+
+        addresses = wait_for(ingress, what=f"a load balancer address on {name}")
+        return str(addresses[0].ip)
 
 
 def test_two_clusters_give_their_first_load_balancers_different_addresses() -> None:
