@@ -210,6 +210,13 @@ class GitStore:
         self.identity = identity or Identity()
         if not pygit2.reference_is_valid_name(self.plan_ref):
             raise ValueError(f"invalid plan branch name {plan_branch!r}")
+        # Every ref this store moved since ``moved`` was last cleared: a mirror pushes
+        # these instead of comparing every ref of the fleet (``Mirror.pending``).
+        self.moved: set[str] = set()
+        # The plan commit whose fan-out is known complete: every cluster branch follows
+        # it. ``catch_up`` of that commit has nothing to do; whoever moves cluster
+        # branches by other means (a fetch) must reset it.
+        self.fanned_out: str | None = None
 
     @classmethod
     def init_bare(cls, path: str | Path, **kwargs: object) -> GitStore:
@@ -299,11 +306,12 @@ class GitStore:
         subtrees = {name: dirs.get(f"clusters/{name}") for name in names}
         updates = self._cluster_commits(commit, summary.strip(), meta, subtrees, fan.prune_limits, timestamp, batch)
         batch.flush()
-        cas_update_refs(self.repo, {self.plan_ref: (current, commit)}, f"qonnect: plan {meta.generation}")
+        self._update_refs({self.plan_ref: (current, commit)}, f"qonnect: plan {meta.generation}")
         log.info("plan_committed", commit=str(commit), generation=meta.generation, reason=meta.reason,
                  term=meta.term, source=meta.source)
         closed = self._close_all(open_ids, f"superseded by plan commit {commit}", timestamp)
         changes = self._move_clusters(commit, updates, len(names))
+        self.fanned_out = str(commit)
         return WriteResult(
             plan_head=str(commit),
             plan_commit=str(commit),
@@ -343,7 +351,10 @@ class GitStore:
         batch = ObjectBatch(self.repo)
         updates = self._cluster_commits(commit.id, summary, meta, subtrees, limits, when, batch)
         batch.flush()
-        return self._move_clusters(commit.id, updates, len(names))
+        changes = self._move_clusters(commit.id, updates, len(names))
+        if clusters is None and prune_limits is None and timestamp is None:
+            self.fanned_out = str(commit.id)  # exactly what the plan commit records
+        return changes
 
     def catch_up(self) -> list[RefChange]:
         """``fan_out`` of the current plan head: a no-op when every cluster branch follows it.
@@ -352,7 +363,9 @@ class GitStore:
         merge or ``qonnect approve`` may have moved the plan branch) and after a restart.
         """
         head = self.plan_head()
-        return [] if head is None else self.fan_out(head)
+        if head is None or head == self.fanned_out:
+            return []
+        return self.fan_out(head)
 
     def _cluster_commits(
         self,
@@ -392,7 +405,7 @@ class GitStore:
         updates: Mapping[str, tuple[pygit2.Oid | None, pygit2.Oid | None]],
         clusters: int,
     ) -> list[RefChange]:
-        cas_update_refs(self.repo, updates, f"qonnect: fan-out of {plan_id}")
+        self._update_refs(updates, f"qonnect: fan-out of {plan_id}")
         changes = [RefChange(ref, _hex(old), _hex(new)) for ref, (old, new) in sorted(updates.items())]
         if changes:
             log.info("fanned_out", plan=str(plan_id), changed=len(changes), clusters=clusters)
@@ -452,7 +465,7 @@ class GitStore:
         sig = self.identity.signature(timestamp)
         commit = batch.commit(tree_id, [current] if current else [], sig, sig, message)
         batch.flush()
-        cas_update_refs(self.repo, {ref: (None, commit)}, f"qonnect: proposal {proposal_id}")
+        self._update_refs({ref: (None, commit)}, f"qonnect: proposal {proposal_id}")
         log.info("proposal_written", proposal=proposal_id, commit=str(commit), generation=meta.generation)
         self._close_all(older, f"superseded by proposal {proposal_id} ({commit})", timestamp)
         return self._proposal(proposal_id)
@@ -501,7 +514,7 @@ class GitStore:
             validate(read_tree_files(self.repo, prop.meta.source))
         when = int(time.time()) if timestamp is None else timestamp
         commit = pygit2.Oid(hex=prop.commit)
-        cas_update_refs(self.repo, {self.plan_ref: (current, commit)}, f"qonnect: approve {proposal_id}")
+        self._update_refs({self.plan_ref: (current, commit)}, f"qonnect: approve {proposal_id}")
         log.info("proposal_approved", proposal=proposal_id, commit=prop.commit)
         closed = self._close(proposal_id, f"approved: plan branch fast-forwarded to {prop.commit}", when)
         others = [p.id for p in self.list_proposals()]
@@ -552,6 +565,11 @@ class GitStore:
         # Clusters without files are recorded so fan_out(plan commit) alone can replay this.
         empty = (listed | set(limits)) - with_files
         return tree_id, _FanOutPlan(sorted(empty), {k: int(v) for k, v in limits.items()})
+
+    def _update_refs(self, updates: Mapping[str, tuple[pygit2.Oid | None, pygit2.Oid | None]], message: str) -> None:
+        """``cas_update_refs`` on this repository, remembering the refs in ``moved``."""
+        cas_update_refs(self.repo, updates, message)
+        self.moved.update(updates)
 
     def _check_generation(self, parent: pygit2.Oid | None, meta: DecisionMeta) -> None:
         if parent is None:
@@ -610,8 +628,7 @@ class GitStore:
         )
         tag = self.repo.odb.write(pygit2.enums.ObjectType.TAG, raw.encode())
         closed_ref = f"{CLOSED_NAMESPACE}{proposal_id}"
-        cas_update_refs(
-            self.repo,
+        self._update_refs(
             {ref: (target, None), closed_ref: (_ref_target(self.repo, closed_ref), tag)},
             f"qonnect: close proposal {proposal_id}",
         )
