@@ -16,9 +16,12 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   parse cache (only that blob is parsed again).
 * ``first_cycle_s``: a new leader's first cycle with the goals loaded (fetch, plan,
   render, write every branch, push); ``fanout_push_s``: its write and push alone.
-* ``idle_cycle_s``: a leader cycle with nothing changed (fetch, plan, render, "same
-  decision?", nothing written); ``idle_cycle_first_s``: the first such cycle after a
-  decision (the planner derives its structures for the placement in force).
+* ``idle_cycle_s``: a leader cycle with nothing changed, as the lead's loop runs it (a
+  v2 ``ls-refs`` of main, plan and proposals; the decision memo recalls the plan and its
+  rendering; nothing written); ``idle_cycle_first_s``: the first such cycle after a
+  decision (the plan in force is new: it plans, renders and compares);
+  ``idle_cycle_replan_s``: a rescheduling cycle (plan and render afresh, compare, write
+  nothing), once per rescheduling interval.
 * ``one_changed_s``: a goals push changing one manifest, from fetch to every branch
   pushed; ``one_changed_write_push_s``: its write and push alone, and
   ``one_changed_branches``: how many cluster branches moved.
@@ -63,6 +66,7 @@ from qonnect_gitops.gitstore.daemon import GitDaemon
 from qonnect_gitops.gitstore.remote import Mirror, narrow_fetch
 from qonnect_gitops.gitstore.tree import build_tree
 from qonnect_gitops.lead import reconcile
+from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.reconcile import reconcile_once
 from qonnect_gitops.model import (
     CurrentPlacement,
@@ -239,23 +243,30 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         mirror.fetch()
         out["new_leader_fetch_bytes"] = proxy.total() - before
         timer = _WriteTimer(mirror)
+        memo = DecisionMemo()  # the leader's (lead/memo.py), as its loop passes it
         # The goals at main are the unedited ones: reload them so the cycle finds them cached.
         load_goals(files, cache)
-        out["first_cycle_s"], first = _timed(lambda: reconcile_once(mirror, _observe, now=NOW))
+        out["first_cycle_s"], first = _timed(lambda: reconcile_once(mirror, _observe, now=NOW, memo=memo))
         out["fanout_push_s"] = timer.seconds
         out["branches_written"] = len(first.refs)
         timer.seconds = 0.0
-        # The first cycle after a decision also warms the planner for a placement in force.
-        out["idle_cycle_first_s"], idle = _timed(lambda: reconcile_once(mirror, _observe, now=NOW))
-        out["idle_cycle_s"], idle = _timed(lambda: reconcile_once(mirror, _observe, now=NOW))
+        # The first cycle after a decision plans again (the plan in force is new) and
+        # warms the planner for it.
+        out["idle_cycle_first_s"], idle = _timed(lambda: reconcile_once(mirror, _observe, now=NOW, memo=memo))
+        out["idle_cycle_s"], idle = _timed(lambda: reconcile_once(mirror, _observe, now=NOW, memo=memo))
         assert not idle.changed and not timer.seconds, "the idle cycle wrote something"
+        # What a rescheduling cycle costs (once per --reschedule-seconds): plan and render
+        # afresh, find the same decision, write nothing.
+        memo.forget()
+        out["idle_cycle_replan_s"], idle = _timed(lambda: reconcile_once(mirror, _observe, now=NOW, memo=memo))
+        assert not idle.changed and not timer.seconds, "the rescheduling cycle wrote something"
 
         app = "apps/app-00000/manifests/c0.yaml"
         pushed = dict(files)
         pushed[app] = pushed[app].replace(b"image: registry.example.org/", b"image: mirror.example.org/")
         _commit_goals(served, pushed, "one manifest changed", 1_700_000_100)
         later = NOW + timedelta(seconds=1)
-        out["one_changed_s"], changed = _timed(lambda: reconcile_once(mirror, _observe, now=later))
+        out["one_changed_s"], changed = _timed(lambda: reconcile_once(mirror, _observe, now=later, memo=memo))
         out["one_changed_write_push_s"] = timer.seconds
         out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
 

@@ -40,11 +40,11 @@ from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
     RepoLike,
     build_tree,
+    directories_under,
     open_repo,
     read_tree_files,
     resolve_commit,
     split_path,
-    subtree_id,
 )
 from qonnect_gitops.logs import get_logger
 
@@ -304,6 +304,14 @@ class GitStore:
         # They are exactly what fan_out(commit) would write; the refs move in order below.
         names = set(fan.clusters) | {p.split("/", 1)[1] for p in dirs if p.count("/") == 1 and p.startswith("clusters/")}
         subtrees = {name: dirs.get(f"clusters/{name}") for name in names}
+        if current is not None and self.fanned_out == str(current):
+            # Every cluster branch follows the current plan commit: one whose directory
+            # is the same in both plans needs no new commit, and no read of its branch.
+            before = self.repo[current].peel(pygit2.Commit)
+            old_dirs = _cluster_subtrees(self.repo, before.tree)
+            followed = set(old_dirs) | set(_recorded_fan(before).clusters)
+            subtrees = {name: sub for name, sub in subtrees.items()
+                        if name not in followed or old_dirs.get(name) != sub}
         updates = self._cluster_commits(commit, summary.strip(), meta, subtrees, fan.prune_limits, timestamp, batch)
         batch.flush()
         self._update_refs({self.plan_ref: (current, commit)}, f"qonnect: plan {meta.generation}")
@@ -687,9 +695,4 @@ def _fan_trailers(fan: _FanOutPlan) -> list[tuple[str, str]]:
 
 def _cluster_subtrees(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.Oid]:
     """Each ``clusters/<name>`` directory of a plan tree and its tree id, read at once."""
-    sub = subtree_id(repo, tree, "clusters")
-    if sub is None:
-        return {}
-    clusters = repo[sub]
-    assert isinstance(clusters, pygit2.Tree)
-    return {e.name or "": e.id for e in clusters if e.filemode == pygit2.enums.FileMode.TREE}
+    return directories_under(repo, tree, "clusters")

@@ -31,10 +31,12 @@ from qonnect_gitops.gitstore.store import (
 )
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
+    directories_under,
     list_tree_paths,
     resolve_commit,
     subtree_id,
     tree_id_of,
+    tree_ids_under,
 )
 from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.logs import get_logger
@@ -205,13 +207,20 @@ def prune_limits(mirror: Mirror, head: str | None, rendered: RenderedPlan) -> di
     """Per cluster, how many objects the new tree knowingly removes from the one in force."""
     if head is None:
         return {}
-    old = list_tree_paths(mirror.repo, head, "clusters/")  # names only: no blob is read
-    new = set(rendered.files)
+    # Only a cluster whose tree changed can lose objects: compare tree ids first (one read
+    # of the old clusters tree, the new ids hashed in memory), then list just those.
+    old_trees = directories_under(mirror.repo, resolve_commit(mirror.repo, head).tree, "clusters")
+    new_trees = tree_ids_under(rendered.files, "clusters")
+    fleet = set(rendered.clusters)
+    changed = {c for c, tree in old_trees.items() if c in fleet and new_trees.get(c) != tree}
+    if not changed:
+        return {}
+    new = {p for p in rendered.files if p.startswith("clusters/") and p.split("/", 2)[1] in changed}
     limits: dict[str, int] = {}
-    for path in old - new:
-        cluster = path.split("/", 2)[1]
-        if cluster in rendered.clusters:
-            limits[cluster] = limits.get(cluster, 0) + 1
+    for cluster in sorted(changed):
+        removed = list_tree_paths(mirror.repo, head, f"clusters/{cluster}") - new  # names only
+        if removed:
+            limits[cluster] = len(removed)
     return limits
 
 
@@ -225,9 +234,8 @@ def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: Rend
     reads no blobs but ``placement.yaml`` (parsed once per commit)."""
     if commit is None:
         return False
-    new_files = {p[len("clusters/"):]: b for p, b in rendered.files.items() if p.startswith("clusters/")}
     old_tree = subtree_id(mirror.repo, resolve_commit(mirror.repo, commit).tree, "clusters")
-    if str(old_tree or EMPTY_TREE_HEX) != str(tree_id_of(new_files)):
+    if str(old_tree or EMPTY_TREE_HEX) != str(tree_id_of(rendered.files, "clusters") or EMPTY_TREE_HEX):
         return False
     try:
         previous = plan_in_force(mirror, commit)
