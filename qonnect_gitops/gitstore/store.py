@@ -44,7 +44,6 @@ from qonnect_gitops.gitstore.tree import (
     open_repo,
     read_tree_files,
     resolve_commit,
-    split_path,
 )
 from qonnect_gitops.logs import get_logger
 
@@ -481,15 +480,13 @@ class GitStore:
     def list_proposals(self) -> list[Proposal]:
         """Open proposals, oldest generation first."""
         prefix = f"refs/heads/{self.proposal_prefix}"
-        out = [self._proposal(name[len(prefix):]) for name in self.repo.references if name.startswith(prefix)]
+        out = [self._proposal(name[len(prefix):]) for name in self._refs_under(prefix)]
         return sorted(out, key=lambda p: (p.meta.generation, p.id))
 
     def list_closed(self) -> list[ClosedProposal]:
         """Proposals closed by approval or by a newer decision, with the note saying which."""
         out = []
-        for name in self.repo.references:
-            if not name.startswith(CLOSED_NAMESPACE):
-                continue
+        for name in self._refs_under(CLOSED_NAMESPACE):
             tag = self.repo[self.repo.references[name].target]
             if isinstance(tag, pygit2.Tag):
                 out.append(ClosedProposal(name[len(CLOSED_NAMESPACE):], str(tag.target), tag.message.strip()))
@@ -553,16 +550,17 @@ class GitStore:
         dirs: dict[str, pygit2.Oid] | None = None,
     ) -> tuple[pygit2.Oid, _FanOutPlan]:
         listed = set(clusters)
-        for name in listed:
-            self.cluster_ref(name)
         with_files: set[str] = set()
         for path in plan_files:
-            parts = split_path(path)
-            if parts[0] == "clusters":
-                if len(parts) < 3:
+            # Every path is checked whole when its tree is built; here only where it goes.
+            top, _, rest = path.partition("/")
+            if top == "clusters":
+                name, _, inside = rest.partition("/")
+                if not inside:
                     raise ValueError(f"{path!r}: cluster files live under clusters/<name>/")
-                self.cluster_ref(parts[1])
-                with_files.add(parts[1])
+                with_files.add(name)
+        for name in listed | with_files:
+            self.cluster_ref(name)
         limits = dict(prune_limits or {})
         for name, n in limits.items():
             self.cluster_ref(name)
@@ -573,6 +571,11 @@ class GitStore:
         # Clusters without files are recorded so fan_out(plan commit) alone can replay this.
         empty = (listed | set(limits)) - with_files
         return tree_id, _FanOutPlan(sorted(empty), {k: int(v) for k, v in limits.items()})
+
+    def _refs_under(self, prefix: str) -> list[str]:
+        """Ref names starting with ``prefix``. One listing in libgit2: iterating the
+        references in Python costs a call per ref, and a fleet has one per cluster."""
+        return [name for name in self.repo.listall_references() if name.startswith(prefix)]
 
     def _update_refs(self, updates: Mapping[str, tuple[pygit2.Oid | None, pygit2.Oid | None]], message: str) -> None:
         """``cas_update_refs`` on this repository, remembering the refs in ``moved``."""
@@ -596,11 +599,8 @@ class GitStore:
         ref = self.proposal_ref(proposal_id)
         target = _ref_target(self.repo, ref)
         if target is None:
-            open_ids = [
-                n[len(f"refs/heads/{self.proposal_prefix}"):]
-                for n in self.repo.references
-                if n.startswith(f"refs/heads/{self.proposal_prefix}")
-            ]
+            prefix = f"refs/heads/{self.proposal_prefix}"
+            open_ids = [n[len(prefix):] for n in self._refs_under(prefix)]
             raise ProposalNotFound(
                 f"no open proposal {proposal_id!r} (open: {', '.join(sorted(open_ids)) or 'none'})"
             )

@@ -24,6 +24,10 @@ RepoLike = pygit2.Repository | str | Path
 EMPTY_TREE_HEX = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 _BLOB_MODES = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE)
+# Tree entries give their mode as a plain int; comparing with these skips building an
+# enum member per entry (a tree of 10,000 clusters is walked on every decision).
+_TREE_MODE = int(pygit2.enums.FileMode.TREE)
+_BLOB_MODE = int(pygit2.enums.FileMode.BLOB)
 
 
 def open_repo(repo: RepoLike) -> pygit2.Repository:
@@ -169,6 +173,7 @@ class _DirectoryMemo:
 
 
 _DIRS = _DirectoryMemo()
+_CHECKED: set[tuple[str, str]] = set()  # second-level directory names split_path accepted
 
 
 def _nest(files: Mapping[str, bytes]) -> dict[str, object]:
@@ -195,7 +200,9 @@ def _nest(files: Mapping[str, bytes]) -> dict[str, object]:
             assert isinstance(node, dict)
             node[name] = _Fresh(node[name], key)
         else:
-            split_path(f"{top}/{name}")  # the rest was checked when it was first seen
+            if (top, name) not in _CHECKED:  # the rest was checked when it was first seen
+                split_path(f"{top}/{name}")
+                _CHECKED.add((top, name))
             child = root.setdefault(top, {})
             if not isinstance(child, dict):
                 raise InvalidPath(f"{top}/{name} needs {top!r} to be a directory, but it is a file")
@@ -256,7 +263,7 @@ def _write_node(
         old = known.get(name)
         sub_path = f"{path}/{name}" if path else name
         if isinstance(child, _Known):
-            same = old is not None and old.id.raw == child.raw and old.filemode == pygit2.enums.FileMode.TREE
+            same = old is not None and old.id.raw == child.raw and old.filemode == _TREE_MODE
             if not same and pygit2.Oid(raw=child.raw) not in repo:
                 # Hashed before but never written here: write it out like a new directory.
                 fresh: dict[str, object] = {}
@@ -268,13 +275,13 @@ def _write_node(
                 entries.append((name, MODE_TREE, child.raw))
                 continue
         if isinstance(child, dict):
-            old_tree = repo[old.id] if old is not None and old.filemode == pygit2.enums.FileMode.TREE else None
+            old_tree = repo[old.id] if old is not None and old.filemode == _TREE_MODE else None
             written = _write_node(repo, batch, child, old_tree, sub_path, trees)  # type: ignore[arg-type]
             entries.append((name, MODE_TREE, written.raw))
         else:
             assert isinstance(child, bytes)
             raw = object_id(BLOB, child)
-            if old is None or old.id.raw != raw or old.filemode != pygit2.enums.FileMode.BLOB:
+            if old is None or old.id.raw != raw or old.filemode != _BLOB_MODE:
                 batch.add(BLOB, child)
             entries.append((name, MODE_BLOB, raw))
     data = serialize_tree(entries)
@@ -306,7 +313,7 @@ def directories_under(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> 
     sub = subtree_id(repo, tree, path)
     if sub is None:
         return {}
-    return {e.name or "": e.id for e in _tree(repo, sub) if e.filemode == pygit2.enums.FileMode.TREE}
+    return {e.name or "": e.id for e in _tree(repo, sub) if e.filemode == _TREE_MODE}
 
 
 def read_tree_files(repo: RepoLike, rev: str, prefix: str = "", skipped: list[str] | None = None) -> dict[str, bytes]:
