@@ -281,13 +281,14 @@ class KnowledgeBase:
         for target in [t for t in history if t not in seen]:
             del history[target]  # no longer measured: the declared value applies again
 
-    def sustained_latency(self, cluster: str, target: str, now: float) -> float | None:
+    def sustained_latency(self, cluster: str, target: str, now: float,
+                          window: float | None = None) -> float | None:
         """The lowest latency ``cluster`` measured to ``target`` over the window before
         ``now`` (the value in force at the window's start included). None while the
         measurement is younger than the window: until then the declared latency holds,
         so a first slow sample after silence is no more a breach than any other."""
         samples = self.latency_history.get(cluster, {}).get(target)
-        start = now - self.latency_window
+        start = now - (self.latency_window if window is None else window)
         if not samples or samples[0][0] > start:
             return None
         values = [ms for i, (at, ms) in enumerate(samples)
@@ -519,7 +520,9 @@ class KnowledgeBase:
         A cluster that never reported is healthy on its declared nodes for one grace
         period after the group (its current leader) started, then failed.
         """
-        age = self.heartbeat_age(cluster, now)
+        return self._health(cluster, self.heartbeat_age(cluster, now))
+
+    def _health(self, cluster: str, age: float | None) -> bool:
         if age is not None and age > self.grace_seconds:
             return False
         entry = self.reports.get(cluster)
@@ -535,10 +538,11 @@ class KnowledgeBase:
         latencies: dict[tuple[str, str], float] = {}
         traffic: dict[tuple[str, str], float] = {}
         cluster_api: dict[str, tuple[ClusterApiStatus, ...]] = {}
+        window = self.latency_window
         for name in sorted(set(self.inventory) | set(self.dynamic)):
             entry = self.reports.get(name)
-            healthy = self.cluster_health(name, ts)
             age = self.heartbeat_age(name, ts)
+            healthy = self._health(name, age)
             if entry is None and name not in self.inventory:
                 continue  # a pool cluster counts as reporting only once its agent did
             if entry is None:
@@ -560,7 +564,7 @@ class KnowledgeBase:
             )
             for lat in record.latencies:
                 if lat.to != name:
-                    sustained = self.sustained_latency(name, lat.to, ts)
+                    sustained = self.sustained_latency(name, lat.to, ts, window)
                     if sustained is not None:
                         latencies[(name, lat.to)] = sustained
             for item in record.traffic:
@@ -575,10 +579,7 @@ class KnowledgeBase:
         return Observed(
             now=now,
             clusters=clusters,
-            latencies=tuple(
-                ObservedLatency.model_validate({"from": src, "to": dst, "ms": ms})
-                for (src, dst), ms in sorted(latencies.items())
-            ),
+            latencies=tuple(_observed_latency(src, dst, ms) for (src, dst), ms in sorted(latencies.items())),
             traffic=tuple(
                 ObservedTraffic(component=comp, region=region, rps=rps)
                 for (comp, region), rps in sorted(traffic.items())
@@ -750,6 +751,11 @@ def _observed_node(node: NodeRecord) -> ObservedNode:
         allocatable=_capacity(node.allocatable_cpu, node.allocatable_memory),
         free=_capacity(node.free_cpu, node.free_memory),
     )
+
+
+@functools.lru_cache(maxsize=_SNAPSHOT_CACHE)
+def _observed_latency(source: str, target: str, ms: float) -> ObservedLatency:
+    return ObservedLatency.model_validate({"from": source, "to": target, "ms": ms})
 
 
 @functools.lru_cache(maxsize=_SNAPSHOT_CACHE)
