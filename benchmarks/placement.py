@@ -2,6 +2,14 @@
 and thrash under an oscillating latency.
 
     PYTHONPATH=. python benchmarks/placement.py [--json] [--seeds 30] [--quick]
+    PYTHONPATH=. python benchmarks/placement.py --fleet 1000 [--fleet 3000] [--trace]
+
+``--fleet N`` runs only the fleet-scale part: the generated goals of
+``benchmarks/fleet.py`` (N clusters over eight regions, 10 N components) through
+``load_goals``, then the planner's full plan, a steady replan (nothing changed) and a
+failover replan, each with the planner's peak memory (``--trace``: measured with
+tracemalloc in extra runs, which are slower; otherwise the peak resident set above
+what the process held before the call).
 
 Needs the ``bench`` extra (scipy) for the optimality part; qonnect_gitops never imports it.
 """
@@ -625,6 +633,80 @@ def thrash(cycles: int = 100, cooldown_cycles: int = 10, cycle_s: float = 30.0) 
     }
 
 
+# ----- fleet scale ------------------------------------------------------------------------
+
+
+def _rss_mib(field: str) -> float:
+    for line in open("/proc/self/status"):
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024.0
+    return math.nan
+
+
+def _reset_peak() -> None:
+    """Reset the process's peak resident set (VmHWM) so the next call's peak is its own."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _measured(fn: Any, trace: bool) -> tuple[float, float, Any]:
+    """Seconds and peak MiB of ``fn()``: resident set above the start (or tracemalloc)."""
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    if trace:
+        tracemalloc.start()
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1] / MI
+        tracemalloc.stop()
+        return math.nan, peak, result
+    _reset_peak()
+    before = _rss_mib("VmRSS")
+    t0 = time.perf_counter()
+    result = fn()
+    seconds = time.perf_counter() - t0
+    return seconds, _rss_mib("VmHWM") - before, result
+
+
+def fleet_scale(clusters: int, trace: bool) -> dict[str, Any]:
+    """The planner on ``benchmarks.fleet``'s generated goals at ``clusters`` clusters."""
+    from benchmarks.fleet import components_per_cluster, fleet_goals
+    from qonnect_gitops.model import load_goals
+    from qonnect_gitops.placement import evaluate
+
+    per = components_per_cluster(clusters)
+    out: dict[str, Any] = {"clusters": clusters, "components": clusters * per}
+    t0 = time.perf_counter()
+    goals = load_goals(fleet_goals(clusters, per))
+    out["goals_load_s"] = round(time.perf_counter() - t0, 2)
+    obs = observed(NOW)
+
+    def cold() -> Plan:
+        evaluate.forget()  # nothing derived from these goals is reused
+        return plan(goals, obs, CurrentPlacement())
+
+    t, mib, first = _measured(cold, False)
+    out["full_s"], out["full_peak_mib"] = round(t, 3), round(mib, 1)
+    cur = after(first)
+    quiet = observed(NOW + timedelta(seconds=60))
+    t, mib, sp = _measured(lambda: plan(goals, quiet, cur), False)
+    out["steady_s"], out["steady_peak_mib"] = round(t, 3), round(mib, 1)
+    out["steady_moves"] = sum(m.replicas for m in sp.moves)
+    busiest = max(goals.clusters, key=lambda n: (sum(w.get(n, 0) for w in cur.placements.values()), n))
+    failed = observed(NOW + timedelta(seconds=60), clusters={busiest: {"healthy": False}})
+    t, mib, fp = _measured(lambda: plan(goals, failed, cur), False)
+    out["failover_s"], out["failover_peak_mib"] = round(t, 3), round(mib, 1)
+    out["failover_moves"] = sum(m.replicas for m in fp.moves if m.reason == "failover")
+    out["unplaced"] = sum(u.replicas for u in first.unplaced)
+    if trace:
+        out["full_traced_mib"] = round(_measured(cold, True)[1], 1)
+        plan(goals, quiet, cur)
+        out["failover_traced_mib"] = round(_measured(lambda: plan(goals, failed, cur), True)[1], 1)
+    out["rss_after_mib"] = round(_rss_mib("VmRSS"), 1)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -632,7 +714,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per exact solve")
     parser.add_argument("--quick", action="store_true", help="smaller speed sizes")
     parser.add_argument("--only", choices=("speed", "quality", "thrash"), help="run one part (JSON)")
+    parser.add_argument("--fleet", type=int, action="append", metavar="N",
+                        help="only the fleet-scale part at N clusters (repeatable)")
+    parser.add_argument("--trace", action="store_true", help="with --fleet: tracemalloc peaks too")
     args = parser.parse_args(argv)
+    if args.fleet:
+        for n in args.fleet:
+            print(json.dumps(fleet_scale(n, args.trace), sort_keys=True), flush=True)
+        return 0
     parts = {"speed": lambda: speed(args.quick), "quality": lambda: quality(args.seeds, args.time_limit), "thrash": thrash}
     if args.only:
         print(json.dumps(parts[args.only](), sort_keys=True, default=float))

@@ -111,6 +111,12 @@ def _index_goals(goals: Goals) -> GoalIndex:
     )
 
 
+def forget() -> None:
+    """Drop everything derived from earlier goals (benchmarks time cold plans with it)."""
+    _STATIC.clear()
+    _FLEETS.clear()
+
+
 def goal_index(goals: Goals) -> GoalIndex:
     """The (cached) ``GoalIndex`` of a goals object."""
     entry = _STATIC.get(id(goals))

@@ -21,6 +21,7 @@ import numpy as np
 
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.capacity import Ledger, Take
+from qonnect_gitops.placement.fleet import ClusterLatency
 
 EPSILON = 1e-9
 CANDIDATES = 6  # best clusters by static score tried per replica, plus neighbours' clusters
@@ -51,7 +52,7 @@ def pair_cost(
     caller: str,
     callee: str,
     replicas: Callable[[str], int],
-    latency: np.ndarray,
+    latency: ClusterLatency,
     scale: float,
 ) -> float:
     """Closeness cost of caller -> callee: each caller replica to the nearest callee."""
@@ -78,7 +79,7 @@ def local_cost(
     calls: Mapping[str, Sequence[str]],
     callers: Mapping[str, Sequence[str]],
     replicas_of: Callable[[str], int],
-    latency: np.ndarray,
+    latency: ClusterLatency,
     scale: float,
 ) -> float:
     """The terms of the objective that involve one component, were it placed at
@@ -107,7 +108,7 @@ class Search:
         calls: Mapping[str, Sequence[str]],
         callers: Mapping[str, Sequence[str]],
         replicas: Callable[[str], int],
-        latency: np.ndarray,
+        latency: ClusterLatency,
         norm: float,
         weight: float,
         ledger: Ledger,
