@@ -5,8 +5,8 @@ and thrash under an oscillating latency.
     PYTHONPATH=. python benchmarks/placement.py --fleet 1000 [--fleet 3000] [--trace]
 
 ``--fleet N`` runs only the fleet-scale part: the generated goals of
-``benchmarks/fleet.py`` (N clusters over eight regions, 10 N components) through
-``load_goals``, then the planner's full plan, a steady replan (nothing changed) and a
+``benchmarks/fleet.py`` (N clusters over eight regions, 10 N components; see
+``fleet_scale_goals`` for sizes past the goals tree's file limit), then the planner's full plan, a steady replan (nothing changed) and a
 failover replan, each with the planner's peak memory (``--trace``: measured with
 tracemalloc in extra runs, which are slower; otherwise the peak resident set above
 what the process held before the call).
@@ -37,6 +37,7 @@ from qonnect_gitops.model.app import QoS
 from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.fleet import Fleet
 from qonnect_gitops.model.goals import App, Component, Goals, StabilityRules
+from qonnect_gitops.model.limits import MAX_TREE_FILES
 from qonnect_gitops.model.network import Link, latency_table
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
@@ -673,16 +674,43 @@ def _measured(fn: Any, trace: bool) -> tuple[float, float, Any]:
 _CPU: list[float] = []
 
 
-def fleet_scale(clusters: int, trace: bool) -> dict[str, Any]:
-    """The planner on ``benchmarks.fleet``'s generated goals at ``clusters`` clusters."""
-    from benchmarks.fleet import components_per_cluster, fleet_goals
+def fleet_scale_goals(clusters: int) -> Goals:
+    """``benchmarks.fleet``'s goals at ``clusters`` clusters with 10 components each.
+
+    ``load_goals`` refuses trees of more than ``MAX_TREE_FILES`` files (each component
+    has a manifest of its own), so where 10 per cluster would pass it the tree is loaded
+    with the apps that fit and those are copied in memory under new names, each copy's
+    QoS a new object equal in content (as separate app files would give)."""
+    from benchmarks.fleet import APP_SIZE, components_per_cluster, fleet_goals
     from qonnect_gitops.model import load_goals
+
+    if components_per_cluster(clusters) == 10:
+        return load_goals(fleet_goals(clusters, 10))
+    files = fleet_goals(clusters, 1)
+    apps = sorted({path.split("/")[1] for path in files if path.startswith("apps/")})
+    room = MAX_TREE_FILES - (len(files) - sum(1 for p in files if p.startswith("apps/")))
+    keep = set(apps[: max(1, room // (APP_SIZE + 1))])
+    loaded = load_goals({p: b for p, b in files.items() if not p.startswith("apps/") or p.split("/")[1] in keep})
+    originals = list(loaded.apps.values())
+    copies: dict[str, App] = {}
+    for k in range(clusters * 10 // APP_SIZE):
+        app = originals[k % len(originals)]
+        name = f"app-{k:06d}"
+        components = tuple(
+            dataclasses.replace(c, app=name, namespace=name, qos=c.qos.model_copy()) for c in app.components
+        )
+        copies[name] = dataclasses.replace(app, name=name, namespace=name, components=components)
+    return Goals(loaded.fleet, loaded.clusters, loaded.network, copies, loaded.latencies)
+
+
+def fleet_scale(clusters: int, trace: bool) -> dict[str, Any]:
+    """The planner on ``benchmarks.fleet``'s generated goals at ``clusters`` clusters and
+    10 components per cluster."""
     from qonnect_gitops.placement import evaluate
 
-    per = components_per_cluster(clusters)
-    out: dict[str, Any] = {"clusters": clusters, "components": clusters * per}
     t0 = time.perf_counter()
-    goals = load_goals(fleet_goals(clusters, per))
+    goals = fleet_scale_goals(clusters)
+    out: dict[str, Any] = {"clusters": clusters, "components": sum(len(a.components) for a in goals.apps.values())}
     out["goals_load_s"] = round(time.perf_counter() - t0, 2)
     obs = observed(NOW)
 

@@ -89,6 +89,18 @@ def by_distance(ctx: Context, origin: int, candidates: np.ndarray, total: np.nda
     return _lazy_order(rest, (ctx.fleet.cluster_latency[origin, rest], total[rest]))
 
 
+def nearest_with_room(ctx: Context, origin: int, allowed: np.ndarray, total: np.ndarray) -> Iterator[int]:
+    """``by_distance`` over the ``allowed`` clusters with room (``_with_room``): the same
+    order. A shared (read-only, cached) score vector is sorted once per origin and kept
+    by the latency table, so the components of one class do not sort the fleet each; a
+    vector of this component alone (closeness, utilisation) is ordered lazily."""
+    keep = _with_room(ctx, allowed)
+    if total.flags.writeable:
+        return by_distance(ctx, origin, np.flatnonzero(keep), total)
+    order = ctx.fleet.cluster_latency.nearest_order(origin, total)
+    return iter(order[keep[order]].tolist())
+
+
 def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterator[int]:
     """Yield candidates ordered by the keys (first key first), then by index, skipping
     those whose first key is +inf. Lazily, in growing batches: a batch is every candidate
@@ -235,7 +247,6 @@ def _distribute(
         result.replicas[preferred] = need
         result.why[preferred] = Why(Rule.BEST)
         return result
-    candidates = np.flatnonzero(_with_room(ctx, first))
     if holds and room.left(preferred, 1) > 0:
         primary = preferred
         result.why[primary] = Why(Rule.BEST)
@@ -254,14 +265,14 @@ def _distribute(
         if not qos.offloading:
             result.unplaced, result.blocked = need, Blocked.OFFLOADING_OFF
             return result
-        primary = next((c for c in by_distance(ctx, preferred, candidates, total) if room.left(c, 1) > 0), -1)
+        primary = next((c for c in nearest_with_room(ctx, preferred, first, total) if room.left(c, 1) > 0), -1)
         if primary < 0:
             result.unplaced, result.blocked = need, Blocked.NO_ROOM
             return result
         result.why[primary] = Why(Rule.OFFLOADED, origin=preferred, too_small=not holds)
     chosen = [primary]
     if new_clusters > 1:
-        for cluster in ranked(candidates, total):
+        for cluster in ranked(np.flatnonzero(_with_room(ctx, first)), total):
             if len(chosen) >= min(new_clusters, need):
                 break
             if cluster in chosen or room.left(cluster, 1) == 0:
@@ -282,7 +293,7 @@ def _distribute(
             room.use(cluster, put)
         overflow += want - put
     if overflow and qos.bursting:
-        for cluster in by_distance(ctx, primary, np.flatnonzero(_with_room(ctx, pool)), total):
+        for cluster in nearest_with_room(ctx, primary, pool, total):
             if overflow == 0:
                 break
             already = result.replicas.get(cluster, 0)

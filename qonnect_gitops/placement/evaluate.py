@@ -422,9 +422,9 @@ class Evaluator:
                 vec = self.score_cache.get((s.name, skey))
                 if vec is None:
                     vec = self.score_cache[(s.name, skey)] = _frozen(s.score(ctx))
-                parts[s.name] = w * vec
+                parts[s.name] = _frozen(w * vec)
                 total += parts[s.name]
-            cached = self.static_scores[key] = (total, parts)
+            cached = self.static_scores[key] = (_frozen(total), parts)
         return cached
 
     def static_total(self, ctx: Context) -> np.ndarray:

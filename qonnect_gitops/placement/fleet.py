@@ -49,6 +49,7 @@ class ClusterLatency:
         self.norm = 2.0 * max(self.largest, 1.0)
         self._rows: dict[int, np.ndarray] = {}
         self._lists: dict[int, list[float]] = {}
+        self._orders: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
 
     def derived(self, a: int, b: int) -> float:
         """The latency of a pair from the regions alone (inf when neither is known)."""
@@ -80,6 +81,24 @@ class ClusterLatency:
                 del self._lists[next(iter(self._lists))]
             out = self._lists[a] = self.row(a).tolist()
         return out
+
+    def nearest_order(self, origin: int, tiebreak: np.ndarray) -> np.ndarray:
+        """Every other cluster, nearest to ``origin`` first; ties by ``tiebreak`` (a score
+        vector, lower first), then by index. Kept for the last few (origin, vector)
+        pairs: components of one class offload from the same cluster with the same
+        scores, and one sort serves them all (read only)."""
+        key = (origin, id(tiebreak))
+        entry = self._orders.get(key)
+        if entry is not None and entry[0] is tiebreak:
+            return entry[1]
+        row = self.row(origin)
+        order = np.lexsort((np.arange(self.n), tiebreak, row))
+        order = order[order != origin]
+        order.setflags(write=False)
+        if len(self._orders) >= ROWS_KEPT // 4:
+            del self._orders[next(iter(self._orders))]
+        self._orders[key] = (tiebreak, order)  # holds the vector: its id stays unique
+        return order
 
     def __getitem__(self, key: object) -> Any:
         if isinstance(key, tuple):
