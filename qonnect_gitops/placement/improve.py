@@ -14,6 +14,8 @@ stays fast; the order of evaluation is fixed, so results stay deterministic.
 
 from __future__ import annotations
 
+import heapq
+
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -219,10 +221,11 @@ class Search:
             return None
         # A busy cluster may hold hundreds of components: try those that lose least by
         # leaving it (by static score towards src) first, and only a few of them.
-        partners = sorted(
-            self.on.get(dst, ()),
-            key=lambda k: (float(self.by_key[k].static[src] - self.by_key[k].static[dst]), k),
-        )[:SWAP_PARTNERS]
+        by_key = self.by_key
+        partners = heapq.nsmallest(  # as sorted(...)[:SWAP_PARTNERS], without sorting them all
+            SWAP_PARTNERS, self.on.get(dst, ()),
+            key=lambda k: (float(by_key[k].static[src] - by_key[k].static[dst]), k),
+        )
         for other_key in partners:
             other = self.by_key[other_key]
             oc = other.component
