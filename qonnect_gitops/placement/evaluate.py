@@ -90,9 +90,15 @@ def _fleet_of(goals: Goals) -> _FleetEntry:
     entry = _FLEETS.get(key)
     if entry is not None and all(a is b for a, b in zip(entry.pins, pins)):
         return entry
+    # Goals loaded again (a push that changed an app) bring new objects equal to the
+    # last ones: the fleet's arrays and what cycles learnt about it still hold.
+    same = next((e for k, e in reversed(_FLEETS.items()) if k[-1] == key[-1] and e.pins == pins), None)
     while len(_FLEETS) >= _STATIC_KEEP:
         del _FLEETS[next(iter(_FLEETS))]
-    entry = _FLEETS[key] = _FleetEntry(pins, build_static(goals), {})
+    if same is not None:
+        entry = _FLEETS[key] = _FleetEntry(pins, same.fleet, same.memo)
+    else:
+        entry = _FLEETS[key] = _FleetEntry(pins, build_static(goals), {})
     return entry
 
 
