@@ -642,9 +642,10 @@ def thrash(cycles: int = 100, cooldown_cycles: int = 10, cycle_s: float = 30.0) 
 
 
 def _rss_mib(field: str) -> float:
-    for line in open("/proc/self/status"):
-        if line.startswith(field + ":"):
-            return int(line.split()[1]) / 1024.0
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
     return math.nan
 
 

@@ -74,7 +74,7 @@ class _FleetEntry:
 # edit that leaves the clusters, the network and the fleet settings as they were (the
 # same objects) keeps the fleet's arrays and what cycles learnt about it.
 _STATIC: dict[int, tuple[weakref.ref[Goals], GoalIndex]] = {}
-_FLEETS: dict[Hashable, _FleetEntry] = {}
+_FLEETS: dict[tuple[Hashable, ...], _FleetEntry] = {}
 _STATIC_KEEP = 4
 
 
@@ -92,7 +92,8 @@ def _fleet_of(goals: Goals) -> _FleetEntry:
         return entry
     # Goals loaded again (a push that changed an app) bring new objects equal to the
     # last ones: the fleet's arrays and what cycles learnt about it still hold.
-    same = next((e for k, e in reversed(_FLEETS.items()) if k[-1] == key[-1] and e.pins == pins), None)
+    regions = key[-1]
+    same = next((e for k, e in reversed(_FLEETS.items()) if k[-1] == regions and e.pins == pins), None)
     while len(_FLEETS) >= _STATIC_KEEP:
         del _FLEETS[next(iter(_FLEETS))]
     if same is not None:

@@ -92,8 +92,8 @@ class ClusterLatency:
         if entry is not None and entry[0] is tiebreak:
             return entry[1]
         row = self.row(origin)
-        order = np.lexsort((np.arange(self.n), tiebreak, row))
-        order = order[order != origin]
+        ranked: np.ndarray = np.lexsort((np.arange(self.n), tiebreak, row))
+        order: np.ndarray = ranked[ranked != origin]
         order.setflags(write=False)
         if len(self._orders) >= ROWS_KEPT // 4:
             del self._orders[next(iter(self._orders))]
@@ -118,7 +118,7 @@ def _largest_known(region_latency: np.ndarray, cluster_region: np.ndarray,
     of any cluster to a region holding another cluster, unless every pair that carries
     it is named (its named value counts instead). The named pairs are few: the loop
     below skips at most that many candidates."""
-    n, regions = region_latency.shape
+    regions = region_latency.shape[1]
     members = np.bincount(cluster_region, minlength=regions)
     # Clusters in region s other than a itself.
     others = members[None, :] - (np.arange(regions)[None, :] == cluster_region[:, None])

@@ -15,7 +15,6 @@ stays fast; the order of evaluation is fixed, so results stay deterministic.
 from __future__ import annotations
 
 import heapq
-
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
