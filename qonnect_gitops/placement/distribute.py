@@ -95,10 +95,24 @@ def nearest_with_room(ctx: Context, origin: int, allowed: np.ndarray, total: np.
     by the latency table, so the components of one class do not sort the fleet each; a
     vector of this component alone (closeness, utilisation) is ordered lazily."""
     keep = _with_room(ctx, allowed)
-    if total.flags.writeable:
+    if not _shared(total):
         return by_distance(ctx, origin, np.flatnonzero(keep), total)
     order = ctx.fleet.cluster_latency.nearest_order(origin, total)
-    return iter(order[keep[order]].tolist())
+    return _chunked(order[keep[order]])
+
+
+def _chunked(clusters: np.ndarray) -> Iterator[int]:
+    """The clusters as ints, converted a few at a time: callers mostly take the first."""
+    step = 16
+    for start in range(0, clusters.size, step):
+        yield from clusters[start:start + step].tolist()
+        step = min(step * 4, 4096)
+
+
+def _shared(*vectors: np.ndarray | None) -> bool:
+    """Cached, read-only vectors (a class's masks and static scores): what is derived from
+    them alone may be kept for the cycle."""
+    return all(v is None or not v.flags.writeable for v in vectors)
 
 
 def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterator[int]:
@@ -232,15 +246,23 @@ def _distribute(
     if not first.any():
         result.unplaced, result.blocked = need, Blocked.NO_CLUSTER
         return result
-    choose = first
-    if wanted is not None and qos.offloading and wanted is not allowed:
-        choose = first | (wanted & ~allowed)
-        if daemon and existing:
-            choose[list(existing)] = False
-        if new_clusters > 0 and existing and not daemon:
-            choose[list(existing)] = False
-    # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
-    preferred = int(np.argmin(np.where(choose, total, math.inf)))
+    shared = not existing and _shared(allowed, wanted, total)
+    best = ctx.fleet.best.get((id(allowed), id(wanted), id(total), qos.offloading)) if shared else None
+    if best is not None and best[0] is allowed and best[1] is wanted and best[2] is total:
+        preferred = best[3]
+    else:
+        choose = first
+        if wanted is not None and qos.offloading and wanted is not allowed:
+            choose = first | (wanted & ~allowed)
+            if daemon and existing:
+                choose[list(existing)] = False
+            if new_clusters > 0 and existing and not daemon:
+                choose[list(existing)] = False
+        # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
+        preferred = int(np.argmin(np.where(choose, total, math.inf)))
+        if shared:
+            # The vectors hold the key's ids: no other object can take them meanwhile.
+            ctx.fleet.best[(id(allowed), id(wanted), id(total), qos.offloading)] = (allowed, wanted, total, preferred)
     result.preferred = preferred
     holds = bool(allowed[preferred])
     if holds and new_clusters <= 1 and need <= cap and room.left(preferred, need) >= need:

@@ -7,7 +7,7 @@ Everything here is derived from ``Goals`` and ``Observed`` only; nothing reads a
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -238,6 +238,9 @@ class FleetView:
     measured_region: frozenset[tuple[int, int]]  # (cluster, region) pairs that were measured
     cluster_latency: ClusterLatency  # [cluster, cluster] ms, finite everywhere
     latency_norm: float  # twice the largest finite cluster-to-cluster latency (>= 2)
+    # The preferred cluster per (allowed, wanted, score) vectors shared by a class of
+    # components (``distribute``): one argmin per class and cycle, not per component.
+    best: dict[tuple[int, int, int, bool], tuple[Any, Any, Any, int]] = field(default_factory=dict, compare=False)
 
     @property
     def names(self) -> tuple[str, ...]:
