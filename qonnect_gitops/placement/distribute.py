@@ -139,8 +139,18 @@ def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterato
 
 def _with_room(ctx: Context, allowed: np.ndarray) -> np.ndarray:
     """Allowed clusters whose free totals could take one replica (the capacity filter's
-    quick vector check; the exact per-node answer comes from ``Room``)."""
+    quick vector check) and where the ledger has not found every node full; the exact
+    per-node answer comes from ``Room``."""
     room: np.ndarray = allowed & CAPACITY.mask(ctx)
+    c = ctx.component
+    full = ctx.ledger.full_for(c.cpu, c.memory, c.architectures)
+    if full is not None:
+        # Clusters the ledger already found without a node for one replica (their totals
+        # may still look roomy): skipped here rather than asked again one by one.
+        room &= ~full
+        for cluster, n in ctx.own.items():
+            if n > 0 and allowed[cluster]:
+                room[cluster] = True  # its own replicas count as room (as in the mask)
     return room
 
 
