@@ -94,18 +94,29 @@ def nearest_with_room(ctx: Context, origin: int, allowed: np.ndarray, total: np.
     order. A shared (read-only, cached) score vector is sorted once per origin and kept
     by the latency table, so the components of one class do not sort the fleet each; a
     vector of this component alone (closeness, utilisation) is ordered lazily."""
-    keep = _with_room(ctx, allowed)
     if not _shared(total):
-        return by_distance(ctx, origin, np.flatnonzero(keep), total)
-    order = ctx.fleet.cluster_latency.nearest_order(origin, total)
-    return _chunked(order[keep[order]])
+        return by_distance(ctx, origin, np.flatnonzero(_with_room(ctx, allowed)), total)
+    return _walk(ctx, ctx.fleet.cluster_latency.nearest_order(origin, total), allowed)
 
 
-def _chunked(clusters: np.ndarray) -> Iterator[int]:
-    """The clusters as ints, converted a few at a time: callers mostly take the first."""
-    step = 16
-    for start in range(0, clusters.size, step):
-        yield from clusters[start:start + step].tolist()
+def _walk(ctx: Context, order: np.ndarray, allowed: np.ndarray) -> Iterator[int]:
+    """The clusters of ``order`` that ``_with_room`` keeps, judged a few at a time:
+    callers mostly take one of the first, so a large fleet is not judged whole. (Nothing
+    changes the ledger while a distribution runs: later chunks are judged as they
+    would have been at the start.)"""
+    c = ctx.component
+    ledger = ctx.ledger
+    full = ledger.full_for(c.cpu, c.memory, c.architectures)
+    own = [i for i, n in ctx.own.items() if n > 0 and allowed[i]]
+    step = 32
+    for start in range(0, order.size, step):
+        chunk = order[start:start + step]
+        keep = allowed[chunk] & (ledger.free_cpu[chunk] >= c.cpu) & (ledger.free_memory[chunk] >= c.memory)
+        if full is not None:
+            keep &= ~full[chunk]
+        if own:
+            keep |= np.isin(chunk, own)  # its own replicas count as room (as in the mask)
+        yield from chunk[keep].tolist()
         step = min(step * 4, 4096)
 
 
