@@ -1,0 +1,106 @@
+"""Goals loading at fleet scale: a new leader's cold load, and the reloads after one push.
+
+    PYTHONPATH=. python benchmarks/goals_load.py [--clusters 1000 3000] [--json]
+
+Each size runs in a process of its own (so peak memory is that size's alone), on the goals
+of ``benchmarks/fleet.py`` (N cluster files and up to 10 N components, one manifest each):
+
+* ``cold_s``: ``load_goals`` with an empty parse cache (a new leader);
+* ``one_manifest_s``: the same goals with one manifest changed, the cache warm (a push);
+* ``one_cluster_s``: one cluster file changed;
+* ``fleet_defaults_s``: the stability defaults of ``qonnect.yaml`` changed (every
+  component depends on them, so every one is resolved again from parsed documents);
+* ``unchanged_s``: the same goals again;
+* ``reparsed_*``: files parsed by that reload (the cache's misses);
+* ``peak_mib``: the process's peak resident memory during the cold load, above what it
+  held before; ``retained_mib``: what stays resident after it with the goals and the
+  cache kept (and garbage collected), above what it held before.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.fleet import cluster_name, components_per_cluster, fleet_goals
+from qonnect_gitops.model import ParseCache, load_goals
+
+
+def _rss_mib(field: str) -> float:
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith(field + ":"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def _reset_peak() -> None:
+    """Start counting the peak resident size (VmHWM) from now (Linux)."""
+    Path("/proc/self/clear_refs").write_text("5")
+
+
+def measure(clusters: int) -> dict[str, Any]:
+    """Every figure at one size, in this process."""
+    per_cluster = components_per_cluster(clusters)
+    files = fleet_goals(clusters, per_cluster)
+    out: dict[str, Any] = {"clusters": clusters, "components": clusters * per_cluster, "files": len(files)}
+    gc.collect()
+    base = _rss_mib("VmRSS")
+    _reset_peak()
+    cache = ParseCache()
+    start = time.perf_counter()
+    goals = load_goals(files, cache)
+    out["cold_s"] = round(time.perf_counter() - start, 3)
+    out["peak_mib"] = round(_rss_mib("VmHWM") - base, 1)
+    gc.collect()
+    out["retained_mib"] = round(_rss_mib("VmRSS") - base, 1)
+    assert len(goals.clusters) == clusters
+
+    manifest = "apps/app-00003/manifests/c1.yaml"
+    cluster = f"clusters/{cluster_name(clusters // 2)}.yaml"
+    edits = {
+        "one_manifest": (manifest, files[manifest].replace(b"image: ", b"image: x")),
+        "one_cluster": (cluster, files[cluster].replace(b"carbonIntensity: ", b"carbonIntensity: 1")),
+        "fleet_defaults": ("qonnect.yaml", files["qonnect.yaml"] + b"  stability:\n    cooldownSeconds: 900\n"),
+        "unchanged": ("qonnect.yaml", files["qonnect.yaml"]),
+    }
+    for name, (path, body) in edits.items():
+        load_goals(files, cache)  # back to the first goals, so each reload changes one thing
+        edited = dict(files)
+        edited[path] = body
+        parsed = cache.parsed
+        start = time.perf_counter()
+        load_goals(edited, cache)
+        out[f"{name}_s"] = round(time.perf_counter() - start, 3)
+        out[f"reparsed_{name}"] = cache.parsed - parsed
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--clusters", type=int, nargs="+", default=[1000, 3000])
+    parser.add_argument("--json", action="store_true", help="print {\"sizes\": {N: figures}}")
+    parser.add_argument("--one", type=int, help=argparse.SUPPRESS)  # a child measuring one size
+    args = parser.parse_args(argv)
+    if args.one:
+        print(json.dumps(measure(args.one)))
+        return 0
+    sizes: dict[str, Any] = {}
+    for n in args.clusters:
+        child = subprocess.run([sys.executable, __file__, "--one", str(n)], capture_output=True, text=True,
+                               check=True)
+        sizes[str(n)] = json.loads(child.stdout.strip().splitlines()[-1])
+        if not args.json:
+            print(" ".join(f"{k}={v}" for k, v in sizes[str(n)].items()), flush=True)
+    if args.json:
+        print(json.dumps({"sizes": sizes}, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
