@@ -194,6 +194,9 @@ def scan_documents(path: str, raw: bytes) -> tuple[str, list[tuple[Any, int]] | 
     if _SCANNERS_DIFFER.search(text, 1 if text.startswith("\ufeff") else 0):
         _scan(path, text, None)
         return text, None
+    quick = _quick_documents(text)
+    if quick is not None:
+        return text, quick
     building = _Building()
     built = _scan(path, text, building)
     return text, (building.docs if built else None)
@@ -298,6 +301,106 @@ def _build(b: _Building, event: Any) -> None:
         b.docs.append((b.root, b.line))
     elif kind is yaml.AliasEvent:
         raise _Unusual
+
+
+# -- the same documents built by libyaml alone, for the files most goals are made of -------------
+#
+# Scanning event by event in Python is most of what a cold load of a large fleet costs. A file
+# that cannot hold an alias, a tag or a directive, and that is small enough, can meet none of the
+# limits but nesting: libyaml then composes it in C, a constructor with the YAML 1.2 rules of
+# ``_plain_scalar`` builds it, and its depth is measured. Whatever this path does not build
+# exactly as the scan would (a duplicate or complex key, a timestamp, a merge key, a block
+# scalar as a document, nesting past the limit, YAML libyaml refuses) goes through the scan.
+
+_QUICK_MAX_CHARS = MAX_DOCUMENT_BYTES // 3
+"""Longer files take the scan: a document counts at most about 1.5 units per character of
+text without aliases, so no shorter file can pass the size limits."""
+_QUICK_MAX_NESTING_MARKS = 5_000
+"""Nesting needs one of ``[{:-?`` per level: libyaml's composer (recursive, in C) is only
+given files with few enough of them."""
+_QUICK_REFUSED = re.compile("[&!]")  # anchors (no alias without one) and tags; directives never come here
+
+
+class _QuickLoader(_Loader):  # type: ignore[misc, valid-type]
+    """libyaml composing, YAML 1.2 (ruamel's rules) resolving and constructing."""
+
+    yaml_implicit_resolvers = _RESOLVERS
+    yaml_constructors: dict[Any, Any] = {}
+
+    def construct_quick_str(self, node: Any) -> str:
+        value: str = node.value
+        return sys.intern(value) if len(value) <= _INTERNED else value
+
+    def construct_quick_plain(self, node: Any) -> Any:
+        return _CONSTRUCT[node.tag](node.value)
+
+    def construct_quick_seq(self, node: Any) -> Any:
+        items: list[Any] = []
+        yield items
+        items.extend(self.construct_object(child) for child in node.value)
+
+    def construct_quick_map(self, node: Any) -> Any:
+        mapping: dict[Any, Any] = {}
+        yield mapping
+        for key_node, value_node in node.value:
+            key = self.construct_object(key_node)
+            if isinstance(key, (dict, list)) or key in mapping:
+                raise _Unusual  # a complex or duplicate key: ruamel keeps or refuses it
+            mapping[key] = self.construct_object(value_node)
+
+    def construct_quick_other(self, node: Any) -> Any:
+        raise _Unusual  # timestamps, merge keys, '=': ruamel's
+
+
+_QuickLoader.add_constructor("tag:yaml.org,2002:str", _QuickLoader.construct_quick_str)
+for _tag in _CONSTRUCT:
+    _QuickLoader.add_constructor(_tag, _QuickLoader.construct_quick_plain)
+_QuickLoader.add_constructor("tag:yaml.org,2002:seq", _QuickLoader.construct_quick_seq)
+_QuickLoader.add_constructor("tag:yaml.org,2002:map", _QuickLoader.construct_quick_map)
+_QuickLoader.add_constructor(None, _QuickLoader.construct_quick_other)
+
+
+def _quick_documents(text: str) -> list[tuple[Any, int]] | None:
+    """``scan_documents``' documents built by libyaml, or None when the scan must build them."""
+    if len(text) > _QUICK_MAX_CHARS or _QUICK_REFUSED.search(text):
+        return None
+    marks = text.count(":") + text.count("-") + text.count("[") + text.count("{") + text.count("?")
+    if marks > _QUICK_MAX_NESTING_MARKS:
+        return None
+    loader = _QuickLoader(text)
+    docs: list[tuple[Any, int]] = []
+    try:
+        while loader.check_node():
+            node = loader.get_node()
+            if type(node) is yaml.ScalarNode:
+                if node.style in ("|", ">"):
+                    return None  # a document that is one block scalar: ruamel ends it elsewhere
+                line = 1
+            else:
+                line = node.start_mark.line + 1
+            data = loader.construct_document(node)
+            if marks >= MAX_DEPTH and _depth(data) > MAX_DEPTH:
+                return None  # the scan names where the limit was crossed
+            docs.append((data, line))
+    except (_Unusual, ValueError, yaml.YAMLError, RecursionError):
+        return None  # ValueError: a number ruamel fails on
+    finally:
+        loader.dispose()
+    return docs
+
+
+def _depth(data: Any) -> int:
+    """How deep mappings and sequences nest in ``data`` (a tree: no aliases)."""
+    deepest = 0
+    todo = [(data, 1)]
+    while todo:
+        node, level = todo.pop()
+        values = node.values() if type(node) is dict else node if type(node) is list else None
+        if values is None:
+            continue
+        deepest = max(deepest, level)
+        todo.extend((v, level + 1) for v in values if type(v) is dict or type(v) is list)
+    return deepest
 
 
 def _problem(path: str, event: Any, message: str) -> GoalsError:
