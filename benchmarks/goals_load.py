@@ -14,9 +14,11 @@ of ``benchmarks/fleet.py`` (N cluster files and up to 10 N components, one manif
 * ``reparsed_*``: files parsed by that reload (the cache's misses);
 * ``*_cpu_s``: the same in CPU seconds of this process (steadier than wall time on a
   shared machine);
-* ``peak_mib``: the process's peak resident memory during the cold load, above what it
-  held before; ``retained_mib``: what stays resident after it with the goals and the
-  cache kept (and garbage collected), above what it held before.
+* ``rss_mib``: the process's resident memory after the cold load, above what it held
+  before (Python seldom gives memory back, so this is about the peak);
+* ``peak_mib`` / ``retained_mib``: Python's allocations (``tracemalloc``, in a second cold
+  load after the timed ones) at their peak during the load, and still held after it with
+  the goals and the cache kept (garbage collected).
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ import json
 import subprocess
 import sys
 import time
+import tracemalloc
 from pathlib import Path
 from typing import Any
 
@@ -41,11 +44,6 @@ def _rss_mib(field: str) -> float:
     return 0.0
 
 
-def _reset_peak() -> None:
-    """Start counting the peak resident size (VmHWM) from now (Linux)."""
-    Path("/proc/self/clear_refs").write_text("5")
-
-
 def measure(clusters: int) -> dict[str, Any]:
     """Every figure at one size, in this process."""
     per_cluster = components_per_cluster(clusters)
@@ -53,15 +51,13 @@ def measure(clusters: int) -> dict[str, Any]:
     out: dict[str, Any] = {"clusters": clusters, "components": clusters * per_cluster, "files": len(files)}
     gc.collect()
     base = _rss_mib("VmRSS")
-    _reset_peak()
     cache = ParseCache()
     start, cpu = time.perf_counter(), time.process_time()
     goals = load_goals(files, cache)
     out["cold_s"] = round(time.perf_counter() - start, 3)
     out["cold_cpu_s"] = round(time.process_time() - cpu, 3)
-    out["peak_mib"] = round(_rss_mib("VmHWM") - base, 1)
     gc.collect()
-    out["retained_mib"] = round(_rss_mib("VmRSS") - base, 1)
+    out["rss_mib"] = round(_rss_mib("VmRSS") - base, 1)
     assert len(goals.clusters) == clusters
 
     manifest = "apps/app-00003/manifests/c1.yaml"
@@ -82,6 +78,15 @@ def measure(clusters: int) -> dict[str, Any]:
         out[f"{name}_s"] = round(time.perf_counter() - start, 3)
         out[f"{name}_cpu_s"] = round(time.process_time() - cpu, 3)
         out[f"reparsed_{name}"] = cache.parsed - parsed
+    del goals, cache
+    gc.collect()
+    tracemalloc.start()
+    held = load_goals(files, ParseCache())
+    gc.collect()
+    current, peak = tracemalloc.get_traced_memory()
+    tracemalloc.stop()
+    out["peak_mib"], out["retained_mib"] = round(peak / 2**20, 1), round(current / 2**20, 1)
+    del held
     return out
 
 

@@ -229,7 +229,7 @@ class KindCatalog:
                                            "a request, it is never stored")]
             if definition is None:
                 return findings + [Finding(("kind",), _unknown_kind(group, version, kind))]
-            return findings + _schema_findings(_builtin_validator(definition), _builtin_quick(definition), obj)
+            return findings + _schema_findings(lambda: _builtin_validator(definition), _builtin_quick(definition), obj)
         custom = self.custom.get((group, kind))
         if custom is None:
             return findings + [Finding(("apiVersion",), f"custom resource {kind} of {api_version}: its "
@@ -243,7 +243,7 @@ class KindCatalog:
         if schema is None:
             return findings
         schema_json = json.dumps(schema, sort_keys=True)
-        return findings + _schema_findings(_custom_validator(schema_json), _custom_quick(schema_json), obj)
+        return findings + _schema_findings(lambda: _custom_validator(schema_json), _custom_quick(schema_json), obj)
 
 
 def _type_findings(api_version: str, kind: str) -> list[Finding]:
@@ -332,12 +332,14 @@ def metadata_findings(meta: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def _schema_findings(validator: Draft202012Validator, quick: _Check | None,
+def _schema_findings(validator: Callable[[], Draft202012Validator], quick: _Check | None,
                      obj: Mapping[str, Any]) -> list[Finding]:
+    """jsonschema's errors in ``obj``; none when the quick check passes it (jsonschema, and
+    the validator it builds for the kind, are then not needed at all)."""
     if _valid(quick, obj):
         return []
     out: list[Finding] = []
-    for error in sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path]):
+    for error in sorted(validator().iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path]):
         out.append(_finding(error))
         if len(out) >= MAX_ERRORS_PER_OBJECT:
             break
