@@ -321,43 +321,26 @@ given files with few enough of them."""
 _QUICK_REFUSED = re.compile("[&!]")  # anchors (no alias without one) and tags; directives never come here
 
 
-class _QuickLoader(_Loader):  # type: ignore[misc, valid-type]
-    """libyaml composing, YAML 1.2 (ruamel's rules) resolving and constructing."""
-
-    yaml_implicit_resolvers = _RESOLVERS
-    yaml_constructors: dict[Any, Any] = {}
-
-    def construct_quick_str(self, node: Any) -> str:
-        value: str = node.value
-        return sys.intern(value) if len(value) <= _INTERNED else value
-
-    def construct_quick_plain(self, node: Any) -> Any:
-        return _CONSTRUCT[node.tag](node.value)
-
-    def construct_quick_seq(self, node: Any) -> Any:
-        items: list[Any] = []
-        yield items
-        items.extend(self.construct_object(child) for child in node.value)
-
-    def construct_quick_map(self, node: Any) -> Any:
-        mapping: dict[Any, Any] = {}
-        yield mapping
-        for key_node, value_node in node.value:
-            key = self.construct_object(key_node)
-            if isinstance(key, (dict, list)) or key in mapping:
-                raise _Unusual  # a complex or duplicate key: ruamel keeps or refuses it
-            mapping[key] = self.construct_object(value_node)
-
-    def construct_quick_other(self, node: Any) -> Any:
-        raise _Unusual  # timestamps, merge keys, '=': ruamel's
+_STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
 
 
-_QuickLoader.add_constructor("tag:yaml.org,2002:str", _QuickLoader.construct_quick_str)
-for _tag in _CONSTRUCT:
-    _QuickLoader.add_constructor(_tag, _QuickLoader.construct_quick_plain)
-_QuickLoader.add_constructor("tag:yaml.org,2002:seq", _QuickLoader.construct_quick_seq)
-_QuickLoader.add_constructor("tag:yaml.org,2002:map", _QuickLoader.construct_quick_map)
-_QuickLoader.add_constructor(None, _QuickLoader.construct_quick_other)
+class _QuickComposer(yaml.cyaml.CParser):  # type: ignore[misc, name-defined]
+    """libyaml composing node trees, with YAML 1.2 (ruamel's) implicit tags."""
+
+    def descend_resolver(self, parent: Any, index: Any) -> None:
+        """No path resolvers: nothing to track."""
+
+    def ascend_resolver(self) -> None:
+        """No path resolvers: nothing to track."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        if kind is yaml.ScalarNode:
+            if implicit[0]:
+                for tag, regexp in _RESOLVERS.get(value[:1], ()):
+                    if regexp.match(value):
+                        return str(tag)
+            return _STR
+        return _SEQ if kind is yaml.SequenceNode else _MAP
 
 
 def _quick_documents(text: str) -> list[tuple[Any, int]] | None:
@@ -367,40 +350,51 @@ def _quick_documents(text: str) -> list[tuple[Any, int]] | None:
     marks = text.count(":") + text.count("-") + text.count("[") + text.count("{") + text.count("?")
     if marks > _QUICK_MAX_NESTING_MARKS:
         return None
-    loader = _QuickLoader(text)
+    composer = _QuickComposer(text)
     docs: list[tuple[Any, int]] = []
     try:
-        while loader.check_node():
-            node = loader.get_node()
+        while composer.check_node():
+            node = composer.get_node()
             if type(node) is yaml.ScalarNode:
                 if node.style in ("|", ">"):
                     return None  # a document that is one block scalar: ruamel ends it elsewhere
                 line = 1
             else:
                 line = node.start_mark.line + 1
-            data = loader.construct_document(node)
-            if marks >= MAX_DEPTH and _depth(data) > MAX_DEPTH:
-                return None  # the scan names where the limit was crossed
-            docs.append((data, line))
+            docs.append((_construct(node, 1), line))
     except (_Unusual, ValueError, yaml.YAMLError, RecursionError):
         return None  # ValueError: a number ruamel fails on
     finally:
-        loader.dispose()
+        composer.dispose()
     return docs
 
 
-def _depth(data: Any) -> int:
-    """How deep mappings and sequences nest in ``data`` (a tree: no aliases)."""
-    deepest = 0
-    todo = [(data, 1)]
-    while todo:
-        node, level = todo.pop()
-        values = node.values() if type(node) is dict else node if type(node) is list else None
-        if values is None:
-            continue
-        deepest = max(deepest, level)
-        todo.extend((v, level + 1) for v in values if type(v) is dict or type(v) is list)
-    return deepest
+def _construct(node: Any, depth: int) -> Any:
+    """A composed node as plain data, as ``_build`` builds it from the same events; raises
+    _Unusual where the scan would (and past ``MAX_DEPTH``, which the scan then reports)."""
+    kind = type(node)
+    if kind is yaml.ScalarNode:
+        tag = node.tag
+        if tag == _STR:
+            value: str = node.value
+            return sys.intern(value) if len(value) <= _INTERNED else value
+        construct = _CONSTRUCT.get(tag)
+        if construct is None:
+            raise _Unusual  # timestamps, merge keys, '=': ruamel's
+        return construct(node.value)
+    if depth > MAX_DEPTH:
+        raise _Unusual
+    if kind is yaml.SequenceNode:
+        return [_construct(child, depth + 1) for child in node.value]
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        if type(key_node) is not yaml.ScalarNode:
+            raise _Unusual  # a complex key: ruamel keeps or refuses it
+        key = _construct(key_node, depth + 1)
+        if key in mapping:
+            raise _Unusual  # a duplicate key: ruamel refuses it
+        mapping[key] = _construct(value_node, depth + 1)
+    return mapping
 
 
 def _problem(path: str, event: Any, message: str) -> GoalsError:
