@@ -29,6 +29,7 @@ from qonnect_gitops.model.goals import (
 from qonnect_gitops.model.kubeschema import KindCatalog, custom_kinds, split_api_version
 from qonnect_gitops.model.labels import ADOPT_ANNOTATION, PRUNE_ANNOTATION
 from qonnect_gitops.model.limits import (
+    MAX_TREE_FILES,
     MAX_NODE_CPU,
     MAX_NODE_MEMORY,
     MAX_REPLICAS,
@@ -98,6 +99,7 @@ class ParseCache:
     def __init__(self) -> None:
         self._entries: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self._load = 0
+        self._paths: dict[tuple[str, str], str] = {}
         self.parsed = 0
         """Files parsed (cache misses) since the cache was made: what a test or a benchmark reads."""
 
@@ -122,6 +124,16 @@ class ParseCache:
         """Remember a parse result (documents, or the problems found)."""
         self.parsed += 1
         self._entries[key] = (self._load, value)
+
+    def manifest_path(self, app_path: str, relative: str) -> str:
+        """Where ``relative``, written in ``app_path``, points (normalised; it may leave the app)."""
+        key = (app_path, relative)
+        path = self._paths.get(key)
+        if path is None:
+            if len(self._paths) > 4 * MAX_TREE_FILES:
+                self._paths.clear()  # names of files long gone
+            path = self._paths[key] = posixpath.normpath(posixpath.join(posixpath.dirname(app_path), relative))
+        return path
 
     def keep(self, key: tuple[Any, ...], value: Any) -> None:
         """Remember a result built from parsed files (not counted in ``parsed``)."""
@@ -458,11 +470,12 @@ class _Loader:
                 for manifest in component.manifests:
                     if manifest.encrypted:
                         continue
-                    for obj_doc in self.manifest_docs[manifest.path]:
+                    for obj_doc, namespaced in zip(self.manifest_docs[manifest.path], manifest.namespaced,
+                                                   strict=True):
                         obj = obj_doc.data
                         kind = str(obj["kind"])
                         group = split_api_version(str(obj["apiVersion"]))[0]
-                        ns = app.namespace if self.kinds.namespaced(str(obj["apiVersion"]), kind) else ""
+                        ns = app.namespace if namespaced else ""
                         ident = (group, kind, ns, str(obj["metadata"]["name"]))
                         if ident in seen:
                             self.problems.append(obj_doc.problem(
@@ -520,10 +533,9 @@ class _Loader:
     ) -> Component | None:
         """Component ``ci`` of an app: the one resolved by an earlier load when none of its
         inputs changed (see ``ParseCache``), else resolved now."""
-        folder = posixpath.dirname(app_path)
         inputs = []
         for relative in spec.manifests:
-            path = posixpath.normpath(posixpath.join(folder, relative))
+            path = self.cache.manifest_path(app_path, relative)
             inputs.append((path, self._blob(path) if path in self.files else None))
         key = ("component", app_path, self._blob(app_path), ci, self.kinds_key, fleet.spec.stability,
                tuple(inputs))
