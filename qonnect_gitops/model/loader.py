@@ -162,6 +162,7 @@ class _Loader:
         self.kinds_key = ""  # identifies the custom kinds: object checks are cached per kinds
         self._blobs: dict[str, str] = {}
         self._declared: set[str] | None = None
+        self._stability: tuple[tuple[str, Any], ...] | None = None
 
     def _blob(self, path: str) -> str:
         """The blob id of a file of the tree, computed once per load."""
@@ -547,7 +548,9 @@ class _Loader:
         for relative in spec.manifests:
             path = self.cache.manifest_path(app_path, relative)
             inputs.append((path, self._blob(path) if path in self.files else None))
-        key = ("component", app_path, self._blob(app_path), ci, self.kinds_key, fleet.spec.stability,
+        if self._stability is None:  # every field of the defaults, hashed once per load
+            self._stability = tuple(sorted(fleet.spec.stability.model_dump().items()))
+        key = ("component", app_path, self._blob(app_path), ci, self.kinds_key, self._stability,
                tuple(inputs))
         kept = self.cache.get(key)
         if kept is not None:
