@@ -10,8 +10,11 @@ with ``file:line:column``, long before it costs memory. Trees are bounded by
 The same scan builds each document's plain data as ruamel reads it (YAML 1.2), for
 ``yamlpos.parse_yaml``: ruamel, pure Python, is run only for positions (when a problem is
 reported) and for the rare documents the scan leaves to it (anchors, tags, merge keys,
-timestamps, duplicate or complex keys, ``%YAML`` directives). Branch files, which the
-agent reads by the thousand, go to ``load_documents`` (libyaml, YAML 1.1 as PyYAML reads it).
+timestamps, duplicate or complex keys, ``%YAML`` directives). A file that cannot hold
+an anchor, a tag or a directive and is small enough to meet no limit but nesting (most
+goals files) skips the event scan: libyaml composes it in C and the same YAML 1.2 rules
+build it, its depth measured as it is built. Branch files, which the agent reads by the
+thousand, go to ``load_documents`` (libyaml, YAML 1.1 as PyYAML reads it).
 """
 
 from __future__ import annotations
