@@ -3,7 +3,8 @@
     PYTHONPATH=. python benchmarks/goals_load.py [--clusters 1000 3000] [--json]
 
 Each size runs in a process of its own (so peak memory is that size's alone), on the goals
-of ``benchmarks/fleet.py`` (N cluster files and up to 10 N components, one manifest each):
+of ``benchmarks/fleet.py`` (N cluster files and up to 10 N components, one manifest each,
+as many as the goals tree's file limit allows):
 
 * ``cold_s``: ``load_goals`` with an empty parse cache (a new leader);
 * ``one_manifest_s``: the same goals with one manifest changed, the cache warm (a push);
@@ -35,6 +36,7 @@ from typing import Any
 
 from benchmarks.fleet import cluster_name, components_per_cluster, fleet_goals
 from qonnect_gitops.model import ParseCache, load_goals
+from qonnect_gitops.model.limits import MAX_TREE_FILES
 
 
 def _rss_mib(field: str) -> float:
@@ -44,11 +46,21 @@ def _rss_mib(field: str) -> float:
     return 0.0
 
 
+def _within_limit(files: dict[str, bytes]) -> dict[str, bytes]:
+    """``files`` less whole apps from the last, until the tree is within ``MAX_TREE_FILES``
+    (at 10,000 clusters one component per cluster is already past it)."""
+    apps = sorted({p.split("/")[1] for p in files if p.startswith("apps/")})
+    while len(files) > MAX_TREE_FILES:
+        gone = f"apps/{apps.pop()}/"
+        files = {p: b for p, b in files.items() if not p.startswith(gone)}
+    return files
+
+
 def measure(clusters: int) -> dict[str, Any]:
     """Every figure at one size, in this process."""
-    per_cluster = components_per_cluster(clusters)
-    files = fleet_goals(clusters, per_cluster)
-    out: dict[str, Any] = {"clusters": clusters, "components": clusters * per_cluster, "files": len(files)}
+    files = _within_limit(fleet_goals(clusters, components_per_cluster(clusters)))
+    components = sum(1 for p in files if "/manifests/" in p)
+    out: dict[str, Any] = {"clusters": clusters, "components": components, "files": len(files)}
     gc.collect()
     base = _rss_mib("VmRSS")
     cache = ParseCache()
