@@ -16,7 +16,7 @@ from __future__ import annotations
 import functools
 import json
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -229,7 +229,7 @@ class KindCatalog:
                                            "a request, it is never stored")]
             if definition is None:
                 return findings + [Finding(("kind",), _unknown_kind(group, version, kind))]
-            return findings + _schema_findings(_builtin_validator(definition), obj)
+            return findings + _schema_findings(lambda: _builtin_validator(definition), _builtin_quick(definition), obj)
         custom = self.custom.get((group, kind))
         if custom is None:
             return findings + [Finding(("apiVersion",), f"custom resource {kind} of {api_version}: its "
@@ -242,7 +242,8 @@ class KindCatalog:
         schema = custom.schemas[version]
         if schema is None:
             return findings
-        return findings + _schema_findings(_custom_validator(json.dumps(schema, sort_keys=True)), obj)
+        schema_json = json.dumps(schema, sort_keys=True)
+        return findings + _schema_findings(lambda: _custom_validator(schema_json), _custom_quick(schema_json), obj)
 
 
 def _type_findings(api_version: str, kind: str) -> list[Finding]:
@@ -331,9 +332,14 @@ def metadata_findings(meta: Mapping[str, Any]) -> list[Finding]:
     return out
 
 
-def _schema_findings(validator: Draft202012Validator, obj: Mapping[str, Any]) -> list[Finding]:
+def _schema_findings(validator: Callable[[], Draft202012Validator], quick: _Check | None,
+                     obj: Mapping[str, Any]) -> list[Finding]:
+    """jsonschema's errors in ``obj``; none when the quick check passes it (jsonschema, and
+    the validator it builds for the kind, are then not needed at all)."""
+    if _valid(quick, obj):
+        return []
     out: list[Finding] = []
-    for error in sorted(validator.iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path]):
+    for error in sorted(validator().iter_errors(obj), key=lambda e: [str(p) for p in e.absolute_path]):
         out.append(_finding(error))
         if len(out) >= MAX_ERRORS_PER_OBJECT:
             break
@@ -377,3 +383,163 @@ def _types(spec: Any) -> str:
 
 def _clip(text: str, most: int = 80) -> str:
     return text if len(text) <= most else text[: most - 3] + "..."
+
+
+# -- a quick yes for valid objects -----------------------------------------------------------------
+#
+# jsonschema resolves every $ref through its registry and builds an error object per keyword: most
+# of a load's time in goals of many manifests, nearly all of them valid. A schema is compiled once
+# into plain functions that say only "valid", exactly as jsonschema would for the keywords the
+# Kubernetes schemas use; anything else (another keyword, a Python type YAML does not produce)
+# makes the check unsure, and jsonschema decides. An object the check does not pass is always
+# validated by jsonschema, which names its errors: problems and messages are jsonschema's alone.
+
+
+class _Unsure(Exception):
+    """The quick check cannot answer exactly like jsonschema: jsonschema decides."""
+
+
+_Check = Callable[[Any], bool]
+_ANNOTATIONS = frozenset({"description", "format", "title", "default", "example", "examples", "$comment",
+                          "deprecated", "readOnly", "writeOnly"})
+# jsonschema's type checks of draft 2020-12, for the Python types YAML builds (bool is not a number).
+_TYPE_CHECKS: dict[str, Callable[[Any], bool]] = {
+    "string": lambda v: type(v) is str,
+    "object": lambda v: type(v) is dict,
+    "array": lambda v: type(v) is list,
+    "boolean": lambda v: type(v) is bool,
+    "null": lambda v: v is None,
+    "integer": lambda v: type(v) is int or (type(v) is float and v.is_integer()),
+    "number": lambda v: type(v) is int or type(v) is float,
+}
+_KNOWN_TYPES = (str, dict, list, bool, int, float, type(None))
+
+
+class _QuickSchema:
+    """Compiles a JSON Schema (2020-12, local ``#/$defs/`` references) into validity checks."""
+
+    def __init__(self, root: Mapping[str, Any]) -> None:
+        self.defs: Mapping[str, Any] = root.get("$defs") or {}
+        self.compiled: dict[str, _Check] = {}
+        self.root = self.compile({k: v for k, v in root.items() if k not in ("$schema", "$id", "$defs")})
+
+    def ref(self, target: str) -> _Check:
+        if not target.startswith(_DEFS) or target[len(_DEFS):] not in self.defs:
+            raise _Unsure  # only local definitions are compiled
+        name = target[len(_DEFS):]
+        if name not in self.compiled:
+            self.compiled[name] = _pending  # a recursive definition refers to itself
+            self.compiled[name] = self.compile(self.defs[name])
+        return lambda value: self.compiled[name](value)
+
+    def compile(self, node: Any) -> _Check:
+        if node is True or node == {}:
+            return lambda value: True
+        if not isinstance(node, Mapping):
+            raise _Unsure
+        checks: list[_Check] = []
+        for key in node:
+            if key not in _ANNOTATIONS and not key.startswith("x-kubernetes-") and key not in (
+                    "type", "$ref", "properties", "additionalProperties", "required", "items", "enum", "oneOf"):
+                raise _Unsure
+        if "$ref" in node:
+            checks.append(self.ref(node["$ref"]))
+        if "type" in node:
+            types = [node["type"]] if isinstance(node["type"], str) else list(node["type"])
+            if not all(t in _TYPE_CHECKS for t in types):
+                raise _Unsure
+            tests = [_TYPE_CHECKS[t] for t in types]
+            checks.append(lambda value: any(test(value) for test in tests))
+        if "enum" in node:
+            choices = node["enum"]
+            if not all(type(c) is str or c is None for c in choices):
+                raise _Unsure
+            allowed = frozenset(choices)
+            checks.append(lambda value: (value is None or type(value) is str) and value in allowed)
+        if "required" in node:
+            required = tuple(node["required"])
+            checks.append(lambda value: type(value) is not dict or all(k in value for k in required))
+        if "properties" in node or "additionalProperties" in node:
+            checks.append(self._mapping(node))
+        if "items" in node:
+            if not isinstance(node["items"], Mapping):
+                raise _Unsure
+            item = self.compile(node["items"])
+            checks.append(lambda value: type(value) is not list or all(item(v) for v in value))
+        if "oneOf" in node:
+            options = [self.compile(o) for o in node["oneOf"]]
+            checks.append(lambda value: sum(1 for o in options if o(value)) == 1)
+        if len(checks) == 1:
+            return checks[0]
+        return lambda value: all(check(value) for check in checks)
+
+    def _mapping(self, node: Mapping[str, Any]) -> _Check:
+        properties = {k: self.compile(v) for k, v in (node.get("properties") or {}).items()}
+        extra = node.get("additionalProperties", True)
+        closed = extra is False
+        other = None if extra is True or closed else self.compile(extra)
+
+        def check(value: Any) -> bool:
+            if type(value) is not dict:
+                return True
+            for key, item in value.items():
+                prop = properties.get(key)
+                if prop is not None:
+                    if not prop(item):
+                        return False
+                elif closed:
+                    return False
+                elif other is not None and not other(item):
+                    return False
+            return True
+        return check
+
+
+def _pending(value: Any) -> bool:
+    raise _Unsure  # pragma: no cover - a definition used while it is compiled
+
+
+def _quick(schema: Mapping[str, Any]) -> _Check | None:
+    try:
+        return _QuickSchema(schema).root
+    except _Unsure:
+        return None
+
+
+@functools.cache
+def _builtin_schemas() -> _QuickSchema:
+    """The 1.37 definitions, each compiled once, when a kind first refers to it."""
+    return _QuickSchema(_document())
+
+
+@functools.cache
+def _builtin_quick(definition: str) -> _Check | None:
+    try:
+        return _builtin_schemas().ref(_DEFS + definition)
+    except _Unsure:
+        return None
+
+
+@functools.lru_cache(maxsize=256)
+def _custom_quick(schema_json: str) -> _Check | None:
+    return _quick(_custom_validator(schema_json).schema)
+
+
+def _valid(check: _Check | None, obj: Any) -> bool:
+    """True only when jsonschema would find no error in ``obj``; False when it might."""
+    if check is None or not _plain(obj):
+        return False
+    try:
+        return check(obj)
+    except (_Unsure, RecursionError):
+        return False
+
+
+def _plain(value: Any, depth: int = 0) -> bool:
+    """Whether ``value`` holds only the Python types the quick check answers for."""
+    kind = type(value)
+    if kind is dict:
+        return depth < 200 and all(type(k) is str and _plain(v, depth + 1) for k, v in value.items())
+    if kind is list:
+        return depth < 200 and all(_plain(v, depth + 1) for v in value)
+    return kind in _KNOWN_TYPES

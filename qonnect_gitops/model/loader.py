@@ -7,6 +7,7 @@ Git tree) and returns ``Goals`` or raises ``GoalsError``.
 
 from __future__ import annotations
 
+import gc
 import hashlib
 import posixpath
 from collections.abc import Iterator, Mapping
@@ -32,6 +33,7 @@ from qonnect_gitops.model.limits import (
     MAX_NODE_CPU,
     MAX_NODE_MEMORY,
     MAX_REPLICAS,
+    MAX_TREE_FILES,
     RESERVED_NAMESPACES,
 )
 from qonnect_gitops.model.network import Network, latency_table
@@ -61,10 +63,19 @@ def load_goals(files: Mapping[str, bytes], cache: ParseCache | None = None) -> G
     With ``cache`` (one per long-lived caller, such as the lead's loop), a file whose
     bytes were parsed by an earlier call is not parsed or validated again; the checks
     across files run every time, so the result is the same with or without it."""
-    if cache is None:
-        return _Loader(files, ParseCache()).load()
-    cache.begin()
-    return _Loader(files, cache).load()
+    # A load allocates a large graph of small acyclic objects: the cyclic collector would
+    # rescan it again and again as it grows (a quarter of a cold load, and long pauses in
+    # the lead's process). Cycles made meanwhile are collected once it is re-enabled.
+    was_enabled = gc.isenabled()
+    gc.disable()
+    try:
+        if cache is None:
+            return _Loader(files, ParseCache()).load()
+        cache.begin()
+        return _Loader(files, cache).load()
+    finally:
+        if was_enabled:
+            gc.enable()
 
 
 def blob_id(raw: bytes) -> str:
@@ -74,7 +85,8 @@ def blob_id(raw: bytes) -> str:
 
 
 class ParseCache:
-    """Parsed and validated goals files, keyed by (path, what it was read as, blob id).
+    """Parsed and validated goals files, keyed by (path, what it was read as, blob id), and
+    resolved components and apps, keyed by everything they were resolved from.
 
     Parsing (ruamel, positions kept) is most of the cost of loading goals; a cycle after
     a goals push re-parses only the files whose blob changed. Entries hold plain data
@@ -84,13 +96,20 @@ class ParseCache:
     are shared between the ``Goals`` of different commits: nothing mutates them (the
     lead already reuses one ``Goals`` across cycles of a commit). One load at a time: the
     lead's loop loads goals under its cycle lock (the pure core takes no locks).
+
+    A component is resolved again only when one of its inputs changed: its app.yaml, its
+    manifest files (blob ids), the custom kinds of the goals, or the fleet's stability
+    defaults; otherwise the load returns the very ``Component`` (and, when none of an app's
+    components changed, ``App``) objects of the last load, so a caller may keep what it
+    derived from them keyed on the objects. Only resolutions without problems are kept.
     """
 
     KEEP_LOADS = 2
 
     def __init__(self) -> None:
-        self._entries: dict[tuple[str, str, str], tuple[int, Any]] = {}
+        self._entries: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self._load = 0
+        self._paths: dict[tuple[str, str], str] = {}
         self.parsed = 0
         """Files parsed (cache misses) since the cache was made: what a test or a benchmark reads."""
 
@@ -103,7 +122,7 @@ class ParseCache:
         oldest = self._load - self.KEEP_LOADS
         self._entries = {k: v for k, v in self._entries.items() if v[0] >= oldest}
 
-    def get(self, key: tuple[str, str, str]) -> Any:
+    def get(self, key: tuple[Any, ...]) -> Any:
         """The entry of ``key`` (marked used by this load), or None."""
         hit = self._entries.get(key)
         if hit is None:
@@ -111,9 +130,23 @@ class ParseCache:
         self._entries[key] = (self._load, hit[1])
         return hit[1]
 
-    def put(self, key: tuple[str, str, str], value: Any) -> None:
+    def put(self, key: tuple[Any, ...], value: Any) -> None:
         """Remember a parse result (documents, or the problems found)."""
         self.parsed += 1
+        self._entries[key] = (self._load, value)
+
+    def manifest_path(self, app_path: str, relative: str) -> str:
+        """Where ``relative``, written in ``app_path``, points (normalised; it may leave the app)."""
+        key = (app_path, relative)
+        path = self._paths.get(key)
+        if path is None:
+            if len(self._paths) > 4 * MAX_TREE_FILES:
+                self._paths.clear()  # names of files long gone
+            path = self._paths[key] = posixpath.normpath(posixpath.join(posixpath.dirname(app_path), relative))
+        return path
+
+    def keep(self, key: tuple[Any, ...], value: Any) -> None:
+        """Remember a result built from parsed files (not counted in ``parsed``)."""
         self._entries[key] = (self._load, value)
 
 
@@ -127,13 +160,23 @@ class _Loader:
         self.manifest_docs: dict[str, list[YamlDocument]] = {}
         self.kinds = KindCatalog()
         self.kinds_key = ""  # identifies the custom kinds: object checks are cached per kinds
+        self._blobs: dict[str, str] = {}
+        self._declared: set[str] | None = None
+        self._stability: tuple[tuple[str, Any], ...] | None = None
+
+    def _blob(self, path: str) -> str:
+        """The blob id of a file of the tree, computed once per load."""
+        found = self._blobs.get(path)
+        if found is None:
+            found = self._blobs[path] = blob_id(self.files[path])
+        return found
 
     # -- parsing ---------------------------------------------------------------------------
 
     def _document(self, path: str, model: type[M]) -> M | None:
         """Parse and validate one single-document file; None (problems recorded) when bad."""
         raw = self.files[path]
-        key = (path, model.__name__, blob_id(raw))
+        key = (path, model.__name__, self._blob(path))
         cached = self.cache.get(key)
         if cached is None:
             doc: YamlDocument | None = None
@@ -153,7 +196,7 @@ class _Loader:
     def _parse_manifest(self, path: str) -> list[YamlDocument]:
         """Every non-empty document of a manifest file; raises GoalsError (cached too)."""
         raw = self.files[path]
-        key = (path, "manifest", blob_id(raw))
+        key = (path, "manifest", self._blob(path))
         cached = self.cache.get(key)
         if cached is None:
             try:
@@ -229,7 +272,7 @@ class _Loader:
         for path, raw in sorted(self.files.items()):
             if path.startswith(APPS_DIR) and path.endswith((".yaml", ".yml")) \
                     and b"CustomResourceDefinition" in raw:
-                sources.update(f"{path}\0{blob_id(raw)}\0".encode())
+                sources.update(f"{path}\0{self._blob(path)}\0".encode())
                 self.kinds_key = sources.hexdigest()
                 try:
                     crds += load_documents(path, raw)
@@ -247,13 +290,15 @@ class _Loader:
         return self._document(FLEET_FILE, Fleet)
 
     def _declared_clusters(self) -> set[str]:
-        """Names of every cluster file, valid or not."""
-        return {
-            p[len(CLUSTERS_DIR):].rsplit(".", 1)[0]
-            for p in self.files
-            if p.startswith(CLUSTERS_DIR) and "/" not in p[len(CLUSTERS_DIR):]
-            and p.endswith((".yaml", ".yml"))
-        }
+        """Names of every cluster file, valid or not (a set the caller must not change)."""
+        if self._declared is None:
+            self._declared = {
+                p[len(CLUSTERS_DIR):].rsplit(".", 1)[0]
+                for p in self.files
+                if p.startswith(CLUSTERS_DIR) and "/" not in p[len(CLUSTERS_DIR):]
+                and p.endswith((".yaml", ".yml"))
+            }
+        return self._declared
 
     def _named_documents(self, folder: str, model: Any, what: str) -> Iterator[tuple[str, Any]]:
         """``(path, document)`` of every valid file directly in ``folder`` whose name is its
@@ -436,11 +481,12 @@ class _Loader:
                 for manifest in component.manifests:
                     if manifest.encrypted:
                         continue
-                    for obj_doc in self.manifest_docs[manifest.path]:
+                    for obj_doc, namespaced in zip(self.manifest_docs[manifest.path], manifest.namespaced,
+                                                   strict=True):
                         obj = obj_doc.data
                         kind = str(obj["kind"])
                         group = split_api_version(str(obj["apiVersion"]))[0]
-                        ns = app.namespace if self.kinds.namespaced(str(obj["apiVersion"]), kind) else ""
+                        ns = app.namespace if namespaced else ""
                         ident = (group, kind, ns, str(obj["metadata"]["name"]))
                         if ident in seen:
                             self.problems.append(obj_doc.problem(
@@ -477,12 +523,56 @@ class _Loader:
                 continue
             names.add(spec.name)
             self._check_qos_references(path, loc + ("qos",), spec.qos, clusters, regions, measured)
-            component = self._resolve_component(path, loc, doc, spec, fleet, used_files)
+            component = self._component(path, ci, doc, spec, fleet, used_files)
             if component is not None:
                 components.append(component)
         if len(self.problems) > before:
             return None
-        return App(doc.metadata.name, doc.spec.namespace, doc, tuple(components))
+        # The same components from the same app.yaml: the App object of the last load.
+        key = ("app", path, self._blob(path))
+        kept = self.cache.get(key)
+        if kept is not None and kept.document is doc and len(kept.components) == len(components) \
+                and all(a is b for a, b in zip(kept.components, components, strict=True)):
+            return kept  # type: ignore[no-any-return]
+        app = App(doc.metadata.name, doc.spec.namespace, doc, tuple(components))
+        self.cache.keep(key, app)
+        return app
+
+    def _component(
+        self, app_path: str, ci: int, doc: QoSApp, spec: ComponentSpec, fleet: Fleet,
+        used_files: dict[str, str],
+    ) -> Component | None:
+        """Component ``ci`` of an app: the one resolved by an earlier load when none of its
+        inputs changed (see ``ParseCache``), else resolved now."""
+        inputs = []
+        for relative in spec.manifests:
+            path = self.cache.manifest_path(app_path, relative)
+            inputs.append((path, self._blob(path) if path in self.files else None))
+        if self._stability is None:  # every field of the defaults, hashed once per load
+            self._stability = tuple(sorted(fleet.spec.stability.model_dump().items()))
+        key = ("component", app_path, self._blob(app_path), ci, self.kinds_key, self._stability,
+               tuple(inputs))
+        kept = self.cache.get(key)
+        if kept is not None:
+            same: Component = kept[0]
+            if not any(m.path in used_files for m in same.manifests):
+                # As resolving it again would: its files are taken, their objects and warnings known.
+                for m in same.manifests:
+                    used_files[m.path] = spec.name
+                    # Its files stay parsed, for when another input (the fleet's defaults) changes.
+                    self.cache.get((m.path, "manifest", self._blob(m.path)))
+                    self.cache.get(self._objects_key(m.path))
+                for path, objects, warnings in kept[1]:
+                    self.manifest_docs[path] = list(objects)
+                    self.warnings.extend(warnings)
+                return same
+        before = len(self.problems)
+        component = self._resolve_component(app_path, ("spec", "components", ci), doc, spec, fleet, used_files)
+        if component is not None and len(self.problems) == before:
+            read = tuple((m.path, tuple(self.manifest_docs[m.path]), self.cache.get(self._objects_key(m.path))[4])
+                         for m in component.manifests)
+            self.cache.keep(key, (component, read))
+        return component
 
     def _read_manifest(
         self, app_path: str, loc: tuple[int | str, ...], relative: str
@@ -505,16 +595,18 @@ class _Loader:
         if not docs:
             self._report(app_path, loc, f"manifest file '{relative}' holds no objects")
             return None
-        key = (path, f"objects {self.kinds_key}", blob_id(self.files[path]))
-        checked = self.cache.get(key)
+        checked = self.cache.get(self._objects_key(path))
         if checked is None:
             checked = self._check_objects(docs)
-            self.cache.put(key, checked)
+            self.cache.put(self._objects_key(path), checked)
         objects, encrypted, namespaced, problems, warnings = checked
         self.problems.extend(problems)
         self.warnings.extend(warnings)
         self.manifest_docs[path] = list(objects)
         return Manifest(path, self.files[path], tuple(d.data for d in objects), encrypted, namespaced), list(objects)
+
+    def _objects_key(self, path: str) -> tuple[str, str, str]:
+        return (path, f"objects {self.kinds_key}", self._blob(path))
 
     def _check_objects(self, docs: list[YamlDocument]) -> tuple[
             tuple[YamlDocument, ...], bool, tuple[bool, ...], tuple[Problem, ...], tuple[Problem, ...]]:

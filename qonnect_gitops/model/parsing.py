@@ -10,8 +10,11 @@ with ``file:line:column``, long before it costs memory. Trees are bounded by
 The same scan builds each document's plain data as ruamel reads it (YAML 1.2), for
 ``yamlpos.parse_yaml``: ruamel, pure Python, is run only for positions (when a problem is
 reported) and for the rare documents the scan leaves to it (anchors, tags, merge keys,
-timestamps, duplicate or complex keys, ``%YAML`` directives). Branch files, which the
-agent reads by the thousand, go to ``load_documents`` (libyaml, YAML 1.1 as PyYAML reads it).
+timestamps, duplicate or complex keys, ``%YAML`` directives). A file that cannot hold
+an anchor, a tag or a directive and is small enough to meet no limit but nesting (most
+goals files) skips the event scan: libyaml composes it in C and the same YAML 1.2 rules
+build it, its depth measured as it is built. Branch files, which the agent reads by the
+thousand, go to ``load_documents`` (libyaml, YAML 1.1 as PyYAML reads it).
 """
 
 from __future__ import annotations
@@ -194,6 +197,9 @@ def scan_documents(path: str, raw: bytes) -> tuple[str, list[tuple[Any, int]] | 
     if _SCANNERS_DIFFER.search(text, 1 if text.startswith("\ufeff") else 0):
         _scan(path, text, None)
         return text, None
+    quick = _quick_documents(text)
+    if quick is not None:
+        return text, quick
     building = _Building()
     built = _scan(path, text, building)
     return text, (building.docs if built else None)
@@ -298,6 +304,100 @@ def _build(b: _Building, event: Any) -> None:
         b.docs.append((b.root, b.line))
     elif kind is yaml.AliasEvent:
         raise _Unusual
+
+
+# -- the same documents built by libyaml alone, for the files most goals are made of -------------
+#
+# Scanning event by event in Python is most of what a cold load of a large fleet costs. A file
+# that cannot hold an alias, a tag or a directive, and that is small enough, can meet none of the
+# limits but nesting: libyaml then composes it in C, a constructor with the YAML 1.2 rules of
+# ``_plain_scalar`` builds it, and its depth is measured. Whatever this path does not build
+# exactly as the scan would (a duplicate or complex key, a timestamp, a merge key, a block
+# scalar as a document, nesting past the limit, YAML libyaml refuses) goes through the scan.
+
+_QUICK_MAX_CHARS = MAX_DOCUMENT_BYTES // 3
+"""Longer files take the scan: a document counts at most about 1.5 units per character of
+text without aliases, so no shorter file can pass the size limits."""
+_QUICK_MAX_NESTING_MARKS = 5_000
+"""Nesting needs one of ``[{:-?`` per level: libyaml's composer (recursive, in C) is only
+given files with few enough of them."""
+_QUICK_REFUSED = re.compile("[&!]")  # anchors (no alias without one) and tags; directives never come here
+
+
+_STR, _SEQ, _MAP = "tag:yaml.org,2002:str", "tag:yaml.org,2002:seq", "tag:yaml.org,2002:map"
+
+
+class _QuickComposer(yaml.cyaml.CParser):  # type: ignore[misc, name-defined]
+    """libyaml composing node trees, with YAML 1.2 (ruamel's) implicit tags."""
+
+    def descend_resolver(self, parent: Any, index: Any) -> None:
+        """No path resolvers: nothing to track."""
+
+    def ascend_resolver(self) -> None:
+        """No path resolvers: nothing to track."""
+
+    def resolve(self, kind: Any, value: Any, implicit: Any) -> str:
+        if kind is yaml.ScalarNode:
+            if implicit[0]:
+                for tag, regexp in _RESOLVERS.get(value[:1], ()):
+                    if regexp.match(value):
+                        return str(tag)
+            return _STR
+        return _SEQ if kind is yaml.SequenceNode else _MAP
+
+
+def _quick_documents(text: str) -> list[tuple[Any, int]] | None:
+    """``scan_documents``' documents built by libyaml, or None when the scan must build them."""
+    if len(text) > _QUICK_MAX_CHARS or _QUICK_REFUSED.search(text):
+        return None
+    marks = text.count(":") + text.count("-") + text.count("[") + text.count("{") + text.count("?")
+    if marks > _QUICK_MAX_NESTING_MARKS:
+        return None
+    composer = _QuickComposer(text)
+    docs: list[tuple[Any, int]] = []
+    try:
+        while composer.check_node():
+            node = composer.get_node()
+            if type(node) is yaml.ScalarNode:
+                if node.style in ("|", ">"):
+                    return None  # a document that is one block scalar: ruamel ends it elsewhere
+                line = 1
+            else:
+                line = node.start_mark.line + 1
+            docs.append((_construct(node, 1), line))
+    except (_Unusual, ValueError, yaml.YAMLError, RecursionError):
+        return None  # ValueError: a number ruamel fails on
+    finally:
+        composer.dispose()
+    return docs
+
+
+def _construct(node: Any, depth: int) -> Any:
+    """A composed node as plain data, as ``_build`` builds it from the same events; raises
+    _Unusual where the scan would (and past ``MAX_DEPTH``, which the scan then reports)."""
+    kind = type(node)
+    if kind is yaml.ScalarNode:
+        tag = node.tag
+        if tag == _STR:
+            value: str = node.value
+            return sys.intern(value) if len(value) <= _INTERNED else value
+        construct = _CONSTRUCT.get(tag)
+        if construct is None:
+            raise _Unusual  # timestamps, merge keys, '=': ruamel's
+        return construct(node.value)
+    if depth > MAX_DEPTH:
+        raise _Unusual
+    if kind is yaml.SequenceNode:
+        return [_construct(child, depth + 1) for child in node.value]
+    mapping: dict[Any, Any] = {}
+    for key_node, value_node in node.value:
+        if type(key_node) is not yaml.ScalarNode:
+            raise _Unusual  # a complex key: ruamel keeps or refuses it
+        key = _construct(key_node, depth + 1)
+        if key in mapping:
+            raise _Unusual  # a duplicate key: ruamel refuses it
+        mapping[key] = _construct(value_node, depth + 1)
+    return mapping
 
 
 def _problem(path: str, event: Any, message: str) -> GoalsError:
