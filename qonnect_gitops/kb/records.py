@@ -11,10 +11,11 @@ stays readable across code changes that keep the report format.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
 from datetime import UTC, datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.report import (
@@ -27,7 +28,30 @@ from qonnect_gitops.model.report import (
 )
 from qonnect_gitops.model.status import HealthReason, Refusal, SyncStatus
 
+_Record = TypeVar("_Record")
 
+
+def _pickled_as_arguments(cls: type[_Record]) -> type[_Record]:
+    """Pickle a frozen slotted dataclass as ``cls(*fields)``.
+
+    Every report crosses the Raft log pickled: serialised once, unpickled on each
+    lead. The default for slotted dataclasses calls a Python ``__setstate__`` that
+    walks ``dataclasses.fields()`` per object, which made pickling a report cost
+    about 130 us; the field values as one tuple cost a quarter of that. Entries
+    pickled the old way still load (``__setstate__`` stays)."""
+    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    values: Callable[[Any], tuple[Any, ...]] = (
+        operator.attrgetter(*names) if len(names) > 1
+        else (lambda obj: (getattr(obj, names[0]),)))
+
+    def __reduce__(self: Any) -> tuple[type[_Record], tuple[Any, ...]]:
+        return cls, values(self)
+
+    cls.__reduce__ = __reduce__  # type: ignore[assignment,method-assign]
+    return cls
+
+
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
     """One node: allocatable and free capacity in millicores and bytes."""
@@ -41,6 +65,7 @@ class NodeRecord:
     free_memory: int
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class ComponentRecord:
     """A component's health on the reporting cluster."""
@@ -54,6 +79,7 @@ class ComponentRecord:
     reason: str | None = None  # model.status.HealthReason
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class LatencyRecord:
     """Measured latency from the reporting cluster to a cluster or region."""
@@ -62,6 +88,7 @@ class LatencyRecord:
     ms: float
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class TrafficRecord:
     """Requests per second the reporting cluster serves for a component, by region."""
@@ -71,6 +98,7 @@ class TrafficRecord:
     rps: float
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class SyncRecord:
     """The agent's sync status (``model.status.SyncStatus``)."""
@@ -80,6 +108,7 @@ class SyncRecord:
     message: str
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class AppliedRecord:
     """The commit the cluster runs and its plan generation."""
@@ -88,6 +117,7 @@ class AppliedRecord:
     generation: int
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class RefusalRecord:
     """Something the agent declined to do (``model.status.Refusal``)."""
@@ -97,6 +127,7 @@ class RefusalRecord:
     commit: str | None
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class ReportRecord:
     """What one agent report says, typed. ``agent_time`` is information only. Plain
@@ -195,6 +226,7 @@ class ReportRecord:
         return cls.from_report(AgentReport.model_validate(data))
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class ReportEntry:
     """One report as it travels through the Raft log."""
@@ -210,6 +242,7 @@ RefusedReport = Literal["superseded", "undeclared"]
 the cluster left the goals between the HTTP check and the commit."""
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class ReportVerdict:
     """What the KB did with one report entry (returned to the lead that proposed it)."""
