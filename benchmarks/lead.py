@@ -209,13 +209,14 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def ingest(seconds: float, clusters: int, processes: int, threads: int,
-           workdir: Path, tls: bool = True, profile: bool = False) -> dict[str, Any]:
+           workdir: Path, tls: bool = True, profile: Path | None = None) -> dict[str, Any]:
     """Committed reports per second from separate client processes, and the CPU the
-    leader, the followers and the clients spent per committed report. ``profile``
-    runs the leads under cProfile and prints the leader's top functions."""
+    leader, the followers and the clients spent per committed report. ``profile`` (a
+    directory) runs the leads under cProfile, keeps their statistics there and prints
+    each lead's top functions."""
     names = [f"edge-{i}" for i in range(1, clusters + 1)]
     mode = "tls" if tls else "plain"
-    profiles = workdir / f"profile-{mode}"
+    profiles = (profile or workdir) / f"profile-{mode}"
     group = LeadGroup(workdir / f"ingest-{mode}", clusters=names, tls=tls,
                       extra_args=["--report-rate", "100000", "--report-burst", "100000",
                                   "--log-level", "warning",
@@ -260,7 +261,10 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
     cpu = {node: round(cpu_after[node] - cpu_before.get(node, 0.0), 2) for node in cpu_after}
     followers = [cpu[n] for n in cpu if n != leader.node_id]
     client_cpu = sum(r["cpu_s"] for r in results)
-    per_report = (lambda total: round(1e6 * total / ok) if ok else None)
+
+    def per_report(total: float) -> int | None:
+        return round(1e6 * total / ok) if ok else None
+
     result = {
         "tls": tls,
         "clusters": clusters,
@@ -285,8 +289,11 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
                               "clients": per_report(client_cpu)},
     }
     if profile:
-        result["profile"] = str(profiles / f"{leader.node_id}.pstats")
-        pstats.Stats(result["profile"]).sort_stats("tottime").print_stats(25)
+        result["profiles"] = {lead.node_id: str(profiles / f"{lead.node_id}.pstats")
+                              for lead in group.leads}
+        for node, path in result["profiles"].items():
+            print(f"--- {node} ({'leader' if node == leader.node_id else 'follower'})")
+            pstats.Stats(path).sort_stats("tottime").print_stats(20)
     return result
 
 
@@ -383,8 +390,9 @@ def main() -> int:
     parser.add_argument("--skip-webhook", action="store_true")
     parser.add_argument("--ingest-modes", default="tls,plain",
                         help="comma-separated: tls, plain (which API the ingest runs against)")
-    parser.add_argument("--profile", action="store_true",
-                        help="run the ingest leads under cProfile; print the leader's top functions")
+    parser.add_argument("--profile", type=Path, metavar="DIR",
+                        help="run the ingest leads under cProfile, keep the statistics in DIR and "
+                             "print each lead's top functions")
     parser.add_argument("--webhook-trials", type=int, default=10)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()

@@ -12,7 +12,10 @@ Here:
   ``read_timeout`` of its first byte, and a keep-alive connection may sit idle for
   ``idle_timeout``; a TLS handshake gets ``read_timeout`` too;
 * handlers are plain blocking functions ``Request -> Response`` (they wait on Raft
-  commits) and run on a pool of ``workers`` threads;
+  commits) and run on a pool of ``workers`` threads; an optional inline handler runs
+  first on the loop thread and may answer at once or with a ``Deferred`` (a future
+  another thread completes, e.g. a report's Raft commit), so the hottest route holds
+  no thread while it waits;
 * every malformed request is answered with a 4xx JSON error, never a dropped
   connection: a bad request line or header 400, a header block too large 431, a
   request line too long 414, a body over the limit or chunked 400, an unknown method
@@ -142,7 +145,22 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
                          headers, close)
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """An answer that waits for work another thread finishes (a Raft commit) without
+    holding a worker thread: ``future`` completes off the loop, then ``finish(result)``
+    builds the response on the loop thread; ``finish(None)`` when ``timeout`` seconds
+    passed first."""
+
+    future: concurrent.futures.Future[Any]
+    finish: Callable[[Any], Response]
+    timeout: float
+
+
 Handler = Callable[[Request], Response]
+InlineHandler = Callable[[Request], "Response | Deferred | None"]
+"""Called on the event loop thread before ``Handler``: a ``Response`` or a ``Deferred``
+answers the request, ``None`` passes it to the worker pool. Must not block."""
 
 
 class _Refuse(Exception):
@@ -158,8 +176,9 @@ class AsyncHTTPServer:
 
     def __init__(self, host: str, port: int, handler: Handler, limits: HTTPLimits = HTTPLimits(),
                  ssl_context: ssl.SSLContext | None = None,
-                 name: str = "http") -> None:
+                 name: str = "http", inline: InlineHandler | None = None) -> None:
         self.handler = handler
+        self.inline = inline
         self.limits = limits
         self.name = name
         self._ssl = ssl_context
@@ -249,7 +268,7 @@ class AsyncHTTPServer:
                 if request is None:
                     return
                 self.requests += 1
-                response = await asyncio.get_running_loop().run_in_executor(self._pool, self._call, request)
+                response = await self._respond(request)
                 keep = _keep_alive(request) and not response.close
                 try:
                     await self._write(writer, response, request.method == "HEAD", keep)
@@ -263,9 +282,29 @@ class AsyncHTTPServer:
             self.open_connections -= 1
             await _close(writer)
 
+    async def _respond(self, request: Request) -> Response:
+        """The inline handler's answer if it has one, else the pool's. A thread handoff
+        per request cost more CPU than a report's parsing; answers that only wait (for a
+        Raft commit) wait on the loop instead."""
+        if self.inline is not None:
+            early = self._guarded(self.inline, request)
+            if isinstance(early, Deferred):
+                try:
+                    async with asyncio.timeout(early.timeout):
+                        result = await asyncio.wrap_future(early.future)
+                except TimeoutError:
+                    result = None
+                return self._guarded(lambda _: early.finish(result), request)
+            if early is not None:
+                return early
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._call, request)
+
     def _call(self, request: Request) -> Response:
+        return self._guarded(self.handler, request)
+
+    def _guarded(self, handler: Callable[[Request], Any], request: Request) -> Any:
         try:
-            return self.handler(request)
+            return handler(request)
         except HTTPError as exc:
             return exc.response()
         except Exception as exc:  # a bug in a handler: answer, log one line, keep serving

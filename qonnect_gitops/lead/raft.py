@@ -131,6 +131,57 @@ class ReplicatedKB(SyncObjConsumer):
             return self.kb.apply_member_removed(raft, now)
 
 
+class TickGaps:
+    """The longest gaps between two starts of the Raft thread's tick: how long Raft was
+    starved (a long entry applied, a full dump written, another thread holding the GIL
+    through a garbage collection). A gap near the leader fallback costs leadership."""
+
+    def __init__(self, warn_above: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.warn_above = warn_above
+        self._clock = clock
+        self._last: float | None = None
+        self.longest = 0.0
+        self.stalls = 0  # gaps above warn_above
+        # The longest gap of the current and of the previous minute: "recent".
+        self._minute = 0
+        self._minute_max = 0.0
+        self._previous_max = 0.0
+
+    def mark(self) -> None:
+        """Called at the start of every tick (on the Raft thread)."""
+        now = self._clock()
+        last, self._last = self._last, now
+        if last is None:
+            return
+        gap = now - last
+        minute = int(now // 60)
+        if minute != self._minute:
+            self._previous_max = self._minute_max if minute == self._minute + 1 else 0.0
+            self._minute, self._minute_max = minute, 0.0
+        self._minute_max = max(self._minute_max, gap)
+        if gap > self.longest:
+            self.longest = gap
+        if gap > self.warn_above:
+            self.stalls += 1
+            log.warning("raft_tick_stalled", seconds=round(gap, 3), limit=self.warn_above)
+
+    def recent(self) -> float:
+        """The longest gap within roughly the last one to two minutes."""
+        return max(self._minute_max, self._previous_max)
+
+
+class _TimedSyncObj(SyncObj):  # type: ignore[misc]
+    """``SyncObj`` that measures its tick gaps (``TickGaps``)."""
+
+    def __init__(self, *args: Any, tick_gaps: TickGaps, **kwargs: Any) -> None:
+        self.tick_gaps = tick_gaps  # before the tick thread starts in SyncObj.__init__
+        super().__init__(*args, **kwargs)
+
+    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802, N803 - pysyncobj's names
+        self.tick_gaps.mark()
+        super()._onTick(timeToWait)
+
+
 @dataclass(frozen=True)
 class RaftTiming:
     """Raft timing. The pysyncobj defaults (0.4-1.4 s elections, a 30 s leader
@@ -189,7 +240,10 @@ class RaftNode:
             dnsFailCacheTime=1.0,
         )
         others = [p for p in peers if p and p != raft_addr]
-        self.sync = SyncObj(raft_addr, others, conf=conf, consumers=[self.state])
+        # Half the fallback: a stall that long is worth a line in the log.
+        self.tick_gaps = TickGaps(warn_above=timing.leader_fallback / 2)
+        self.sync = _TimedSyncObj(raft_addr, others, conf=conf, consumers=[self.state],
+                                  tick_gaps=self.tick_gaps)
 
     # ----------------------------------------------------------- leadership
 
@@ -242,6 +296,11 @@ class RaftNode:
             "logLength": int(st["log_len"]),
             "hasQuorum": bool(st["has_quorum"]),
             "ready": bool(self.sync.isReady()),
+            # How long the Raft thread went without a tick: since start, lately, and how
+            # often it exceeded half the leader fallback.
+            "longestTickGapSeconds": round(self.tick_gaps.longest, 3),
+            "recentTickGapSeconds": round(self.tick_gaps.recent(), 3),
+            "tickStalls": self.tick_gaps.stalls,
         }
 
     # ---------------------------------------------------------------- writes
@@ -323,9 +382,11 @@ class ReportBatcher:
         self._thread = threading.Thread(target=self._run, name="report-batcher", daemon=True)
         self._thread.start()
 
-    def submit(self, entry: ReportEntry) -> _Waiter:
-        """Queue one report; wait on the returned waiter for its commit."""
-        waiter = _Waiter()
+    def submit(self, entry: ReportEntry,
+               on_done: Callable[[ReportVerdict | None, str | None], None] | None = None) -> _Waiter:
+        """Queue one report; wait on the returned waiter for its commit, or pass
+        ``on_done(verdict, error)``, called once on the thread that finishes it."""
+        waiter = _Waiter(on_done)
         with self._cond:
             self._pending.append((entry, waiter))
             self._cond.notify()
@@ -393,16 +454,22 @@ class ReportBatcher:
 class _Waiter:
     """One HTTP request waiting for its batch to commit."""
 
-    __slots__ = ("_event", "error", "verdict")
+    __slots__ = ("_event", "_on_done", "error", "verdict")
 
-    def __init__(self) -> None:
+    def __init__(self, on_done: Callable[[ReportVerdict | None, str | None], None] | None = None) -> None:
         self._event = threading.Event()
+        self._on_done = on_done
         self.verdict: ReportVerdict | None = None
         self.error: str | None = None
 
     def finish(self, verdict: ReportVerdict | None, error: str | None) -> None:
         self.verdict, self.error = verdict, error
         self._event.set()
+        if self._on_done is not None:
+            try:
+                self._on_done(verdict, error)
+            except Exception as exc:  # runs on the Raft thread: never let it escape
+                log.error("report_waiter_callback_failed", error=exc)
 
     def wait(self, timeout: float) -> bool:
         """True when the batch finished (committed or failed) within ``timeout``."""
