@@ -177,7 +177,7 @@ class _TimedSyncObj(SyncObj):  # type: ignore[misc]
         self.tick_gaps = tick_gaps  # before the tick thread starts in SyncObj.__init__
         super().__init__(*args, **kwargs)
 
-    def _onTick(self, timeToWait: float = 0.0) -> None:  # noqa: N802, N803 - pysyncobj's names
+    def _onTick(self, timeToWait: float = 0.0) -> None:
         self.tick_gaps.mark()
         super()._onTick(timeToWait)
 

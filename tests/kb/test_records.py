@@ -64,9 +64,10 @@ def test_log_pickles_round_trip_and_old_pickles_still_load() -> None:
     for value in (entry, verdict, [entry, entry]):
         assert pickle.loads(pickle.dumps(value)) == value
     # Entries journaled by an older lead were pickled with the dataclass state protocol.
-    for value in (entry, record, record.nodes[0], verdict):
-        cls = type(value)
-        state = value.__getstate__()  # type: ignore[attr-defined]
+    old_style: list[Any] = [entry, record, record.nodes[0], verdict]
+    for value in old_style:
+        cls: Any = type(value)
+        state = value.__getstate__()
         rebuilt = cls.__new__(cls)
         rebuilt.__setstate__(state)
         assert rebuilt == value
