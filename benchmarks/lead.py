@@ -50,7 +50,7 @@ sys.path.insert(0, str(ROOT))
 
 from tests.goals_repo import served_goals
 from tests.lead.fleet import Agents
-from tests.lead.harness import LeadGroup, http, report
+from tests.lead.harness import LeadGroup, commit_goals, http, report
 
 WEBHOOK_SECRET = b"bench-secret"
 
@@ -209,12 +209,26 @@ def _cpu_seconds(pid: int) -> float:
 
 
 def ingest(seconds: float, clusters: int, processes: int, threads: int,
-           workdir: Path, tls: bool = True, profile: Path | None = None) -> dict[str, Any]:
+           workdir: Path, tls: bool = True, profile: Path | None = None,
+           compaction_entries: int | None = None, fleet: bool = False) -> dict[str, Any]:
     """Committed reports per second from separate client processes, and the CPU the
     leader, the followers and the clients spent per committed report. ``profile`` (a
     directory) runs the leads under cProfile, keeps their statistics there and prints
-    each lead's top functions."""
-    names = [f"edge-{i}" for i in range(1, clusters + 1)]
+    each lead's top functions.
+
+    Also the Raft side: each lead's longest gap between two Raft ticks since it started
+    (the leader's first goals load of the whole fleet included, and the full dumps
+    written when the log reaches ``compaction_entries``), how many gaps passed half the
+    leader fallback, and whether the term moved (leadership lost) during the run.
+    With ``fleet`` the goals are ``benchmarks.fleet``'s (ten components per cluster):
+    the leader's first cycle then loads, plans and writes a whole fleet while reports
+    arrive, the big cycle that starved Raft."""
+    if fleet:
+        from benchmarks.fleet import cluster_name, fleet_goals
+
+        names = [cluster_name(i) for i in range(clusters)]
+    else:
+        names = [f"edge-{i}" for i in range(1, clusters + 1)]
     mode = "tls" if tls else "plain"
     profiles = (profile or workdir) / f"profile-{mode}"
     group = LeadGroup(workdir / f"ingest-{mode}", clusters=names, tls=tls,
@@ -222,7 +236,11 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
                                   "--log-level", "warning",
                                   # A fleet's poll (the default 10 s), not the tests' 0.5 s: the
                                   # benchmark measures reports, not idle cycles.
-                                  "--poll-seconds", "10"])
+                                  "--poll-seconds", "10",
+                                  *(["--compaction-entries", str(compaction_entries)]
+                                    if compaction_entries else [])])
+    if fleet:
+        commit_goals(group.repo_path, fleet_goals(clusters), "fleet goals")
     if profile:
         profiles.mkdir(parents=True, exist_ok=True)
         for lead in group.leads:
@@ -230,10 +248,11 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
     group.start_all()
     try:
         # A big fleet's goals take a while to load the first time.
-        load_timeout = 20 + clusters / 200
+        load_timeout = 20 + clusters / (20 if fleet else 200)
         leader = group.wait_leader(timeout=load_timeout)
         group.wait_until(lambda: (group.status(leader) or {}).get("goals", {}).get("lastGood"),
                          what="goals loaded", timeout=load_timeout)
+        term_start = (group.status(leader) or {}).get("term")
         jobs = [(name, group.tokens[name]) for name in names]
         targets = [lead.http for lead in group.leads]
         ctx = multiprocessing.get_context("spawn")
@@ -254,6 +273,8 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         # Check the group really holds what it acknowledged.
         st = group.status(leader, timeout=30) or {}
         stored = sum(c["reports"] for c in st.get("clusters", []))
+        raft = {lead.node_id: (group.status(lead, timeout=30) or {}).get("self", {})
+                for lead in group.leads}
     finally:
         group.stop()
     ok = sum(r["ok"] for r in results)
@@ -281,6 +302,14 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
             "p99": round(1000 * lats[int(len(lats) * 0.99)], 1) if lats else None,
         },
         "reports_stored_by_leader": stored,
+        "raft": {
+            "leader": leader.node_id,
+            "term_before": term_start,
+            "term_after": st.get("term"),
+            "longest_tick_gap_s": {n: r.get("longestTickGapSeconds") for n, r in raft.items()},
+            "tick_stalls": {n: r.get("tickStalls") for n, r in raft.items()},
+            "longest_gc_pause_s": {n: r.get("longestGcPauseSeconds") for n, r in raft.items()},
+        },
         # CPU seconds over the run, and microseconds of CPU per committed report.
         "cpu_s": {"leader": cpu.get(leader.node_id, 0.0), "followers": followers,
                   "clients": round(client_cpu, 2)},
@@ -390,6 +419,12 @@ def main() -> int:
     parser.add_argument("--skip-webhook", action="store_true")
     parser.add_argument("--ingest-modes", default="tls,plain",
                         help="comma-separated: tls, plain (which API the ingest runs against)")
+    parser.add_argument("--fleet-goals", action="store_true",
+                        help="ingest against benchmarks/fleet.py's goals (ten components per "
+                             "cluster): the leader loads, plans and writes the whole fleet meanwhile")
+    parser.add_argument("--compaction-entries", type=int,
+                        help="leads compact the Raft log (write a full dump) after this many "
+                             "entries, so the ingest run measures the dump's stall too")
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run the ingest leads under cProfile, keep the statistics in DIR and "
                              "print each lead's top functions")
@@ -405,12 +440,14 @@ def main() -> int:
             modes = {m.strip() for m in args.ingest_modes.split(",")}
             if "tls" in modes:
                 ing = ingest(args.seconds, args.clusters, args.processes, args.threads, Path(tmp),
-                             tls=True, profile=args.profile)
+                             tls=True, profile=args.profile,
+                             compaction_entries=args.compaction_entries, fleet=args.fleet_goals)
                 result["reports_per_s"] = ing["reports_per_s"]
                 result["ingest"] = ing
             if "plain" in modes:
                 plain = ingest(args.seconds, args.clusters, args.processes, args.threads, Path(tmp),
-                               tls=False, profile=args.profile)
+                               tls=False, profile=args.profile,
+                               compaction_entries=args.compaction_entries, fleet=args.fleet_goals)
                 result["reports_per_s_plain"] = plain["reports_per_s"]
                 result["ingest_plain"] = plain
         if not args.skip_webhook:
@@ -434,6 +471,11 @@ def main() -> int:
             print(f"  2xx {i['accepted_2xx']}   refused {i['refused']}   errors {i['errors']}   "
                   f"latency p50 {i['latency_ms']['p50']} ms  p99 {i['latency_ms']['p99']} ms")
             print(f"  reports stored in the leader's KB: {i['reports_stored_by_leader']}")
+            r = i["raft"]
+            print(f"  Raft: longest tick gap per lead {r['longest_tick_gap_s']} s (leader "
+                  f"{r['leader']}), stalls over half the fallback {r['tick_stalls']}, term "
+                  f"{r['term_before']} -> {r['term_after']}; longest GC pause per lead "
+                  f"{r['longest_gc_pause_s']} s")
             c = i["cpu_us_per_report"]
             print(f"  CPU per committed report: leader {c['leader']} us, busiest follower "
                   f"{c['follower']} us, clients {c['clients']} us")

@@ -9,6 +9,8 @@ pysyncobj's callbacks into blocking ``propose`` calls with a timeout.
 
 from __future__ import annotations
 
+import gc
+import gzip
 import os
 import threading
 import time
@@ -131,6 +133,29 @@ class ReplicatedKB(SyncObjConsumer):
             return self.kb.apply_member_removed(raft, now)
 
 
+def _fast_dump_compression() -> None:
+    """Have pysyncobj write its full dump with gzip level 1 instead of 9.
+
+    The dump is written on the Raft thread (``useFork=False``). Measured on a dump of
+    3,000 clusters: level 9 took 0.78 s for 2.2 MB, level 1 0.02 s for a file 30 %
+    larger; at 10,000 clusters level 9 stalled the tick for seconds and every lead
+    lost its leader at once (they compact at the same entry count). The file is gzip
+    either way, so dumps written before and after read the same."""
+    import pysyncobj.serializer as serializer  # type: ignore[import-untyped]
+
+    class _Gzip:  # the one name pysyncobj's serializer uses from the gzip module
+        @staticmethod
+        def GzipFile(*args: Any, **kwargs: Any) -> gzip.GzipFile:
+            if "w" in str(kwargs.get("mode", args[1] if len(args) > 1 else "rb")):
+                kwargs.setdefault("compresslevel", 1)
+            return gzip.GzipFile(*args, **kwargs)
+
+    serializer.gzip = _Gzip
+
+
+_fast_dump_compression()
+
+
 class TickGaps:
     """The longest gaps between two starts of the Raft thread's tick: how long Raft was
     starved (a long entry applied, a full dump written, another thread holding the GIL
@@ -168,6 +193,35 @@ class TickGaps:
     def recent(self) -> float:
         """The longest gap within roughly the last one to two minutes."""
         return max(self._minute_max, self._previous_max)
+
+
+class GcPauses:
+    """The longest pause of Python's cyclic garbage collector in this process: every
+    thread (the Raft thread too) stops while it runs, for a time that grows with the
+    number of live container objects. Installed once per process (``gc.callbacks``)."""
+
+    _installed: GcPauses | None = None
+
+    def __init__(self) -> None:
+        self.longest = 0.0
+        self.longest_generation = -1
+        self._started = 0.0
+
+    @classmethod
+    def install(cls) -> GcPauses:
+        """The process's recorder, registered on first use."""
+        if cls._installed is None:
+            cls._installed = cls()
+            gc.callbacks.append(cls._installed._on_gc)
+        return cls._installed
+
+    def _on_gc(self, phase: str, info: dict[str, int]) -> None:
+        if phase == "start":
+            self._started = time.perf_counter()
+            return
+        pause = time.perf_counter() - self._started
+        if pause > self.longest:
+            self.longest, self.longest_generation = pause, info.get("generation", -1)
 
 
 class _TimedSyncObj(SyncObj):  # type: ignore[misc]
@@ -242,6 +296,7 @@ class RaftNode:
         others = [p for p in peers if p and p != raft_addr]
         # Half the fallback: a stall that long is worth a line in the log.
         self.tick_gaps = TickGaps(warn_above=timing.leader_fallback / 2)
+        self.gc_pauses = GcPauses.install()
         self.sync = _TimedSyncObj(raft_addr, others, conf=conf, consumers=[self.state],
                                   tick_gaps=self.tick_gaps)
 
@@ -301,6 +356,7 @@ class RaftNode:
             "longestTickGapSeconds": round(self.tick_gaps.longest, 3),
             "recentTickGapSeconds": round(self.tick_gaps.recent(), 3),
             "tickStalls": self.tick_gaps.stalls,
+            "longestGcPauseSeconds": round(self.gc_pauses.longest, 3),
         }
 
     # ---------------------------------------------------------------- writes
