@@ -38,7 +38,7 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -59,7 +59,8 @@ from qonnect_gitops.lead.tokens import TOKEN_PREFIX, Principal, TokenKind, hash_
 from qonnect_gitops.lead.webhook import WebhookRejected, read_secret, verify
 from qonnect_gitops.logs import get_logger, redact
 from qonnect_gitops.model.plan import DecisionReason
-from qonnect_gitops.model.report import AgentReport
+from qonnect_gitops.model.report import AgentReport, ComponentHealth
+from qonnect_gitops.model.status import Refusal
 
 log = get_logger(__name__)
 
@@ -523,17 +524,31 @@ def _find_non_finite(value: Any, path: tuple[str, ...]) -> tuple[str, str] | Non
 
 def _redacted(report: AgentReport) -> AgentReport:
     """The report with URL credentials and tokens hidden in its free texts: agents put
-    fetch errors (with the repository URL) in their messages, and /v1/status shows them."""
+    fetch errors (with the repository URL) in their messages, and /v1/status shows them.
+    Copies only what redaction changed (most reports carry nothing to hide)."""
     changed: dict[str, Any] = {}
-    if report.sync.message:
-        changed["sync"] = report.sync.model_copy(update={"message": redact(report.sync.message)})
-    if any(r.message for r in report.refusals):
-        changed["refusals"] = tuple(r.model_copy(update={"message": redact(r.message)})
-                                    for r in report.refusals)
-    if any(c.message for c in report.components):
-        changed["components"] = tuple(c.model_copy(update={"message": redact(c.message)})
-                                      for c in report.components)
+    message = report.sync.message
+    if message and (clean := redact(message)) != message:
+        changed["sync"] = report.sync.model_copy(update={"message": clean})
+    refusals = _redacted_messages(report.refusals)
+    if refusals is not None:
+        changed["refusals"] = refusals
+    components = _redacted_messages(report.components)
+    if components is not None:
+        changed["components"] = components
     return report.model_copy(update=changed) if changed else report
+
+
+_Texted = TypeVar("_Texted", Refusal, ComponentHealth)
+
+
+def _redacted_messages(items: tuple[_Texted, ...]) -> tuple[_Texted, ...] | None:
+    """``items`` with their messages redacted, or None when redaction changed none."""
+    cleaned = [redact(item.message) if item.message else item.message for item in items]
+    if all(clean == item.message for clean, item in zip(cleaned, items)):
+        return None
+    return tuple(item if clean == item.message else item.model_copy(update={"message": clean})
+                 for clean, item in zip(cleaned, items))
 
 
 def _summarise(exc: ValidationError) -> str:
