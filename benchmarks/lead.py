@@ -2,6 +2,7 @@
 the time from a push webhook to the cluster branches updated.
 
     PYTHONPATH=. python benchmarks/lead.py [--trials 10] [--seconds 10] [--clusters 120] [--json]
+        [--ingest-modes tls,plain] [--fleet-goals] [--compaction-entries N] [--profile DIR]
 
 Re-election and ingest run twice: with the API on TLS (the keys ``reelection_s`` and
 ``reports_per_s``) and on plain HTTP (``reelection_plain_s``, ``reports_per_s_plain``).
@@ -14,7 +15,11 @@ with a quorum; the killed lead is restarted and must rejoin before the next tria
 Ingest: a second group with one token per cluster; client processes (not the
 leads) post reports over keep-alive connections to all three leads for the
 given time. Only 2xx responses count, and the lead answers 2xx only after the
-Raft commit of the batch carrying that report.
+Raft commit of the batch carrying that report. It prints the CPU the leader, the
+busiest follower and the clients spent per committed report, and per lead the
+longest gap between Raft ticks, the longest GC pause and the term before and after
+(``--fleet-goals`` makes the leader load, plan and write a whole fleet meanwhile;
+``--compaction-entries`` makes the leads write full dumps during the run).
 
 Webhook: a group of three leads on the template fleet (repo-template served by git
 daemon), polling disabled in effect (600 s); each trial pushes a manifest change,
