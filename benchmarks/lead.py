@@ -443,18 +443,14 @@ def main() -> int:
             result["reelection_plain_s"] = reelection(args.trials, Path(tmp), tls=False)
         if not args.skip_ingest:
             modes = {m.strip() for m in args.ingest_modes.split(",")}
-            if "tls" in modes:
-                ing = ingest(args.seconds, args.clusters, args.processes, args.threads, Path(tmp),
-                             tls=True, profile=args.profile,
-                             compaction_entries=args.compaction_entries, fleet=args.fleet_goals)
-                result["reports_per_s"] = ing["reports_per_s"]
-                result["ingest"] = ing
-            if "plain" in modes:
-                plain = ingest(args.seconds, args.clusters, args.processes, args.threads, Path(tmp),
-                               tls=False, profile=args.profile,
-                               compaction_entries=args.compaction_entries, fleet=args.fleet_goals)
-                result["reports_per_s_plain"] = plain["reports_per_s"]
-                result["ingest_plain"] = plain
+            for tls, key, figure in ((True, "ingest", "reports_per_s"),
+                                     (False, "ingest_plain", "reports_per_s_plain")):
+                if ("tls" if tls else "plain") in modes:
+                    ing = ingest(args.seconds, args.clusters, args.processes, args.threads,
+                                 Path(tmp), tls=tls, profile=args.profile,
+                                 compaction_entries=args.compaction_entries, fleet=args.fleet_goals)
+                    result[figure] = ing["reports_per_s"]
+                    result[key] = ing
         if not args.skip_webhook:
             result["webhook_to_branches_s"] = webhook_to_branches(args.webhook_trials, Path(tmp))
     if args.json:
