@@ -16,9 +16,12 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   parse cache (only that blob is parsed again).
 * ``first_cycle_s``: a new leader's first cycle with the goals loaded (fetch, plan,
   render, write every branch, push); ``fanout_push_s``: its write and push alone.
-* ``idle_cycle_s``: a leader cycle with nothing changed (fetch, plan, render, "same
-  decision?", nothing written); ``idle_cycle_first_s``: the first such cycle after a
-  decision (the planner derives its structures for the placement in force).
+* ``idle_cycle_s``: a leader cycle with nothing changed, as the lead's loop runs it (a
+  v2 ``ls-refs`` of main, plan and proposals; the decision memo recalls the plan and its
+  rendering; nothing written); ``idle_cycle_first_s``: the first such cycle after a
+  decision (the plan in force is new: it plans, renders and compares);
+  ``idle_cycle_replan_s``: a rescheduling cycle (plan and render afresh, compare, write
+  nothing), once per rescheduling interval.
 * ``one_changed_s``: a goals push changing one manifest, from fetch to every branch
   pushed; ``one_changed_write_push_s``: its write and push alone, and
   ``one_changed_branches``: how many cluster branches moved.
@@ -28,6 +31,9 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   ``agent_fetch_v0_bytes``: the same poll as a libgit2 fetch (protocol v0: every ref
   advertised), for comparison.
 * ``new_leader_fetch_bytes``: a new leader's first fetch of the goals repository.
+* ``kb_snapshot_s``: the leader's view of the fleet taken at the start of every cycle,
+  from one report per cluster (the cycles above observe through it, as a lead does);
+  ``kb_snapshot_first_s``: the first one after the reports arrived.
 * ``plan_full_s`` / ``plan_failover_s``: the planner alone, from nothing and after
   one hosting cluster failed.
 * ``reports_per_s``: committed reports per second by three leads (``--ingest-seconds``;
@@ -62,7 +68,16 @@ from qonnect_gitops.agent import source
 from qonnect_gitops.gitstore.daemon import GitDaemon
 from qonnect_gitops.gitstore.remote import Mirror, narrow_fetch
 from qonnect_gitops.gitstore.tree import build_tree
+from qonnect_gitops.kb import (
+    KnowledgeBase,
+    ReportEntry,
+    ReportRecord,
+    heartbeat_from_goals,
+    inventory_from_goals,
+    workloads_from_goals,
+)
 from qonnect_gitops.lead import reconcile
+from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.reconcile import reconcile_once
 from qonnect_gitops.model import (
     CurrentPlacement,
@@ -73,6 +88,7 @@ from qonnect_gitops.model import (
 )
 from qonnect_gitops.model.limits import MAX_TREE_FILES
 from qonnect_gitops.model.observed import empty_observation
+from qonnect_gitops.model.report import AgentReport
 from qonnect_gitops.placement import plan as make_plan
 from tests.gitstore.helpers import CountingProxy
 
@@ -197,6 +213,29 @@ def _observe(goals: Goals) -> Observed:
     return empty_observation(NOW)
 
 
+def fleet_kb(goals: Goals) -> KnowledgeBase:
+    """A leader's knowledge base with one fresh report from every cluster (its declared
+    nodes, a quarter of each used, a latency to its region): what a cycle snapshots."""
+    kb = KnowledgeBase()
+    start = NOW.timestamp() - 5
+    kb.apply_leader("bench-lead", 1, start)
+    kb.apply_goals("0" * 40, inventory_from_goals(goals), heartbeat_from_goals(goals),
+                   workloads_from_goals(goals), start)
+    entries = []
+    for name, cluster in goals.clusters.items():
+        spec = cluster.spec
+        nodes = [{"name": f"{name}-n{i}", "ready": True, "arch": group.arch,
+                  "allocatableCpu": f"{group.cpu}m", "allocatableMemory": str(group.memory),
+                  "freeCpu": f"{group.cpu * 3 // 4}m", "freeMemory": str(group.memory * 3 // 4)}
+                 for group in spec.nodes for i in range(group.count)]
+        body = {"cluster": name, "agentTime": (NOW - timedelta(seconds=2)).isoformat(),
+                "sync": {"state": "Ready", "reason": "ApplySucceeded", "message": "applied"},
+                "nodes": nodes, "latencies": [{"to": spec.region, "ms": 5.0}]}
+        entries.append(ReportEntry(name, start + 3, ReportRecord.from_report(AgentReport.model_validate(body))))
+    kb.apply_reports(entries)
+    return kb
+
+
 def components_per_cluster(clusters: int) -> int:
     """10, or fewer where 10 per cluster would pass the goals tree's file limit (each
     component has a manifest file of its own; apps of 10 add an app.yaml each)."""
@@ -230,6 +269,16 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
             update={"healthy": False, "heartbeat_age_seconds": 3600.0})}})
     out["plan_failover_s"], _ = _timed(lambda: make_plan(goals, failed, first_plan.current()))
 
+    kb = fleet_kb(goals)
+    out["kb_snapshot_first_s"], _ = _timed(lambda: kb.snapshot(NOW))
+    out["kb_snapshot_s"], _ = _timed(lambda: kb.snapshot(NOW))  # what every later cycle pays
+
+    def observe_now(goals: Goals) -> Observed:
+        return kb.snapshot(NOW)
+
+    def observe_later(goals: Goals) -> Observed:
+        return kb.snapshot(NOW + timedelta(seconds=1))
+
     with GitDaemon(srv) as daemon, CountingProxy(daemon.port) as proxy:
         url = f"git://127.0.0.1:{proxy.port}/goals.git"
         reconcile._PARSED = cache  # the lead's cache, warm from the load above
@@ -239,23 +288,30 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         mirror.fetch()
         out["new_leader_fetch_bytes"] = proxy.total() - before
         timer = _WriteTimer(mirror)
+        memo = DecisionMemo()  # the leader's (lead/memo.py), as its loop passes it
         # The goals at main are the unedited ones: reload them so the cycle finds them cached.
         load_goals(files, cache)
-        out["first_cycle_s"], first = _timed(lambda: reconcile_once(mirror, _observe, now=NOW))
+        out["first_cycle_s"], first = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
         out["fanout_push_s"] = timer.seconds
         out["branches_written"] = len(first.refs)
         timer.seconds = 0.0
-        # The first cycle after a decision also warms the planner for a placement in force.
-        out["idle_cycle_first_s"], idle = _timed(lambda: reconcile_once(mirror, _observe, now=NOW))
-        out["idle_cycle_s"], idle = _timed(lambda: reconcile_once(mirror, _observe, now=NOW))
+        # The first cycle after a decision plans again (the plan in force is new) and
+        # warms the planner for it.
+        out["idle_cycle_first_s"], idle = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
+        out["idle_cycle_s"], idle = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
         assert not idle.changed and not timer.seconds, "the idle cycle wrote something"
+        # What a rescheduling cycle costs (once per --reschedule-seconds): plan and render
+        # afresh, find the same decision, write nothing.
+        memo.forget()
+        out["idle_cycle_replan_s"], idle = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
+        assert not idle.changed and not timer.seconds, "the rescheduling cycle wrote something"
 
         app = "apps/app-00000/manifests/c0.yaml"
         pushed = dict(files)
         pushed[app] = pushed[app].replace(b"image: registry.example.org/", b"image: mirror.example.org/")
         _commit_goals(served, pushed, "one manifest changed", 1_700_000_100)
         later = NOW + timedelta(seconds=1)
-        out["one_changed_s"], changed = _timed(lambda: reconcile_once(mirror, _observe, now=later))
+        out["one_changed_s"], changed = _timed(lambda: reconcile_once(mirror, observe_later, now=later, memo=memo))
         out["one_changed_write_push_s"] = timer.seconds
         out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
 

@@ -2,6 +2,17 @@
 and thrash under an oscillating latency.
 
     PYTHONPATH=. python benchmarks/placement.py [--json] [--seeds 30] [--quick]
+    PYTHONPATH=. python benchmarks/placement.py --fleet 1000 [--fleet 3000] [--trace]
+
+``--fleet N`` runs only the fleet-scale part: the generated goals of
+``benchmarks/fleet.py`` (N clusters over eight regions, 10 N components; see
+``fleet_scale_goals`` for sizes past the goals tree's file limit), then the planner's full plan, a steady replan (nothing changed) and a
+failover replan, each with the planner's peak memory (``--trace``: measured with
+tracemalloc in extra runs, which are slower; otherwise the peak resident set above
+what the process held before the call), wall and CPU seconds (on a shared machine CPU
+time says more). The steady replan is timed twice: the first after the decision
+(``steady_first_s``: every component explained anew) and the next (``steady_s``); the
+failover follows them, as in a leader's loop.
 
 Needs the ``bench`` extra (scipy) for the optimality part; qonnect_gitops never imports it.
 """
@@ -15,6 +26,7 @@ import json
 import math
 import os
 import random
+import re
 import statistics
 import sys
 import time
@@ -29,6 +41,7 @@ from qonnect_gitops.model.app import QoS
 from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.fleet import Fleet
 from qonnect_gitops.model.goals import App, Component, Goals, StabilityRules
+from qonnect_gitops.model.limits import MAX_TREE_FILES
 from qonnect_gitops.model.network import Link, latency_table
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
@@ -625,6 +638,125 @@ def thrash(cycles: int = 100, cooldown_cycles: int = 10, cycle_s: float = 30.0) 
     }
 
 
+# ----- fleet scale ------------------------------------------------------------------------
+
+
+def _rss_mib(field: str) -> float:
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024.0
+    return math.nan
+
+
+def _reset_peak() -> None:
+    """Reset the process's peak resident set (VmHWM) so the next call's peak is its own."""
+    with contextlib.suppress(OSError), open("/proc/self/clear_refs", "w") as f:
+        f.write("5")
+
+
+def _measured(fn: Any, trace: bool) -> tuple[float, float, Any]:
+    """Seconds and peak MiB of ``fn()``: resident set above the start (or tracemalloc)."""
+    import gc
+    import tracemalloc
+
+    gc.collect()
+    if trace:
+        tracemalloc.start()
+        result = fn()
+        peak = tracemalloc.get_traced_memory()[1] / MI
+        tracemalloc.stop()
+        return math.nan, peak, result
+    _reset_peak()
+    before = _rss_mib("VmRSS")
+    t0, c0 = time.perf_counter(), time.process_time()
+    result = fn()
+    seconds = time.perf_counter() - t0
+    _CPU.append(time.process_time() - c0)  # on a shared machine CPU time says more than wall
+    return seconds, _rss_mib("VmHWM") - before, result
+
+
+_CPU: list[float] = []
+
+
+def fleet_scale_goals(clusters: int) -> Goals:
+    """``benchmarks.fleet``'s goals at ``clusters`` clusters with 10 components each.
+
+    ``load_goals`` refuses trees of more than ``MAX_TREE_FILES`` files (each component
+    has a manifest of its own), so where 10 per cluster would pass it the tree is loaded
+    with the apps that fit and those are copied in memory under new names, each copy's
+    QoS a new object equal in content (as separate app files would give)."""
+    from benchmarks.fleet import APP_SIZE, components_per_cluster, fleet_goals
+    from qonnect_gitops.model import load_goals
+
+    if components_per_cluster(clusters) == 10:
+        return load_goals(fleet_goals(clusters, 10))
+    files = fleet_goals(clusters, 1)
+    # network.yaml passes the 1 MiB a YAML document may hold past ~8,000 clusters: the
+    # loader validates its first links, and the whole table is read from its lines.
+    head, links = files["network.yaml"].decode().split("  latencies:\n")
+    lines = links.splitlines(keepends=True)
+    table = latency_table(tuple(
+        Link.model_validate({"from": a, "to": b, "ms": float(ms)})
+        for a, b, ms in re.findall(r"\{from: (\S+), to: (\S+), ms: ([0-9.]+)\}", links)
+    ))
+    files["network.yaml"] = (head + "  latencies:\n" + "".join(lines[:1000])).encode()
+    apps = sorted({path.split("/")[1] for path in files if path.startswith("apps/")})
+    room = MAX_TREE_FILES - (len(files) - sum(1 for p in files if p.startswith("apps/")))
+    keep = set(apps[: max(1, room // (APP_SIZE + 1))])
+    loaded = load_goals({p: b for p, b in files.items() if not p.startswith("apps/") or p.split("/")[1] in keep})
+    originals = list(loaded.apps.values())
+    copies: dict[str, App] = {}
+    for k in range(clusters * 10 // APP_SIZE):
+        app = originals[k % len(originals)]
+        name = f"app-{k:06d}"
+        components = tuple(
+            dataclasses.replace(c, app=name, namespace=name, qos=c.qos.model_copy()) for c in app.components
+        )
+        copies[name] = dataclasses.replace(app, name=name, namespace=name, components=components)
+    return Goals(loaded.fleet, loaded.clusters, loaded.network, copies, table)
+
+
+def fleet_scale(clusters: int, trace: bool) -> dict[str, Any]:
+    """The planner on ``benchmarks.fleet``'s generated goals at ``clusters`` clusters and
+    10 components per cluster."""
+    from qonnect_gitops.placement import evaluate
+
+    t0 = time.perf_counter()
+    goals = fleet_scale_goals(clusters)
+    out: dict[str, Any] = {"clusters": clusters, "components": sum(len(a.components) for a in goals.apps.values())}
+    out["goals_load_s"] = round(time.perf_counter() - t0, 2)
+    obs = observed(NOW)
+
+    def cold() -> Plan:
+        evaluate.forget()  # nothing derived from these goals is reused
+        return plan(goals, obs, CurrentPlacement())
+
+    t, mib, first = _measured(cold, False)
+    out["full_s"], out["full_peak_mib"], out["full_cpu_s"] = round(t, 3), round(mib, 1), round(_CPU[-1], 3)
+    cur = after(first)
+    quiet = observed(NOW + timedelta(seconds=60))
+    # The first replan after a decision explains every component anew (the kept ones
+    # were new in the decision); the next ones reuse what still holds.
+    t, mib, sp = _measured(lambda: plan(goals, quiet, cur), False)
+    out["steady_first_s"], out["steady_first_cpu_s"] = round(t, 3), round(_CPU[-1], 3)
+    t, mib, sp = _measured(lambda: plan(goals, quiet, cur), False)
+    out["steady_s"], out["steady_peak_mib"], out["steady_cpu_s"] = round(t, 3), round(mib, 1), round(_CPU[-1], 3)
+    out["steady_moves"] = sum(m.replicas for m in sp.moves)
+    busiest = max(goals.clusters, key=lambda n: (sum(w.get(n, 0) for w in cur.placements.values()), n))
+    failed = observed(NOW + timedelta(seconds=60), clusters={busiest: {"healthy": False}})
+    t, mib, fp = _measured(lambda: plan(goals, failed, cur), False)
+    out["failover_s"], out["failover_peak_mib"], out["failover_cpu_s"] = round(t, 3), round(mib, 1), round(_CPU[-1], 3)
+    out["failover_moves"] = sum(m.replicas for m in fp.moves if m.reason == "failover")
+    out["unplaced"] = sum(u.replicas for u in first.unplaced)
+    if trace:
+        out["full_traced_mib"] = round(_measured(cold, True)[1], 1)
+        plan(goals, quiet, cur)
+        out["failover_traced_mib"] = round(_measured(lambda: plan(goals, failed, cur), True)[1], 1)
+    out["rss_after_mib"] = round(_rss_mib("VmRSS"), 1)
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -632,7 +764,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--time-limit", type=float, default=10.0, help="seconds per exact solve")
     parser.add_argument("--quick", action="store_true", help="smaller speed sizes")
     parser.add_argument("--only", choices=("speed", "quality", "thrash"), help="run one part (JSON)")
+    parser.add_argument("--fleet", type=int, action="append", metavar="N",
+                        help="only the fleet-scale part at N clusters (repeatable)")
+    parser.add_argument("--trace", action="store_true", help="with --fleet: tracemalloc peaks too")
     args = parser.parse_args(argv)
+    if args.fleet:
+        for n in args.fleet:
+            print(json.dumps(fleet_scale(n, args.trace), sort_keys=True), flush=True)
+        return 0
     parts = {"speed": lambda: speed(args.quick), "quality": lambda: quality(args.seeds, args.time_limit), "thrash": thrash}
     if args.only:
         print(json.dumps(parts[args.only](), sort_keys=True, default=float))

@@ -19,6 +19,7 @@ import base64
 import http.client
 import socket
 import ssl
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
@@ -46,6 +47,15 @@ class LsRefsResult:
     received_bytes: int
 
 
+@dataclass(frozen=True)
+class LsRefsAnswer:
+    """The refs under the prefixes asked for (full name -> commit) and the bytes both ways."""
+
+    refs: dict[str, str]
+    sent_bytes: int
+    received_bytes: int
+
+
 def pkt(line: bytes) -> bytes:
     """One pkt-line: four hex digits of length (itself included), then the data."""
     return b"%04x" % (len(line) + 4) + line
@@ -54,9 +64,9 @@ def pkt(line: bytes) -> bytes:
 FLUSH, DELIM = b"0000", b"0001"
 
 
-def _request(ref: str) -> bytes:
+def _request(prefixes: Sequence[str]) -> bytes:
     return (pkt(b"command=ls-refs\n") + pkt(b"object-format=sha1\n") + DELIM
-            + pkt(b"ref-prefix " + ref.encode() + b"\n") + FLUSH)
+            + b"".join(pkt(b"ref-prefix " + prefix.encode() + b"\n") for prefix in prefixes) + FLUSH)
 
 
 class _Reader:
@@ -105,31 +115,43 @@ def _check_v2(capabilities: list[bytes]) -> None:
         raise Unsupported("the server does not offer ls-refs")
 
 
-def _pick(lines: list[bytes], ref: str) -> str | None:
-    """The exact ref among the answer (a prefix also matches ``cluster/a`` for ``cluster/ab``)."""
+def _refs(lines: list[bytes]) -> dict[str, str]:
+    """The answer's refs and the commits they point at."""
+    out: dict[str, str] = {}
     for line in lines:
         oid, _, rest = line.rstrip(b"\n").partition(b" ")
         name = rest.split(b" ", 1)[0].decode(errors="replace")
-        if name == ref:
-            if len(oid) != 40:
-                raise LsRefsError(f"malformed object id in the reply for {ref}")
-            return oid.decode()
-    return None
+        if len(oid) != 40 or not all(c in b"0123456789abcdef" for c in oid):
+            raise LsRefsError(f"malformed object id in the reply for {name}")
+        out[name] = oid.decode()
+    return out
 
 
 def ls_ref(url: str, ref: str, credentials: Any = None, timeout: float = TIMEOUT_SECONDS) -> LsRefsResult:
     """Where ``ref`` (a full name, ``refs/heads/...``) points on the remote at ``url``."""
     if not ref.startswith("refs/") or not pygit2.reference_is_valid_name(ref):
         raise ValueError(f"invalid ref name {ref!r}")
+    answer = ls_refs(url, [ref], credentials, timeout)
+    # A prefix also matches ``cluster/ab`` when asking for ``cluster/a``: pick the exact name.
+    return LsRefsResult(answer.refs.get(ref), answer.sent_bytes, answer.received_bytes)
+
+
+def ls_refs(url: str, prefixes: Sequence[str], credentials: Any = None,
+            timeout: float = TIMEOUT_SECONDS) -> LsRefsAnswer:
+    """Every ref on the remote at ``url`` whose full name starts with one of ``prefixes``
+    (each ``refs/...``), in one request."""
+    for prefix in prefixes:
+        if not prefix.startswith("refs/") or any(c in prefix for c in "\0\n *?[\\"):
+            raise ValueError(f"invalid ref prefix {prefix!r}")
     parts = urlsplit(url)
     if parts.scheme == "git":
-        return _over_git(parts, ref, credentials, timeout)
+        return _over_git(parts, prefixes, credentials, timeout)
     if parts.scheme in ("http", "https"):
-        return _over_http(parts, ref, credentials, timeout)
+        return _over_http(parts, prefixes, credentials, timeout)
     raise Unsupported(f"no protocol v2 client for {parts.scheme or 'local'} remotes")
 
 
-def _over_git(parts: Any, ref: str, credentials: Any, timeout: float) -> LsRefsResult:
+def _over_git(parts: Any, prefixes: Sequence[str], credentials: Any, timeout: float) -> LsRefsAnswer:
     if credentials is not None:
         raise Unsupported("git:// has no credentials")
     host, port = parts.hostname or "localhost", parts.port or 9418
@@ -140,15 +162,15 @@ def _over_git(parts: Any, ref: str, credentials: Any, timeout: float) -> LsRefsR
             sock.sendall(hello)
             reader = _Reader(sock.recv)
             _check_v2(reader.section())
-            request = _request(ref)
+            request = _request(prefixes)
             sock.sendall(request + FLUSH)  # the second flush ends the session
-            commit = _pick(reader.section(), ref)
+            refs = _refs(reader.section())
     except OSError as exc:
         raise LsRefsError(f"{host}:{port}: {exc}") from exc
-    return LsRefsResult(commit, len(hello) + len(request) + len(FLUSH), reader.received)
+    return LsRefsAnswer(refs, len(hello) + len(request) + len(FLUSH), reader.received)
 
 
-def _over_http(parts: Any, ref: str, credentials: Any, timeout: float) -> LsRefsResult:
+def _over_http(parts: Any, prefixes: Sequence[str], credentials: Any, timeout: float) -> LsRefsAnswer:
     headers = {"Git-Protocol": "version=2", "User-Agent": "git/qonnect"}
     if credentials is not None:
         if not isinstance(credentials, pygit2.UserPass):
@@ -180,7 +202,7 @@ def _over_http(parts: Any, ref: str, credentials: Any, timeout: float) -> LsRefs
             first = None
         capabilities = ([first] if first is not None else []) + lines.section()
         _check_v2(capabilities)
-        request = _request(ref)
+        request = _request(prefixes)
         conn.request("POST", f"{path}/git-upload-pack", body=request, headers={
             **headers, "Content-Type": "application/x-git-upload-pack-request",
             "Accept": "application/x-git-upload-pack-result"})
@@ -190,12 +212,12 @@ def _over_http(parts: Any, ref: str, credentials: Any, timeout: float) -> LsRefs
         sent += len(request)
         if reply.status != 200:
             raise LsRefsError(f"HTTP {reply.status} for git-upload-pack")
-        commit = _pick(_Reader(_BytesReader(body).read).section(), ref)
+        refs = _refs(_Reader(_BytesReader(body).read).section())
     except (OSError, http.client.HTTPException) as exc:
         raise LsRefsError(f"{host}: {exc}") from exc
     finally:
         conn.close()
-    return LsRefsResult(commit, sent, received)
+    return LsRefsAnswer(refs, sent, received)
 
 
 class _BytesReader:

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import subprocess
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 import pygit2
 
 from qonnect_gitops.gitstore.errors import FanOutStale, RemoteError, StaleRef
+from qonnect_gitops.gitstore.lsrefs import LsRefsError, ls_refs
 from qonnect_gitops.gitstore.store import (
     CLOSED_NAMESPACE,
     DEFAULT_CLUSTER_PREFIX,
@@ -45,6 +46,7 @@ log = get_logger(__name__)
 Credentials = Any
 
 SEEN_PREFIX = "refs/remotes/origin/"
+LOOSE_REFS_LIMIT = 512  # refs written loose before the mirror packs them
 _ZERO = pygit2.Oid(hex="0" * 40)
 # libgit2 refuses client side when the remote ref is not an ancestor of what we push.
 _LOST_RACE = re.compile(r"non-fastforwardable|not present locally|fast-forward", re.IGNORECASE)
@@ -153,6 +155,13 @@ class Mirror:
         self._local_patterns = [self.store.plan_ref, cluster_glob, proposal_glob, f"{CLOSED_NAMESPACE}*"]
         self._refspecs = [f"+{r}:{_seen_name(r)}" for r in [self.main_ref, *self._local_patterns]]
         self._configure_origin()
+        # Everything but the cluster branches, which only the leader writes: what an idle
+        # fetch asks the remote about (protocol v2 ls-refs) before deciding to fetch.
+        self._watched = [self.main_ref, self.store.plan_ref, proposal_glob[:-1], CLOSED_NAMESPACE]
+        # The watched refs as last seen, while every managed ref is known to equal the
+        # remote's or to be in ``store.moved``; None until a full fetch shows it.
+        self._watched_seen: dict[str, str] | None = None
+        self._loose_refs = LOOSE_REFS_LIMIT  # unknown at start: pack after the first fetch
 
     def _configure_origin(self) -> None:
         # The configured fetch refspecs matter beyond fetch: libgit2 uses them after a
@@ -175,12 +184,23 @@ class Mirror:
 
     # ---------------------------------------------------------------- fetch
 
-    def fetch(self) -> FetchResult:
+    def fetch(self, full: bool = False) -> FetchResult:
         """Fetch what the lead needs and make the local branches equal to the remote's.
 
         Local writes that were never pushed are dropped: the next cycle recomputes them.
+
+        After the first full fetch, a fetch first asks the remote (protocol v2 ``ls-refs``,
+        hundreds of bytes) where ``main``, the plan branch and the proposals are; when none
+        moved it fetches nothing and touches only the refs this mirror wrote. Cluster
+        branches are not asked about: only the leader writes them, a push that finds one
+        moved fails its compare-and-swap, and after that (or ``distrust()``, or
+        ``full=True``) the next fetch is a full one again.
         """
         start = time.perf_counter()
+        if not full and self._watched_seen is not None:
+            quiet = self._quiet_fetch(start)
+            if quiet is not None:
+                return quiet
         remote = self.repo.remotes["origin"]
         try:
             stats = remote.fetch(
@@ -188,8 +208,11 @@ class Mirror:
                 prune=pygit2.enums.FetchPrune.PRUNE,
             )
         except pygit2.GitError as exc:
+            self._watched_seen = None
             raise RemoteError(f"fetch from {self.display_url} failed: {redact(str(exc))}") from exc
         self._sync_local()
+        self._loose_refs += len(self._watched_seen or ()) + len(self.store.moved)
+        self._pack_refs_if_many()
         result = FetchResult(
             commit=self.main_commit(),
             received_bytes=stats.received_bytes,
@@ -200,40 +223,74 @@ class Mirror:
                  seconds=round(result.seconds, 3))
         return result
 
+    def _quiet_fetch(self, start: float) -> FetchResult | None:
+        """The result of a fetch when the watched refs did not move; None: fetch fully."""
+        try:
+            answer = ls_refs(self.url, self._watched, self.credentials)
+        except LsRefsError as exc:
+            log.debug("mirror_ls_refs_failed", url=self.display_url, error=str(exc))
+            return None
+        if {r: c for r, c in answer.refs.items() if self._is_watched(r)} != self._watched_seen:
+            return None
+        # Nothing moved on the remote: drop what this mirror wrote and never published.
+        dropped = {ref: (_ref_target(self.repo, ref), _ref_target(self.repo, _seen_name(ref)))
+                   for ref in sorted(self.store.moved)}
+        dropped = {ref: pair for ref, pair in dropped.items() if pair[0] != pair[1]}
+        cas_update_refs(self.repo, dropped, "qonnect: sync with remote")
+        if dropped:
+            self.store.fanned_out = None
+        self.store.moved.clear()
+        result = FetchResult(self.main_commit(), answer.received_bytes, 0, time.perf_counter() - start)
+        log.debug("mirror_unchanged", url=self.display_url, bytes=answer.received_bytes + answer.sent_bytes,
+                  dropped=len(dropped))
+        return result
+
+    def _is_watched(self, ref: str) -> bool:
+        return ref in (self.main_ref, self.store.plan_ref) or any(
+            ref.startswith(prefix) for prefix in self._watched[2:])
+
+    def distrust(self) -> None:
+        """Fetch fully next time (a new term: another leader may have written)."""
+        self._watched_seen = None
+
     def _managed(self, ref: str) -> bool:
         for pattern in self._local_patterns:
             if (pattern.endswith("*") and ref.startswith(pattern[:-1])) or ref == pattern:
                 return True
         return False
 
-    def _seen(self) -> dict[str, pygit2.Oid]:
-        out: dict[str, pygit2.Oid] = {}
-        for name in self.repo.references:
+    def _refs(self) -> tuple[dict[str, pygit2.Oid], dict[str, pygit2.Oid]]:
+        """What we last saw on the remote and the local branches, each managed ref by its
+        local name, in one pass over the references."""
+        seen: dict[str, pygit2.Oid] = {}
+        local: dict[str, pygit2.Oid] = {}
+        for ref in self.repo.references.iterator():
+            name, target = ref.name, ref.target
+            if not isinstance(target, pygit2.Oid):
+                continue  # symbolic
             if name.startswith(SEEN_PREFIX):
-                local = _local_name(name)
-                if self._managed(local):
-                    target = _ref_target(self.repo, name)
-                    if target is not None:
-                        out[local] = target
-        return out
-
-    def _local(self) -> dict[str, pygit2.Oid]:
-        out: dict[str, pygit2.Oid] = {}
-        for name in self.repo.references:
-            if self._managed(name):
-                target = _ref_target(self.repo, name)
-                if target is not None:
-                    out[name] = target
-        return out
+                name = _local_name(name)
+                if self._managed(name):
+                    seen[name] = target
+            elif self._managed(name):
+                local[name] = target
+        return seen, local
 
     def _sync_local(self) -> None:
-        seen, local = self._seen(), self._local()
+        seen, local = self._refs()
         updates = {
             ref: (local.get(ref), seen.get(ref))
             for ref in set(seen) | set(local)
             if seen.get(ref) != local.get(ref)
         }
         cas_update_refs(self.repo, updates, "qonnect: sync with remote")
+        if updates:
+            self.store.fanned_out = None  # cluster branches may be where another writer left them
+        self.store.moved.clear()
+        seen_main = _ref_target(self.repo, _seen_name(self.main_ref))
+        self._watched_seen = {ref: str(oid) for ref, oid in seen.items() if self._is_watched(ref)}
+        if seen_main is not None:
+            self._watched_seen[self.main_ref] = str(seen_main)
 
     def main_commit(self) -> str | None:
         """The goals commit on the remote's main branch as of the last fetch."""
@@ -250,10 +307,21 @@ class Mirror:
     # ---------------------------------------------------------------- push
 
     def pending(self) -> list[RefChange]:
-        """Local refs that differ from what we last saw on the remote (what ``publish`` pushes)."""
-        seen, local = self._seen(), self._local()
+        """Local refs that differ from what we last saw on the remote (what ``publish`` pushes).
+
+        Since a fetch made them equal, only the refs the store moved can differ: those are
+        compared, not every branch of the fleet."""
+        seen: Mapping[str, pygit2.Oid | None]
+        local: Mapping[str, pygit2.Oid | None]
+        if self._watched_seen is not None:
+            refs = sorted(self.store.moved)
+            seen = {ref: _ref_target(self.repo, _seen_name(ref)) for ref in refs}
+            local = {ref: _ref_target(self.repo, ref) for ref in refs}
+        else:
+            seen, local = self._refs()
+            refs = sorted(set(seen) | set(local))
         out = []
-        for ref in sorted(set(seen) | set(local)):
+        for ref in refs:
             old, new = seen.get(ref), local.get(ref)
             if old != new:
                 out.append(RefChange(ref, None if old is None else str(old), None if new is None else str(new)))
@@ -294,6 +362,8 @@ class Mirror:
                 raise FanOutStale(exc.refs, plan) from exc
             pushes += 1
             pushed += rest
+        self._loose_refs += 2 * len(pushed)  # the branch and what we last saw of it
+        self._pack_refs_if_many()
         gc_seconds = self.gc_auto() if self.gc and pushed else None
         result = PublishResult(tuple(pushed), pushes, time.perf_counter() - start, gc_seconds)
         if pushed:
@@ -311,8 +381,10 @@ class Mirror:
         try:
             remote.push(specs, callbacks=callbacks)
         except StaleRef:
+            self._watched_seen = None  # someone else wrote: look at everything next time
             raise
         except pygit2.GitError as exc:
+            self._watched_seen = None
             if _LOST_RACE.search(str(exc)):
                 raise StaleRef({c.ref: f"remote moved ({exc})" for c in changes}) from exc
             raise RemoteError(f"push to {self.display_url} failed: {redact(str(exc))}") from exc
@@ -327,12 +399,30 @@ class Mirror:
                     self.repo.references.delete(seen)
             elif current is None or str(current) != change.new:
                 self.repo.references.create(seen, pygit2.Oid(hex=change.new), force=True)
+            if self._watched_seen is not None and self._is_watched(change.ref):
+                if change.new is None:
+                    self._watched_seen.pop(change.ref, None)
+                else:
+                    self._watched_seen[change.ref] = change.new
         missing = {c.ref: "remote did not report the update" for c in changes
                    if c.ref not in callbacks.accepted and c.ref not in callbacks.rejected}
         if callbacks.rejected or missing:
+            self._watched_seen = None
             raise StaleRef({**missing, **callbacks.rejected})
 
     # ---------------------------------------------------------------- upkeep
+
+    def _pack_refs_if_many(self) -> None:
+        """``git pack-refs --all`` once enough refs were written loose. Reading refs goes
+        over every loose ref file: 20,000 of them (a fleet of 10,000 clusters, each seen
+        and local) take half a second to list, packed a fortieth of that."""
+        if self._loose_refs < LOOSE_REFS_LIMIT:
+            return
+        proc = subprocess.run(["git", "-C", str(self.path), "pack-refs", "--all"],
+                              capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            log.warning("mirror_pack_refs_failed", path=str(self.path), stderr=proc.stderr.strip())
+        self._loose_refs = 0
 
     def gc_auto(self) -> float:
         """Run ``git gc --auto`` in the foreground (packs loose objects past gc.auto); returns seconds."""

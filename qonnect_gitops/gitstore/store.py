@@ -40,11 +40,10 @@ from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
     RepoLike,
     build_tree,
+    directories_under,
     open_repo,
     read_tree_files,
     resolve_commit,
-    split_path,
-    subtree_id,
 )
 from qonnect_gitops.logs import get_logger
 
@@ -210,6 +209,13 @@ class GitStore:
         self.identity = identity or Identity()
         if not pygit2.reference_is_valid_name(self.plan_ref):
             raise ValueError(f"invalid plan branch name {plan_branch!r}")
+        # Every ref this store moved since ``moved`` was last cleared: a mirror pushes
+        # these instead of comparing every ref of the fleet (``Mirror.pending``).
+        self.moved: set[str] = set()
+        # The plan commit whose fan-out is known complete: every cluster branch follows
+        # it. ``catch_up`` of that commit has nothing to do; whoever moves cluster
+        # branches by other means (a fetch) must reset it.
+        self.fanned_out: str | None = None
 
     @classmethod
     def init_bare(cls, path: str | Path, **kwargs: object) -> GitStore:
@@ -297,13 +303,22 @@ class GitStore:
         # They are exactly what fan_out(commit) would write; the refs move in order below.
         names = set(fan.clusters) | {p.split("/", 1)[1] for p in dirs if p.count("/") == 1 and p.startswith("clusters/")}
         subtrees = {name: dirs.get(f"clusters/{name}") for name in names}
+        if current is not None and self.fanned_out == str(current):
+            # Every cluster branch follows the current plan commit: one whose directory
+            # is the same in both plans needs no new commit, and no read of its branch.
+            before = self.repo[current].peel(pygit2.Commit)
+            old_dirs = _cluster_subtrees(self.repo, before.tree)
+            followed = set(old_dirs) | set(_recorded_fan(before).clusters)
+            subtrees = {name: sub for name, sub in subtrees.items()
+                        if name not in followed or old_dirs.get(name) != sub}
         updates = self._cluster_commits(commit, summary.strip(), meta, subtrees, fan.prune_limits, timestamp, batch)
         batch.flush()
-        cas_update_refs(self.repo, {self.plan_ref: (current, commit)}, f"qonnect: plan {meta.generation}")
+        self._update_refs({self.plan_ref: (current, commit)}, f"qonnect: plan {meta.generation}")
         log.info("plan_committed", commit=str(commit), generation=meta.generation, reason=meta.reason,
                  term=meta.term, source=meta.source)
         closed = self._close_all(open_ids, f"superseded by plan commit {commit}", timestamp)
         changes = self._move_clusters(commit, updates, len(names))
+        self.fanned_out = str(commit)
         return WriteResult(
             plan_head=str(commit),
             plan_commit=str(commit),
@@ -343,7 +358,10 @@ class GitStore:
         batch = ObjectBatch(self.repo)
         updates = self._cluster_commits(commit.id, summary, meta, subtrees, limits, when, batch)
         batch.flush()
-        return self._move_clusters(commit.id, updates, len(names))
+        changes = self._move_clusters(commit.id, updates, len(names))
+        if clusters is None and prune_limits is None and timestamp is None:
+            self.fanned_out = str(commit.id)  # exactly what the plan commit records
+        return changes
 
     def catch_up(self) -> list[RefChange]:
         """``fan_out`` of the current plan head: a no-op when every cluster branch follows it.
@@ -352,7 +370,9 @@ class GitStore:
         merge or ``qonnect approve`` may have moved the plan branch) and after a restart.
         """
         head = self.plan_head()
-        return [] if head is None else self.fan_out(head)
+        if head is None or head == self.fanned_out:
+            return []
+        return self.fan_out(head)
 
     def _cluster_commits(
         self,
@@ -392,7 +412,7 @@ class GitStore:
         updates: Mapping[str, tuple[pygit2.Oid | None, pygit2.Oid | None]],
         clusters: int,
     ) -> list[RefChange]:
-        cas_update_refs(self.repo, updates, f"qonnect: fan-out of {plan_id}")
+        self._update_refs(updates, f"qonnect: fan-out of {plan_id}")
         changes = [RefChange(ref, _hex(old), _hex(new)) for ref, (old, new) in sorted(updates.items())]
         if changes:
             log.info("fanned_out", plan=str(plan_id), changed=len(changes), clusters=clusters)
@@ -452,7 +472,7 @@ class GitStore:
         sig = self.identity.signature(timestamp)
         commit = batch.commit(tree_id, [current] if current else [], sig, sig, message)
         batch.flush()
-        cas_update_refs(self.repo, {ref: (None, commit)}, f"qonnect: proposal {proposal_id}")
+        self._update_refs({ref: (None, commit)}, f"qonnect: proposal {proposal_id}")
         log.info("proposal_written", proposal=proposal_id, commit=str(commit), generation=meta.generation)
         self._close_all(older, f"superseded by proposal {proposal_id} ({commit})", timestamp)
         return self._proposal(proposal_id)
@@ -460,15 +480,13 @@ class GitStore:
     def list_proposals(self) -> list[Proposal]:
         """Open proposals, oldest generation first."""
         prefix = f"refs/heads/{self.proposal_prefix}"
-        out = [self._proposal(name[len(prefix):]) for name in self.repo.references if name.startswith(prefix)]
+        out = [self._proposal(name[len(prefix):]) for name in self._refs_under(prefix)]
         return sorted(out, key=lambda p: (p.meta.generation, p.id))
 
     def list_closed(self) -> list[ClosedProposal]:
         """Proposals closed by approval or by a newer decision, with the note saying which."""
         out = []
-        for name in self.repo.references:
-            if not name.startswith(CLOSED_NAMESPACE):
-                continue
+        for name in self._refs_under(CLOSED_NAMESPACE):
             tag = self.repo[self.repo.references[name].target]
             if isinstance(tag, pygit2.Tag):
                 out.append(ClosedProposal(name[len(CLOSED_NAMESPACE):], str(tag.target), tag.message.strip()))
@@ -501,7 +519,7 @@ class GitStore:
             validate(read_tree_files(self.repo, prop.meta.source))
         when = int(time.time()) if timestamp is None else timestamp
         commit = pygit2.Oid(hex=prop.commit)
-        cas_update_refs(self.repo, {self.plan_ref: (current, commit)}, f"qonnect: approve {proposal_id}")
+        self._update_refs({self.plan_ref: (current, commit)}, f"qonnect: approve {proposal_id}")
         log.info("proposal_approved", proposal=proposal_id, commit=prop.commit)
         closed = self._close(proposal_id, f"approved: plan branch fast-forwarded to {prop.commit}", when)
         others = [p.id for p in self.list_proposals()]
@@ -532,16 +550,17 @@ class GitStore:
         dirs: dict[str, pygit2.Oid] | None = None,
     ) -> tuple[pygit2.Oid, _FanOutPlan]:
         listed = set(clusters)
-        for name in listed:
-            self.cluster_ref(name)
         with_files: set[str] = set()
         for path in plan_files:
-            parts = split_path(path)
-            if parts[0] == "clusters":
-                if len(parts) < 3:
+            # Every path is checked whole when its tree is built; here only where it goes.
+            top, _, rest = path.partition("/")
+            if top == "clusters":
+                name, _, inside = rest.partition("/")
+                if not inside:
                     raise ValueError(f"{path!r}: cluster files live under clusters/<name>/")
-                self.cluster_ref(parts[1])
-                with_files.add(parts[1])
+                with_files.add(name)
+        for name in listed | with_files:
+            self.cluster_ref(name)
         limits = dict(prune_limits or {})
         for name, n in limits.items():
             self.cluster_ref(name)
@@ -552,6 +571,16 @@ class GitStore:
         # Clusters without files are recorded so fan_out(plan commit) alone can replay this.
         empty = (listed | set(limits)) - with_files
         return tree_id, _FanOutPlan(sorted(empty), {k: int(v) for k, v in limits.items()})
+
+    def _refs_under(self, prefix: str) -> list[str]:
+        """Ref names starting with ``prefix``. One listing in libgit2: iterating the
+        references in Python costs a call per ref, and a fleet has one per cluster."""
+        return [name for name in self.repo.listall_references() if name.startswith(prefix)]
+
+    def _update_refs(self, updates: Mapping[str, tuple[pygit2.Oid | None, pygit2.Oid | None]], message: str) -> None:
+        """``cas_update_refs`` on this repository, remembering the refs in ``moved``."""
+        cas_update_refs(self.repo, updates, message)
+        self.moved.update(updates)
 
     def _check_generation(self, parent: pygit2.Oid | None, meta: DecisionMeta) -> None:
         if parent is None:
@@ -570,11 +599,8 @@ class GitStore:
         ref = self.proposal_ref(proposal_id)
         target = _ref_target(self.repo, ref)
         if target is None:
-            open_ids = [
-                n[len(f"refs/heads/{self.proposal_prefix}"):]
-                for n in self.repo.references
-                if n.startswith(f"refs/heads/{self.proposal_prefix}")
-            ]
+            prefix = f"refs/heads/{self.proposal_prefix}"
+            open_ids = [n[len(prefix):] for n in self._refs_under(prefix)]
             raise ProposalNotFound(
                 f"no open proposal {proposal_id!r} (open: {', '.join(sorted(open_ids)) or 'none'})"
             )
@@ -610,8 +636,7 @@ class GitStore:
         )
         tag = self.repo.odb.write(pygit2.enums.ObjectType.TAG, raw.encode())
         closed_ref = f"{CLOSED_NAMESPACE}{proposal_id}"
-        cas_update_refs(
-            self.repo,
+        self._update_refs(
             {ref: (target, None), closed_ref: (_ref_target(self.repo, closed_ref), tag)},
             f"qonnect: close proposal {proposal_id}",
         )
@@ -670,9 +695,4 @@ def _fan_trailers(fan: _FanOutPlan) -> list[tuple[str, str]]:
 
 def _cluster_subtrees(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.Oid]:
     """Each ``clusters/<name>`` directory of a plan tree and its tree id, read at once."""
-    sub = subtree_id(repo, tree, "clusters")
-    if sub is None:
-        return {}
-    clusters = repo[sub]
-    assert isinstance(clusters, pygit2.Tree)
-    return {e.name or "": e.id for e in clusters if e.filemode == pygit2.enums.FileMode.TREE}
+    return directories_under(repo, tree, "clusters")

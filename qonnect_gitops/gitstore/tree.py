@@ -24,6 +24,10 @@ RepoLike = pygit2.Repository | str | Path
 EMPTY_TREE_HEX = "4b825dc642cb6eb9a060e54bf8d69288fbee4904"
 
 _BLOB_MODES = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE)
+# Tree entries give their mode as a plain int; comparing with these skips building an
+# enum member per entry (a tree of 10,000 clusters is walked on every decision).
+_TREE_MODE = int(pygit2.enums.FileMode.TREE)
+_BLOB_MODE = int(pygit2.enums.FileMode.BLOB)
 
 
 def open_repo(repo: RepoLike) -> pygit2.Repository:
@@ -73,7 +77,8 @@ def build_tree(
     subtrees be recognised by hash alone, so a cycle that changes one file costs one
     blob and the trees above it. With ``batch`` the objects are queued there and the
     caller flushes; otherwise they are written before returning. ``trees``, when
-    given, receives the id of every directory by path (``""`` is the root).
+    given, receives the id of every directory by path (``""`` is the root), except
+    below a second-level directory recalled whole (see ``tree_id_of``).
     """
     root = _nest(files)
     own = batch is None
@@ -83,41 +88,165 @@ def build_tree(
                           "", trees if trees is not None else {})
     if own:
         batch.flush()
+    _DIRS.end_use()
     return tree_id
 
 
-def tree_id_of(files: Mapping[str, bytes]) -> pygit2.Oid:
-    """The root tree id ``build_tree`` would give ``files``, computed in memory: nothing is
-    written or read, so comparing a decision with a commit costs hashing, not blob reads."""
-    return pygit2.Oid(raw=_hash_node(_nest(files)))
+def tree_id_of(files: Mapping[str, bytes], path: str = "") -> pygit2.Oid | None:
+    """The id ``build_tree`` would give the tree of ``files`` (or its directory at
+    ``path``; None when there is none), computed in memory: nothing is written or read, so
+    comparing a decision with a commit costs hashing, not blob reads.
+
+    Second-level directories (a plan's ``clusters/<name>``) are remembered by their files
+    from one call to the next, so hashing a decision that changed one cluster costs that
+    cluster's files and one pass over the paths, not every blob and tree again."""
+    node = _at(_nest(files), path)
+    tree_id = None if node is None else pygit2.Oid(raw=_hash_node(node))
+    _DIRS.end_use()
+    return tree_id
+
+
+def tree_ids_under(files: Mapping[str, bytes], path: str) -> dict[str, pygit2.Oid]:
+    """The id of every directory directly under ``path`` (say ``clusters``: one per
+    cluster), as ``tree_id_of`` computes them."""
+    node = _at(_nest(files), path)
+    out: dict[str, pygit2.Oid] = {}
+    for name, child in (node or {}).items():
+        if isinstance(child, _Known):
+            out[name] = pygit2.Oid(raw=child.raw)
+        elif isinstance(child, dict):
+            out[name] = pygit2.Oid(raw=_hash_node(child))
+    _DIRS.end_use()
+    return out
+
+
+def _at(root: dict[str, object], path: str) -> dict[str, object] | None:
+    node: object = root
+    for part in split_path(path) if path else []:
+        if not isinstance(node, dict) or isinstance(node, _Known):
+            return None
+        node = node.get(part)
+    if isinstance(node, _Known):
+        known: dict[str, object] = {}
+        for sub, data in node.files:
+            _insert(known, sub, data)
+        return _Fresh(known, node.files)
+    return node if isinstance(node, dict) else None
+
+
+class _Known:
+    """A second-level directory whose files are exactly ones seen before: its tree id."""
+
+    __slots__ = ("files", "raw")
+
+    def __init__(self, raw: bytes, files: tuple[tuple[str, bytes], ...]) -> None:
+        self.raw = raw
+        self.files = files
+
+
+class _DirectoryMemo:
+    """Tree ids of second-level directories by their (relative path, bytes) pairs in the
+    order given. Entries unused by the last few calls are dropped, so it holds about one
+    plan's directories; the bytes are shared with whoever made them (the render caches)."""
+
+    KEEP = 4
+
+    def __init__(self) -> None:
+        self._ids: dict[tuple[tuple[str, bytes], ...], tuple[int, bytes]] = {}
+        self._use = 0
+
+    def get(self, files: tuple[tuple[str, bytes], ...]) -> bytes | None:
+        hit = self._ids.get(files)
+        if hit is None:
+            return None
+        self._ids[files] = (self._use, hit[1])
+        return hit[1]
+
+    def put(self, files: tuple[tuple[str, bytes], ...], raw: bytes) -> None:
+        self._ids[files] = (self._use, raw)
+
+    def end_use(self) -> None:
+        self._use += 1
+        if len(self._ids) > 1024:
+            oldest = self._use - self.KEEP
+            self._ids = {k: v for k, v in self._ids.items() if v[0] >= oldest}
+
+
+_DIRS = _DirectoryMemo()
+_CHECKED: set[tuple[str, str]] = set()  # second-level directory names split_path accepted
 
 
 def _nest(files: Mapping[str, bytes]) -> dict[str, object]:
-    """``files`` as nested dicts (directories) of bytes (files), paths checked."""
-    root: dict[str, object] = {}
+    """``files`` as nested dicts (directories) of bytes (files), paths checked; a
+    second-level directory seen before with the same files becomes a ``_Known``."""
+    groups: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+    rest: list[tuple[str, bytes]] = []
     for path, data in files.items():
-        parts = split_path(path)
-        node = root
-        for part in parts[:-1]:
-            child = node.setdefault(part, {})
+        parts = path.split("/", 2)
+        if len(parts) == 3:
+            groups.setdefault((parts[0], parts[1]), []).append((parts[2], bytes(data)))
+        else:
+            rest.append((path, data))
+    root: dict[str, object] = {}
+    for path, data in rest:
+        _insert(root, path, data)
+    for (top, name), members in groups.items():
+        key = tuple(members)
+        raw = _DIRS.get(key)
+        if raw is None:
+            for sub, data in members:
+                _insert(root, f"{top}/{name}/{sub}", data)
+            node = root[top]
+            assert isinstance(node, dict)
+            node[name] = _Fresh(node[name], key)
+        else:
+            if (top, name) not in _CHECKED:  # the rest was checked when it was first seen
+                split_path(f"{top}/{name}")
+                _CHECKED.add((top, name))
+            child = root.setdefault(top, {})
             if not isinstance(child, dict):
-                raise InvalidPath(f"{path!r} needs {part!r} to be a directory, but it is a file")
-            node = child
-        if parts[-1] in node:
-            raise InvalidPath(f"{path!r} is both a file and a directory")
-        node[parts[-1]] = bytes(data)
+                raise InvalidPath(f"{top}/{name} needs {top!r} to be a directory, but it is a file")
+            if name in child:
+                raise InvalidPath(f"{top}/{name!r} is both a file and a directory")
+            child[name] = _Known(raw, key)
     return root
+
+
+class _Fresh(dict):  # type: ignore[type-arg]
+    """A second-level directory not seen before: remembered once its id is known."""
+
+    def __init__(self, entries: dict[str, object], files: tuple[tuple[str, bytes], ...]) -> None:
+        super().__init__(entries)
+        self.files = files
+
+
+def _insert(root: dict[str, object], path: str, data: bytes) -> None:
+    parts = split_path(path)
+    node = root
+    for part in parts[:-1]:
+        child = node.setdefault(part, {})
+        if not isinstance(child, dict):
+            raise InvalidPath(f"{path!r} needs {part!r} to be a directory, but it is a file")
+        node = child
+    if parts[-1] in node:
+        raise InvalidPath(f"{path!r} is both a file and a directory")
+    node[parts[-1]] = bytes(data)
 
 
 def _hash_node(node: Mapping[str, object]) -> bytes:
     entries: list[tuple[str, int, bytes]] = []
     for name, child in node.items():
-        if isinstance(child, dict):
+        if isinstance(child, _Known):
+            entries.append((name, MODE_TREE, child.raw))
+        elif isinstance(child, dict):
             entries.append((name, MODE_TREE, _hash_node(child)))
         else:
             assert isinstance(child, bytes)
             entries.append((name, MODE_BLOB, object_id(BLOB, child)))
-    return object_id(TREE, serialize_tree(entries))
+    raw = object_id(TREE, serialize_tree(entries))
+    if isinstance(node, _Fresh):
+        _DIRS.put(node.files, raw)
+    return raw
 
 
 def _write_node(
@@ -132,19 +261,33 @@ def _write_node(
     entries: list[tuple[str, int, bytes]] = []
     for name, child in node.items():
         old = known.get(name)
+        sub_path = f"{path}/{name}" if path else name
+        if isinstance(child, _Known):
+            same = old is not None and old.id.raw == child.raw and old.filemode == _TREE_MODE
+            if not same and pygit2.Oid(raw=child.raw) not in repo:
+                # Hashed before but never written here: write it out like a new directory.
+                fresh: dict[str, object] = {}
+                for sub, data in child.files:
+                    _insert(fresh, sub, data)
+                child = _Fresh(fresh, child.files)
+            else:
+                trees[sub_path] = pygit2.Oid(raw=child.raw)
+                entries.append((name, MODE_TREE, child.raw))
+                continue
         if isinstance(child, dict):
-            old_tree = repo[old.id] if old is not None and old.filemode == pygit2.enums.FileMode.TREE else None
-            sub_path = f"{path}/{name}" if path else name
-            sub = _write_node(repo, batch, child, old_tree, sub_path, trees)  # type: ignore[arg-type]
-            entries.append((name, MODE_TREE, sub.raw))
+            old_tree = repo[old.id] if old is not None and old.filemode == _TREE_MODE else None
+            written = _write_node(repo, batch, child, old_tree, sub_path, trees)  # type: ignore[arg-type]
+            entries.append((name, MODE_TREE, written.raw))
         else:
             assert isinstance(child, bytes)
             raw = object_id(BLOB, child)
-            if old is None or old.id.raw != raw or old.filemode != pygit2.enums.FileMode.BLOB:
+            if old is None or old.id.raw != raw or old.filemode != _BLOB_MODE:
                 batch.add(BLOB, child)
             entries.append((name, MODE_BLOB, raw))
     data = serialize_tree(entries)
     raw = object_id(TREE, data)
+    if isinstance(node, _Fresh):
+        _DIRS.put(node.files, raw)
     if base is not None and base.id.raw == raw:
         trees[path] = base.id  # unchanged subtree: nothing to write, nothing to check
     else:
@@ -163,6 +306,14 @@ def subtree_id(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> pygit2.
     if entry.filemode != pygit2.enums.FileMode.TREE:
         return None
     return entry.id
+
+
+def directories_under(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> dict[str, pygit2.Oid]:
+    """Each directory directly under ``path`` of ``tree`` and its tree id, in one tree read."""
+    sub = subtree_id(repo, tree, path)
+    if sub is None:
+        return {}
+    return {e.name or "": e.id for e in _tree(repo, sub) if e.filemode == _TREE_MODE}
 
 
 def read_tree_files(repo: RepoLike, rev: str, prefix: str = "", skipped: list[str] | None = None) -> dict[str, bytes]:

@@ -15,6 +15,11 @@ more). Triggers:
 * ``rescheduling`` every ``reschedule_seconds``: the planner's stability rules
   (cooldown, minimum improvement, disruption budget) decide whether anything moves.
 
+A cycle whose inputs are the last cycle's (the same goals commit, plan commit and
+observation, heartbeat ages aside) reuses that decision instead of planning and
+rendering the fleet again (``lead/memo.py``); ``rescheduling``, ``provisioning``,
+``elected`` and ``manual`` always plan afresh.
+
 * ``retry``: a cycle that failed (Git unreachable, an unexpected error) is tried
   again after a short backoff, so failover never waits for the next poll.
 
@@ -60,6 +65,7 @@ from qonnect_gitops.kb import (
     workloads_from_goals,
 )
 from qonnect_gitops.lead.faults import fault_point
+from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode
 from qonnect_gitops.lead.reconcile import (
@@ -89,6 +95,8 @@ DEADLINE_SLACK = 0.05  # fire just after the grace has passed, never just before
 _UNKNOWN = "unknown"  # no plan head seen yet in this term
 RETRY_FIRST = 0.5  # seconds before the first retry of a failed cycle; doubles up to the poll
 UNHEALTHY_AFTER = 3  # consecutive failed cycles after which /readyz says the loop is unhealthy
+# Triggers that exist for rules acting on time alone: they always get a fresh plan.
+FRESH_PLAN = frozenset({"rescheduling", "provisioning", "elected", "manual"})
 
 
 @dataclass(frozen=True)
@@ -139,6 +147,9 @@ class ReconcileLoop:
         self._envelopes: dict[str, list[float]] = {}
         self._goals: Goals | None = None  # the goals of the last cycle (pool rules)
         self._dynamic: set[str] = set()  # pool clusters of the last decision
+        # The last decision, reused while its inputs hold (lead/memo.py); time-driven rules
+        # get a fresh plan at least every rescheduling interval.
+        self.memo = DecisionMemo(max_age_seconds=config.reschedule_seconds)
         self.cycles = 0
         self.last_cycle: dict[str, Any] | None = None
         self.last_error: str | None = None
@@ -162,6 +173,9 @@ class ReconcileLoop:
         if leading and (not self._leading or term != self._leading_term):
             self._leading, self._leading_term = True, term
             self._signatures.clear()  # judge reports afresh: another lead saw the ones before
+            self.memo.forget()
+            if self._mirror is not None:
+                self._mirror.distrust()  # another leader may have written since we last did
             self._seen_head = _UNKNOWN
             self.scheduler.resume()
             log.info("loop_resumed", term=term)
@@ -264,6 +278,8 @@ class ReconcileLoop:
                            before_publish=lambda r: self._fence_and_record(r, term, now),
                            between_pushes=lambda: self._between_pushes(term),
                            may_propose=self.review.may_propose)
+        if FRESH_PLAN.intersection(why):
+            self.memo.forget()  # these triggers exist for rules that act on time alone
         result = None
         for attempt in range(1, ATTEMPTS + 1):
             self.metrics.inc("qonnect_goals_fetches_total")  # one fetch per attempt
@@ -271,7 +287,7 @@ class ReconcileLoop:
                 mirror = self._open_mirror()
                 result = reconcile_once(mirror, self._observe(now), now=now, term=term,
                                         hooks=hooks, describe=plan_markdown,
-                                        fallback=self._liveness(now))
+                                        fallback=self._liveness(now), memo=self.memo)
                 break
             except GoalsError as exc:
                 self._record_failure(exc, term)

@@ -31,11 +31,14 @@ from qonnect_gitops.gitstore.store import (
 )
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
+    directories_under,
     list_tree_paths,
     resolve_commit,
     subtree_id,
     tree_id_of,
+    tree_ids_under,
 )
+from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import (
     CurrentPlacement,
@@ -204,13 +207,20 @@ def prune_limits(mirror: Mirror, head: str | None, rendered: RenderedPlan) -> di
     """Per cluster, how many objects the new tree knowingly removes from the one in force."""
     if head is None:
         return {}
-    old = list_tree_paths(mirror.repo, head, "clusters/")  # names only: no blob is read
-    new = set(rendered.files)
+    # Only a cluster whose tree changed can lose objects: compare tree ids first (one read
+    # of the old clusters tree, the new ids hashed in memory), then list just those.
+    old_trees = directories_under(mirror.repo, resolve_commit(mirror.repo, head).tree, "clusters")
+    new_trees = tree_ids_under(rendered.files, "clusters")
+    fleet = set(rendered.clusters)
+    changed = {c for c, tree in old_trees.items() if c in fleet and new_trees.get(c) != tree}
+    if not changed:
+        return {}
+    new = {p for p in rendered.files if p.startswith("clusters/") and p.split("/", 2)[1] in changed}
     limits: dict[str, int] = {}
-    for path in old - new:
-        cluster = path.split("/", 2)[1]
-        if cluster in rendered.clusters:
-            limits[cluster] = limits.get(cluster, 0) + 1
+    for cluster in sorted(changed):
+        removed = list_tree_paths(mirror.repo, head, f"clusters/{cluster}") - new  # names only
+        if removed:
+            limits[cluster] = len(removed)
     return limits
 
 
@@ -224,9 +234,8 @@ def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: Rend
     reads no blobs but ``placement.yaml`` (parsed once per commit)."""
     if commit is None:
         return False
-    new_files = {p[len("clusters/"):]: b for p, b in rendered.files.items() if p.startswith("clusters/")}
     old_tree = subtree_id(mirror.repo, resolve_commit(mirror.repo, commit).tree, "clusters")
-    if str(old_tree or EMPTY_TREE_HEX) != str(tree_id_of(new_files)):
+    if str(old_tree or EMPTY_TREE_HEX) != str(tree_id_of(rendered.files, "clusters") or EMPTY_TREE_HEX):
         return False
     try:
         previous = plan_in_force(mirror, commit)
@@ -240,6 +249,17 @@ def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: Rend
         and unplaced == sorted((u.component, u.replicas) for u in previous.unplaced)
         and unmet == sorted((u.component, u.goal) for u in previous.unmet)
     )
+
+
+def _same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: RenderedPlan,
+                   memo: DecisionMemo | None) -> bool:
+    """``same_decision``, answered from the memo when it knows ``commit`` holds ``rendered``."""
+    if memo is not None and memo.held_by(commit, rendered):
+        return True
+    same = same_decision(mirror, commit, plan, rendered)
+    if same and memo is not None and commit is not None:
+        memo.holds(commit, rendered)
+    return same
 
 
 def finishes(mirror: Mirror, head: str | None, plan: Plan) -> bool:
@@ -303,6 +323,7 @@ def reconcile_once(
     describe: Callable[[Plan], str] = plan_markdown,
     hooks: CycleHooks = CycleHooks(),
     fallback: ObservationSource | None = None,
+    memo: DecisionMemo | None = None,
 ) -> CycleResult:
     """Fetch, validate, plan, render, write and publish once.
 
@@ -312,7 +333,8 @@ def reconcile_once(
     (the next fetch drops them). With ``fallback``, a failure to observe or plan with
     ``observe`` is retried once with ``fallback`` (the lead passes liveness only) and
     the result says why in ``degraded``: failover must not stop because of one bad
-    measurement.
+    measurement. With ``memo`` (the leader's), a cycle whose inputs equal the last one's
+    reuses that decision and its rendering (``lead.memo``).
     """
     mirror.fetch()
     goals_commit = mirror.main_commit()
@@ -324,27 +346,39 @@ def reconcile_once(
     # The generation and the placement in force come from the plan branch: it is the
     # fenced source of truth, so a new leader (or a rebuilt lead group) resumes from it.
     head, generation, in_force = _in_force(mirror)
-    current = in_force.current() if in_force else CurrentPlacement()
+    current = in_force.current if in_force else CurrentPlacement
     # Cloud bursting resumes from the plan branch too: a new leader neither provisions
     # twice nor forgets a cluster (placement.provision).
     provisioning = in_force.provisioning if in_force else None
     degraded = None
+    recalled: tuple[Plan, RenderedPlan] | None = None
     try:
-        decision = plan_with_pools(goals, observe(goals), current, provisioning)
+        observed = observe(goals)
+        recalled = memo.recall(goals, head, observed, now) if memo is not None else None
+        decision = recalled[0] if recalled else plan_with_pools(goals, observed, current(), provisioning)
     except Exception as exc:  # a planner bug or a value it cannot take: plan on liveness
         if fallback is None:
             raise
         degraded = f"planning with measurements failed ({type(exc).__name__}: {exc}); planned from liveness only"
         log.error("plan_degraded", error=exc)
-        decision = plan_with_pools(goals, fallback(goals), current, provisioning)
-    rendered = render(with_members(goals, decision.provisioning), decision)
+        decision = plan_with_pools(goals, fallback(goals), current(), provisioning)
+    if recalled is not None:
+        rendered = recalled[1]
+        log.debug("decision_recalled", goals=goals_commit[:12], plan=head)
+    else:
+        rendered = render(with_members(goals, decision.provisioning), decision)
+        if memo is not None:
+            if degraded is None:
+                memo.remember(goals, head, observed, now, decision, rendered)
+            else:
+                memo.forget()  # a degraded plan is redone as soon as measurements allow
     meta = DecisionMeta(source=goals_commit, term=term, generation=generation + 1,
                         reason=decision.reason)
     result = CycleResult(goals_commit, decision, generation, degraded=degraded)
     review = needs_review(goals, decision.reason) and not finishes(mirror, head, decision)
     open_proposals = [p for p in mirror.store.list_proposals() if p.base == head] if review else []
     baseline = open_proposals[-1].commit if open_proposals else head
-    if same_decision(mirror, baseline, decision, rendered):
+    if _same_decision(mirror, baseline, decision, rendered, memo):
         log.info("reconcile_unchanged", goals=goals_commit[:12], generation=generation)
         if head is not None:
             # Finish a fan-out an earlier cycle left, or follow a plan commit someone else
@@ -375,6 +409,8 @@ def reconcile_once(
                                               prune_limits=write.prune_limits, expected_plan=write.expected_plan)
         if written.plan_commit is not None:
             generation += 1
+            if memo is not None:
+                memo.holds(written.plan_commit, rendered)
         result = CycleResult(goals_commit, decision, generation, written=written)
     published = _publish(mirror, result, hooks) if mirror.pending() else None
     log.info("reconcile_cycle", goals=goals_commit[:12], reason=decision.reason,

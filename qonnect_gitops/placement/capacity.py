@@ -119,6 +119,10 @@ class Ledger:
         # Settlements of declared clusters from earlier cycles of the same goals: the
         # same running replicas on the same declared nodes settle the same way.
         self.settled = settled if settled is not None else {}
+        # Per replica shape (cpu, memory, architectures): clusters where ``fits`` found no
+        # room for one replica, until room comes back there (a release, a settlement).
+        # Distribution skips them in one vector step instead of asking each again.
+        self.full: dict[tuple[int, int, frozenset[str]], np.ndarray] = {}
         self.segments: list[list[Segment]] = []
         # Per cluster: the allocatable (arch, cpu, memory) of each distinct node shape, to
         # tell "no node is ever large enough" from "no node has room left".
@@ -214,6 +218,7 @@ class Ledger:
             self._settle(cluster)
         total = self._total_room(cluster, cpu, memory, count)
         if total <= 0:
+            self._full(cluster, cpu, memory, archs)
             return 0
         placed = 0
         for segment in self.segments[cluster]:
@@ -237,7 +242,24 @@ class Ledger:
                     placed += min(total - placed, per * pool.count)
                     if placed >= total:
                         return placed
+        if not placed:
+            self._full(cluster, cpu, memory, archs)
         return placed
+
+    def full_for(self, cpu: int, memory: int, archs: frozenset[str]) -> np.ndarray | None:
+        """Clusters known to have no room for one replica of this shape (read only)."""
+        return self.full.get((cpu, memory, archs))
+
+    def _full(self, cluster: int, cpu: int, memory: int, archs: frozenset[str]) -> None:
+        vector = self.full.get((cpu, memory, archs))
+        if vector is None:
+            vector = self.full[(cpu, memory, archs)] = np.zeros(len(self.segments), dtype=bool)
+        vector[cluster] = True
+
+    def _roomier(self, cluster: int) -> None:
+        """Capacity came back on the cluster: no shape is known not to fit there now."""
+        for vector in self.full.values():
+            vector[cluster] = False
 
     # ----- changes ----------------------------------------------------------------------------
 
@@ -334,6 +356,8 @@ class Ledger:
     def _charge(self, take: Take, cpu: int, memory: int, sign: int) -> None:
         """Charge (sign 1) or refund (sign -1) one recorded take."""
         k = sign * take.replicas
+        if k < 0:
+            self._roomier(take.cluster)
         node = self.segments[take.cluster][take.segment].nodes[take.node]
         node[0] -= k * cpu
         node[1] -= k * memory
@@ -354,6 +378,7 @@ class Ledger:
         waiting = self.pending.pop(cluster, None)
         if not waiting:
             return
+        self._roomier(cluster)
         observed = bool(self.observed_usage[cluster])
         memo_key = (cluster, tuple(waiting))
         if not observed:
@@ -407,6 +432,7 @@ class Ledger:
         """Give back what replicas running at their old size hold. Reports say how much of
         each node is used, not by whom: the replicas are taken to use the nodes in order,
         as far as each node's used part holds them (an estimate, deterministic)."""
+        self._roomier(cluster)
         old_cpu = r.old_cpu or 0
         old_mem = r.old_memory or 0
         left = r.replicas

@@ -17,6 +17,7 @@ from qonnect_gitops.placement.capacity import Ledger, Running
 from qonnect_gitops.placement.evaluate import (
     EvalCaches,
     Evaluator,
+    QosClasses,
     desired_replicas,
     goal_index,
 )
@@ -78,7 +79,7 @@ class Cycle:
         self.replicas_of: dict[str, int] = {}
         self.latency_token = self._latency_token()
         self.evaluator = Evaluator(goals, self.fleet, self.ledger, traffic, self.placement, self.callers,
-                                   self._evaluator_caches())
+                                   self._evaluator_caches(), self._qos_classes())
         self.works: dict[str, Work] = {}
         self.removed: list[Removal] = []
         self._build_works()
@@ -149,6 +150,14 @@ class Cycle:
         caches = EvalCaches()
         self.fleet_memo["evaluator"] = (seen, caches)
         return caches
+
+    def _qos_classes(self) -> QosClasses:
+        """QoS content keys, kept for every cycle with this fleet (they depend on nothing
+        observed); started afresh once it holds far more objects than the goals have."""
+        classes = self.fleet_memo.get("qos")
+        if not isinstance(classes, QosClasses) or len(classes.by_id) > 4 * len(self.components) + 64:
+            classes = self.fleet_memo["qos"] = QosClasses()
+        return classes
 
     # ----- questions -----------------------------------------------------------------------
 

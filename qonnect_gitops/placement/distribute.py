@@ -89,6 +89,43 @@ def by_distance(ctx: Context, origin: int, candidates: np.ndarray, total: np.nda
     return _lazy_order(rest, (ctx.fleet.cluster_latency[origin, rest], total[rest]))
 
 
+def nearest_with_room(ctx: Context, origin: int, allowed: np.ndarray, total: np.ndarray) -> Iterator[int]:
+    """``by_distance`` over the ``allowed`` clusters with room (``_with_room``): the same
+    order. A shared (read-only, cached) score vector is sorted once per origin and kept
+    by the latency table, so the components of one class do not sort the fleet each; a
+    vector of this component alone (closeness, utilisation) is ordered lazily."""
+    if not _shared(total):
+        return by_distance(ctx, origin, np.flatnonzero(_with_room(ctx, allowed)), total)
+    return _walk(ctx, ctx.fleet.cluster_latency.nearest_order(origin, total), allowed)
+
+
+def _walk(ctx: Context, order: np.ndarray, allowed: np.ndarray) -> Iterator[int]:
+    """The clusters of ``order`` that ``_with_room`` keeps, judged a few at a time:
+    callers mostly take one of the first, so a large fleet is not judged whole. (Nothing
+    changes the ledger while a distribution runs: later chunks are judged as they
+    would have been at the start.)"""
+    c = ctx.component
+    ledger = ctx.ledger
+    full = ledger.full_for(c.cpu, c.memory, c.architectures)
+    own = [i for i, n in ctx.own.items() if n > 0 and allowed[i]]
+    step = 32
+    for start in range(0, order.size, step):
+        chunk = order[start:start + step]
+        keep = allowed[chunk] & (ledger.free_cpu[chunk] >= c.cpu) & (ledger.free_memory[chunk] >= c.memory)
+        if full is not None:
+            keep &= ~full[chunk]
+        if own:
+            keep |= np.isin(chunk, own)  # its own replicas count as room (as in the mask)
+        yield from chunk[keep].tolist()
+        step = min(step * 4, 4096)
+
+
+def _shared(*vectors: np.ndarray | None) -> bool:
+    """Cached, read-only vectors (a class's masks and static scores): what is derived from
+    them alone may be kept for the cycle."""
+    return all(v is None or not v.flags.writeable for v in vectors)
+
+
 def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterator[int]:
     """Yield candidates ordered by the keys (first key first), then by index, skipping
     those whose first key is +inf. Lazily, in growing batches: a batch is every candidate
@@ -113,8 +150,18 @@ def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterato
 
 def _with_room(ctx: Context, allowed: np.ndarray) -> np.ndarray:
     """Allowed clusters whose free totals could take one replica (the capacity filter's
-    quick vector check; the exact per-node answer comes from ``Room``)."""
+    quick vector check) and where the ledger has not found every node full; the exact
+    per-node answer comes from ``Room``."""
     room: np.ndarray = allowed & CAPACITY.mask(ctx)
+    c = ctx.component
+    full = ctx.ledger.full_for(c.cpu, c.memory, c.architectures)
+    if full is not None:
+        # Clusters the ledger already found without a node for one replica (their totals
+        # may still look roomy): skipped here rather than asked again one by one.
+        room &= ~full
+        for cluster, n in ctx.own.items():
+            if n > 0 and allowed[cluster]:
+                room[cluster] = True  # its own replicas count as room (as in the mask)
     return room
 
 
@@ -220,22 +267,29 @@ def _distribute(
     if not first.any():
         result.unplaced, result.blocked = need, Blocked.NO_CLUSTER
         return result
-    choose = first
-    if wanted is not None and qos.offloading and wanted is not allowed:
-        choose = first | (wanted & ~allowed)
-        if daemon and existing:
-            choose[list(existing)] = False
-        if new_clusters > 0 and existing and not daemon:
-            choose[list(existing)] = False
-    # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
-    preferred = int(np.argmin(np.where(choose, total, math.inf)))
+    shared = not existing and _shared(allowed, wanted, total)
+    best = ctx.fleet.best.get((id(allowed), id(wanted), id(total), qos.offloading)) if shared else None
+    if best is not None and best[0] is allowed and best[1] is wanted and best[2] is total:
+        preferred = best[3]
+    else:
+        choose = first
+        if wanted is not None and qos.offloading and wanted is not allowed:
+            choose = first | (wanted & ~allowed)
+            if daemon and existing:
+                choose[list(existing)] = False
+            if new_clusters > 0 and existing and not daemon:
+                choose[list(existing)] = False
+        # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
+        preferred = int(np.argmin(np.where(choose, total, math.inf)))
+        if shared:
+            # The vectors hold the key's ids: no other object can take them meanwhile.
+            ctx.fleet.best[(id(allowed), id(wanted), id(total), qos.offloading)] = (allowed, wanted, total, preferred)
     result.preferred = preferred
     holds = bool(allowed[preferred])
     if holds and new_clusters <= 1 and need <= cap and room.left(preferred, need) >= need:
         result.replicas[preferred] = need
         result.why[preferred] = Why(Rule.BEST)
         return result
-    candidates = np.flatnonzero(_with_room(ctx, first))
     if holds and room.left(preferred, 1) > 0:
         primary = preferred
         result.why[primary] = Why(Rule.BEST)
@@ -254,14 +308,14 @@ def _distribute(
         if not qos.offloading:
             result.unplaced, result.blocked = need, Blocked.OFFLOADING_OFF
             return result
-        primary = next((c for c in by_distance(ctx, preferred, candidates, total) if room.left(c, 1) > 0), -1)
+        primary = next((c for c in nearest_with_room(ctx, preferred, first, total) if room.left(c, 1) > 0), -1)
         if primary < 0:
             result.unplaced, result.blocked = need, Blocked.NO_ROOM
             return result
         result.why[primary] = Why(Rule.OFFLOADED, origin=preferred, too_small=not holds)
     chosen = [primary]
     if new_clusters > 1:
-        for cluster in ranked(candidates, total):
+        for cluster in ranked(np.flatnonzero(_with_room(ctx, first)), total):
             if len(chosen) >= min(new_clusters, need):
                 break
             if cluster in chosen or room.left(cluster, 1) == 0:
@@ -282,7 +336,7 @@ def _distribute(
             room.use(cluster, put)
         overflow += want - put
     if overflow and qos.bursting:
-        for cluster in by_distance(ctx, primary, np.flatnonzero(_with_room(ctx, pool)), total):
+        for cluster in nearest_with_room(ctx, primary, pool, total):
             if overflow == 0:
                 break
             already = result.replicas.get(cluster, 0)

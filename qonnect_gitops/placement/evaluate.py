@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qonnect_gitops.model.app import QoS
 from qonnect_gitops.model.goals import Component, Goals
 from qonnect_gitops.model.plan import GoalKind
 from qonnect_gitops.placement.capacity import Ledger
@@ -73,7 +74,7 @@ class _FleetEntry:
 # edit that leaves the clusters, the network and the fleet settings as they were (the
 # same objects) keeps the fleet's arrays and what cycles learnt about it.
 _STATIC: dict[int, tuple[weakref.ref[Goals], GoalIndex]] = {}
-_FLEETS: dict[Hashable, _FleetEntry] = {}
+_FLEETS: dict[tuple[Hashable, ...], _FleetEntry] = {}
 _STATIC_KEEP = 4
 
 
@@ -89,9 +90,16 @@ def _fleet_of(goals: Goals) -> _FleetEntry:
     entry = _FLEETS.get(key)
     if entry is not None and all(a is b for a, b in zip(entry.pins, pins)):
         return entry
+    # Goals loaded again (a push that changed an app) bring new objects equal to the
+    # last ones: the fleet's arrays and what cycles learnt about it still hold.
+    regions = key[-1]
+    same = next((e for k, e in reversed(_FLEETS.items()) if k[-1] == regions and e.pins == pins), None)
     while len(_FLEETS) >= _STATIC_KEEP:
         del _FLEETS[next(iter(_FLEETS))]
-    entry = _FLEETS[key] = _FleetEntry(pins, build_static(goals), {})
+    if same is not None:
+        entry = _FLEETS[key] = _FleetEntry(pins, same.fleet, same.memo)
+    else:
+        entry = _FLEETS[key] = _FleetEntry(pins, build_static(goals), {})
     return entry
 
 
@@ -109,6 +117,12 @@ def _index_goals(goals: Goals) -> GoalIndex:
         callers={k: tuple(sorted(v)) for k, v in callers.items()},
         fleet_memo=fleet.memo,
     )
+
+
+def forget() -> None:
+    """Drop everything derived from earlier goals (benchmarks time cold plans with it)."""
+    _STATIC.clear()
+    _FLEETS.clear()
 
 
 def goal_index(goals: Goals) -> GoalIndex:
@@ -157,19 +171,38 @@ def replicas_for(rps: float, per_replica: float) -> int:
 # ----- the evaluator -----------------------------------------------------------------------
 
 
-def _class_key(c: Component, replicas: int) -> Hashable:
-    """Components sharing a QoS object (app defaults), architectures and size share every
-    goal-level and observed mask (QoS objects live as long as the goals); the replica
-    count matters only to the cost cap."""
-    if c.qos.max_cost_per_hour is None:
-        return (id(c.qos), c.architectures, c.cpu, c.memory)
-    return (id(c.qos), c.architectures, c.cpu, c.memory, replicas)
+class QosClasses:
+    """QoS objects by content: components whose QoS is equal (apps written alike, copied
+    defaults) share every mask and static score, so what the evaluator keeps grows with
+    the distinct QoS goals, not with the components."""
+
+    def __init__(self) -> None:
+        self.by_id: dict[int, tuple[QoS, str]] = {}  # holds the object: its id stays unique
+        self.contents: dict[str, str] = {}  # one string per content, shared by the keys
+
+    def of(self, qos: QoS) -> str:
+        """The content key of a QoS object (computed once per object)."""
+        entry = self.by_id.get(id(qos))
+        if entry is not None and entry[0] is qos:
+            return entry[1]
+        text = qos.model_dump_json()
+        text = self.contents.setdefault(text, text)
+        self.by_id[id(qos)] = (qos, text)
+        return text
 
 
-def _goal_key(c: Component, replicas: int) -> Hashable:
+def _class_key(c: Component, replicas: int, qos: str) -> Hashable:
+    """Components with equal QoS goals, architectures and size share every goal-level and
+    observed mask; the replica count matters only to the cost cap."""
     if c.qos.max_cost_per_hour is None:
-        return (id(c.qos), c.architectures)
-    return (id(c.qos), c.architectures, c.cpu, c.memory, replicas)
+        return (qos, c.architectures, c.cpu, c.memory)
+    return (qos, c.architectures, c.cpu, c.memory, replicas)
+
+
+def _goal_key(c: Component, replicas: int, qos: str) -> Hashable:
+    if c.qos.max_cost_per_hour is None:
+        return (qos, c.architectures)
+    return (qos, c.architectures, c.cpu, c.memory, replicas)
 
 
 @dataclass
@@ -188,8 +221,7 @@ class EvalCaches:
     static_scores: dict[Hashable, tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=dict)
     floors: dict[tuple[Hashable, Hashable], float] = field(default_factory=dict)
     rows: dict[Hashable, tuple[list[str], list[list[float]]]] = field(default_factory=dict)
-    # Keys hold id(qos): every QoS object seen stays referenced here, so no id in a key
-    # can be reused by another object while the caches live (they outlive one Goals).
+    # Every QoS object seen (contexts refer to them): counts what the caches have seen.
     pins: dict[int, object] = field(default_factory=dict)
 
 
@@ -211,6 +243,7 @@ class Evaluator:
         placement: dict[str, dict[int, int]],
         callers: Mapping[str, tuple[str, ...]],
         caches: EvalCaches | None = None,
+        qos: QosClasses | None = None,
     ) -> None:
         self.goals = goals
         self.fleet = fleet
@@ -232,6 +265,7 @@ class Evaluator:
         self.floor_cache = c.floors
         self.static_rows = c.rows
         self.pins = c.pins
+        self.qos = qos if qos is not None else QosClasses()
 
     def context(self, c: Component, replicas: int, own: Mapping[int, int] | None = None) -> Context:
         """What plugins see of a component (shared while ``own`` is empty: a context only
@@ -266,14 +300,14 @@ class Evaluator:
 
     def static_mask_of(self, c: Component, replicas: int) -> np.ndarray:
         """``static_mask`` by the component alone (cached: the short path of a cycle)."""
-        static = self.static_cache.get(_class_key(c, replicas))
+        static = self.static_cache.get(_class_key(c, replicas, self.qos.of(c.qos)))
         if static is None:
             static = self.static_mask(self.context(c, replicas))
         return static
 
     def static_list_of(self, c: Component, replicas: int) -> list[bool]:
         """``static_mask_of`` as a list: indexing one cluster is much cheaper."""
-        key = _class_key(c, replicas)
+        key = _class_key(c, replicas, self.qos.of(c.qos))
         static = self.static_lists.get(key)
         if static is None:
             static = self.static_lists[key] = self.static_mask_of(c, replicas).tolist()
@@ -291,7 +325,7 @@ class Evaluator:
 
     def goal_mask(self, ctx: Context) -> np.ndarray:
         """Where the goals alone allow the component (tier, labels, taints, arch, cost)."""
-        key = _goal_key(ctx.component, ctx.replicas)
+        key = _goal_key(ctx.component, ctx.replicas, self.qos.of(ctx.component.qos))
         ok = self.goal_cache.get(key)
         if ok is None:
             ok = np.ones(self.n, dtype=bool)
@@ -302,7 +336,7 @@ class Evaluator:
 
     def static_mask(self, ctx: Context) -> np.ndarray:
         """Clusters passing every filter but free capacity (fixed for the cycle)."""
-        key = _class_key(ctx.component, ctx.replicas)
+        key = _class_key(ctx.component, ctx.replicas, self.qos.of(ctx.component.qos))
         static = self.static_cache.get(key)
         if static is None:
             static = self.goal_mask(ctx).copy()
@@ -314,7 +348,7 @@ class Evaluator:
     def wanted_mask(self, ctx: Context) -> np.ndarray:
         """``static_mask`` without the node-size check: where the component would go if
         nodes were big enough. Its best cluster is the one offloading starts from."""
-        key = _class_key(ctx.component, ctx.replicas)
+        key = _class_key(ctx.component, ctx.replicas, self.qos.of(ctx.component.qos))
         wanted = self.wanted_cache.get(key)
         if wanted is None:
             wanted = self.goal_mask(ctx).copy()
@@ -378,7 +412,7 @@ class Evaluator:
 
     def _static_key(self, ctx: Context) -> Hashable:
         c = ctx.component
-        return (id(c.qos), c.cpu, c.memory, tuple(sorted(ctx.traffic.items())) if ctx.traffic else ())
+        return (self.qos.of(c.qos), c.cpu, c.memory, tuple(sorted(ctx.traffic.items())) if ctx.traffic else ())
 
     def static_scores_of(self, ctx: Context) -> tuple[np.ndarray, dict[str, np.ndarray]]:
         """The part of the score fixed for the cycle, and its weighted terms."""
@@ -395,9 +429,9 @@ class Evaluator:
                 vec = self.score_cache.get((s.name, skey))
                 if vec is None:
                     vec = self.score_cache[(s.name, skey)] = _frozen(s.score(ctx))
-                parts[s.name] = w * vec
+                parts[s.name] = _frozen(w * vec)
                 total += parts[s.name]
-            cached = self.static_scores[key] = (total, parts)
+            cached = self.static_scores[key] = (_frozen(total), parts)
         return cached
 
     def static_total(self, ctx: Context) -> np.ndarray:
@@ -406,7 +440,7 @@ class Evaluator:
     def static_floor(self, ctx: Context) -> float:
         """The lowest static score over the clusters the component may use: no placement
         of it can score better (closeness and utilisation only add)."""
-        key = (_class_key(ctx.component, ctx.replicas), self._static_key(ctx))
+        key = (_class_key(ctx.component, ctx.replicas, self.qos.of(ctx.component.qos)), self._static_key(ctx))
         floor = self.floor_cache.get(key)
         if floor is None:
             allowed = self.static_mask(ctx)

@@ -318,11 +318,16 @@ class Explainer:
 class _Shown:
     """What a component's plan was built from in the last cycle."""
 
-    component: Component  # the object (immutable): an edited component is another one
+    component: Component  # immutable: an edited component is another, unequal one
     target: dict[int, int]
     keep: Keep | None
     traffic: dict[int, float] | None
     plan: ComponentPlan | None
+
+
+def _same(a: Component, b: Component) -> bool:
+    """The same component: the object, or an equal one from goals loaded again."""
+    return a is b or a == b
 
 
 def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
@@ -334,7 +339,8 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
     if isinstance(entry, tuple) and entry[0] is ex.latencies:
         last = entry[1]
     changed = [key for key, work in cycle.works.items()
-               if (prev := last.get(key)) is None or prev.target != work.target or prev.component is not work.component]
+               if (prev := last.get(key)) is None or prev.target != work.target
+               or not _same(prev.component, work.component)]
     dirty = set(changed)
     for key in changed:
         dirty.update(cycle.calls.get(key, ()))
@@ -349,7 +355,7 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
         short = work.keep is not None and not work.touched and not work.shortfalls and not work.drains
         plan = None
         if (short and key not in dirty and prev is not None and prev.plan is not None
-                and prev.component is work.component and prev.keep == work.keep and prev.traffic == traffic
+                and _same(prev.component, work.component) and prev.keep == work.keep and prev.traffic == traffic
                 and work.component.qos.placement.policy not in ("best-fit", "worst-fit")):
             plan = prev.plan
         now[key] = _Shown(work.component, work.target, work.keep, traffic, plan)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -17,6 +18,128 @@ from qonnect_gitops.model.observed import Observed
 
 GIB = float(2**30)
 TIER_RANK = {"cloud": 0, "fog": 1, "edge": 2}
+
+
+ROWS_KEPT = 512  # latency rows a table keeps computed (each is one float per cluster)
+
+
+class ClusterLatency:
+    """Cluster-to-cluster latency in ms, symmetric, finite everywhere, without a dense
+    matrix: a pair's latency is its explicit or measured value where one is given, else
+    the larger known of each cluster's latency to the other's region (unknown: twice
+    the largest known latency, the closeness norm). Rows are computed when asked for
+    and a bounded number kept, so memory stays linear in clusters x regions plus the
+    pairs that are named.
+
+    Indexing follows the numpy matrix it replaces: ``lat[a]`` is a row, ``lat[[a, b]]``
+    rows, ``lat[a, b]`` one value and ``lat[a, idx]`` part of a row."""
+
+    def __init__(self, region_latency: np.ndarray, cluster_region: np.ndarray,
+                 pairs: dict[tuple[int, int], float]) -> None:
+        self.region_latency = region_latency  # [cluster, region] ms, inf when unknown
+        self.cluster_region = cluster_region
+        self.pairs = pairs  # (low, high) index -> ms: the named pairs, decided already
+        self.by_cluster: dict[int, dict[int, float]] = {}
+        for (a, b), ms in sorted(pairs.items()):
+            self.by_cluster.setdefault(a, {})[b] = ms
+            self.by_cluster.setdefault(b, {})[a] = ms
+        self.n = len(cluster_region)
+        self.shape = (self.n, self.n)
+        self.largest = _largest_known(region_latency, cluster_region, pairs)
+        self.norm = 2.0 * max(self.largest, 1.0)
+        self._rows: dict[int, np.ndarray] = {}
+        self._lists: dict[int, list[float]] = {}
+        self._orders: dict[tuple[int, int], tuple[np.ndarray, np.ndarray]] = {}
+
+    def derived(self, a: int, b: int) -> float:
+        """The latency of a pair from the regions alone (inf when neither is known)."""
+        x = float(self.region_latency[a, self.cluster_region[b]])
+        y = float(self.region_latency[b, self.cluster_region[a]])
+        return max(x, y) if math.isfinite(x) and math.isfinite(y) else min(x, y)
+
+    def row(self, a: int) -> np.ndarray:
+        """Latency from ``a`` to every cluster (read only)."""
+        row = self._rows.get(a)
+        if row is None:
+            row = _larger_known_pair(self.region_latency[a, self.cluster_region],
+                                     self.region_latency[:, self.cluster_region[a]])
+            for b, ms in self.by_cluster.get(a, {}).items():
+                row[b] = ms
+            row[a] = 0.0
+            row[~np.isfinite(row)] = self.norm
+            row.setflags(write=False)
+            if len(self._rows) >= ROWS_KEPT:
+                del self._rows[next(iter(self._rows))]
+            self._rows[a] = row
+        return row
+
+    def row_list(self, a: int) -> list[float]:
+        """``row(a)`` as a list (cheap to index one element at a time)."""
+        out = self._lists.get(a)
+        if out is None:
+            if len(self._lists) >= ROWS_KEPT // 4:
+                del self._lists[next(iter(self._lists))]
+            out = self._lists[a] = self.row(a).tolist()
+        return out
+
+    def nearest_order(self, origin: int, tiebreak: np.ndarray) -> np.ndarray:
+        """Every other cluster, nearest to ``origin`` first; ties by ``tiebreak`` (a score
+        vector, lower first), then by index. Kept for the last few (origin, vector)
+        pairs: components of one class offload from the same cluster with the same
+        scores, and one sort serves them all (read only)."""
+        key = (origin, id(tiebreak))
+        entry = self._orders.get(key)
+        if entry is not None and entry[0] is tiebreak:
+            return entry[1]
+        row = self.row(origin)
+        ranked: np.ndarray = np.lexsort((np.arange(self.n), tiebreak, row))
+        order: np.ndarray = ranked[ranked != origin]
+        order.setflags(write=False)
+        if len(self._orders) >= ROWS_KEPT // 4:
+            del self._orders[next(iter(self._orders))]
+        self._orders[key] = (tiebreak, order)  # holds the vector: its id stays unique
+        return order
+
+    def __getitem__(self, key: object) -> Any:
+        if isinstance(key, tuple):
+            a, rest = key
+            return self.row(int(a))[rest]
+        if isinstance(key, (int, np.integer)):
+            return self.row(int(key))
+        return np.stack([self.row(int(a)) for a in key])  # type: ignore[attr-defined]
+
+
+def _largest_known(region_latency: np.ndarray, cluster_region: np.ndarray,
+                   pairs: dict[tuple[int, int], float]) -> float:
+    """The largest finite latency between two different clusters (0 when none is known).
+
+    A pair's regional value is the larger known of its two ends' latencies to the other's
+    region, so the largest regional value over all pairs is the largest finite latency
+    of any cluster to a region holding another cluster, unless every pair that carries
+    it is named (its named value counts instead). The named pairs are few: the loop
+    below skips at most that many candidates."""
+    regions = region_latency.shape[1]
+    members = np.bincount(cluster_region, minlength=regions)
+    # Clusters in region s other than a itself.
+    others = members[None, :] - (np.arange(regions)[None, :] == cluster_region[:, None])
+    candidate = np.isfinite(region_latency) & (others > 0)
+    best = max(pairs.values(), default=0.0)
+    flat = np.flatnonzero(candidate.ravel())
+    if flat.size == 0:
+        return best
+    values = region_latency.ravel()[flat]
+    named: dict[tuple[int, int], int] = {}
+    for (a, b) in pairs:
+        for x, y in ((a, b), (b, a)):
+            key = (x, int(cluster_region[y]))
+            named[key] = named.get(key, 0) + 1
+    for j in np.argsort(-values, kind="stable").tolist():
+        if values[j] <= best:
+            break
+        a, s = divmod(int(flat[j]), regions)
+        if named.get((a, s), 0) < int(others[a, s]):
+            return float(values[j])  # a pair of a with s carries it, unnamed
+    return best
 
 
 @dataclass(frozen=True)
@@ -34,13 +157,12 @@ class StaticFleet:
     memory_price: np.ndarray  # per byte-hour
     energy_per_millicore: np.ndarray  # watts per millicore x gCO2/kWh
     declared_region_latency: np.ndarray  # [cluster, region] ms, inf when unknown
-    declared_pairs: dict[tuple[int, int], float]  # explicit cluster-to-cluster latencies
-    # [cluster, cluster] ms by the declarations alone (inf when unknown), and where an
-    # explicit pair decides it; measurements are applied on top each cycle.
-    declared_cluster_latency: np.ndarray
-    explicit: np.ndarray
-    # The finished table and its norm when nothing is measured (read only).
-    declared_view: tuple[np.ndarray, float]
+    # Explicit cluster-to-cluster latencies, one value per (low, high) pair: the larger
+    # of both directions where both are known (one declared direction is compared with
+    # the regional value of the pair); measurements are applied on top each cycle.
+    declared_pairs: dict[tuple[int, int], float]
+    # The table when nothing is measured (shared by every cycle of these goals).
+    declared_view: ClusterLatency
 
 
 def build_static(goals: Goals) -> StaticFleet:
@@ -61,18 +183,22 @@ def build_static(goals: Goals) -> StaticFleet:
     n = len(names)
     region_lat = np.full((n, len(regions)), math.inf)
     region_lat[np.arange(n), cluster_region] = 0.0  # in-region latency counts as zero unless declared
-    pairs: dict[tuple[int, int], float] = {}
+    directed: dict[tuple[int, int], float] = {}
     for (a, b), ms in sorted(goals.latencies.items()):
         if a in index and b in index:
-            pairs[(index[a], index[b])] = ms
+            directed[(index[a], index[b])] = ms
         elif a in index and b in region_index:
             region_lat[index[a], region_index[b]] = ms
-    cl = _larger_known(region_lat[:, cluster_region])
-    explicit = np.zeros((n, n), dtype=bool)
-    for (src, dst), ms in pairs.items():
-        cl[src, dst] = ms
-        explicit[src, dst] = explicit[dst, src] = True
-    cl = _larger_known(cl)  # closeness reads rows as columns: one value per pair
+    regional = ClusterLatency(region_lat, cluster_region, {})
+    pairs: dict[tuple[int, int], float] = {}
+    for (src, dst), ms in sorted(directed.items()):
+        if src == dst:
+            continue
+        key = (min(src, dst), max(src, dst))
+        if key in pairs:
+            continue
+        back = directed.get((dst, src), regional.derived(src, dst))
+        pairs[key] = max(ms, back) if math.isfinite(back) else ms
     return StaticFleet(
         names=names,
         index=index,
@@ -88,9 +214,7 @@ def build_static(goals: Goals) -> StaticFleet:
         ),
         declared_region_latency=region_lat,
         declared_pairs=pairs,
-        declared_cluster_latency=cl,
-        explicit=explicit,
-        declared_view=_read_only(_finished(cl.copy())),
+        declared_view=ClusterLatency(region_lat, cluster_region, pairs),
     )
 
 
@@ -112,10 +236,11 @@ class FleetView:
     failures: dict[int, Failure]  # why an unhealthy cluster is treated as gone
     region_latency: np.ndarray  # [cluster, region] ms; measured overrides declared
     measured_region: frozenset[tuple[int, int]]  # (cluster, region) pairs that were measured
-    cluster_latency: np.ndarray  # [cluster, cluster] ms, finite everywhere
+    cluster_latency: ClusterLatency  # [cluster, cluster] ms, finite everywhere
     latency_norm: float  # twice the largest finite cluster-to-cluster latency (>= 2)
-
-    rows: dict[int, list[float]] = field(default_factory=dict, compare=False)
+    # The preferred cluster per (allowed, wanted, score) vectors shared by a class of
+    # components (``distribute``): one argmin per class and cycle, not per component.
+    best: dict[tuple[int, int, int, bool], tuple[Any, Any, Any, int]] = field(default_factory=dict, compare=False)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -123,10 +248,7 @@ class FleetView:
 
     def latency_row(self, cluster: int) -> list[float]:
         """``cluster_latency[cluster]`` as a list (cheap to index one element at a time)."""
-        row = self.rows.get(cluster)
-        if row is None:
-            row = self.rows[cluster] = self.cluster_latency[cluster].tolist()
-        return row
+        return self.cluster_latency.row_list(cluster)
 
 
 def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetView:
@@ -162,23 +284,16 @@ def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetVi
             key = (static.index[b], static.region_index[a])
             measured_regions[key] = max(measured_regions.get(key, 0.0), lat.ms)
     if not measured_pairs and not measured_regions:
-        cl, norm = static.declared_view
+        cl = static.declared_view
     else:
         region_lat = region_lat.copy()
         for (i, r), ms in measured_regions.items():
             region_lat[i, r] = ms
-        # Cluster to cluster: an explicit pair, else the latency of each to the other's
-        # region; only the rows of clusters with a measured region latency change.
-        cl = static.declared_cluster_latency.copy()
-        reg = static.cluster_region
-        for k in sorted({i for i, _ in measured_regions}):
-            row = _larger_known_pair(region_lat[k, reg], region_lat[:, reg[k]])
-            row = np.where(static.explicit[k], cl[k], row)
-            cl[k, :] = row
-            cl[:, k] = row
-        for (i, j), ms in measured_pairs.items():
-            cl[i, j] = cl[j, i] = ms
-        cl, norm = _finished(cl)
+        # A measured pair overrides what is declared; every other pair follows the
+        # (measured) regional latencies of its ends, or its explicit value.
+        pairs = dict(static.declared_pairs)
+        pairs.update({k: ms for k, ms in measured_pairs.items() if k[0] != k[1]})
+        cl = ClusterLatency(region_lat, static.cluster_region, pairs)
     return FleetView(
         static=static,
         healthy=healthy,
@@ -186,32 +301,11 @@ def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetVi
         region_latency=region_lat,
         measured_region=frozenset(measured_regions),
         cluster_latency=cl,
-        latency_norm=norm,
+        latency_norm=cl.norm,
     )
-
-
-def _larger_known(table: np.ndarray) -> np.ndarray:
-    """Symmetric: where both directions are known the larger counts (a latency given in
-    both directions is judged by its worse one), else the known one."""
-    return _larger_known_pair(table, table.T)
 
 
 def _larger_known_pair(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     both = np.isfinite(a) & np.isfinite(b)
     larger: np.ndarray = np.where(both, np.maximum(a, b), np.minimum(a, b))
     return larger
-
-
-def _read_only(view: tuple[np.ndarray, float]) -> tuple[np.ndarray, float]:
-    view[0].setflags(write=False)  # shared by every cycle of these goals
-    return view
-
-
-def _finished(cl: np.ndarray) -> tuple[np.ndarray, float]:
-    """Zero on the diagonal; unknown pairs count as twice the largest known latency, and
-    that is the norm closeness divides by (so each of its terms stays within [0, 1])."""
-    np.fill_diagonal(cl, 0.0)
-    finite = cl[np.isfinite(cl)]
-    norm = float(max(finite.max() if finite.size else 1.0, 1.0))
-    cl[~np.isfinite(cl)] = 2.0 * norm
-    return cl, 2.0 * norm

@@ -14,6 +14,7 @@ stays fast; the order of evaluation is fixed, so results stay deterministic.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
@@ -21,6 +22,7 @@ import numpy as np
 
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.capacity import Ledger, Take
+from qonnect_gitops.placement.fleet import ClusterLatency
 
 EPSILON = 1e-9
 CANDIDATES = 6  # best clusters by static score tried per replica, plus neighbours' clusters
@@ -51,7 +53,7 @@ def pair_cost(
     caller: str,
     callee: str,
     replicas: Callable[[str], int],
-    latency: np.ndarray,
+    latency: ClusterLatency,
     scale: float,
 ) -> float:
     """Closeness cost of caller -> callee: each caller replica to the nearest callee."""
@@ -78,7 +80,7 @@ def local_cost(
     calls: Mapping[str, Sequence[str]],
     callers: Mapping[str, Sequence[str]],
     replicas_of: Callable[[str], int],
-    latency: np.ndarray,
+    latency: ClusterLatency,
     scale: float,
 ) -> float:
     """The terms of the objective that involve one component, were it placed at
@@ -107,7 +109,7 @@ class Search:
         calls: Mapping[str, Sequence[str]],
         callers: Mapping[str, Sequence[str]],
         replicas: Callable[[str], int],
-        latency: np.ndarray,
+        latency: ClusterLatency,
         norm: float,
         weight: float,
         ledger: Ledger,
@@ -218,10 +220,11 @@ class Search:
             return None
         # A busy cluster may hold hundreds of components: try those that lose least by
         # leaving it (by static score towards src) first, and only a few of them.
-        partners = sorted(
-            self.on.get(dst, ()),
-            key=lambda k: (float(self.by_key[k].static[src] - self.by_key[k].static[dst]), k),
-        )[:SWAP_PARTNERS]
+        by_key = self.by_key
+        partners = heapq.nsmallest(  # as sorted(...)[:SWAP_PARTNERS], without sorting them all
+            SWAP_PARTNERS, self.on.get(dst, ()),
+            key=lambda k: (float(by_key[k].static[src] - by_key[k].static[dst]), k),
+        )
         for other_key in partners:
             other = self.by_key[other_key]
             oc = other.component

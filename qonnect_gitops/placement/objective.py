@@ -23,6 +23,7 @@ from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement
 from qonnect_gitops.placement.cycle import Cycle
 from qonnect_gitops.placement.evaluate import desired_replicas
+from qonnect_gitops.placement.fleet import ClusterLatency
 from qonnect_gitops.placement.plugins.closeness import CLOSENESS_WEIGHT
 
 
@@ -35,7 +36,7 @@ class Terms:
     replicas: np.ndarray  # desired replicas per component
     scores: np.ndarray  # [component, cluster] static score s_ia
     feasible: np.ndarray  # [component, cluster] all filters but free capacity
-    latency: np.ndarray  # [cluster, cluster] ms
+    latency: ClusterLatency  # [cluster, cluster] ms
     latency_norm: float
     calls: tuple[tuple[int, int], ...]  # (caller, callee) component indices
     closeness_weight: float = CLOSENESS_WEIGHT

@@ -41,6 +41,7 @@ from qonnect_gitops.model.pool import POOL_APP
 from qonnect_gitops.model.secrets import plain_secrets
 from qonnect_gitops.render.capi import capi_objects
 from qonnect_gitops.render.nodes import constrain_pods
+from qonnect_gitops.render.placement_file import placement_yaml
 from qonnect_gitops.render.shared import SharedObject, borrowed, definitions
 
 SERVICE_EXPORT_API = "multicluster.x-k8s.io/v1alpha1"
@@ -67,13 +68,7 @@ class RenderedPlan:
 
 def render(goals: Goals, plan: Plan) -> RenderedPlan:
     """Render every cluster's manifests for ``plan``. Pure and deterministic."""
-    # Without cloud bursting the placement file stays as it always was.
-    dump = plan.model_dump(mode="json", by_alias=True,
-                           exclude={"provisioning"} if plan.provisioning is None else None)
-    # placement.yaml changes with every decision's wording and is megabytes at fleet
-    # scale: libyaml's emitter (the same output for plain data) writes it in a fraction
-    # of the time. It is on the plan branch only; cluster branches keep the pure emitter.
-    files: dict[str, bytes] = {PLACEMENT_FILE: _dump(dump, dumper=_FAST_DUMPER)}
+    files: dict[str, bytes] = {PLACEMENT_FILE: placement_yaml(plan)}
     hosts = {key: plan.clusters_of(key) for key in sorted(plan.components)}
     callers_on = _caller_clusters(goals, hosts)
     app_hosts: dict[str, set[str]] = {}
@@ -339,10 +334,7 @@ _DUMPED: dict[bytes, bytes] = {}
 _DUMPED_MAX = 1 << 18
 
 
-_FAST_DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
-
-
-def _dump(data: Any, dumper: Any = yaml.SafeDumper) -> bytes:
+def _dump(data: Any) -> bytes:
     # The key keeps key order (the YAML does too) and tells types apart that JSON
     # would not (a date from a manifest and the string it prints as).
     key = hashlib.blake2b(json.dumps(data, separators=(",", ":"), ensure_ascii=False,
@@ -350,7 +342,7 @@ def _dump(data: Any, dumper: Any = yaml.SafeDumper) -> bytes:
     text = _DUMPED.get(key)
     if text is None:
         text = yaml.dump(
-            data, Dumper=dumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096
+            data, Dumper=yaml.SafeDumper, sort_keys=False, default_flow_style=False, allow_unicode=True, width=4096
         ).encode()
         if len(_DUMPED) >= _DUMPED_MAX:
             _DUMPED.clear()

@@ -99,6 +99,47 @@ def test_incremental_build_reuses_unchanged_subtrees(tmp_path: Path) -> None:
     assert read_tree_files(repo, _commit(repo, new), "clusters/c7")["clusters/c7/m1.yaml"] == b"changed"
 
 
+def test_a_cluster_directory_seen_before_is_neither_hashed_nor_written_again(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Hashing a decision that changed one cluster hashes that cluster's blobs only; the ids
+    stay those of a build from scratch, and a repository that never got the recalled
+    directories still gets them written."""
+    from qonnect_gitops.gitstore import tree as tree_module
+
+    files = {f"clusters/c{i}/ns/m{j}.yaml": f"{i}/{j}".encode() for i in range(40) for j in range(3)}
+    files["placement.yaml"] = b"v1"
+    first = tree_id_of(files)
+    hashed: list[bytes] = []
+    real = tree_module.object_id
+
+    def counting(kind: int, data: bytes) -> bytes:
+        if kind == tree_module.BLOB:
+            hashed.append(data)
+        return real(kind, data)
+
+    monkeypatch.setattr(tree_module, "object_id", counting)
+    changed = dict(files)
+    changed["clusters/c7/ns/m1.yaml"] = b"changed"
+    changed["placement.yaml"] = b"v2"
+    assert tree_id_of(files) == first
+    assert hashed == [b"v1"]  # the top-level file; every cluster directory was recalled
+    hashed.clear()
+    second = tree_id_of(changed)
+    assert sorted(hashed) == sorted([b"v2", b"7/0", b"changed", b"7/2"])
+    fresh_repo = pygit2.init_repository(str(tmp_path / "fresh"), bare=True)
+    assert second == _reference_tree(fresh_repo, changed)
+    # Recalled from the hashing above, but never written into this repository: written now.
+    other = pygit2.init_repository(str(tmp_path / "other"), bare=True)
+    written = build_tree(other, changed)
+    assert written == second
+    assert read_tree_files(other, _commit(other, written)) == changed
+    # A bad path is refused even inside a directory whose other files were seen before.
+    bad = dict(changed)
+    bad["clusters/c3/../escape.yaml"] = b"x"
+    with pytest.raises(InvalidPath):
+        tree_id_of(bad)
+
+
 def _commit(repo: pygit2.Repository, tree: pygit2.Oid) -> str:
     sig = pygit2.Signature("t", "t@t", 1, 0)
     return str(repo.create_commit(None, sig, sig, "t", tree, []))

@@ -1,0 +1,71 @@
+"""placement.yaml put together from per-component sections loads back to exactly the plan,
+and a decision that keeps a component's plan object does not dump that component again."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+import yaml
+
+from qonnect_gitops.model import load_goals
+from qonnect_gitops.model.observed import empty_observation
+from qonnect_gitops.model.plan import CurrentPlacement, Plan
+from qonnect_gitops.placement import plan as make_plan
+from qonnect_gitops.render import placement_file
+from qonnect_gitops.render.placement_file import placement_yaml
+
+NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+
+
+def _as_dumped(plan: Plan) -> object:
+    return plan.model_dump(mode="json", by_alias=True,
+                           exclude={"provisioning"} if plan.provisioning is None else None)
+
+
+@pytest.fixture
+def planned(template_files) -> Plan:  # type: ignore[no-untyped-def]
+    goals = load_goals(template_files)
+    return make_plan(goals, empty_observation(NOW), CurrentPlacement())
+
+
+def test_the_file_loads_back_to_the_plan(planned: Plan) -> None:
+    text = placement_yaml(planned)
+    assert yaml.safe_load(text) == _as_dumped(planned)
+    assert Plan.model_validate(yaml.load(text, Loader=yaml.CSafeLoader)) == planned
+    # Awkward strings survive the indentation: quotes, colons, newlines, long lines, unicode.
+    key = next(k for k, c in planned.components.items() if c.assignments)
+    awkward = planned.model_copy(update={"components": {**planned.components, key: _reworded(
+        planned, key, "a: b\n  'c' \"d\" #e\n" + "é " * 5000)}})
+    assert yaml.safe_load(placement_yaml(awkward)) == _as_dumped(awkward)
+    assert "é é" in yaml.safe_load(placement_yaml(awkward))["components"][key]["assignments"][0]["reason"]
+
+
+def _reworded(plan: Plan, key: str, reason: str):  # type: ignore[no-untyped-def]
+    component = plan.components[key]
+    first = component.assignments[0].model_copy(update={"reason": reason})
+    return component.model_copy(update={"assignments": (first, *component.assignments[1:])})
+
+
+def test_an_empty_decision_is_a_valid_file() -> None:
+    empty = Plan(reason="initial", components={})
+    assert yaml.safe_load(placement_yaml(empty)) == _as_dumped(empty)
+
+
+def test_a_kept_component_plan_is_not_dumped_again(planned: Plan, monkeypatch: pytest.MonkeyPatch) -> None:
+    placement_yaml(planned)
+    dumped: list[object] = []
+    real = placement_file._dump
+
+    def counting(data: object) -> bytes:
+        dumped.append(data)
+        return real(data)
+
+    monkeypatch.setattr(placement_file, "_dump", counting)
+    key = next(k for k, c in sorted(planned.components.items()) if c.assignments)
+    changed = _reworded(planned, key, "moved for the test")
+    later = planned.model_copy(update={"components": {**planned.components, key: changed}})
+    text = placement_yaml(later)
+    sections = [d for d in dumped if isinstance(d, dict) and set(d) <= set(planned.components)]
+    assert [list(d) for d in sections] == [[key]]  # only the component whose plan is new
+    assert yaml.safe_load(text) == _as_dumped(later)
