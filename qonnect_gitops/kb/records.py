@@ -11,12 +11,14 @@ stays readable across code changes that keep the report format.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass
-from datetime import UTC, datetime
-from typing import Any, Literal
+import operator
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime, timedelta
+from typing import Any, Literal, TypeVar
 
 from qonnect_gitops.model.pool import ClusterApiStatus
+from qonnect_gitops.model.quantity import format_bytes, format_millicores
 from qonnect_gitops.model.report import (
     AgentReport,
     AppliedCommit,
@@ -27,7 +29,30 @@ from qonnect_gitops.model.report import (
 )
 from qonnect_gitops.model.status import HealthReason, Refusal, SyncStatus
 
+_Record = TypeVar("_Record")
 
+
+def _pickled_as_arguments(cls: type[_Record]) -> type[_Record]:
+    """Pickle a frozen slotted dataclass as ``cls(*fields)``.
+
+    Every report crosses the Raft log pickled: serialised once, unpickled on each
+    lead. The default for slotted dataclasses calls a Python ``__setstate__`` that
+    walks ``dataclasses.fields()`` per object, which made pickling a report cost
+    about 130 us; the field values as one tuple cost a quarter of that. Entries
+    pickled the old way still load (``__setstate__`` stays)."""
+    names = tuple(f.name for f in fields(cls))  # type: ignore[arg-type]
+    values: Callable[[Any], tuple[Any, ...]] = (
+        operator.attrgetter(*names) if len(names) > 1
+        else (lambda obj: (getattr(obj, names[0]),)))
+
+    def __reduce__(self: Any) -> tuple[type[_Record], tuple[Any, ...]]:
+        return cls, values(self)
+
+    cls.__reduce__ = __reduce__  # type: ignore[method-assign]
+    return cls
+
+
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class NodeRecord:
     """One node: allocatable and free capacity in millicores and bytes."""
@@ -41,6 +66,7 @@ class NodeRecord:
     free_memory: int
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class ComponentRecord:
     """A component's health on the reporting cluster."""
@@ -54,6 +80,7 @@ class ComponentRecord:
     reason: str | None = None  # model.status.HealthReason
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class LatencyRecord:
     """Measured latency from the reporting cluster to a cluster or region."""
@@ -62,6 +89,7 @@ class LatencyRecord:
     ms: float
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class TrafficRecord:
     """Requests per second the reporting cluster serves for a component, by region."""
@@ -71,6 +99,7 @@ class TrafficRecord:
     rps: float
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class SyncRecord:
     """The agent's sync status (``model.status.SyncStatus``)."""
@@ -80,6 +109,7 @@ class SyncRecord:
     message: str
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class AppliedRecord:
     """The commit the cluster runs and its plan generation."""
@@ -88,6 +118,7 @@ class AppliedRecord:
     generation: int
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class RefusalRecord:
     """Something the agent declined to do (``model.status.Refusal``)."""
@@ -97,6 +128,7 @@ class RefusalRecord:
     commit: str | None
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class ReportRecord:
     """What one agent report says, typed. ``agent_time`` is information only. Plain
@@ -186,8 +218,29 @@ class ReportRecord:
         return [{"reason": r.reason, "message": r.message, "commit": r.commit} for r in self.refusals]
 
     def to_json(self) -> dict[str, Any]:
-        """The report's JSON (camelCase), as an agent would send it."""
-        return self.to_report().model_dump(mode="json", by_alias=True)
+        """The report's JSON (camelCase), as an agent would send it: what
+        ``to_report().model_dump(mode="json", by_alias=True)`` gives, built directly.
+
+        The Raft full dump holds one per cluster and is written on the Raft thread: through
+        pydantic a fleet of 10,000 took 3.4 s, long enough to cost leadership."""
+        return {
+            "cluster": self.cluster,
+            "agentTime": _iso_z(self.agent_time),
+            "applied": self.applied_json(),
+            "attempted": self.attempted,
+            "sync": self.sync_json(),
+            "refusals": self.refusals_json(),
+            "components": [_component_json(c) for c in self.components],
+            "nodes": [{"name": n.name, "arch": n.arch, "ready": n.ready,
+                       "allocatableCpu": format_millicores(n.allocatable_cpu),
+                       "allocatableMemory": format_bytes(n.allocatable_memory),
+                       "freeCpu": format_millicores(n.free_cpu),
+                       "freeMemory": format_bytes(n.free_memory)} for n in self.nodes],
+            "latencies": [{"to": lat.to, "ms": lat.ms} for lat in self.latencies],
+            "traffic": [{"component": t.component, "region": t.region, "rps": t.rps}
+                        for t in self.traffic],
+            "clusterApi": [c.model_dump(mode="json", by_alias=True) for c in self.cluster_api],
+        }
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> ReportRecord:
@@ -195,6 +248,25 @@ class ReportRecord:
         return cls.from_report(AgentReport.model_validate(data))
 
 
+_EPOCH = datetime(1970, 1, 1)
+
+
+def _iso_z(ts: float) -> str:
+    """Unix seconds as pydantic writes an aware UTC datetime (``...Z``); naive arithmetic
+    from the epoch is ten times cheaper than ``fromtimestamp(ts, tz=UTC)``."""
+    return (_EPOCH + timedelta(seconds=ts)).isoformat() + "Z"
+
+
+def _component_json(c: ComponentRecord) -> dict[str, Any]:
+    out: dict[str, Any] = {"component": c.component, "healthy": c.healthy,
+                           "readyReplicas": c.ready_replicas, "desiredReplicas": c.desired_replicas,
+                           "completed": c.completed, "message": c.message}
+    if c.reason is not None:  # left out when None, as ComponentHealth serialises it
+        out["reason"] = c.reason
+    return out
+
+
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class ReportEntry:
     """One report as it travels through the Raft log."""
@@ -210,6 +282,7 @@ RefusedReport = Literal["superseded", "undeclared"]
 the cluster left the goals between the HTTP check and the commit."""
 
 
+@_pickled_as_arguments
 @dataclass(frozen=True, slots=True)
 class ReportVerdict:
     """What the KB did with one report entry (returned to the lead that proposed it)."""

@@ -531,6 +531,25 @@ class KnowledgeBase:
         nodes = entry.record.nodes
         return not nodes or any(node.ready for node in nodes)
 
+    def planner_view(self) -> KnowledgeBase:
+        """A copy of what ``snapshot`` reads, cheap to take under the replica's lock
+        (dict copies; records are immutable); ``snapshot`` of the copy then runs outside
+        it. Built under the lock, the snapshot of 10,000 clusters held it for 1.9 s, and
+        the Raft thread applying reports waits for that lock."""
+        view = KnowledgeBase(self.decision_log_limit)
+        view.inventory = dict(self.inventory)
+        view.dynamic = dict(self.dynamic)
+        view.reports = dict(self.reports)
+        view.declared_since = dict(self.declared_since)
+        view.heartbeat = dict(self.heartbeat)
+        view.leader = dict(self.leader) if self.leader else None
+        view.completed_jobs = dict(self.completed_jobs)
+        view.workloads = dict(self.workloads)
+        # Sample lists grow and shrink in place; the [at, ms] pairs are never changed.
+        view.latency_history = {cluster: {target: list(samples) for target, samples in targets.items()}
+                                for cluster, targets in self.latency_history.items()}
+        return view
+
     def snapshot(self, now: datetime) -> Observed:
         """The planner's frozen view of the fleet at ``now`` (an aware datetime)."""
         ts = now.timestamp()

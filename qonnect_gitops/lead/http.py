@@ -27,6 +27,8 @@ finite (``NaN``/``Infinity`` and overflowing literals are refused naming the fie
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextlib
 import json
 import math
 import re
@@ -36,13 +38,15 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from qonnect_gitops.kb import ReportEntry, ReportRecord
+from qonnect_gitops.kb import ReportEntry, ReportRecord, ReportVerdict
+from qonnect_gitops.kb.reader import ClusterAdmission
 from qonnect_gitops.lead.httpd import (
     AsyncHTTPServer,
+    Deferred,
     HTTPError,
     Request,
     Response,
@@ -55,7 +59,8 @@ from qonnect_gitops.lead.tokens import TOKEN_PREFIX, Principal, TokenKind, hash_
 from qonnect_gitops.lead.webhook import WebhookRejected, read_secret, verify
 from qonnect_gitops.logs import get_logger, redact
 from qonnect_gitops.model.plan import DecisionReason
-from qonnect_gitops.model.report import AgentReport
+from qonnect_gitops.model.report import AgentReport, ComponentHealth
+from qonnect_gitops.model.status import Refusal
 
 log = get_logger(__name__)
 
@@ -103,6 +108,33 @@ class LeadAPI:
             return self._get(request)
         return self._post(request)
 
+    def inline(self, request: Request) -> Response | Deferred | None:
+        """Reports, on the server's loop thread (``AsyncHTTPServer.inline``): checked and
+        queued at once, answered once their batch commits; every other route: None (the
+        worker pool runs it)."""
+        if request.method != "POST":
+            return None
+        match = _REPORT_PATH.match(request.path)
+        if match is None:
+            return None
+        metrics = self.service.metrics
+        try:
+            pending = self._report(request, match.group(1))
+        except HTTPError as exc:
+            metrics.inc("qonnect_reports_total", code=str(exc.status))
+            raise
+
+        def finish(outcome: tuple[ReportVerdict | None, str | None] | None) -> Response:
+            try:
+                response = pending.answer(outcome)
+            except HTTPError as exc:
+                metrics.inc("qonnect_reports_total", code=str(exc.status))
+                raise
+            metrics.inc("qonnect_reports_total", code=str(response.status))
+            return response
+
+        return Deferred(pending.future, finish, self.service.config.commit_timeout)
+
     # ---------------------------------------------------------------- reads
 
     def _get(self, request: Request) -> Response:
@@ -132,15 +164,15 @@ class LeadAPI:
 
     def _post(self, request: Request) -> Response:
         path = request.path
-        match = _REPORT_PATH.match(path)
-        if match:
+        if _REPORT_PATH.match(path):
+            # Served by ``inline``; a server without it waits here for the commit.
+            deferred = self.inline(request)
+            assert isinstance(deferred, Deferred)
             try:
-                response = self._report(request, match.group(1))
-            except HTTPError as exc:
-                self.service.metrics.inc("qonnect_reports_total", code=str(exc.status))
-                raise
-            self.service.metrics.inc("qonnect_reports_total", code=str(response.status))
-            return response
+                outcome = deferred.future.result(deferred.timeout)
+            except concurrent.futures.TimeoutError:
+                outcome = None
+            return deferred.finish(outcome)
         if path == "/v1/plan":
             self._admin(request)
             return self._plan(parse_json(request.body))
@@ -194,7 +226,9 @@ class LeadAPI:
         if self._principal(request).kind is not TokenKind.ADMIN:
             raise HTTPError(403, "this endpoint needs an admin token")
 
-    def _report(self, request: Request, cluster: str) -> Response:
+    def _report(self, request: Request, cluster: str) -> _PendingReport:
+        """Check a report and queue it for the next batch; raises HTTPError for what is
+        refused before the commit."""
         service = self.service
         received_at = time.time()  # the lead's clock: liveness and ordering use only this
         principal = self._principal(request)
@@ -204,11 +238,7 @@ class LeadAPI:
         if wait > 0:
             raise HTTPError(429, f"cluster '{cluster}' reports too often; retry later",
                             {"Retry-After": RateLimiter.retry_after_header(wait)})
-        data = parse_json(request.body)
-        try:
-            report = AgentReport.model_validate(data)
-        except ValidationError as exc:
-            raise HTTPError(400, "invalid report: " + _summarise(exc)) from None
+        report = parse_report(request.body)
         if report.cluster != cluster:
             raise HTTPError(400, f"report names cluster '{report.cluster}' but was sent for "
                                  f"'{cluster}'")
@@ -228,38 +258,9 @@ class LeadAPI:
                             f"{service.config.max_clock_skew:g} s); the report counts at the "
                             "lead's receipt time; fix the agent's clock (NTP)")
         record = ReportRecord.from_report(_redacted(report))
-        waiter = service.batcher.submit(ReportEntry(cluster, received_at, record, skew))
-        if not waiter.wait(service.config.commit_timeout) or waiter.error is not None:
-            reason = waiter.error or "timeout"
-            raise HTTPError(503, f"report not committed ({reason}); retry", {"Retry-After": "1"})
-        verdict = waiter.verdict
-        assert verdict is not None
-        if not verdict.stored:
-            if verdict.refused == "undeclared":
-                raise HTTPError(404, f"cluster '{cluster}' left the goals in force; report dropped")
-            # Never 200 for a report the KB dropped: the agent sends a fresh one.
-            raise HTTPError(409, "a report of this cluster received later is already stored; "
-                                 "this one was dropped; send a fresh report")
-        generation, plan_generation = service.kb.cluster_generation(cluster)
-        body: dict[str, Any] = {
-            "accepted": True,
-            "cluster": cluster,
-            "generation": generation,
-            "planGeneration": plan_generation,
-            "heartbeatGraceSeconds": admission.grace_seconds,
-            # Agents report at the fleet's interval, so one setting in qonnect.yaml governs.
-            "heartbeatIntervalSeconds": admission.interval_seconds,
-            "leader": service.leader_info(),
-            "receivedAt": received_at,
-            "clockSkewSeconds": round(skew, 3),
-        }
-        if verdict.ignored:
-            warnings.append(f"ignored claims about {len(verdict.ignored)} component(s) not placed "
-                            f"on {cluster} (or completion of a component that is no Job)")
-            body["ignoredComponents"] = sorted(set(verdict.ignored))[:_MAX_ERRORS_SHOWN]
-        if warnings:
-            body["warnings"] = warnings
-        return Response.json(200, body)
+        pending = _PendingReport(self, cluster, received_at, skew, admission, warnings)
+        service.batcher.submit(ReportEntry(cluster, received_at, record, skew), on_done=pending.done)
+        return pending
 
     def _hook(self, request: Request) -> Response:
         """A push webhook: verify it, then trigger a cycle on the leader."""
@@ -348,6 +349,64 @@ class LeadAPI:
                                    "members": service.node.members()})
 
 
+class _PendingReport:
+    """A report queued for the next batch: its future completes on the Raft thread
+    with ``(verdict, error)``; ``answer`` turns that into the HTTP answer."""
+
+    __slots__ = ("admission", "api", "cluster", "future", "received_at", "skew", "warnings")
+
+    def __init__(self, api: LeadAPI, cluster: str, received_at: float, skew: float,
+                 admission: ClusterAdmission, warnings: list[str]) -> None:
+        self.api = api
+        self.cluster = cluster
+        self.received_at = received_at
+        self.skew = skew
+        self.admission = admission
+        self.warnings = warnings
+        self.future: concurrent.futures.Future[tuple[ReportVerdict | None, str | None]] = \
+            concurrent.futures.Future()
+
+    def done(self, verdict: ReportVerdict | None, error: str | None) -> None:
+        """The batch carrying the report committed (``verdict``) or failed (``error``)."""
+        with contextlib.suppress(concurrent.futures.InvalidStateError):  # timed out meanwhile
+            self.future.set_result((verdict, error))
+
+    def answer(self, outcome: tuple[ReportVerdict | None, str | None] | None) -> Response:
+        """200 only for a report the KB stored; ``None``: the commit timeout passed."""
+        verdict, error = outcome if outcome is not None else (None, "timeout")
+        if verdict is None or error is not None:
+            raise HTTPError(503, f"report not committed ({error or 'timeout'}); retry",
+                            {"Retry-After": "1"})
+        cluster, service = self.cluster, self.api.service
+        if not verdict.stored:
+            if verdict.refused == "undeclared":
+                raise HTTPError(404, f"cluster '{cluster}' left the goals in force; report dropped")
+            # Never 200 for a report the KB dropped: the agent sends a fresh one.
+            raise HTTPError(409, "a report of this cluster received later is already stored; "
+                                 "this one was dropped; send a fresh report")
+        generation, plan_generation = service.kb.cluster_generation(cluster)
+        body: dict[str, Any] = {
+            "accepted": True,
+            "cluster": cluster,
+            "generation": generation,
+            "planGeneration": plan_generation,
+            "heartbeatGraceSeconds": self.admission.grace_seconds,
+            # Agents report at the fleet's interval, so one setting in qonnect.yaml governs.
+            "heartbeatIntervalSeconds": self.admission.interval_seconds,
+            "leader": service.leader_info(),
+            "receivedAt": self.received_at,
+            "clockSkewSeconds": round(self.skew, 3),
+        }
+        warnings = list(self.warnings)
+        if verdict.ignored:
+            warnings.append(f"ignored claims about {len(verdict.ignored)} component(s) not placed "
+                            f"on {cluster} (or completion of a component that is no Job)")
+            body["ignoredComponents"] = sorted(set(verdict.ignored))[:_MAX_ERRORS_SHOWN]
+        if warnings:
+            body["warnings"] = warnings
+        return Response.json(200, body)
+
+
 def plan_problems(write: PlanWrite, components: set[str] | None, clusters: set[str]) -> list[str]:
     """What makes a plan written by an operator unacceptable, like goals are checked:
     unknown components and clusters, replica counts out of range, reasons for
@@ -377,6 +436,27 @@ def plan_problems(write: PlanWrite, components: set[str] | None, clusters: set[s
         if len(text) > 1024:
             problems.append(f"reasons.{comp[:80]}: {len(text)} characters; at most 1024")
     return problems
+
+
+def parse_report(body: bytes) -> AgentReport:
+    """A report body as a validated ``AgentReport``; a 400 naming the field otherwise.
+
+    Most reports take pydantic's JSON parser straight to the model (half the CPU of
+    ``json.loads`` then ``model_validate``). A body that could hold what only
+    ``parse_json`` words precisely (a ``\\u`` escape, ``NaN``, ``Infinity``) or that
+    the fast parse refuses goes the careful way, so every refusal reads as before.
+    The fast way accepts nothing the careful one refuses: every report field is
+    typed and bounded, and a number out of range fails both ways."""
+    if b"\\u" not in body and b"NaN" not in body and b"Infinity" not in body:
+        try:
+            return AgentReport.model_validate_json(body)
+        except ValidationError:
+            pass  # worded below, from the careful parse
+    data = parse_json(body)
+    try:
+        return AgentReport.model_validate(data)
+    except ValidationError as exc:
+        raise HTTPError(400, "invalid report: " + _summarise(exc)) from None
 
 
 class _NonFinite:
@@ -444,17 +524,31 @@ def _find_non_finite(value: Any, path: tuple[str, ...]) -> tuple[str, str] | Non
 
 def _redacted(report: AgentReport) -> AgentReport:
     """The report with URL credentials and tokens hidden in its free texts: agents put
-    fetch errors (with the repository URL) in their messages, and /v1/status shows them."""
+    fetch errors (with the repository URL) in their messages, and /v1/status shows them.
+    Copies only what redaction changed (most reports carry nothing to hide)."""
     changed: dict[str, Any] = {}
-    if report.sync.message:
-        changed["sync"] = report.sync.model_copy(update={"message": redact(report.sync.message)})
-    if any(r.message for r in report.refusals):
-        changed["refusals"] = tuple(r.model_copy(update={"message": redact(r.message)})
-                                    for r in report.refusals)
-    if any(c.message for c in report.components):
-        changed["components"] = tuple(c.model_copy(update={"message": redact(c.message)})
-                                      for c in report.components)
+    message = report.sync.message
+    if message and (clean := redact(message)) != message:
+        changed["sync"] = report.sync.model_copy(update={"message": clean})
+    refusals = _redacted_messages(report.refusals)
+    if refusals is not None:
+        changed["refusals"] = refusals
+    components = _redacted_messages(report.components)
+    if components is not None:
+        changed["components"] = components
     return report.model_copy(update=changed) if changed else report
+
+
+_Texted = TypeVar("_Texted", Refusal, ComponentHealth)
+
+
+def _redacted_messages(items: tuple[_Texted, ...]) -> tuple[_Texted, ...] | None:
+    """``items`` with their messages redacted, or None when redaction changed none."""
+    cleaned = [redact(item.message) if item.message else item.message for item in items]
+    if all(clean == item.message for clean, item in zip(cleaned, items)):
+        return None
+    return tuple(item if clean == item.message else item.model_copy(update={"message": clean})
+                 for clean, item in zip(cleaned, items))
 
 
 def _summarise(exc: ValidationError) -> str:
@@ -495,8 +589,9 @@ def serve(service: LeadService) -> AsyncHTTPServer:
     host, _, port = config.http.rpartition(":")
     context = tls_context(config.tls_cert, config.tls_key) if config.tls_cert and config.tls_key else None
     limits = config.http_limits
-    server = AsyncHTTPServer(host.strip("[]") or "0.0.0.0", int(port), LeadAPI(service), limits,
-                             ssl_context=context, name="lead-http")
+    api = LeadAPI(service)
+    server = AsyncHTTPServer(host.strip("[]") or "0.0.0.0", int(port), api, limits,
+                             ssl_context=context, name="lead-http", inline=api.inline)
     metrics = service.metrics
     metrics.describe("qonnect_http_connections", "gauge", "Open HTTP connections.")
     metrics.describe("qonnect_http_connections_refused_total", "counter",

@@ -12,7 +12,10 @@ Here:
   ``read_timeout`` of its first byte, and a keep-alive connection may sit idle for
   ``idle_timeout``; a TLS handshake gets ``read_timeout`` too;
 * handlers are plain blocking functions ``Request -> Response`` (they wait on Raft
-  commits) and run on a pool of ``workers`` threads;
+  commits) and run on a pool of ``workers`` threads; an optional inline handler runs
+  first on the loop thread and may answer at once or with a ``Deferred`` (a future
+  another thread completes, e.g. a report's Raft commit), so the hottest route holds
+  no thread while it waits;
 * every malformed request is answered with a 4xx JSON error, never a dropped
   connection: a bad request line or header 400, a header block too large 431, a
   request line too long 414, a body over the limit or chunked 400, an unknown method
@@ -34,7 +37,6 @@ import resource
 import socket
 import ssl
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
@@ -143,7 +145,22 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
                          headers, close)
 
 
+@dataclass(frozen=True)
+class Deferred:
+    """An answer that waits for work another thread finishes (a Raft commit) without
+    holding a worker thread: ``future`` completes off the loop, then ``finish(result)``
+    builds the response on the loop thread; ``finish(None)`` when ``timeout`` seconds
+    passed first."""
+
+    future: concurrent.futures.Future[Any]
+    finish: Callable[[Any], Response]
+    timeout: float
+
+
 Handler = Callable[[Request], Response]
+InlineHandler = Callable[[Request], "Response | Deferred | None"]
+"""Called on the event loop thread before ``Handler``: a ``Response`` or a ``Deferred``
+answers the request, ``None`` passes it to the worker pool. Must not block."""
 
 
 class _Refuse(Exception):
@@ -159,8 +176,9 @@ class AsyncHTTPServer:
 
     def __init__(self, host: str, port: int, handler: Handler, limits: HTTPLimits = HTTPLimits(),
                  ssl_context: ssl.SSLContext | None = None,
-                 name: str = "http") -> None:
+                 name: str = "http", inline: InlineHandler | None = None) -> None:
         self.handler = handler
+        self.inline = inline
         self.limits = limits
         self.name = name
         self._ssl = ssl_context
@@ -250,7 +268,7 @@ class AsyncHTTPServer:
                 if request is None:
                     return
                 self.requests += 1
-                response = await asyncio.get_running_loop().run_in_executor(self._pool, self._call, request)
+                response = await self._respond(request)
                 keep = _keep_alive(request) and not response.close
                 try:
                     await self._write(writer, response, request.method == "HEAD", keep)
@@ -264,9 +282,29 @@ class AsyncHTTPServer:
             self.open_connections -= 1
             await _close(writer)
 
+    async def _respond(self, request: Request) -> Response:
+        """The inline handler's answer if it has one, else the pool's. A thread handoff
+        per request cost more CPU than a report's parsing; answers that only wait (for a
+        Raft commit) wait on the loop instead."""
+        if self.inline is not None:
+            early = self._guarded(self.inline, request)
+            if isinstance(early, Deferred):
+                try:
+                    async with asyncio.timeout(early.timeout):
+                        result = await asyncio.wrap_future(early.future)
+                except TimeoutError:
+                    result = None
+                return self._guarded(lambda _: early.finish(result), request)
+            if early is not None:
+                return early
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._call, request)
+
     def _call(self, request: Request) -> Response:
+        return self._guarded(self.handler, request)
+
+    def _guarded(self, handler: Callable[[Request], Any], request: Request) -> Any:
         try:
-            return self.handler(request)
+            return handler(request)
         except HTTPError as exc:
             return exc.response()
         except Exception as exc:  # a bug in a handler: answer, log one line, keep serving
@@ -279,15 +317,20 @@ class AsyncHTTPServer:
         """The next request, None at a clean end (EOF or idle timeout); ``_Refuse`` for a
         request that must be answered with an error and the connection closed."""
         limits = self.limits
+        # asyncio.timeout, not wait_for: wait_for wraps each read in a new task, which
+        # cost more CPU per request than parsing it.
+        loop = asyncio.get_running_loop()
         try:
-            first = await asyncio.wait_for(reader.read(1), limits.idle_timeout)
+            async with asyncio.timeout(limits.idle_timeout):
+                first = await reader.read(1)
         except TimeoutError:
             return None
         if not first:
             return None
-        deadline = time.monotonic() + limits.read_timeout
+        deadline = loop.time() + limits.read_timeout
         try:
-            rest = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), limits.read_timeout)
+            async with asyncio.timeout_at(deadline):
+                rest = await reader.readuntil(b"\r\n\r\n")
         except TimeoutError:
             raise _Refuse(error_response(408, f"request not received within {limits.read_timeout:g} s",
                                          close=True)) from None
@@ -308,8 +351,8 @@ class AsyncHTTPServer:
         body = b""
         if length:
             try:
-                body = await asyncio.wait_for(reader.readexactly(length),
-                                              max(0.001, deadline - time.monotonic()))
+                async with asyncio.timeout_at(deadline):
+                    body = await reader.readexactly(length)
             except TimeoutError:
                 raise _Refuse(error_response(
                     408, f"body of {length} bytes not received within {limits.read_timeout:g} s",
@@ -384,7 +427,8 @@ class AsyncHTTPServer:
         writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("iso-8859-1", "replace"))
         if not head_only:
             writer.write(response.body)
-        await asyncio.wait_for(writer.drain(), self.limits.read_timeout)
+        async with asyncio.timeout(self.limits.read_timeout):
+            await writer.drain()
 
 
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:

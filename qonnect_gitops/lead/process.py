@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import cProfile
+import os
+import pstats
 import signal
 import ssl
+import sys
 import threading
+import time
 from types import FrameType
+from typing import Any
 
 from qonnect_gitops.lead.http import serve
 from qonnect_gitops.lead.service import LeadConfig, LeadService
@@ -14,8 +20,66 @@ from qonnect_gitops.logs import get_logger
 log = get_logger(__name__)
 
 
+PROFILE_ENV = "QONNECT_LEAD_PROFILE"
+
+
 def run_lead(config: LeadConfig) -> int:
-    """Start the lead and serve until a termination signal; returns the exit code."""
+    """Start the lead and serve until a termination signal; returns the exit code.
+
+    With ``QONNECT_LEAD_PROFILE=<file>`` in the environment every thread of the lead
+    runs under cProfile, timed by each thread's own CPU clock (so waiting costs
+    nothing), and the merged statistics are written to ``<file>`` (pstats format) at
+    exit: how benchmarks find where a lead spends its CPU."""
+    profile_path = os.environ.get(PROFILE_ENV)
+    profiles = _profile_threads() if profile_path else None
+    try:
+        return _run(config)
+    finally:
+        if profiles is not None and profile_path:
+            _write_profiles(profiles, profile_path)
+
+
+def _profile_threads() -> list[cProfile.Profile]:
+    """Profile this thread and every thread started from now on (one profiler each:
+    cProfile follows one thread)."""
+    profiles: list[cProfile.Profile] = []
+    lock = threading.Lock()
+
+    def start(frame: FrameType, event: str, arg: Any) -> None:
+        profile = cProfile.Profile(time.thread_time)
+        with lock:
+            profiles.append(profile)
+        profile.enable()  # replaces this hook for the calling thread
+
+    threading.setprofile(start)  # type: ignore[arg-type]
+    main = cProfile.Profile(time.thread_time)
+    profiles.append(main)
+    main.enable()
+    return profiles
+
+
+def _write_profiles(profiles: list[cProfile.Profile], path: str) -> None:
+    threading.setprofile(None)  # type: ignore[arg-type]
+    sys.setprofile(None)
+    stats: pstats.Stats | None = None
+    for profile in list(profiles):
+        profile.disable()  # stops only the calling thread's; the others are ending
+        try:
+            profile.create_stats()
+        except Exception:
+            continue
+        if not getattr(profile, "stats", None):
+            continue
+        if stats is None:
+            stats = pstats.Stats(profile)
+        else:
+            stats.add(profile)
+    if stats is not None:
+        stats.dump_stats(path)
+        log.info("profile_written", path=path, threads=len(profiles))
+
+
+def _run(config: LeadConfig) -> int:
     service = LeadService(config)
     try:
         server = serve(service)

@@ -398,3 +398,24 @@ def test_unschedulable_components_show_in_the_cluster_rows_and_status() -> None:
     text = render_status(status)
     section = text.split("UNHEALTHY COMPONENTS", 1)[1]
     assert "edge-1" in section and "shop/web" in section and "0/1" in section and "Unschedulable" in section
+
+
+def test_the_planner_view_gives_the_same_snapshot_and_shares_nothing_mutable() -> None:
+    kb = kb_with_goals(shop=True, grace=100.0)
+    kb.apply_leader("lead-1", 1, T0)
+    kb.apply_plan({"shop/web": {"edge-1": 1}, "shop/migrate": {"edge-1": 1}}, {}, "goals-changed",
+                  None, 1, T0)
+    for i in range(6):
+        body = report("edge-1", agent_time=T0 + i)
+        body["latencies"] = [{"to": "eu-central", "ms": 20.0 + i}]
+        body["components"].append(completion("shop/migrate"))
+        kb.apply_reports([entry("edge-1", T0 + i, body), entry("edge-2", T0 + i)])
+    view = kb.planner_view()
+    for ts in (T0 + 5.5, T0 + 200):  # in the grace, and long after it
+        assert view.snapshot(at(ts)) == kb.snapshot(at(ts))
+    before = view.snapshot(at(T0 + 9))
+    body = report("edge-1", agent_time=T0 + 7, nodes=5)
+    body["latencies"] = [{"to": "eu-central", "ms": 1.0}]
+    kb.apply_reports([entry("edge-1", T0 + 7, body)])
+    assert view.snapshot(at(T0 + 9)) == before  # the live KB moved on; the view did not
+    assert kb.snapshot(at(T0 + 9)) != before

@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from qonnect_gitops.lead.tokens import ADMIN, create_token, read_only_subject
+from qonnect_gitops.lead.tokens import ADMIN, create_token, create_tokens, read_only_subject
 from tests.load import scaled
 from tests.ports import free_ports
 
@@ -238,8 +238,7 @@ class LeadGroup:
             self.goals_commit = commit_goals(self.repo_path,
                                              goals_files(self.clusters, self.grace, shop=self.shop))
         self.tokens_file = self.root / "tokens"
-        for name in self.clusters:
-            self.tokens[name] = create_token(self.tokens_file, name)
+        self.tokens.update(zip(self.clusters, create_tokens(self.tokens_file, self.clusters)))
         self.admin_token = create_token(self.tokens_file, ADMIN)
         self.read_token = create_token(self.tokens_file, read_only_subject("tests"))
         for i in range(self.size):

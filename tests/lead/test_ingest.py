@@ -1,0 +1,92 @@
+"""The report ingest path in one process: the fast parse refuses what the careful one
+refuses, tokens are created in bulk, and the Raft tick gaps are measured."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from qonnect_gitops.lead.http import parse_json, parse_report
+from qonnect_gitops.lead.httpd import HTTPError
+from qonnect_gitops.lead.raft import TickGaps
+from qonnect_gitops.lead.tokens import TokenStore, create_tokens
+from qonnect_gitops.model.report import AgentReport
+from tests.lead.harness import report
+
+
+def _careful(body: bytes) -> AgentReport | str:
+    """What the careful path alone says: the report, or the refusal's message."""
+    try:
+        return AgentReport.model_validate(parse_json(body))
+    except HTTPError as exc:
+        return exc.message
+    except ValueError:
+        return "invalid"
+
+
+def _answer(body: bytes) -> AgentReport | str:
+    try:
+        return parse_report(body)
+    except HTTPError as exc:
+        assert exc.status == 400
+        return exc.message
+
+
+def test_a_valid_report_parses_to_the_same_model() -> None:
+    body = json.dumps(report("edge-1")).encode()
+    assert parse_report(body) == AgentReport.model_validate(json.loads(body))
+
+
+@pytest.mark.parametrize("edit", [
+    lambda b: b.replace(b'"ms": 12.5', b'"ms": NaN'),
+    lambda b: b.replace(b'"ms": 12.5', b'"ms": Infinity'),
+    lambda b: b.replace(b'"ms": 12.5', b'"ms": 1e999'),
+    lambda b: b.replace(b'"rps": 40.0', b'"rps": 123456789012345678901234567890'),
+    lambda b: b.replace(b'"generation": 0', b'"generation": 1e999'),
+    lambda b: b.replace(b'"all applied"', b'"\\ud800"'),
+    lambda b: b.replace(b'"all applied"', b'"\xed\xa0\x80"'),  # a surrogate as raw bytes
+    lambda b: b.replace(b'"cluster": "edge-1"', b'"cluster": "edge-1", "extra": 1'),
+    lambda b: b[:-1],
+    lambda b: b"\xef\xbb\xbf" + b,  # a byte-order mark
+    lambda b: b.replace(b'"allocatableCpu": "4"', b'"allocatableCpu": "1e400"'),
+])
+def test_the_fast_parse_refuses_what_the_careful_one_refuses(edit: object) -> None:
+    body = edit(json.dumps(report("edge-1")).encode())  # type: ignore[operator]
+    careful = _careful(body)
+    answer = _answer(body)
+    if isinstance(careful, AgentReport):
+        assert answer == careful
+    else:
+        assert isinstance(answer, str)
+        if careful != "invalid":
+            assert answer == careful  # worded as before: the careful path words it
+
+
+def test_tokens_created_in_bulk_are_accepted(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    names = [f"edge-{i}" for i in range(50)]
+    tokens = create_tokens(path, names)
+    assert len(set(tokens)) == 50
+    store = TokenStore(path)
+    assert [store.subject(t) for t in tokens] == names
+    assert oct(path.stat().st_mode & 0o777) == "0o600"
+
+
+def test_tick_gaps_measure_the_longest_and_recent_stall() -> None:
+    now = [1000.0 * 60]
+    gaps = TickGaps(warn_above=0.2, clock=lambda: now[0])
+    for step in (0.05, 0.05, 1.5, 0.05):
+        now[0] += step
+        gaps.mark()
+    # The first mark only starts the clock: gaps are 0.05, 1.5, 0.05.
+    assert gaps.longest == pytest.approx(1.5)
+    assert gaps.stalls == 1
+    assert gaps.recent() == pytest.approx(1.5)
+    for _ in range(2 * 60 * 20 + 20):  # two minutes of regular ticks later it is not recent
+        now[0] += 0.05
+        gaps.mark()
+    assert gaps.recent() == pytest.approx(0.05)
+    assert gaps.longest == pytest.approx(1.5)
+    assert gaps.stalls == 1
