@@ -5,8 +5,10 @@
 
 Generated goals: N clusters over eight regions, apps of 10 components (10 N
 components, fewer where that passes the goals tree's limit of 20,000 files: 5 N at
-3,000 clusters), one Deployment manifest each, and a network.yaml with every cluster's
-latency to every region. Everything runs on loopback in this process, except the
+3,000 clusters, about 9,000 at 10,000, where the cluster files take half the limit),
+one Deployment manifest each, and a network.yaml with every cluster's latency to every
+region (to its own region only where the table would pass the 1 MiB document limit:
+10,000 clusters). Everything runs on loopback in this process, except the
 Git server (``git daemon``) and, with ``--ingest-seconds``, a group of three leads.
 
 Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
@@ -49,6 +51,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import resource
 import subprocess
 import sys
@@ -86,7 +89,7 @@ from qonnect_gitops.model import (
     ParseCache,
     load_goals,
 )
-from qonnect_gitops.model.limits import MAX_TREE_FILES
+from qonnect_gitops.model.limits import MAX_DOCUMENT_BYTES, MAX_TREE_FILES
 from qonnect_gitops.model.observed import empty_observation
 from qonnect_gitops.model.report import AgentReport
 from qonnect_gitops.placement import plan as make_plan
@@ -152,6 +155,26 @@ def fleet_goals(clusters: int, components_per_cluster: int = 10) -> dict[str, by
                 f"              memory: {64 * (1 + k % 4)}Mi\n"
             ).encode()
         files[f"apps/{app}/app.yaml"] = "".join(lines).encode()
+    return files
+
+
+_LINK = re.compile(rb"from: [a-z]+-(\d+), to: region-(\d+),")
+
+
+def within_limits(files: dict[str, bytes]) -> dict[str, bytes]:
+    """``files`` within the goals' limits: less whole apps from the last, until the tree is
+    within ``MAX_TREE_FILES`` (at 10,000 clusters one component per cluster is already past
+    it), and, where network.yaml would be one document past ``MAX_DOCUMENT_BYTES``, with
+    each cluster's latency to its own region only (every region is still measured)."""
+    apps = sorted({p.split("/")[1] for p in files if p.startswith("apps/")})
+    while len(files) > MAX_TREE_FILES:
+        gone = f"apps/{apps.pop()}/"
+        files = {p: b for p, b in files.items() if not p.startswith(gone)}
+    if len(files["network.yaml"]) > 2 * MAX_DOCUMENT_BYTES:  # 3,000 clusters: 1.1 MB, within
+        lines = files["network.yaml"].splitlines(keepends=True)
+        files["network.yaml"] = b"".join(
+            line for line in lines
+            if (m := _LINK.search(line)) is None or int(m.group(1)) % REGIONS == int(m.group(2)))
     return files
 
 
@@ -246,8 +269,8 @@ def components_per_cluster(clusters: int) -> int:
 def run(clusters: int, workdir: Path) -> dict[str, Any]:
     """Every figure at one size."""
     per_cluster = components_per_cluster(clusters)
-    out: dict[str, Any] = {"clusters": clusters, "components": clusters * per_cluster}
-    files = fleet_goals(clusters, per_cluster)
+    out: dict[str, Any] = {"clusters": clusters}
+    files = within_limits(fleet_goals(clusters, per_cluster))
     srv = workdir / "srv"
     srv.mkdir(parents=True)
     served = pygit2.init_repository(str(srv / "goals.git"), bare=True)
@@ -255,6 +278,7 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
 
     cache = ParseCache()
     out["goals_load_s"], goals = _timed(lambda: load_goals(files, cache))
+    out["components"] = sum(len(app.components) for app in goals.apps.values())
     edited = dict(files)
     name = f"clusters/{cluster_name(clusters // 2)}.yaml"
     edited[name] = edited[name].replace(b"carbonIntensity: ", b"carbonIntensity: 1")

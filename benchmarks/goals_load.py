@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import gc
 import json
-import re
 import subprocess
 import sys
 import time
@@ -35,9 +34,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
-from benchmarks.fleet import REGIONS, cluster_name, components_per_cluster, fleet_goals
+from benchmarks.fleet import cluster_name, components_per_cluster, fleet_goals, within_limits
 from qonnect_gitops.model import ParseCache, load_goals
-from qonnect_gitops.model.limits import MAX_DOCUMENT_BYTES, MAX_TREE_FILES
 
 
 def _rss_mib(field: str) -> float:
@@ -47,29 +45,9 @@ def _rss_mib(field: str) -> float:
     return 0.0
 
 
-_LINK = re.compile(rb"from: [a-z]+-(\d+), to: region-(\d+),")
-
-
-def _within_limit(files: dict[str, bytes]) -> dict[str, bytes]:
-    """``files`` within the goals' limits: less whole apps from the last, until the tree is
-    within ``MAX_TREE_FILES`` (at 10,000 clusters one component per cluster is already past
-    it), and, where network.yaml would be one document past ``MAX_DOCUMENT_BYTES``, with
-    each cluster's latency to its own region only (every region is still measured)."""
-    apps = sorted({p.split("/")[1] for p in files if p.startswith("apps/")})
-    while len(files) > MAX_TREE_FILES:
-        gone = f"apps/{apps.pop()}/"
-        files = {p: b for p, b in files.items() if not p.startswith(gone)}
-    if len(files["network.yaml"]) > 2 * MAX_DOCUMENT_BYTES:  # 3,000 clusters: 1.1 MB, within
-        lines = files["network.yaml"].splitlines(keepends=True)
-        files["network.yaml"] = b"".join(
-            line for line in lines
-            if (m := _LINK.search(line)) is None or int(m.group(1)) % REGIONS == int(m.group(2)))
-    return files
-
-
 def measure(clusters: int) -> dict[str, Any]:
     """Every figure at one size, in this process."""
-    files = _within_limit(fleet_goals(clusters, components_per_cluster(clusters)))
+    files = within_limits(fleet_goals(clusters, components_per_cluster(clusters)))
     components = sum(1 for p in files if "/manifests/" in p)
     out: dict[str, Any] = {"clusters": clusters, "components": components, "files": len(files)}
     gc.collect()
