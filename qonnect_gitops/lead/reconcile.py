@@ -175,10 +175,14 @@ def plan_in_force(mirror: Mirror, head: str) -> Plan:
         # A plan we cannot read must not be mistaken for "nothing runs": refuse to plan.
         raise RuntimeError(f"{PLACEMENT_FILE} at {head[:12]} is unreadable: {exc}") from exc
     if len(head) == 40:  # a commit id, never a branch name: what it names never changes
-        while len(_PLANS) >= _PLANS_KEEP:
-            del _PLANS[next(iter(_PLANS))]
-        _PLANS[head] = plan
+        _remember_plan(head, plan)
     return plan
+
+
+def _remember_plan(commit: str, plan: Plan) -> None:
+    while len(_PLANS) >= _PLANS_KEEP:
+        del _PLANS[next(iter(_PLANS))]
+    _PLANS[commit] = plan
 
 
 def current_placement(mirror: Mirror) -> tuple[str | None, int, CurrentPlacement]:
@@ -409,6 +413,9 @@ def reconcile_once(
                                               prune_limits=write.prune_limits, expected_plan=write.expected_plan)
         if written.plan_commit is not None:
             generation += 1
+            # Its placement.yaml is this decision: the next cycle need not parse it back
+            # (megabytes of YAML at fleet scale; tests/render/test_placement_file.py).
+            _remember_plan(written.plan_commit, decision)
             if memo is not None:
                 memo.holds(written.plan_commit, rendered)
         result = CycleResult(goals_commit, decision, generation, written=written)

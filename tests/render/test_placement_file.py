@@ -7,13 +7,15 @@ from datetime import UTC, datetime
 
 import pytest
 import yaml
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from qonnect_gitops.model import load_goals
 from qonnect_gitops.model.observed import empty_observation
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
 from qonnect_gitops.placement import plan as make_plan
 from qonnect_gitops.render import placement_file
-from qonnect_gitops.render.placement_file import placement_yaml
+from qonnect_gitops.render.placement_file import placement_yaml, plain_yaml
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -69,3 +71,27 @@ def test_a_kept_component_plan_is_not_dumped_again(planned: Plan, monkeypatch: p
     sections = [d for d in dumped if isinstance(d, dict) and set(d) <= set(planned.components)]
     assert [list(d) for d in sections] == [[key]]  # only the component whose plan is new
     assert yaml.safe_load(text) == _as_dumped(later)
+
+
+_scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
+            | st.floats(allow_nan=False) | st.text(max_size=30))
+_keys = st.text(max_size=12) | st.sampled_from(["y", "No", "null", "on", "a b", "k:", "- x", "#c", "1", "1.5", "~"])
+_data = st.recursive(_scalars, lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_keys, inner, max_size=4),
+                     max_leaves=25)
+
+
+@settings(max_examples=400, deadline=None)
+@given(st.dictionaries(_keys, _data, max_size=5))
+def test_the_fast_writer_writes_what_yaml_reads_back(data: dict[str, object]) -> None:
+    """Whatever the fast writer takes (else it declines and PyYAML dumps), libyaml and the
+    pure loader read back exactly."""
+    text = plain_yaml(data)
+    if text is None:
+        return
+    assert yaml.safe_load(text) == data
+    assert yaml.load(text, Loader=yaml.CSafeLoader) == data
+
+
+def test_a_plan_takes_the_fast_writer(planned: Plan) -> None:
+    for component in planned.components.values():
+        assert plain_yaml({component.component: component.model_dump(mode="json", by_alias=True)}) is not None
