@@ -379,3 +379,37 @@ def test_running_replicas_go_back_on_the_nodes_only_they_can_use_before_multi_ar
     first = plan(g, observed(), CurrentPlacement())
     assert first.placements()["shop/c4"] == {"edge-1": 2}
     assert plan(g, observed(now=LATER), first.current()).moves == ()
+
+
+def test_a_cluster_a_measurement_puts_inside_the_envelope_keeps_its_replicas_next_cycle() -> None:
+    # Found by the property test: cloud-2 is declared 11 ms from both r1 and r2 (outside
+    # a 10 ms serve-nearest envelope) but measured 0 ms from r1. The plan placed shop/c2
+    # there (a measurement overrides the declared latency); the next, quiet cycle judged
+    # the running replicas by the declared latency alone, "moved" one from cloud-2 to
+    # cloud-2 and dropped the other two.
+    shape = [{"count": 1, "cpu": "1000m", "memory": "2Gi", "arch": "amd64"}]
+    fleet = [cluster("edge-0", tier="edge", region="r1", nodes=shape, cpu_hour=0.01),
+             cluster("edge-1", tier="edge", region="r1", nodes=shape, cpu_hour=0.01),
+             cluster("cloud-2", tier="cloud", region="r2", nodes=shape, cpu_hour=0.01)]
+    links = [("edge-0", "r2", 1.0), ("edge-1", "r2", 1.0), ("cloud-2", "r1", 11.0), ("cloud-2", "r2", 11.0)]
+    near = [{"region": r, "maxMs": 10.0, "serve": "nearest"} for r in ("r1", "r2")]
+    rules = {"objective": "latency", "latency": near, "tolerations": TOLERATE_EDGE, "offloading": False,
+             "bursting": False, "scaling": {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}}
+    comps = [
+        component("c0", cpu=250, memory=GI // 4, qos={**rules, "tiers": ["edge", "fog"]}),
+        dataclasses.replace(component("c1", cpu=250, memory=GI // 4, qos=rules), colocate_with=("shop/c0",)),
+        component("c2", cpu=250, memory=GI // 4, qos={**rules, "tiers": ["fog", "cloud"]}),
+    ]
+    g = goals(fleet, comps, links=links, regions=("r1", "r2"))
+    traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps]
+    before = plan(g, observed(traffic=traffic), CurrentPlacement())
+    assert before.placements()["shop/c2"] == {}  # declared: cloud-2 is near neither region
+    measured = [{"from": "cloud-2", "to": "r1", "ms": 0.0}]
+    first = plan(g, observed(now=NOW + timedelta(seconds=10), latencies=measured, traffic=traffic),
+                 before.current())
+    assert first.placements()["shop/c2"] == {"cloud-2": 3}
+    replan = plan(g, observed(now=NOW + timedelta(seconds=20), latencies=measured, traffic=traffic),
+                  first.current())
+    assert replan.moves == ()
+    assert replan.placements() == first.placements()
+    assert replan.unmet == first.unmet
