@@ -129,6 +129,7 @@ def check(g: Goals, obs: Observed, p: Plan) -> None:
     unmet = {(u.component, u.goal) for u in p.unmet}
     unplaced = {u.component: u.replicas for u in p.unplaced}
     healthy = {n: obs.cluster(n).healthy for n in g.clusters}
+    assert not [m for m in p.moves if m.source is not None and m.source == m.target], "a move to its own cluster"
     load: dict[str, list[tuple[int, int]]] = {}
     for c in g.components():
         where = p.placements().get(c.key, {})
