@@ -413,3 +413,33 @@ def test_a_cluster_a_measurement_puts_inside_the_envelope_keeps_its_replicas_nex
     assert replan.moves == ()
     assert replan.placements() == first.placements()
     assert replan.unmet == first.unmet
+
+
+@pytest.mark.xfail(strict=True, reason="known bug: a follower placed after what it follows packs "
+                                        "nodes in another order than the next cycle's settlement")
+def test_a_follower_bigger_than_its_anchors_gets_in_its_first_plan_what_a_quiet_replan_adds() -> None:
+    # Found by the property test (not fixed yet): edge-0 has two 1-CPU, 2 GiB nodes. c0
+    # and c1 (three 256 MiB replicas each) go there first, first fit: four on one node,
+    # two on the other; c2 (1 GiB, following c1) is placed last and finds room for one.
+    # The quiet cycle after puts the running replicas back biggest first (c2 first),
+    # which leaves room for a second c2, and scales it up with nothing changed.
+    one = {"count": 1, "cpu": "1000m", "memory": "2Gi", "arch": "amd64"}
+    fleet = [cluster("edge-0", tier="edge", region="r1", nodes=[one, one], cpu_hour=0.01),
+             cluster("edge-1", tier="edge", region="r1", nodes=[one], cpu_hour=0.01),
+             cluster("edge-2", tier="edge", region="r1", nodes=[one], cpu_hour=0.01)]
+    links = [("edge-0", "r2", 1.0), ("edge-1", "r2", 1.0), ("edge-2", "r2", 1.0)]
+    near = [{"region": r, "maxMs": 10.0, "serve": "nearest"} for r in ("r1", "r2")]
+    rules = {"objective": "latency", "latency": near, "tolerations": TOLERATE_EDGE, "offloading": False,
+             "bursting": False, "scaling": {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}}
+    comps = [
+        component("c0", cpu=250, memory=GI // 4, qos={**rules, "tiers": ["edge", "fog"]}),
+        dataclasses.replace(component("c1", cpu=250, memory=GI // 4, qos=rules), colocate_with=("shop/c0",)),
+        dataclasses.replace(component("c2", cpu=250, memory=GI, qos={**rules, "tiers": ["edge", "fog"]}),
+                            colocate_with=("shop/c1",)),
+    ]
+    g = goals(fleet, comps, links=links, regions=("r1", "r2"))
+    traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps]
+    first = plan(g, observed(traffic=traffic), CurrentPlacement())
+    assert first.placements()["shop/c2"]
+    replan = plan(g, observed(now=LATER, traffic=traffic), first.current())
+    assert replan.moves == ()
