@@ -443,3 +443,35 @@ def test_a_follower_bigger_than_its_anchors_gets_in_its_first_plan_what_a_quiet_
     assert first.placements()["shop/c2"]
     replan = plan(g, observed(now=LATER, traffic=traffic), first.current())
     assert replan.moves == ()
+
+
+def test_a_replaced_draining_replica_frees_its_capacity_in_the_cycle_after_its_replacement() -> None:
+    # Found by the property test: shop/c3 (4 GiB replicas) had to leave fog-1 (an edit to
+    # its latency goal); one replacement fit on edge-0, so three drained on fog-1. The
+    # next cycle kept two draining (the replaced one is gone) but still charged all three
+    # to fog-1 for that whole cycle, so shop/c2 scaled up there only one quiet cycle later.
+    def node(memory: str) -> list[dict[str, object]]:
+        return [{"count": 1, "cpu": "1000m", "memory": memory, "arch": "amd64"}]
+
+    fleet = [cluster("edge-0", tier="edge", region="r1", nodes=node("4Gi"), cpu_hour=0.01),
+             cluster("fog-1", tier="fog", region="r1", nodes=node("16Gi"), cpu_hour=0.01)]
+    links = [("edge-0", "r1", 1.0), ("edge-0", "r2", 1.0), ("fog-1", "r2", 53.0)]
+    scaled = {"objective": "latency", "offloading": False, "bursting": False,
+              "scaling": {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}}
+    near = [{"region": r, "maxMs": 10.0, "serve": "nearest"} for r in ("r1", "r2")]
+    c2 = component("c2", cpu=250, memory=GI // 4, qos={**scaled, "latency": near, "tiers": ["fog"]})
+    c3 = component("c3", cpu=250, memory=4 * GI, qos={**scaled, "latency": [{"region": "r1", "maxMs": 10.0}]})
+    traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in (c2, c3)]
+    first = plan(goals(fleet, [c2, c3], links=links, regions=("r1", "r2")), observed(traffic=traffic),
+                 CurrentPlacement())
+    assert first.placements() == {"shop/c2": {"fog-1": 1}, "shop/c3": {"fog-1": 3}}
+    moved_c3 = component("c3", cpu=250, memory=4 * GI, qos={**scaled, "latency": [{"region": "r2", "maxMs": 52.0}]})
+    g = goals(fleet, [c2, moved_c3], links=links, regions=("r1", "r2"))
+    edit = plan(g, observed(now=NOW + timedelta(seconds=10), traffic=traffic), first.current())
+    assert edit.placements()["shop/c3"] == {"edge-0": 1}
+    assert {(d.cluster, d.replicas) for d in edit.components["shop/c3"].draining} == {("fog-1", 3)}
+    after_edit = plan(g, observed(now=NOW + timedelta(seconds=20), traffic=traffic), edit.current())
+    assert {(d.cluster, d.replicas) for d in after_edit.components["shop/c3"].draining} == {("fog-1", 2)}
+    assert after_edit.placements()["shop/c2"] == {"fog-1": 2}  # the room the replaced replica left
+    quiet = plan(g, observed(now=NOW + timedelta(seconds=30), traffic=traffic), after_edit.current())
+    assert quiet.moves == ()
