@@ -381,6 +381,18 @@ def test_running_replicas_go_back_on_the_nodes_only_they_can_use_before_multi_ar
     assert plan(g, observed(now=LATER), first.current()).moves == ()
 
 
+# Serves r1 and r2 from within 10 ms, scaled by traffic, offloading and bursting off.
+NEAR_BOTH = {"objective": "latency", "latency": [{"region": r, "maxMs": 10.0, "serve": "nearest"} for r in ("r1", "r2")],
+             "tolerations": TOLERATE_EDGE, "offloading": False, "bursting": False,
+             "scaling": {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}}
+
+
+def _pair_c0_c1() -> list:
+    """c0 (edge or fog) and c1 beside it: small replicas that fill edge nodes first."""
+    return [component("c0", cpu=250, memory=GI // 4, qos={**NEAR_BOTH, "tiers": ["edge", "fog"]}),
+            dataclasses.replace(component("c1", cpu=250, memory=GI // 4, qos=NEAR_BOTH), colocate_with=("shop/c0",))]
+
+
 def test_a_cluster_a_measurement_puts_inside_the_envelope_keeps_its_replicas_next_cycle() -> None:
     # Found by the property test: cloud-2 is declared 11 ms from both r1 and r2 (outside
     # a 10 ms serve-nearest envelope) but measured 0 ms from r1. The plan placed shop/c2
@@ -392,13 +404,10 @@ def test_a_cluster_a_measurement_puts_inside_the_envelope_keeps_its_replicas_nex
              cluster("edge-1", tier="edge", region="r1", nodes=shape, cpu_hour=0.01),
              cluster("cloud-2", tier="cloud", region="r2", nodes=shape, cpu_hour=0.01)]
     links = [("edge-0", "r2", 1.0), ("edge-1", "r2", 1.0), ("cloud-2", "r1", 11.0), ("cloud-2", "r2", 11.0)]
-    near = [{"region": r, "maxMs": 10.0, "serve": "nearest"} for r in ("r1", "r2")]
-    rules = {"objective": "latency", "latency": near, "tolerations": TOLERATE_EDGE, "offloading": False,
-             "bursting": False, "scaling": {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}}
+
     comps = [
-        component("c0", cpu=250, memory=GI // 4, qos={**rules, "tiers": ["edge", "fog"]}),
-        dataclasses.replace(component("c1", cpu=250, memory=GI // 4, qos=rules), colocate_with=("shop/c0",)),
-        component("c2", cpu=250, memory=GI // 4, qos={**rules, "tiers": ["fog", "cloud"]}),
+        *_pair_c0_c1(),
+        component("c2", cpu=250, memory=GI // 4, qos={**NEAR_BOTH, "tiers": ["fog", "cloud"]}),
     ]
     g = goals(fleet, comps, links=links, regions=("r1", "r2"))
     traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps]
@@ -428,13 +437,9 @@ def test_a_follower_bigger_than_its_anchors_gets_in_its_first_plan_what_a_quiet_
              cluster("edge-1", tier="edge", region="r1", nodes=[one], cpu_hour=0.01),
              cluster("edge-2", tier="edge", region="r1", nodes=[one], cpu_hour=0.01)]
     links = [("edge-0", "r2", 1.0), ("edge-1", "r2", 1.0), ("edge-2", "r2", 1.0)]
-    near = [{"region": r, "maxMs": 10.0, "serve": "nearest"} for r in ("r1", "r2")]
-    rules = {"objective": "latency", "latency": near, "tolerations": TOLERATE_EDGE, "offloading": False,
-             "bursting": False, "scaling": {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}}
     comps = [
-        component("c0", cpu=250, memory=GI // 4, qos={**rules, "tiers": ["edge", "fog"]}),
-        dataclasses.replace(component("c1", cpu=250, memory=GI // 4, qos=rules), colocate_with=("shop/c0",)),
-        dataclasses.replace(component("c2", cpu=250, memory=GI, qos={**rules, "tiers": ["edge", "fog"]}),
+        *_pair_c0_c1(),
+        dataclasses.replace(component("c2", cpu=250, memory=GI, qos={**NEAR_BOTH, "tiers": ["edge", "fog"]}),
                             colocate_with=("shop/c1",)),
     ]
     g = goals(fleet, comps, links=links, regions=("r1", "r2"))
