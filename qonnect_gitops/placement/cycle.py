@@ -113,13 +113,20 @@ class Cycle:
                     # Replicas that run now hold their capacity at today's size (make
                     # before break: also those about to move, until they are replaced).
                     self.ledger.occupy(i, self._running(component, key, count, old if resized else None))
+            # Draining replicas run on only while the replicas wanted outnumber those in
+            # place (``carry_drains`` keeps no more); the others were replaced once the last
+            # plan ran and free their capacity in this cycle, not the next.
+            short = replicas - sum(n for i, n in work.current.items() if self.healthy[i])
             for name, count in sorted(self.current.draining.get(key, {}).items()):
                 i = index.get(name)
-                if i is None or count <= 0:
+                if i is None or not self.healthy[i] or short <= 0:
                     continue
+                count = min(count, short)
+                if count <= 0:
+                    continue
+                short -= count
                 work.drained[i] = count
-                if self.healthy[i]:
-                    self.ledger.occupy(i, self._running(component, key + DRAINING, count, old if resized else None))
+                self.ledger.occupy(i, self._running(component, key + DRAINING, count, old if resized else None))
             self.works[key] = work
             self.replicas_of[key] = replicas
 

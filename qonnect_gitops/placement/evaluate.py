@@ -361,15 +361,16 @@ class Evaluator:
         return wanted
 
     def declared_envelope(self, ctx: Context) -> np.ndarray:
-        """The latency envelope judged on declared latencies only (network.yaml; a
-        cluster in the region counts as 0 ms). A breach here is a breach of the goals,
-        repaired at once; one seen only in measurements waits until it has lasted."""
+        """Where the goals do not break the latency envelope: within it by declared
+        latencies (network.yaml; a cluster in the region counts as 0 ms), or by the
+        latencies in force (a measurement overrides the declared value). A breach outside
+        this is a breach of the goals, repaired at once; one seen only in measurements
+        waits until it has lasted."""
         key = LATENCY_FILTER.key(ctx)
         ok = self.declared_cache.get(key)
         if ok is None:
-            ok = self.declared_cache[key] = _frozen(envelope_mask(
-                self.fleet.static.declared_region_latency, ctx
-            ))
+            declared = envelope_mask(self.fleet.static.declared_region_latency, ctx)
+            ok = self.declared_cache[key] = _frozen(declared | self.mask(LATENCY_FILTER, ctx))
         return ok
 
     def exclusion(self, ctx: Context, cluster: int) -> Filter | None:

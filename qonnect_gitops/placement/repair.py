@@ -314,7 +314,8 @@ def _serve_nearest(
 
 def _pair(work: Work, leaving: list[_Leaving], slots: list[int]) -> None:
     """Moves from the replicas that had to leave (or from nowhere) to where new ones
-    went; replicas leaving with make before break drain at their source."""
+    went; replicas leaving with make before break drain at their source. A replica
+    paired with a new one on its own cluster stays: it is neither a move nor a drain."""
     pos = 0
     for s in leaving:
         dests: dict[int | None, int] = {}
@@ -323,6 +324,8 @@ def _pair(work: Work, leaving: list[_Leaving], slots: list[int]) -> None:
             pos += 1
             dests[dst] = dests.get(dst, 0) + 1
         for dst, n in sorted(dests.items(), key=lambda kv: (kv[0] is None, kv[0] or 0)):
+            if dst is not None and dst == s.cluster:
+                continue
             if s.drain and s.cluster is not None:
                 d = work.drains.get(s.cluster)
                 work.drains[s.cluster] = Drain((d.replicas if d else 0) + n, s.cause, unreplaced=dst is None)

@@ -379,3 +379,104 @@ def test_running_replicas_go_back_on_the_nodes_only_they_can_use_before_multi_ar
     first = plan(g, observed(), CurrentPlacement())
     assert first.placements()["shop/c4"] == {"edge-1": 2}
     assert plan(g, observed(now=LATER), first.current()).moves == ()
+
+
+# Serves r1 and r2 from within 10 ms, scaled by traffic, offloading and bursting off.
+NEAR_BOTH = {"objective": "latency", "latency": [{"region": r, "maxMs": 10.0, "serve": "nearest"} for r in ("r1", "r2")],
+             "tolerations": TOLERATE_EDGE, "offloading": False, "bursting": False,
+             "scaling": {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}}
+
+
+def _pair_c0_c1() -> list:
+    """c0 (edge or fog) and c1 beside it: small replicas that fill edge nodes first."""
+    return [component("c0", cpu=250, memory=GI // 4, qos={**NEAR_BOTH, "tiers": ["edge", "fog"]}),
+            dataclasses.replace(component("c1", cpu=250, memory=GI // 4, qos=NEAR_BOTH), colocate_with=("shop/c0",))]
+
+
+def test_a_cluster_a_measurement_puts_inside_the_envelope_keeps_its_replicas_next_cycle() -> None:
+    # Found by the property test: cloud-2 is declared 11 ms from both r1 and r2 (outside
+    # a 10 ms serve-nearest envelope) but measured 0 ms from r1. The plan placed shop/c2
+    # there (a measurement overrides the declared latency); the next, quiet cycle judged
+    # the running replicas by the declared latency alone, "moved" one from cloud-2 to
+    # cloud-2 and dropped the other two.
+    shape = [{"count": 1, "cpu": "1000m", "memory": "2Gi", "arch": "amd64"}]
+    fleet = [cluster("edge-0", tier="edge", region="r1", nodes=shape, cpu_hour=0.01),
+             cluster("edge-1", tier="edge", region="r1", nodes=shape, cpu_hour=0.01),
+             cluster("cloud-2", tier="cloud", region="r2", nodes=shape, cpu_hour=0.01)]
+    links = [("edge-0", "r2", 1.0), ("edge-1", "r2", 1.0), ("cloud-2", "r1", 11.0), ("cloud-2", "r2", 11.0)]
+
+    comps = [
+        *_pair_c0_c1(),
+        component("c2", cpu=250, memory=GI // 4, qos={**NEAR_BOTH, "tiers": ["fog", "cloud"]}),
+    ]
+    g = goals(fleet, comps, links=links, regions=("r1", "r2"))
+    traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps]
+    before = plan(g, observed(traffic=traffic), CurrentPlacement())
+    assert before.placements()["shop/c2"] == {}  # declared: cloud-2 is near neither region
+    measured = [{"from": "cloud-2", "to": "r1", "ms": 0.0}]
+    first = plan(g, observed(now=NOW + timedelta(seconds=10), latencies=measured, traffic=traffic),
+                 before.current())
+    assert first.placements()["shop/c2"] == {"cloud-2": 3}
+    replan = plan(g, observed(now=NOW + timedelta(seconds=20), latencies=measured, traffic=traffic),
+                  first.current())
+    assert replan.moves == ()
+    assert replan.placements() == first.placements()
+    assert replan.unmet == first.unmet
+
+
+@pytest.mark.xfail(strict=True, reason="known bug: a follower placed after what it follows packs "
+                                        "nodes in another order than the next cycle's settlement")
+def test_a_follower_bigger_than_its_anchors_gets_in_its_first_plan_what_a_quiet_replan_adds() -> None:
+    # Found by the property test (not fixed yet): edge-0 has two 1-CPU, 2 GiB nodes. c0
+    # and c1 (three 256 MiB replicas each) go there first, first fit: four on one node,
+    # two on the other; c2 (1 GiB, following c1) is placed last and finds room for one.
+    # The quiet cycle after puts the running replicas back biggest first (c2 first),
+    # which leaves room for a second c2, and scales it up with nothing changed.
+    one = {"count": 1, "cpu": "1000m", "memory": "2Gi", "arch": "amd64"}
+    fleet = [cluster("edge-0", tier="edge", region="r1", nodes=[one, one], cpu_hour=0.01),
+             cluster("edge-1", tier="edge", region="r1", nodes=[one], cpu_hour=0.01),
+             cluster("edge-2", tier="edge", region="r1", nodes=[one], cpu_hour=0.01)]
+    links = [("edge-0", "r2", 1.0), ("edge-1", "r2", 1.0), ("edge-2", "r2", 1.0)]
+    comps = [
+        *_pair_c0_c1(),
+        dataclasses.replace(component("c2", cpu=250, memory=GI, qos={**NEAR_BOTH, "tiers": ["edge", "fog"]}),
+                            colocate_with=("shop/c1",)),
+    ]
+    g = goals(fleet, comps, links=links, regions=("r1", "r2"))
+    traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps]
+    first = plan(g, observed(traffic=traffic), CurrentPlacement())
+    assert first.placements()["shop/c2"]
+    replan = plan(g, observed(now=LATER, traffic=traffic), first.current())
+    assert replan.moves == ()
+
+
+def test_a_replaced_draining_replica_frees_its_capacity_in_the_cycle_after_its_replacement() -> None:
+    # Found by the property test: shop/c3 (4 GiB replicas) had to leave fog-1 (an edit to
+    # its latency goal); one replacement fit on edge-0, so three drained on fog-1. The
+    # next cycle kept two draining (the replaced one is gone) but still charged all three
+    # to fog-1 for that whole cycle, so shop/c2 scaled up there only one quiet cycle later.
+    def node(memory: str) -> list[dict[str, object]]:
+        return [{"count": 1, "cpu": "1000m", "memory": memory, "arch": "amd64"}]
+
+    fleet = [cluster("edge-0", tier="edge", region="r1", nodes=node("4Gi"), cpu_hour=0.01),
+             cluster("fog-1", tier="fog", region="r1", nodes=node("16Gi"), cpu_hour=0.01)]
+    links = [("edge-0", "r1", 1.0), ("edge-0", "r2", 1.0), ("fog-1", "r2", 53.0)]
+    scaled = {"objective": "latency", "offloading": False, "bursting": False,
+              "scaling": {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}}
+    near = [{"region": r, "maxMs": 10.0, "serve": "nearest"} for r in ("r1", "r2")]
+    c2 = component("c2", cpu=250, memory=GI // 4, qos={**scaled, "latency": near, "tiers": ["fog"]})
+    c3 = component("c3", cpu=250, memory=4 * GI, qos={**scaled, "latency": [{"region": "r1", "maxMs": 10.0}]})
+    traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in (c2, c3)]
+    first = plan(goals(fleet, [c2, c3], links=links, regions=("r1", "r2")), observed(traffic=traffic),
+                 CurrentPlacement())
+    assert first.placements() == {"shop/c2": {"fog-1": 1}, "shop/c3": {"fog-1": 3}}
+    moved_c3 = component("c3", cpu=250, memory=4 * GI, qos={**scaled, "latency": [{"region": "r2", "maxMs": 52.0}]})
+    g = goals(fleet, [c2, moved_c3], links=links, regions=("r1", "r2"))
+    edit = plan(g, observed(now=NOW + timedelta(seconds=10), traffic=traffic), first.current())
+    assert edit.placements()["shop/c3"] == {"edge-0": 1}
+    assert {(d.cluster, d.replicas) for d in edit.components["shop/c3"].draining} == {("fog-1", 3)}
+    after_edit = plan(g, observed(now=NOW + timedelta(seconds=20), traffic=traffic), edit.current())
+    assert {(d.cluster, d.replicas) for d in after_edit.components["shop/c3"].draining} == {("fog-1", 2)}
+    assert after_edit.placements()["shop/c2"] == {"fog-1": 2}  # the room the replaced replica left
+    quiet = plan(g, observed(now=NOW + timedelta(seconds=30), traffic=traffic), after_edit.current())
+    assert quiet.moves == ()
