@@ -62,8 +62,10 @@ def test_kill_9_during_writes_loses_no_decision(make_group: Callable[..., LeadGr
                             f"details-v1:1.20.{tag + 1}", f"round {round_no}")
         tag += 1
         wait_for(hit.exists, 15, f"round {round_no}: {point} reached", group)
-        text = wait_for(lambda: hit.read_text().strip(), 5, "fault pid")
-        pid = int(text.split()[1])
+        # The lead claims the fault by renaming the armed file (still holding just the
+        # point's name) and then writes its pid into it: wait for the pid.
+        words = wait_for(lambda: len(hit.read_text().split()) == 2 and hit.read_text().split(), 5, "fault pid")
+        pid = int(words[1])
         victim = next(m for m in group.leads if m.proc is not None and m.proc.pid == pid)
         group.kill(victim, signal.SIGKILL)
         hit.unlink()
