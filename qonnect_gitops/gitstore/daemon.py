@@ -6,6 +6,7 @@ and unlike ``file://`` it negotiates, so a narrow fetch really transfers less.
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import tempfile
@@ -27,17 +28,41 @@ def free_port(host: str = "127.0.0.1") -> int:
 
 
 def free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """``count`` distinct free ports: held open together so the OS hands out different ones."""
+    """``count`` distinct ports free now, for servers a child process binds later.
+
+    They are drawn below the kernel's ephemeral range where there is room: a port the
+    kernel hands out for ``bind(0)`` is one it also hands to outgoing connections, and
+    one of those (any process's) could take it before the child binds it (the demo lost
+    an agent that way: "Address already in use"). Each is test-bound, all held open
+    together so they differ."""
     socks: list[socket.socket] = []
+    low = _ephemeral_low()
+    candidates = list(range(max(1024, low - _LISTEN_SPAN), low)) if low > 1024 + count else []
+    random.shuffle(candidates)
     try:
-        for _ in range(count):
+        while len(socks) < count:
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            try:
+                sock.bind((host, candidates.pop() if candidates else 0))
+            except OSError:
+                sock.close()
+                continue
             socks.append(sock)
-            sock.bind((host, 0))
         return [int(s.getsockname()[1]) for s in socks]
     finally:
         for sock in socks:
             sock.close()
+
+
+_LISTEN_SPAN = 12_000  # how far below the ephemeral range ports are drawn
+
+
+def _ephemeral_low() -> int:
+    """The first port of the kernel's ephemeral range (Linux), else 0."""
+    try:
+        return int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        return 0
 
 
 class GitDaemon:
