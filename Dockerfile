@@ -8,6 +8,10 @@ COPY qonnect_gitops ./qonnect_gitops
 RUN pip install --no-cache-dir --prefix=/install .
 
 FROM python:3.11-slim
+# The leads push and keep their mirror (pack-refs, commit-graph, gc) with the git
+# command line; without it they fall back to libgit2 pushes and skip the upkeep.
+RUN apt-get update && apt-get install -y --no-install-recommends git \
+    && rm -rf /var/lib/apt/lists/*
 COPY --from=build /install /usr/local
 # A numeric non-root user, so `runAsNonRoot: true` can verify it.
 RUN groupadd --gid 65532 qonnect && useradd --uid 65532 --gid 65532 --no-create-home \

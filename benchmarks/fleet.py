@@ -31,7 +31,9 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   directions, counted by a relay in front of the Git server, and the server's CPU per
   poll (``git daemon``'s children) with refs packed (``..._loose_refs``: as pushed);
   ``agent_fetch_v0_bytes``: the same poll as a libgit2 fetch (protocol v0: every ref
-  advertised), for comparison.
+  advertised), for comparison. ``server_upkeep_s``: the server's maintenance after the
+  fan-out (pack refs, add a commit-graph layer), as a kept server runs it; the later
+  pushes (``one_changed_...``) meet a server kept that way.
 * ``new_leader_fetch_bytes``: a new leader's first fetch of the goals repository.
 * ``kb_snapshot_s``: the leader's view of the fleet taken at the start of every cycle,
   from one report per cluster (the cycles above observe through it, as a lead does);
@@ -318,6 +320,30 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         out["first_cycle_s"], first = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
         out["fanout_push_s"] = timer.seconds
         out["branches_written"] = len(first.refs)
+
+        branch = f"cluster/{hosting[0]}"
+        agent = workdir / "agent.git"
+        narrow_fetch(workdir / "agent-v0.git", url, branch)
+        before = proxy.total()
+        narrow_fetch(workdir / "agent-v0.git", url, branch)  # an idle poll as libgit2 fetches it
+        out["agent_fetch_v0_bytes"] = proxy.total() - before
+        source.fetch(agent, url, branch)  # the first poll fetches
+        pid = _daemon_pid(daemon._proc.pid if daemon._proc is not None else 0)
+        cpu, before = _children_cpu_s(pid), proxy.total()
+        for _ in range(POLLS):
+            source.fetch(agent, url, branch)
+        time.sleep(0.2)  # let the daemon reap the last upload-pack
+        out["agent_poll_bytes"] = (proxy.total() - before) / POLLS
+        out["agent_poll_server_cpu_ms_loose_refs"] = 1000 * (_children_cpu_s(pid) - cpu) / POLLS
+        # As a served repository should be kept (docs/git-layout.md): refs packed and a
+        # commit-graph, which every push's connectivity check reads.
+        out["server_upkeep_s"], _ = _timed(lambda: _server_upkeep(srv / "goals.git"))
+        cpu = _children_cpu_s(pid)
+        for _ in range(POLLS):
+            source.fetch(agent, url, branch)
+        time.sleep(0.2)
+        out["agent_poll_server_cpu_ms"] = 1000 * (_children_cpu_s(pid) - cpu) / POLLS
+
         timer.seconds = 0.0
         # The first cycle after a decision plans again (the plan in force is new) and
         # warms the planner for it.
@@ -339,29 +365,15 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         out["one_changed_write_push_s"] = timer.seconds
         out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
 
-        branch = f"cluster/{hosting[0]}"
-        agent = workdir / "agent.git"
-        narrow_fetch(workdir / "agent-v0.git", url, branch)
-        before = proxy.total()
-        narrow_fetch(workdir / "agent-v0.git", url, branch)  # an idle poll as libgit2 fetches it
-        out["agent_fetch_v0_bytes"] = proxy.total() - before
-        source.fetch(agent, url, branch)  # the first poll fetches
-        pid = _daemon_pid(daemon._proc.pid if daemon._proc is not None else 0)
-        cpu, before = _children_cpu_s(pid), proxy.total()
-        for _ in range(POLLS):
-            source.fetch(agent, url, branch)
-        time.sleep(0.2)  # let the daemon reap the last upload-pack
-        out["agent_poll_bytes"] = (proxy.total() - before) / POLLS
-        out["agent_poll_server_cpu_ms_loose_refs"] = 1000 * (_children_cpu_s(pid) - cpu) / POLLS
-        # As a served repository should be kept (docs/git-layout.md): refs packed.
-        subprocess.run(["git", "-C", str(srv / "goals.git"), "pack-refs", "--all"], check=True)
-        cpu = _children_cpu_s(pid)
-        for _ in range(POLLS):
-            source.fetch(agent, url, branch)
-        time.sleep(0.2)
-        out["agent_poll_server_cpu_ms"] = 1000 * (_children_cpu_s(pid) - cpu) / POLLS
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # of this process so far
     return out
+
+
+def _server_upkeep(bare: Path) -> None:
+    """What a self-hosted server's maintenance does (``git gc``/``git maintenance``): pack
+    the refs the pushes wrote loose and add the new commits to the commit-graph."""
+    subprocess.run(["git", "-C", str(bare), "pack-refs", "--all"], check=True)
+    subprocess.run(["git", "-C", str(bare), "commit-graph", "write", "--reachable", "--split"], check=True)
 
 
 def cost_model(fig: dict[str, Any], poll_s: float, report_s: float) -> dict[str, Any]:

@@ -23,6 +23,7 @@ from typing import Any
 
 import pygit2
 
+from qonnect_gitops.gitstore import gitpush
 from qonnect_gitops.gitstore.errors import FanOutStale, RemoteError, StaleRef
 from qonnect_gitops.gitstore.lsrefs import LsRefsError, ls_refs
 from qonnect_gitops.gitstore.store import (
@@ -371,24 +372,56 @@ class Mirror:
         return result
 
     def push(self, changes: Sequence[RefChange]) -> None:
-        """One push of ``changes`` with compare-and-swap on each ref (never a forced refspec)."""
+        """One push of ``changes`` with compare-and-swap on each ref (never a forced refspec).
+
+        Through the ``git`` command line (``gitstore.gitpush``: several times faster with
+        thousands of branches); through libgit2 when it cannot take the credentials."""
         if not changes:
             return
+        try:
+            if gitpush.available(self.credentials):
+                accepted_refs, rejected = self._push_with_git(changes)
+            else:
+                accepted_refs, rejected = self._push_with_libgit2(changes)
+        except StaleRef:
+            self._watched_seen = None  # someone else wrote: look at everything next time
+            raise
+        except RemoteError:
+            self._watched_seen = None
+            raise
+        self._record_pushed(changes, accepted_refs, rejected)
+
+    def _push_with_git(self, changes: Sequence[RefChange]) -> tuple[set[str], dict[str, str]]:
+        """Accepted refs and rejections (ref -> why) of one ``git push``. Refs a branch
+        pattern pushed besides ``changes`` count too: a rejected one was moved by someone else."""
+        specs = gitpush.refspecs([(c.ref, c.new is None) for c in changes],
+                                 [f"refs/heads/{self.store.cluster_prefix}"])
+        try:
+            outcome = gitpush.push(self.path, "origin", specs, self.credentials)
+        except gitpush.PushFailed as exc:
+            raise RemoteError(f"push to {self.display_url} failed: {exc}") from exc
+        rejected = {ref: f"rejected by remote: {why}" for ref, why in outcome.rejected.items()}
+        return set(outcome.accepted), rejected
+
+    def _push_with_libgit2(self, changes: Sequence[RefChange]) -> tuple[set[str], dict[str, str]]:
+        """Accepted refs and rejections (ref -> why) of one libgit2 push; the CAS is checked
+        against the advertised refs before anything is sent (``_PushCallbacks``)."""
         expected = {c.ref: None if c.old is None else pygit2.Oid(hex=c.old) for c in changes}
         specs = [f"{c.ref}:{c.ref}" if c.new is not None else f":{c.ref}" for c in changes]
         callbacks = _PushCallbacks(self.credentials, expected)
         remote = self.repo.remotes["origin"]
         try:
             remote.push(specs, callbacks=callbacks)
-        except StaleRef:
-            self._watched_seen = None  # someone else wrote: look at everything next time
-            raise
         except pygit2.GitError as exc:
-            self._watched_seen = None
             if _LOST_RACE.search(str(exc)):
                 raise StaleRef({c.ref: f"remote moved ({exc})" for c in changes}) from exc
             raise RemoteError(f"push to {self.display_url} failed: {redact(str(exc))}") from exc
-        accepted = {c.ref: c for c in changes if c.ref in callbacks.accepted and c.ref not in callbacks.rejected}
+        return callbacks.accepted - set(callbacks.rejected), callbacks.rejected
+
+    def _record_pushed(self, changes: Sequence[RefChange], accepted_refs: set[str],
+                       rejected: dict[str, str]) -> None:
+        """Remember what the remote now holds; raise ``StaleRef`` for what it did not take."""
+        accepted = {c.ref: c for c in changes if c.ref in accepted_refs and c.ref not in rejected}
         # Record what the remote now holds, so the next publish compares against it.
         # (libgit2 usually did already, through the fetch refspecs; skip those writes.)
         for change in accepted.values():
@@ -405,23 +438,25 @@ class Mirror:
                 else:
                     self._watched_seen[change.ref] = change.new
         missing = {c.ref: "remote did not report the update" for c in changes
-                   if c.ref not in callbacks.accepted and c.ref not in callbacks.rejected}
-        if callbacks.rejected or missing:
+                   if c.ref not in accepted_refs and c.ref not in rejected}
+        if rejected or missing:
             self._watched_seen = None
-            raise StaleRef({**missing, **callbacks.rejected})
+            raise StaleRef({**missing, **rejected})
 
     # ---------------------------------------------------------------- upkeep
 
     def _pack_refs_if_many(self) -> None:
-        """``git pack-refs --all`` once enough refs were written loose. Reading refs goes
-        over every loose ref file: 20,000 of them (a fleet of 10,000 clusters, each seen
-        and local) take half a second to list, packed a fortieth of that."""
+        """``git pack-refs --all`` and a new commit-graph layer once enough refs were written
+        loose. Reading refs goes over every loose ref file: 20,000 of them (a fleet of
+        10,000 clusters, each seen and local) take half a second to list, packed a fortieth
+        of that. A push walks the commit of every advertised branch; the commit-graph
+        serves them without parsing (one push at 10,000 branches: 0.25-0.3 s -> 0.17-0.23 s)."""
         if self._loose_refs < LOOSE_REFS_LIMIT:
             return
-        proc = subprocess.run(["git", "-C", str(self.path), "pack-refs", "--all"],
-                              capture_output=True, text=True, check=False)
-        if proc.returncode != 0:
-            log.warning("mirror_pack_refs_failed", path=str(self.path), stderr=proc.stderr.strip())
+        for upkeep in (["pack-refs", "--all"], ["commit-graph", "write", "--reachable", "--split"]):
+            proc = subprocess.run(["git", "-C", str(self.path), *upkeep], capture_output=True, text=True, check=False)
+            if proc.returncode != 0:
+                log.warning("mirror_upkeep_failed", path=str(self.path), command=upkeep[0], stderr=proc.stderr.strip())
         self._loose_refs = 0
 
     def gc_auto(self) -> float:

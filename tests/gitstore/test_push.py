@@ -1,0 +1,127 @@
+"""The mirror's pushes: the git command line (explicit refspecs and branch patterns) and
+the libgit2 path, each ref a compare-and-swap against what the mirror last saw."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from qonnect_gitops.gitstore import DecisionMeta, FanOutStale, RemoteError, StaleRef, gitpush
+from qonnect_gitops.gitstore.daemon import free_ports
+from qonnect_gitops.gitstore.remote import Mirror
+
+from .helpers import Served, git, plan_files
+
+
+def decide(mirror: Mirror, n: int, gen: int, tag: str = "v1") -> None:
+    source = mirror.main_commit()
+    assert source is not None
+    mirror.store.write_decision(plan_files(n, tag=tag), summary=f"Decision {gen}", body="b",
+                                meta=DecisionMeta(source, 1, gen, "goals-changed"),
+                                clusters=[f"c{i}" for i in range(n)], timestamp=1_700_000_000 + gen)
+
+
+def remote_head(served: Served, ref: str) -> str:
+    return git("ls-remote", served.url, ref).split()[0]
+
+
+@pytest.mark.parametrize("clusters", [3, gitpush.EXPLICIT_REFSPECS_MAX + 6])
+def test_a_branch_moved_behind_the_mirrors_back_loses_and_the_rest_lands(
+        served: Served, tmp_path: Path, clusters: int) -> None:
+    # Few branches are pushed by name, many under the cluster branch pattern: the lease
+    # protects the moved branch either way.
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, clusters, 1)
+    mirror.publish()
+    human = remote_head(served, "refs/heads/cluster/c0")
+    main = remote_head(served, "refs/heads/main")
+    git("push", "-q", "--force", served.url, f"{main}:refs/heads/cluster/c1",
+        cwd=served.bare.parent / (served.bare.name + ".work"))
+
+    decide(mirror, clusters, 2, tag="v2")
+    with pytest.raises(FanOutStale) as err:
+        mirror.publish()
+    assert list(err.value.refs) == ["refs/heads/cluster/c1"]
+    assert remote_head(served, "refs/heads/cluster/c1") == main  # the other writer's commit stands
+    assert remote_head(served, "refs/heads/cluster/c0") != human
+    assert remote_head(served, "refs/heads/cluster/c0") == mirror.store.cluster_head("c0")
+    assert remote_head(served, "refs/heads/qonnect/plan") == mirror.store.plan_head()
+    assert [c.ref for c in mirror.pending()] == ["refs/heads/cluster/c1"]
+
+    mirror.fetch()  # the next cycle sees the other writer's commit and writes over it
+    assert mirror.store.cluster_head("c1") == main
+
+
+def test_a_pattern_push_creates_new_branches_and_updates_the_rest(served: Served, tmp_path: Path) -> None:
+    many = gitpush.EXPLICIT_REFSPECS_MAX + 6
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, many, 1)
+    mirror.publish()
+    decide(mirror, many + 3, 2, tag="v2")  # three clusters join; every branch's files change
+    specs = gitpush.refspecs([(c.ref, c.new is None) for c in mirror.pending()], ["refs/heads/cluster/"])
+    assert specs == ["refs/heads/cluster/*:refs/heads/cluster/*", "refs/heads/qonnect/plan:refs/heads/qonnect/plan"]
+    mirror.publish()
+    assert mirror.pending() == []
+    names = git("ls-remote", served.url, "refs/heads/cluster/*").split()[1::2]
+    assert len(names) == many + 3
+    for i in (0, many + 2):
+        assert remote_head(served, f"refs/heads/cluster/c{i}") == mirror.store.cluster_head(f"c{i}")
+
+
+def test_deletions_and_other_refs_stay_explicit_beside_a_pattern() -> None:
+    updates = [(f"refs/heads/cluster/c{i}", False) for i in range(gitpush.EXPLICIT_REFSPECS_MAX)]
+    updates += [("refs/heads/qonnect/proposals/p1", True), ("refs/qonnect/closed/p1", False)]
+    assert gitpush.refspecs(updates, ["refs/heads/cluster/"]) == [
+        "refs/heads/cluster/*:refs/heads/cluster/*", ":refs/heads/qonnect/proposals/p1",
+        "refs/qonnect/closed/p1:refs/qonnect/closed/p1"]
+    few = updates[-2:]
+    assert gitpush.refspecs(few, ["refs/heads/cluster/"]) == [
+        ":refs/heads/qonnect/proposals/p1", "refs/qonnect/closed/p1:refs/qonnect/closed/p1"]
+
+
+def test_without_the_command_line_libgit2_pushes_with_the_same_guarantees(
+        served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gitpush, "available", lambda credentials: False)
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, 3, 1)
+    assert mirror.publish().pushes == 2
+    main = remote_head(served, "refs/heads/main")
+    git("push", "-q", "--force", served.url, f"{main}:refs/heads/cluster/c2",
+        cwd=served.bare.parent / (served.bare.name + ".work"))
+    decide(mirror, 3, 2, tag="v2")
+    with pytest.raises(StaleRef) as err:
+        mirror.publish()
+    assert "refs/heads/cluster/c2" in err.value.refs
+    assert remote_head(served, "refs/heads/cluster/c2") == main
+
+
+def test_an_unreachable_remote_is_a_remote_error_and_nothing_counts_as_pushed(
+        served: Served, tmp_path: Path) -> None:
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, 2, 1)
+    pending = mirror.pending()
+    (port,) = free_ports(1)
+    git("-C", tmp_path / "m.git", "remote", "set-url", "origin", f"git://127.0.0.1:{port}/goals.git")
+    with pytest.raises(RemoteError):
+        mirror.push(pending)
+    assert mirror.pending() == pending
+
+
+def test_porcelain_lines_are_read_by_their_flag() -> None:
+    out = ("To git://example/goals.git\n"
+           " \trefs/heads/a:refs/heads/a\t1111111..2222222\n"
+           "*\trefs/heads/b:refs/heads/b\t[new branch]\n"
+           "-\t:refs/heads/c\t[deleted]\n"
+           "=\trefs/heads/d:refs/heads/d\t[up to date]\n"
+           "!\trefs/heads/e:refs/heads/e\t[rejected] (stale info)\n"
+           "!\trefs/heads/f:refs/heads/f\t[remote rejected] (hook declined)\n"
+           "Done\n")
+    outcome = gitpush.parse_porcelain(out)
+    assert outcome.accepted == {"refs/heads/a", "refs/heads/b", "refs/heads/c", "refs/heads/d"}
+    assert outcome.rejected == {"refs/heads/e": "[rejected] (stale info)",
+                                "refs/heads/f": "[remote rejected] (hook declined)"}
