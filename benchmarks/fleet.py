@@ -70,6 +70,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from qonnect_gitops.agent import source
+from qonnect_gitops.gitstore import gitpush
 from qonnect_gitops.gitstore.daemon import GitDaemon
 from qonnect_gitops.gitstore.remote import Mirror, narrow_fetch
 from qonnect_gitops.gitstore.tree import build_tree
@@ -406,8 +407,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=float, default=10.0, help="agents' report interval for the cost model (s)")
     parser.add_argument("--ingest-seconds", type=float, default=0.0,
                         help="also measure committed reports/s with three leads for this long (0: skip)")
+    parser.add_argument("--libgit2-push", action="store_true",
+                        help="push with libgit2 instead of the git command line (for comparison)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
+    if args.libgit2_push:
+        gitpush.available = lambda credentials: False  # type: ignore[assignment]
     sizes: dict[str, Any] = {}
     for n in args.clusters or [100]:
         with tempfile.TemporaryDirectory(prefix="qonnect-fleet-") as tmp:

@@ -6,14 +6,15 @@ per cluster that walk is the cost of a push: at 10,000 branches libgit2 took 0.7
 to push one ref where ``git push`` took 0.2-0.3 s, git reading commits through the
 commit-graph file the mirror keeps (``Mirror`` upkeep; ``benchmarks/fleet.py``).
 
-Compare-and-swap: ``--force-with-lease`` with no value takes, for every ref pushed,
-the remote-tracking ref of the named remote as the value the remote must still hold
-(a ref with no tracking ref must not exist there). The mirror's tracking refs are
-exactly what it last saw, so this is the same CAS the libgit2 path checks by hand.
+Compare-and-swap: ``--force-with-lease=<ref>:<value>`` names the value the remote must
+still hold (empty: the ref must not exist), the same CAS the libgit2 path checks by hand.
 
 Refspecs: explicit ones cost ``git push`` a scan of every local ref each, so a push of
 many branches names them with one pattern (``refs/heads/cluster/*``) instead: every
-local branch under it that differs from the remote's is pushed, under the same lease.
+local branch under it that differs from the remote's is pushed. Such a push is leased
+by ``--force-with-lease`` with no value, which takes for every ref the remote-tracking
+ref of the named remote: the mirror's tracking refs are exactly what it last saw. (A
+lease looked up per advertised ref costs a little more, so few refs get explicit ones.)
 
 What the remote did with each ref is read from ``--porcelain`` lines by their flag
 field, never from message wording.
@@ -25,7 +26,7 @@ import base64
 import os
 import shutil
 import subprocess
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -82,17 +83,20 @@ def refspecs(updates: Sequence[tuple[str, bool]], pattern_prefixes: Sequence[str
     return [f"{p}*:{p}*" for p in sorted(patterns)] + out
 
 
-def push(repo: Path, remote: str, specs: Sequence[str], credentials: Any = None,
-         timeout: float = TIMEOUT_SECONDS) -> PushOutcome:
-    """``git push --porcelain --force-with-lease <remote> <specs>`` in the bare ``repo``.
+def push(repo: Path, remote: str, specs: Sequence[str], leases: Mapping[str, str | None] | None,
+         credentials: Any = None, timeout: float = TIMEOUT_SECONDS) -> PushOutcome:
+    """``git push --porcelain <leases> <remote> <specs>`` in the bare ``repo``.
 
-    Raises ``PushUnavailable`` (see ``available``) and ``PushFailed`` when the push as a
-    whole failed."""
+    ``leases`` maps each ref to the commit the remote must hold (None: no such ref);
+    None leases every ref on its remote-tracking ref. Raises ``PushUnavailable`` (see
+    ``available``) and ``PushFailed`` when the push as a whole failed."""
     if not available(credentials):
         raise PushUnavailable("no git binary" if shutil.which("git") is None else
                               f"credentials of type {type(credentials).__name__}")
+    lease_args = ["--force-with-lease"] if leases is None else [
+        f"--force-with-lease={ref}:{old or ''}" for ref, old in leases.items()]
     command = ["git", "-C", str(repo), "-c", "credential.helper=", "-c", "core.askPass=",
-               "push", "--porcelain", "--no-verify", "--force-with-lease", remote, *specs]
+               "push", "--porcelain", "--no-verify", *lease_args, remote, *specs]
     try:
         proc = subprocess.run(command, capture_output=True, text=True, env=_environment(credentials),
                               timeout=timeout, check=False)

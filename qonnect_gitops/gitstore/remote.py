@@ -396,8 +396,10 @@ class Mirror:
         pattern pushed besides ``changes`` count too: a rejected one was moved by someone else."""
         specs = gitpush.refspecs([(c.ref, c.new is None) for c in changes],
                                  [f"refs/heads/{self.store.cluster_prefix}"])
+        named = len(specs) == len(changes)  # no pattern: lease each ref on the value we last saw
+        leases = {c.ref: c.old for c in changes} if named else None
         try:
-            outcome = gitpush.push(self.path, "origin", specs, self.credentials)
+            outcome = gitpush.push(self.path, "origin", specs, leases, self.credentials)
         except gitpush.PushFailed as exc:
             raise RemoteError(f"push to {self.display_url} failed: {exc}") from exc
         rejected = {ref: f"rejected by remote: {why}" for ref, why in outcome.rejected.items()}
