@@ -70,7 +70,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from qonnect_gitops.agent import source
-from qonnect_gitops.gitstore import gitpush
+from qonnect_gitops.gitstore import gitcli
 from qonnect_gitops.gitstore.daemon import GitDaemon
 from qonnect_gitops.gitstore.remote import Mirror, narrow_fetch
 from qonnect_gitops.gitstore.tree import build_tree
@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.libgit2_push:
-        gitpush.available = lambda credentials: False  # type: ignore[assignment]
+        gitcli.available = lambda credentials: False  # type: ignore[assignment]
     sizes: dict[str, Any] = {}
     for n in args.clusters or [100]:
         with tempfile.TemporaryDirectory(prefix="qonnect-fleet-") as tmp:

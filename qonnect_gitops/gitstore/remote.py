@@ -23,7 +23,7 @@ from typing import Any
 
 import pygit2
 
-from qonnect_gitops.gitstore import gitpush
+from qonnect_gitops.gitstore import gitcli
 from qonnect_gitops.gitstore.errors import FanOutStale, RemoteError, StaleRef
 from qonnect_gitops.gitstore.lsrefs import LsRefsError, ls_refs
 from qonnect_gitops.gitstore.store import (
@@ -66,8 +66,8 @@ class FetchResult:
     """What a fetch moved over the wire."""
 
     commit: str | None
-    received_bytes: int
-    received_objects: int
+    received_bytes: int | None  # None: not counted (a fetch through the git command line)
+    received_objects: int | None
     seconds: float
 
 
@@ -192,23 +192,32 @@ class Mirror:
 
         After the first full fetch, a fetch first asks the remote (protocol v2 ``ls-refs``,
         hundreds of bytes) where ``main``, the plan branch and the proposals are; when none
-        moved it fetches nothing and touches only the refs this mirror wrote. Cluster
-        branches are not asked about: only the leader writes them, a push that finds one
-        moved fails its compare-and-swap, and after that (or ``distrust()``, or
-        ``full=True``) the next fetch is a full one again.
+        moved it fetches nothing and touches only the refs this mirror wrote, and when some
+        moved it fetches those alone. Cluster branches are not asked about: only the leader
+        writes them, a push that finds one moved fails its compare-and-swap, and after that
+        (or ``distrust()``, or ``full=True``) the next fetch is a full one again.
         """
         start = time.perf_counter()
+        refspecs: list[str] | None = None  # None: every configured refspec
         if not full and self._watched_seen is not None:
-            quiet = self._quiet_fetch(start)
-            if quiet is not None:
-                return quiet
-        remote = self.repo.remotes["origin"]
+            answer = self._ask_watched()
+            if answer is not None:
+                watched, answered_bytes = answer
+                if watched == self._watched_seen:
+                    return self._unchanged(start, answered_bytes)
+                refspecs = self._refspecs_for(watched)
+        counted: tuple[int | None, int | None] = (None, None)  # bytes, objects: libgit2 counts them
         try:
-            stats = remote.fetch(
-                callbacks=pygit2.RemoteCallbacks(credentials=self.credentials),
-                prune=pygit2.enums.FetchPrune.PRUNE,
-            )
-        except pygit2.GitError as exc:
+            if refspecs is not None and gitcli.available(self.credentials):
+                gitcli.fetch(self.path, "origin", refspecs, self.credentials)
+            else:
+                stats = self.repo.remotes["origin"].fetch(
+                    refspecs,
+                    callbacks=pygit2.RemoteCallbacks(credentials=self.credentials),
+                    prune=pygit2.enums.FetchPrune.PRUNE,
+                )
+                counted = (stats.received_bytes, stats.received_objects)
+        except (pygit2.GitError, gitcli.GitFailed) as exc:
             self._watched_seen = None
             raise RemoteError(f"fetch from {self.display_url} failed: {redact(str(exc))}") from exc
         self._sync_local()
@@ -216,24 +225,42 @@ class Mirror:
         self._pack_refs_if_many()
         result = FetchResult(
             commit=self.main_commit(),
-            received_bytes=stats.received_bytes,
-            received_objects=stats.received_objects,
+            received_bytes=counted[0],
+            received_objects=counted[1],
             seconds=time.perf_counter() - start,
         )
         log.info("mirror_fetched", url=self.display_url, bytes=result.received_bytes, objects=result.received_objects,
-                 seconds=round(result.seconds, 3))
+                 refspecs="all" if refspecs is None else len(refspecs), seconds=round(result.seconds, 3))
         return result
 
-    def _quiet_fetch(self, start: float) -> FetchResult | None:
-        """The result of a fetch when the watched refs did not move; None: fetch fully."""
+    def _ask_watched(self) -> tuple[dict[str, str], int] | None:
+        """Where the watched refs are on the remote (one ``ls-refs``) and the bytes it
+        answered with; None: it could not say."""
         try:
             answer = ls_refs(self.url, self._watched, self.credentials)
         except LsRefsError as exc:
             log.debug("mirror_ls_refs_failed", url=self.display_url, error=str(exc))
             return None
-        if {r: c for r, c in answer.refs.items() if self._is_watched(r)} != self._watched_seen:
+        return {r: c for r, c in answer.refs.items() if self._is_watched(r)}, answer.received_bytes
+
+    def _refspecs_for(self, watched: dict[str, str]) -> list[str] | None:
+        """The configured refspecs covering the watched refs that moved (created, deleted or
+        updated); None (all of them) when the plan branch moved (another leader decided: its
+        cluster branches moved too) or main went away."""
+        seen = self._watched_seen or {}
+        moved = {ref for ref in set(watched) | set(seen) if watched.get(ref) != seen.get(ref)}
+        if self.store.plan_ref in moved or self.main_ref not in watched:
             return None
-        # Nothing moved on the remote: drop what this mirror wrote and never published.
+        out = []
+        for spec in self._refspecs:
+            source = spec[1:].split(":", 1)[0]
+            if any(ref == source or (source.endswith("*") and ref.startswith(source[:-1])) for ref in moved):
+                out.append(spec)
+        return out
+
+    def _unchanged(self, start: float, received_bytes: int) -> FetchResult:
+        """The result of a fetch when the watched refs did not move: drop what this mirror
+        wrote and never published."""
         dropped = {ref: (_ref_target(self.repo, ref), _ref_target(self.repo, _seen_name(ref)))
                    for ref in sorted(self.store.moved)}
         dropped = {ref: pair for ref, pair in dropped.items() if pair[0] != pair[1]}
@@ -241,10 +268,8 @@ class Mirror:
         if dropped:
             self.store.fanned_out = None
         self.store.moved.clear()
-        result = FetchResult(self.main_commit(), answer.received_bytes, 0, time.perf_counter() - start)
-        log.debug("mirror_unchanged", url=self.display_url, bytes=answer.received_bytes + answer.sent_bytes,
-                  dropped=len(dropped))
-        return result
+        log.debug("mirror_unchanged", url=self.display_url, dropped=len(dropped))
+        return FetchResult(self.main_commit(), received_bytes, 0, time.perf_counter() - start)
 
     def _is_watched(self, ref: str) -> bool:
         return ref in (self.main_ref, self.store.plan_ref) or any(
@@ -374,12 +399,12 @@ class Mirror:
     def push(self, changes: Sequence[RefChange]) -> None:
         """One push of ``changes`` with compare-and-swap on each ref (never a forced refspec).
 
-        Through the ``git`` command line (``gitstore.gitpush``: several times faster with
+        Through the ``git`` command line (``gitstore.gitcli``: several times faster with
         thousands of branches); through libgit2 when it cannot take the credentials."""
         if not changes:
             return
         try:
-            if gitpush.available(self.credentials):
+            if gitcli.available(self.credentials):
                 accepted_refs, rejected = self._push_with_git(changes)
             else:
                 accepted_refs, rejected = self._push_with_libgit2(changes)
@@ -394,13 +419,13 @@ class Mirror:
     def _push_with_git(self, changes: Sequence[RefChange]) -> tuple[set[str], dict[str, str]]:
         """Accepted refs and rejections (ref -> why) of one ``git push``. Refs a branch
         pattern pushed besides ``changes`` count too: a rejected one was moved by someone else."""
-        specs = gitpush.refspecs([(c.ref, c.new is None) for c in changes],
+        specs = gitcli.refspecs([(c.ref, c.new is None) for c in changes],
                                  [f"refs/heads/{self.store.cluster_prefix}"])
         named = len(specs) == len(changes)  # no pattern: lease each ref on the value we last saw
         leases = {c.ref: c.old for c in changes} if named else None
         try:
-            outcome = gitpush.push(self.path, "origin", specs, leases, self.credentials)
-        except gitpush.PushFailed as exc:
+            outcome = gitcli.push(self.path, "origin", specs, leases, self.credentials)
+        except gitcli.GitFailed as exc:
             raise RemoteError(f"push to {self.display_url} failed: {exc}") from exc
         rejected = {ref: f"rejected by remote: {why}" for ref, why in outcome.rejected.items()}
         return set(outcome.accepted), rejected

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from qonnect_gitops.gitstore import DecisionMeta, FanOutStale, RemoteError, StaleRef, gitpush
+from qonnect_gitops.gitstore import DecisionMeta, FanOutStale, RemoteError, StaleRef, gitcli
 from qonnect_gitops.gitstore.daemon import free_ports
 from qonnect_gitops.gitstore.remote import Mirror
 
@@ -26,7 +26,7 @@ def remote_head(served: Served, ref: str) -> str:
     return git("ls-remote", served.url, ref).split()[0]
 
 
-@pytest.mark.parametrize("clusters", [3, gitpush.EXPLICIT_REFSPECS_MAX + 6])
+@pytest.mark.parametrize("clusters", [3, gitcli.EXPLICIT_REFSPECS_MAX + 6])
 def test_a_branch_moved_behind_the_mirrors_back_loses_and_the_rest_lands(
         served: Served, tmp_path: Path, clusters: int) -> None:
     # Few branches are pushed by name, many under the cluster branch pattern: the lease
@@ -55,13 +55,13 @@ def test_a_branch_moved_behind_the_mirrors_back_loses_and_the_rest_lands(
 
 
 def test_a_pattern_push_creates_new_branches_and_updates_the_rest(served: Served, tmp_path: Path) -> None:
-    many = gitpush.EXPLICIT_REFSPECS_MAX + 6
+    many = gitcli.EXPLICIT_REFSPECS_MAX + 6
     mirror = Mirror(tmp_path / "m.git", served.url)
     mirror.fetch()
     decide(mirror, many, 1)
     mirror.publish()
     decide(mirror, many + 3, 2, tag="v2")  # three clusters join; every branch's files change
-    specs = gitpush.refspecs([(c.ref, c.new is None) for c in mirror.pending()], ["refs/heads/cluster/"])
+    specs = gitcli.refspecs([(c.ref, c.new is None) for c in mirror.pending()], ["refs/heads/cluster/"])
     assert specs == ["refs/heads/cluster/*:refs/heads/cluster/*", "refs/heads/qonnect/plan:refs/heads/qonnect/plan"]
     mirror.publish()
     assert mirror.pending() == []
@@ -72,19 +72,19 @@ def test_a_pattern_push_creates_new_branches_and_updates_the_rest(served: Served
 
 
 def test_deletions_and_other_refs_stay_explicit_beside_a_pattern() -> None:
-    updates = [(f"refs/heads/cluster/c{i}", False) for i in range(gitpush.EXPLICIT_REFSPECS_MAX)]
+    updates = [(f"refs/heads/cluster/c{i}", False) for i in range(gitcli.EXPLICIT_REFSPECS_MAX)]
     updates += [("refs/heads/qonnect/proposals/p1", True), ("refs/qonnect/closed/p1", False)]
-    assert gitpush.refspecs(updates, ["refs/heads/cluster/"]) == [
+    assert gitcli.refspecs(updates, ["refs/heads/cluster/"]) == [
         "refs/heads/cluster/*:refs/heads/cluster/*", ":refs/heads/qonnect/proposals/p1",
         "refs/qonnect/closed/p1:refs/qonnect/closed/p1"]
     few = updates[-2:]
-    assert gitpush.refspecs(few, ["refs/heads/cluster/"]) == [
+    assert gitcli.refspecs(few, ["refs/heads/cluster/"]) == [
         ":refs/heads/qonnect/proposals/p1", "refs/qonnect/closed/p1:refs/qonnect/closed/p1"]
 
 
 def test_without_the_command_line_libgit2_pushes_with_the_same_guarantees(
         served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(gitpush, "available", lambda credentials: False)
+    monkeypatch.setattr(gitcli, "available", lambda credentials: False)
     mirror = Mirror(tmp_path / "m.git", served.url)
     mirror.fetch()
     decide(mirror, 3, 1)
@@ -121,7 +121,7 @@ def test_porcelain_lines_are_read_by_their_flag() -> None:
            "!\trefs/heads/e:refs/heads/e\t[rejected] (stale info)\n"
            "!\trefs/heads/f:refs/heads/f\t[remote rejected] (hook declined)\n"
            "Done\n")
-    outcome = gitpush.parse_porcelain(out)
+    outcome = gitcli.parse_porcelain(out)
     assert outcome.accepted == {"refs/heads/a", "refs/heads/b", "refs/heads/c", "refs/heads/d"}
     assert outcome.rejected == {"refs/heads/e": "[rejected] (stale info)",
                                 "refs/heads/f": "[remote rejected] (hook declined)"}

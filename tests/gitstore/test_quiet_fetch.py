@@ -116,3 +116,41 @@ def test_distrust_makes_the_next_fetch_full(served: Served, proxy: CountingProxy
     before = proxy.total()
     mirror.fetch()
     assert proxy.total() - before > 10_000
+
+
+def test_a_goals_push_fetches_main_alone(served: Served, proxy: CountingProxy, tmp_path: Path) -> None:
+    url = f"git://127.0.0.1:{proxy.port}/{served.bare.name}"
+    mirror = Mirror(tmp_path / "m.git", url)
+    mirror.fetch()
+    first = decide(mirror, 1, "v1")
+    mirror.publish()
+    decide(mirror, 2, "v2")  # never published: the fetch drops it, as any fetch does
+    pushed = seed_goals(served.bare, {"apps/shop/app.yaml": "name: shop\nreplicas: 3\n"})
+    before = proxy.total()
+    assert mirror.fetch().commit == pushed
+    # Asked for main alone (protocol v2): a fetch that lists the 200 cluster branches
+    # moves more than 10 KB (test_an_idle_fetch_costs_hundreds_of_bytes_whatever_the_fleet).
+    assert proxy.total() - before < 5_000, proxy.total() - before
+    assert mirror.read_goals()["apps/shop/app.yaml"].endswith(b"replicas: 3\n")
+    assert mirror.store.plan_head() == first.plan_commit and mirror.pending() == []
+
+
+def test_proposals_opened_and_closed_by_another_leader_are_followed(served: Served, tmp_path: Path) -> None:
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    other = Mirror(tmp_path / "other.git", served.url)
+    other.fetch()
+    source = other.main_commit()
+    assert source is not None
+    other.store.propose("p1", plan_files(1), summary="P1", description="d", clusters=["c0"],
+                        timestamp=1_700_000_001, meta=DecisionMeta(source, 1, 1, "goals-changed"))
+    other.publish()
+    mirror.fetch()
+    assert "refs/heads/qonnect/proposals/p1" in mirror.repo.references
+    other.store.close_proposal("p1", "superseded", timestamp=1_700_000_002)
+    other.publish()
+    mirror.fetch()  # the deletion is pruned, the closed record arrives
+    refs = set(mirror.repo.references)
+    assert "refs/heads/qonnect/proposals/p1" not in refs
+    assert "refs/remotes/origin/heads/qonnect/proposals/p1" not in refs
+    assert any(r.startswith("refs/qonnect/closed/") for r in refs)
