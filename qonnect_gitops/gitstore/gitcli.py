@@ -1,11 +1,10 @@
 """The mirror's pushes, and its fetches of a few refs, through the ``git`` command line.
 
 Fetch: libgit2 offers the remote every local ref as common ground, so with one branch
-per cluster a fetch of the one goals commit just pushed took 2-7 s at 10,000 branches
-(17 s under load); ``git fetch`` of the same refspec, protocol v2 asking for that
-ref alone, took 0.3 s. The mirror uses it when only ``main``, proposals or closed
-proposals moved (``Mirror.fetch``); a full fetch stays with libgit2, whose transfer
-counts the benchmarks read.
+per cluster a fetch that brings anything new is slow: at 10,000 branches, after one
+goals commit, 3-10 s (17 s under load) where ``git fetch`` took 0.3-0.45 s, whole
+or for the moved refs alone (protocol v2 names them). With nothing new both take
+about 0.4 s. libgit2 fetches only where the command line cannot.
 
 Push: a push gets the remote's whole ref advertisement (push has no protocol
 v2), and both ends walk every advertised commit the pusher also has. With one branch

@@ -53,6 +53,11 @@ _ZERO = pygit2.Oid(hex="0" * 40)
 _LOST_RACE = re.compile(r"non-fastforwardable|not present locally|fast-forward", re.IGNORECASE)
 
 
+def _present(refspecs: Sequence[str], refs: Mapping[str, str]) -> list[str]:
+    """The refspecs whose source is a pattern or one of ``refs``."""
+    return [spec for spec in refspecs if (source := spec.lstrip("+").split(":", 1)[0]).endswith("*") or source in refs]
+
+
 def _seen_name(ref: str) -> str:
     return SEEN_PREFIX + ref[len("refs/"):]
 
@@ -199,17 +204,20 @@ class Mirror:
         """
         start = time.perf_counter()
         refspecs: list[str] | None = None  # None: every configured refspec
+        answer = None
         if not full and self._watched_seen is not None:
             answer = self._ask_watched()
             if answer is not None:
-                watched, answered_bytes = answer
-                if watched == self._watched_seen:
-                    return self._unchanged(start, answered_bytes)
-                refspecs = self._refspecs_for(watched)
+                if answer[0] == self._watched_seen:
+                    return self._unchanged(start, answer[1])
+                refspecs = self._refspecs_for(answer[0])
+        if gitcli.available(self.credentials) and answer is None:
+            answer = self._ask_watched()
         counted: tuple[int | None, int | None] = (None, None)  # bytes, objects: libgit2 counts them
         try:
-            if refspecs is not None and gitcli.available(self.credentials):
-                gitcli.fetch(self.path, "origin", refspecs, self.credentials)
+            if answer is not None and gitcli.available(self.credentials):
+                # The command line fails on a named ref the remote lacks (no plan branch yet).
+                gitcli.fetch(self.path, "origin", _present(refspecs or self._refspecs, answer[0]), self.credentials)
             else:
                 stats = self.repo.remotes["origin"].fetch(
                     refspecs,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pygit2
 import pytest
 
 from qonnect_gitops.gitstore import DecisionMeta, RemoteError, StaleRef
@@ -162,7 +163,8 @@ def test_narrow_fetch_gets_one_branch_only(served: Served, tmp_path: Path) -> No
     mirror.publish()
     narrow = narrow_fetch(tmp_path / "agent.git", served.url, "cluster/c7")
     assert narrow.commit == git("ls-remote", served.url, "refs/heads/cluster/c7").split()[0]
-    full = Mirror(tmp_path / "full.git", served.url).fetch()
+    full = pygit2.init_repository(str(tmp_path / "full.git"), bare=True).remotes.create_anonymous(
+        served.url).fetch(["+refs/*:refs/*"])
     assert 0 < narrow.received_bytes < full.received_bytes / 5
     assert git("-C", tmp_path / "agent.git", "for-each-ref", "--format=%(refname)").split() == ["refs/heads/cluster/c7"]
     # A second fetch with nothing new transfers nothing.
