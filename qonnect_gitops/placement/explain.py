@@ -382,7 +382,7 @@ def assemble(cycle: Cycle) -> Plan:
     unplaced: list[Unplaced] = []
     unmet: list[Unmet] = []
     moves: list[Move] = []
-    last_moved = {k: v for k, v in sorted(cycle.current.last_moved.items()) if k in cycle.works}
+    last_moved = {k: v for k, v in cycle.current.last_moved.items() if k in cycle.works}  # sorted below
     reasons: set[str] = set()
     shown = _reuse(cycle, ex)
     carried = cycle.carry

@@ -53,8 +53,8 @@ def _carried(g: Goals) -> int:
 
 
 CARRIED: list[int] = []
-EVENTS = ("nothing", "nothing", "later", "fail", "recover", "edit", "measure", "report", "traffic",
-          "complete", "resize")
+EVENTS = ("nothing", "nothing", "nothing", "nothing", "later", "fail", "recover", "edit", "measure", "report",
+          "traffic", "complete", "resize")
 
 
 def _resized(g: Goals, k: int) -> Goals:
