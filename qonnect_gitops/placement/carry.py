@@ -19,7 +19,7 @@ is byte for byte the plan of a cycle from nothing, over random fleets and histor
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 
 from qonnect_gitops.model.goals import Component
@@ -57,17 +57,32 @@ class Carry:
     # Every running replica the ledger was charged with, per cluster.
     charges: dict[int, list[Running]]
     plans: dict[str, ComponentPlan]
+    # Quiet components kept because no move could clear their minImprovement: that bound
+    # reads the lowest static score over the clusters their class may use, which health
+    # changes anywhere can move. Per quiet component its floor's key; per key the floor
+    # and a component to compute it again with.
+    bounds: dict[str, Hashable]
+    floors: dict[Hashable, tuple[float, Component, int]]
     # How many components the cycle took over from the one before (for tests and figures).
     carried: int = 0
 
 
 def is_quiet(work: Work, healthy: list[bool]) -> bool:
-    """Whether a decided component was kept on the short path (see the module doc)."""
+    """Whether a decided component was kept on the short path (see the module doc): held
+    by its cooldown or as not movable, or kept by rescheduling's bound before any search
+    (no placement could clear its minImprovement: that reads no capacity)."""
     keep = work.keep
     c = work.component
+    if keep is None:
+        return False
+    if keep.kind in (KeepKind.COOLDOWN, KeepKind.NOT_MOVABLE):
+        kept = work.target is work.current  # held before rescheduling looked at it
+    elif keep.kind == KeepKind.NO_GAIN_BOUND:
+        kept = work.target == work.current  # rescheduling kept it before any search
+    else:
+        return False  # the answer of a search against this cycle's ledger
     return (
-        keep is not None
-        and keep.kind in (KeepKind.COOLDOWN, KeepKind.NOT_MOVABLE)
+        kept
         and not work.touched
         and not work.shortfalls
         and not work.drains
@@ -75,7 +90,6 @@ def is_quiet(work: Work, healthy: list[bool]) -> bool:
         and not work.moves
         and not work.undeclared
         and not work.unplaced
-        and work.target is work.current
         and not c.colocate_with
         and c.qos.scaling is None
         and work.replicas >= c.qos.availability.min_clusters

@@ -4,7 +4,7 @@ per component. Built once per ``plan()`` call; the stages read and update it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -33,7 +33,7 @@ from qonnect_gitops.placement.evaluate import (
 from qonnect_gitops.placement.fleet import build_view
 from qonnect_gitops.placement.improve import local_cost
 from qonnect_gitops.placement.plugins.closeness import CLOSENESS_WEIGHT
-from qonnect_gitops.placement.records import Cause, CauseKind, Keep, Work
+from qonnect_gitops.placement.records import Cause, CauseKind, Keep, KeepKind, Work
 
 
 @dataclass(frozen=True)
@@ -204,6 +204,12 @@ class Cycle:
         dirty |= carry.completed ^ self.completed
         dirty |= self.components.keys() - carry.quiet.keys()
         dirty.update(k for k, until in carry.until.items() if until <= self.now)
+        # Components kept by rescheduling's bound: decided anew where their floor moved.
+        ev = self.evaluator
+        moved = {key for key, (floor, c, replicas) in carry.floors.items()
+                 if ev.static_floor(ev.context(c, replicas)) != floor}
+        if moved:
+            dirty.update(k for k, key in carry.bounds.items() if key in moved)
         # Clusters whose health or report changed: whatever runs there is decided anew.
         reports = self.observed.clusters
         changed_clusters = {i for i, (a, b) in enumerate(zip(carry.healthy, self.healthy)) if a != b}
@@ -316,29 +322,33 @@ class Cycle:
         if carry is None:
             quiet: dict[str, Work] = {}
             until: dict[str, float] = {}
+            bounds: dict[str, Hashable] = {}
+            floors: dict[Hashable, tuple[float, Component, int]] = {}
             decided: Iterable[Work] = self.works.values()
         else:
-            quiet, until = carry.quiet, carry.until  # taken over: the old carry is gone
-            for key in self.decided or ():
+            # Taken over: the old carry is gone.
+            quiet, until, bounds, floors = carry.quiet, carry.until, carry.bounds, carry.floors
+            gone = (carry.components.keys() - self.components.keys()) | self.completed
+            for key in (self.decided or set()) | gone:
                 quiet.pop(key, None)
                 until.pop(key, None)
-            for key in carry.components.keys() - self.components.keys():
-                quiet.pop(key, None)
-                until.pop(key, None)
-            for key in self.completed:
-                quiet.pop(key, None)
-                until.pop(key, None)
+                bounds.pop(key, None)
             decided = self.decided_works()
         healthy = self.healthy
+        ev = self.evaluator
         for work in decided:
             if is_quiet(work, healthy):
                 quiet[work.key] = work
                 until[work.key] = quiet_until(work)
+                if work.keep is not None and work.keep.kind == KeepKind.NO_GAIN_BOUND:
+                    ctx = ev.context(work.component, work.replicas)
+                    floor_key = bounds[work.key] = ev.floor_key(ctx)
+                    floors[floor_key] = (ev.static_floor(ctx), work.component, work.replicas)
         self.fleet_memo["carry"] = Carry(
             static=self.static, latency_token=self.latency_token, shapes=tuple(self.ledger.shapes),
             components=self.components, current=self.current, healthy=healthy,
             reports=self.observed.clusters, traffic=self.traffic, completed=self.completed, now=self.now,
-            quiet=quiet, until=until, charges=self.charges, plans=dict(plans),
+            quiet=quiet, until=until, charges=self.charges, plans=dict(plans), bounds=bounds, floors=floors,
             carried=0 if self.decided is None else len(self.works) - len(self.decided),
         )
 

@@ -438,10 +438,14 @@ class Evaluator:
     def static_total(self, ctx: Context) -> np.ndarray:
         return self.static_scores_of(ctx)[0]
 
+    def floor_key(self, ctx: Context) -> tuple[Hashable, Hashable]:
+        """What ``static_floor`` depends on besides the cycle's masks and scores."""
+        return (_class_key(ctx.component, ctx.replicas, self.qos.of(ctx.component.qos)), self._static_key(ctx))
+
     def static_floor(self, ctx: Context) -> float:
         """The lowest static score over the clusters the component may use: no placement
         of it can score better (closeness and utilisation only add)."""
-        key = (_class_key(ctx.component, ctx.replicas, self.qos.of(ctx.component.qos)), self._static_key(ctx))
+        key = self.floor_key(ctx)
         floor = self.floor_cache.get(key)
         if floor is None:
             allowed = self.static_mask(ctx)

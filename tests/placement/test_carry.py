@@ -152,3 +152,22 @@ def test_a_failover_decides_anew_only_what_ran_on_the_failed_cluster_and_its_nei
     q = plan(g, after_obs, p.current())
     assert _carried(g) > 0
     assert plan_json(q) == plan_json(_cold(g, after_obs, p.current()))
+
+
+def test_once_cooldowns_passed_a_failover_still_carries_what_rescheduling_would_keep() -> None:
+    evaluate.forget()
+    g, names = _fleet(12)
+    first = plan(g, Observed.model_validate({"now": NOW.isoformat()}), CurrentPlacement())
+    current = first.current()
+    late = NOW + timedelta(seconds=2 * COOLDOWN)
+    quiet = Observed.model_validate({"now": late.isoformat()})
+    plan(g, quiet, current)
+    plan(g, quiet, current)
+    assert _carried(g) == len(current.placements)  # kept by rescheduling's bound: carried
+    failed = max(names, key=lambda n: (sum(1 for where in current.placements.values() if where.get(n)), n))
+    obs = Observed.model_validate({"now": (late + timedelta(seconds=10)).isoformat(),
+                                   "clusters": {failed: {"healthy": False}}})
+    p = plan(g, obs, current)
+    assert any(m.reason == "failover" for m in p.moves)
+    assert _carried(g) > 0
+    assert plan_json(p) == plan_json(_cold(g, obs, current))
