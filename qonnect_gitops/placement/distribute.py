@@ -108,14 +108,18 @@ def _walk(ctx: Context, order: np.ndarray, allowed: np.ndarray) -> Iterator[int]
     ledger = ctx.ledger
     full = ledger.full_for(c.cpu, c.memory, c.architectures)
     own = [i for i, n in ctx.own.items() if n > 0 and allowed[i]]
+    mine: np.ndarray | None = None
+    if own:
+        mine = np.zeros(allowed.size, dtype=bool)  # one lookup per chunk, not a set search
+        mine[own] = True
     step = 32
     for start in range(0, order.size, step):
         chunk = order[start:start + step]
         keep = allowed[chunk] & (ledger.free_cpu[chunk] >= c.cpu) & (ledger.free_memory[chunk] >= c.memory)
         if full is not None:
             keep &= ~full[chunk]
-        if own:
-            keep |= np.isin(chunk, own)  # its own replicas count as room (as in the mask)
+        if mine is not None:
+            keep |= mine[chunk]  # its own replicas count as room (as in the mask)
         yield from chunk[keep].tolist()
         step = min(step * 4, 4096)
 
