@@ -140,6 +140,8 @@ class Cycle:
         index = self.static.index
         replicas, scaled = desired_replicas(component, self.rps(key))
         work = Work(component, key, replicas, scaled, {})
+        if key not in self.current.placements and key not in self.current.draining:
+            return work  # new: nothing runs, nothing to charge (a first plan's components)
         old = self.current.requests.get(key)
         resized = old is not None and (old.cpu, old.memory) != (component.cpu, component.memory)
         for name, count in sorted(self.current.placements.get(key, {}).items()):
