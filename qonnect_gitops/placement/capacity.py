@@ -141,6 +141,12 @@ class Ledger:
         self.allocatable: dict[int, list[tuple[int, int]]] = {}
         self._shape_table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.all_settled = False
+        # Counts the times capacity came back anywhere (``_roomier``): between two changes of
+        # it free capacity only shrinks, so a cluster once seen without room stays so.
+        self.generation = 0
+        # Walks of a fleet order (``distribute._walk``): how far the clusters without room
+        # for a shape reach from the start, at a generation.
+        self.walk_starts: dict[tuple[int, int, int, int, frozenset[str]], tuple[object, object, int, int]] = {}
         # Observed clusters: what their ready nodes offer in all, and what the placement in
         # force puts there (at today's size). Reports lag behind decisions (replicas a plan
         # put there may not run yet, so they are not in the free capacity reported): the
@@ -259,6 +265,7 @@ class Ledger:
 
     def _roomier(self, cluster: int) -> None:
         """Capacity came back on the cluster: no shape is known not to fit there now."""
+        self.generation += 1
         for vector in self.full.values():
             vector[cluster] = False
 
