@@ -57,6 +57,8 @@ class Carry:
     # Every running replica the ledger was charged with, per cluster.
     charges: dict[int, list[Running]]
     plans: dict[str, ComponentPlan]
+    # Every component's Work of the cycle, in key order.
+    works: dict[str, Work]
     # Quiet components kept because no move could clear their minImprovement: that bound
     # reads the lowest static score over the clusters their class may use, which health
     # changes anywhere can move. Per quiet component its floor's key; per key the floor

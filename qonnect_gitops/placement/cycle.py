@@ -94,7 +94,6 @@ class Cycle:
         self.completed = set(observed.completed_jobs)
         # Decided placement so far (cluster index -> replicas), for closeness.
         self.placement: dict[str, dict[int, int]] = {}
-        self.replicas_of: dict[str, int] = {}
         self.latency_token = self._latency_token()
         self.evaluator = Evaluator(goals, self.fleet, self.ledger, traffic, self.placement, self.callers,
                                    self._evaluator_caches(), self._qos_classes())
@@ -131,7 +130,6 @@ class Cycle:
             if key in self.completed:
                 continue
             self.works[key] = self._work(key, component, charge=True)
-            self.replicas_of[key] = self.works[key].replicas
         self.ledger.settle_all()
 
     def _work(self, key: str, component: Component, charge: bool) -> Work:
@@ -272,13 +270,18 @@ class Cycle:
                 continue
             built[key] = self._work(key, component, charge=False)  # charged as last cycle
         self.decided = set(built)
-        quiet = carry.quiet
-        for key in self.components:
-            if key in self.completed:
-                continue
-            work = built[key] if key in built else quiet[key]
-            self.works[key] = work
-            self.replicas_of[key] = work.replicas
+        if built.keys() <= carry.works.keys():
+            # The last cycle's table (in key order) with what was decided anew put in.
+            works = dict(carry.works)
+            for key in (carry.works.keys() - self.components.keys()) | (carry.works.keys() & self.completed):
+                del works[key]
+            works.update(built)
+            self.works = works
+        else:
+            quiet = carry.quiet
+            for key in self.components:
+                if key not in self.completed:
+                    self.works[key] = built[key] if key in built else quiet[key]
         self.carry = carry
 
     @staticmethod
@@ -351,7 +354,7 @@ class Cycle:
             components=self.components, current=self.current, healthy=healthy,
             reports=self.observed.clusters, traffic=self.traffic, completed=self.completed, now=self.now,
             quiet=quiet, until=until, charges=self.charges, plans=dict(plans), bounds=bounds, floors=floors,
-            carried=0 if self.decided is None else len(self.works) - len(self.decided),
+            carried=0 if self.decided is None else len(self.works) - len(self.decided), works=self.works,
         )
 
     # ----- questions -----------------------------------------------------------------------
@@ -376,7 +379,8 @@ class Cycle:
         return old is not None and (old.cpu, old.memory) != (c.cpu, c.memory)
 
     def replicas(self) -> Callable[[str], int]:
-        return lambda key: self.replicas_of.get(key, 1)
+        works = self.works
+        return lambda key: works[key].replicas if key in works else 1
 
     def local_cost(self, work: Work, target: dict[int, int], static: np.ndarray) -> float:
         """The objective terms that involve this component, were it placed at ``target``."""

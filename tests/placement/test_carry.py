@@ -73,6 +73,10 @@ def _resized(g: Goals, k: int) -> Goals:
 @given(fleets(), apps(), st.lists(st.tuples(st.sampled_from(EVENTS), st.integers(0, 1000)), min_size=3, max_size=9))
 def test_a_carried_cycle_plans_what_a_cycle_from_nothing_plans(fleet: Any, comps: Any, events: Any) -> None:
     clusters, links = fleet
+    # A second app written like the first: more components that stay as they run.
+    comps = [*comps, *(dataclasses.replace(
+        c, app="mall", namespace="mall", calls=tuple(k.replace("shop/", "mall/") for k in c.calls),
+        colocate_with=tuple(k.replace("shop/", "mall/") for k in c.colocate_with)) for c in comps)]
     g = goals(clusters, comps, links=links, regions=REGIONS)
     evaluate.forget()
     now = NOW
