@@ -25,7 +25,7 @@ from qonnect_gitops.placement import evaluate, plan
 from qonnect_gitops.placement.carry import Carry
 from qonnect_gitops.render.describe import plan_json
 from tests.placement.builders import NOW, cluster, component, goals
-from tests.placement.test_properties import COOLDOWN, REGIONS, _edit, apps, fleets
+from tests.placement.test_properties import COOLDOWN, REGIONS, World, apps, fleets
 
 
 @contextmanager
@@ -52,7 +52,6 @@ def _carried(g: Goals) -> int:
     return entry.carried if isinstance(entry, Carry) else 0
 
 
-CARRIED: list[int] = []
 EVENTS = ("nothing", "nothing", "nothing", "nothing", "later", "fail", "recover", "edit", "measure", "report",
           "traffic", "complete", "resize")
 
@@ -77,48 +76,35 @@ def test_a_carried_cycle_plans_what_a_cycle_from_nothing_plans(fleet: Any, comps
     comps = [*comps, *(dataclasses.replace(
         c, app="mall", namespace="mall", calls=tuple(k.replace("shop/", "mall/") for k in c.calls),
         colocate_with=tuple(k.replace("shop/", "mall/") for k in c.colocate_with)) for c in comps)]
-    g = goals(clusters, comps, links=links, regions=REGIONS)
+    world = World(goals(clusters, comps, links=links, regions=REGIONS))
     evaluate.forget()
-    now = NOW
-    down: set[str] = set()
-    measured: list[dict[str, Any]] = []
     reports: dict[str, dict[str, Any]] = {}
     traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps if c.qos.scaling]
     completed: list[str] = []
     current = CurrentPlacement()
     for event, k in [("nothing", 0), *events]:
-        names = sorted(g.clusters)
-        if event == "later":
-            now += timedelta(seconds=COOLDOWN + 1)
-        elif event == "fail":
-            down.add(names[k % len(names)])
-        elif event == "recover" and down:
-            down.discard(sorted(down)[k % len(down)])
-        elif event == "edit":
-            g = _edit(g, k)
-        elif event == "measure":
-            measured = [{"from": names[k % len(names)], "to": REGIONS[k % 2], "ms": float(k % 90)}]
-        elif event == "report":
+        names = sorted(world.g.clusters)
+        if event == "report":
             reports[names[k % len(names)]] = {"free": {"cpu": f"{250 * (k % 12)}m", "memory": f"{k % 9}Gi"}}
         elif event == "traffic":
             traffic = [{**t, "rps": float(50 * (k % 11))} for t in traffic]
         elif event == "complete":
             completed = [comps[k % len(comps)].key]
         elif event == "resize":
-            g = _resized(g, k)
-            down &= set(g.clusters)
-            reports = {n: r for n, r in reports.items() if n in g.clusters}
-            measured = [m for m in measured if m["from"] in g.clusters]
-        now += timedelta(seconds=10)
-        clusters_seen = {n: dict(reports.get(n, {})) for n in sorted(set(reports) | down)}
-        for n in down:
+            world.g = _resized(world.g, k)
+            world.down &= set(world.g.clusters)
+            reports = {n: r for n, r in reports.items() if n in world.g.clusters}
+            world.measured = [m for m in world.measured if m["from"] in world.g.clusters]
+        world.apply(event, k)
+        g = world.g
+        clusters_seen = {n: dict(reports.get(n, {})) for n in sorted(set(reports) | world.down)}
+        for n in world.down:
             clusters_seen[n]["healthy"] = False
         obs = Observed.model_validate({
-            "now": now.isoformat(), "clusters": clusters_seen, "latencies": measured, "traffic": traffic,
-            "completedJobs": completed,
+            "now": world.now.isoformat(), "clusters": clusters_seen, "latencies": world.measured,
+            "traffic": traffic, "completedJobs": completed,
         })
         warm = plan(g, obs, current)
-        CARRIED.append(_carried(g))
         assert plan_json(warm) == plan_json(_cold(g, obs, current)), (event, k)
         current = warm.current()
 
