@@ -320,15 +320,18 @@ class Ledger:
             self.free_memory[cluster] -= running.replicas * running.memory
         self.pending.setdefault(cluster, []).append(running)
 
-    def occupy_all(self, cluster: int, runs: list[Running]) -> None:
-        """``occupy`` for each of ``runs`` in turn (one step per cluster where it can)."""
+    def occupy_all(self, cluster: int, runs: list[Running], sums: tuple[int, int] | None = None) -> None:
+        """``occupy`` for each of ``runs`` in turn (one step per cluster where it can);
+        ``sums``: their CPU and memory (replicas x request), when known already."""
         if self.observed_usage[cluster]:
             for r in runs:
                 self.occupy(cluster, r)
             return
+        if sums is None:
+            sums = sum(r.replicas * r.cpu for r in runs), sum(r.replicas * r.memory for r in runs)
         # Integral sums: the same float totals as one subtraction per replica group.
-        self.free_cpu[cluster] -= sum(r.replicas * r.cpu for r in runs)
-        self.free_memory[cluster] -= sum(r.replicas * r.memory for r in runs)
+        self.free_cpu[cluster] -= sums[0]
+        self.free_memory[cluster] -= sums[1]
         self.pending.setdefault(cluster, []).extend(runs)
 
     def settle_all(self) -> None:

@@ -57,6 +57,8 @@ class Carry:
     # Every running replica the ledger was charged with, per cluster.
     charges: dict[int, list[Running]]
     plans: dict[str, ComponentPlan]
+    # Per cluster, the CPU and memory of its charges (sums of replicas x request).
+    sums: dict[int, tuple[int, int]]
     # Every component's Work of the cycle, in key order.
     works: dict[str, Work]
     # Quiet components kept because no move could clear their minImprovement: that bound

@@ -101,6 +101,8 @@ class Cycle:
         self.removed: list[Removal] = []
         # Per cluster, the running replicas charged to the ledger (the next cycle's carry).
         self.charges: dict[int, list[Running]] = {}
+        # Clusters whose charges were built anew (None: all of them, a cycle from nothing).
+        self.touched: set[int] | None = None
         # The components decided in this cycle; the others are carried verbatim from the
         # last cycle (``carry.py``). None: every component (a cycle from nothing).
         self.decided: set[str] | None = None
@@ -231,11 +233,15 @@ class Cycle:
         for key in dirty:
             for table in (old.placements, old.draining):
                 touched.update(clusters_named(table.get(key, {}), index))
+        sums = carry.sums
         for cluster, runs in carry.charges.items():
             if cluster in touched:
                 runs = [r for r in runs if owner(r.key) not in dirty]
+                if runs:
+                    self.ledger.occupy_all(cluster, runs)
+            elif runs:
+                self.ledger.occupy_all(cluster, runs, sums.get(cluster))
             if runs:
-                self.ledger.occupy_all(cluster, runs)
                 self.charges[cluster] = list(runs)
         self._removals()
         built: dict[str, Work] = {}
@@ -246,6 +252,7 @@ class Cycle:
             work = built[key] = self._work(key, component, charge=True)
             touched.update(work.current)
             touched.update(work.drained)
+        self.touched = touched
         self.ledger.settle_all()
         # 3. A quiet component on a cluster settled anew still passes only if every
         # replica still fits there (inspect); its neighbours' explanations read its place.
@@ -349,12 +356,24 @@ class Cycle:
                     ctx = ev.context(work.component, work.replicas)
                     floor_key = bounds[work.key] = ev.floor_key(ctx)
                     floors[floor_key] = (ev.static_floor(ctx), work.component, work.replicas)
+        # Per cluster the CPU and memory its charges hold (what ``occupy_all`` subtracts).
+        if carry is None or self.touched is None:
+            sums = {cluster: _sums(runs) for cluster, runs in self.charges.items()}
+        else:
+            sums = carry.sums
+            for cluster in self.touched:
+                runs = self.charges.get(cluster)
+                if runs:
+                    sums[cluster] = _sums(runs)
+                else:
+                    sums.pop(cluster, None)
         self.fleet_memo["carry"] = Carry(
             static=self.static, latency_token=self.latency_token, shapes=tuple(self.ledger.shapes),
             components=self.components, current=self.current, healthy=healthy,
             reports=self.observed.clusters, traffic=self.traffic, completed=self.completed, now=self.now,
             quiet=quiet, until=until, charges=self.charges, plans=dict(plans), bounds=bounds, floors=floors,
             carried=0 if self.decided is None else len(self.works) - len(self.decided), works=self.works,
+            sums=sums,
         )
 
     # ----- questions -----------------------------------------------------------------------
@@ -389,3 +408,8 @@ class Cycle:
             self.calls, self.callers, self.replicas(),
             self.fleet.cluster_latency, CLOSENESS_WEIGHT / self.fleet.latency_norm,
         )
+
+
+def _sums(runs: list[Running]) -> tuple[int, int]:
+    """The CPU and memory a cluster's running replicas hold."""
+    return sum(r.replicas * r.cpu for r in runs), sum(r.replicas * r.memory for r in runs)

@@ -318,6 +318,9 @@ class _Shown:
 
     component: Component  # immutable: an edited component is another, unequal one
     target: dict[int, int]
+    # Where its neighbours' closeness saw it: the cycle's placement map at the end, which
+    # for a component rescheduling moved is still where it ran (its target is not).
+    placed: dict[int, int] | None
     keep: Keep | None
     traffic: dict[int, float] | None
     plan: ComponentPlan | None
@@ -339,9 +342,10 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
     if isinstance(entry, tuple) and entry[0] is ex.latencies:
         last = entry[1]
     works = cycle.decided_works()
+    placement = cycle.placement
     changed = [work.key for work in works
                if (prev := last.get(work.key)) is None or prev.target != work.target
-               or not _same(prev.component, work.component)]
+               or prev.placed != placement.get(work.key) or not _same(prev.component, work.component)]
     # A component gone since (edited out, or a Job completed) no longer calls anyone.
     gone = last.keys() - cycle.works.keys()
     changed.extend(sorted(gone))
@@ -368,7 +372,9 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
                 and _same(prev.component, work.component) and prev.keep == work.keep and prev.traffic == traffic
                 and work.component.qos.placement.policy not in ("best-fit", "worst-fit")):
             plan = prev.plan
-        now[key] = _Shown(work.component, work.target, work.keep, traffic, plan)
+        placed = placement.get(key)
+        now[key] = _Shown(work.component, work.target, None if placed is None else dict(placed), work.keep, traffic,
+                          plan)
     cycle.fleet_memo["shown"] = (ex.latencies, now)  # filled in as the plans are built
     return now
 
@@ -395,7 +401,8 @@ def assemble(cycle: Cycle) -> Plan:
         plan = shown[key].plan
         if plan is None:
             plan = ex.component_plan(work)
-            shown[key] = _Shown(work.component, work.target, work.keep, cycle.traffic.get(key), plan)
+            shown[key] = _Shown(work.component, work.target, shown[key].placed, work.keep, cycle.traffic.get(key),
+                                plan)
         components[key] = plan
         if work.unplaced:
             u = ex.unplaced(work)

@@ -18,7 +18,7 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qonnect_gitops.model.goals import Goals
+from qonnect_gitops.model.goals import Component, Goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
 from qonnect_gitops.placement import evaluate, plan
@@ -68,14 +68,20 @@ def _resized(g: Goals, k: int) -> Goals:
     return Goals(g.fleet, dict(sorted(clusters.items())), g.network, g.apps, latencies)
 
 
+def _and_a_copy(comps: list[Component]) -> list[Component]:
+    """The components of app shop, and a second app (mall) written like it."""
+    def moved(keys: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(k.replace("shop/", "mall/") for k in keys)
+
+    return [*comps, *(dataclasses.replace(c, app="mall", namespace="mall", calls=moved(c.calls),
+                                          colocate_with=moved(c.colocate_with)) for c in comps)]
+
+
 @settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(fleets(), apps(), st.lists(st.tuples(st.sampled_from(EVENTS), st.integers(0, 1000)), min_size=3, max_size=9))
 def test_a_carried_cycle_plans_what_a_cycle_from_nothing_plans(fleet: Any, comps: Any, events: Any) -> None:
     clusters, links = fleet
-    # A second app written like the first: more components that stay as they run.
-    comps = [*comps, *(dataclasses.replace(
-        c, app="mall", namespace="mall", calls=tuple(k.replace("shop/", "mall/") for k in c.calls),
-        colocate_with=tuple(k.replace("shop/", "mall/") for k in c.colocate_with)) for c in comps)]
+    comps = _and_a_copy(comps)  # more components that stay as they run
     world = World(goals(clusters, comps, links=links, regions=REGIONS))
     evaluate.forget()
     reports: dict[str, dict[str, Any]] = {}
@@ -161,3 +167,39 @@ def test_once_cooldowns_passed_a_failover_still_carries_what_rescheduling_would_
     assert any(m.reason == "failover" for m in p.moves)
     assert _carried(g) > 0
     assert plan_json(p) == plan_json(_cold(g, obs, current))
+
+
+def test_a_kept_callers_explanation_follows_a_callee_that_rescheduling_moved() -> None:
+    """Found by the property test (also on the planner before the carry): rescheduling
+    moves c2 while its replica still runs where it was, so c1's closeness that cycle is
+    scored against the old cluster; the next cycle must not keep that explanation."""
+    def node(memory: int, arch: str = "amd64") -> dict[str, Any]:
+        return {"count": 1, "cpu": "1000m", "memory": f"{memory}Gi", "arch": arch}
+
+    clusters = [cluster("edge-0", tier="edge", region="r2", nodes=[node(2)], cpu_hour=0.01),
+                cluster("edge-1", tier="edge", region="r2", nodes=[node(2, "arm64")], cpu_hour=0.01),
+                cluster("fog-2", tier="fog", region="r1", nodes=[node(2)], cpu_hour=0.01),
+                cluster("edge-3", tier="edge", region="r2", nodes=[node(2)], cpu_hour=0.01),
+                cluster("edge-4", tier="edge", region="r1", nodes=[node(2), node(4)], cpu_hour=0.05)]
+    links = [("edge-0", "r1", 1.0), ("edge-0", "r2", 1.0), ("edge-1", "r1", 1.0), ("edge-1", "r2", 1.0),
+             ("fog-2", "r2", 1.0), ("edge-3", "r1", 47.0), ("edge-4", "r1", 1.0), ("edge-4", "r2", 1.0)]
+    near = [{"region": r, "maxMs": 10.0, "serve": "nearest"} for r in REGIONS]
+    base = {"objective": "latency", "tolerations": [{"key": "edge", "operator": "Exists"}], "bursting": False}
+    scaled = {**base, "latency": near, "scaling": {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}}
+    follower = {**base, "tiers": ["edge", "fog"], "offloading": False, "scaling": scaled["scaling"]}
+    comps = [component("c0", cpu=250, memory=2**30, qos=scaled),
+             component("c1", cpu=250, memory=2**30, calls=("shop/c2",), qos=scaled),
+             component("c2", cpu=250, memory=2**28, qos=base),
+             dataclasses.replace(component("c3", cpu=250, memory=2**28, qos=follower), colocate_with=("shop/c2",))]
+    comps = _and_a_copy(comps)
+    g = goals(clusters, comps, links=links, regions=REGIONS)
+    evaluate.forget()
+    traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps if c.qos.scaling]
+    current = CurrentPlacement()
+    now = NOW
+    for seconds, completed in ((10, []), (COOLDOWN + 11, []), (10, ["shop/c0"]), (10, ["shop/c0"])):
+        now += timedelta(seconds=seconds)
+        obs = Observed.model_validate({"now": now.isoformat(), "traffic": traffic, "completedJobs": completed})
+        warm = plan(g, obs, current)
+        assert plan_json(warm) == plan_json(_cold(g, obs, current))
+        current = warm.current()
