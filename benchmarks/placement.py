@@ -12,7 +12,10 @@ tracemalloc in extra runs, which are slower; otherwise the peak resident set abo
 what the process held before the call), wall and CPU seconds (on a shared machine CPU
 time says more). The steady replan is timed twice: the first after the decision
 (``steady_first_s``: every component explained anew) and the next (``steady_s``); the
-failover follows them, as in a leader's loop.
+failover follows them, as in a leader's loop. ``steady_late_first_cpu_s``,
+``steady_late_cpu_s`` and ``failover_late_*``: the same two quiet cycles and failover
+once every cooldown has passed (kept components are rescheduling candidates then). ``process_peak_mib`` is the whole
+process's peak resident set (goals, plans and the planner's carry included).
 
 Needs the ``bench`` extra (scipy) for the optimality part; qonnect_gitops never imports it.
 """
@@ -673,10 +676,12 @@ def _measured(fn: Any, trace: bool) -> tuple[float, float, Any]:
     result = fn()
     seconds = time.perf_counter() - t0
     _CPU.append(time.process_time() - c0)  # on a shared machine CPU time says more than wall
+    _PEAK.append(_rss_mib("VmHWM"))
     return seconds, _rss_mib("VmHWM") - before, result
 
 
 _CPU: list[float] = []
+_PEAK: list[float] = []  # the process's whole peak resident set after each measured call
 
 
 def fleet_scale_goals(clusters: int) -> Goals:
@@ -748,12 +753,27 @@ def fleet_scale(clusters: int, trace: bool) -> dict[str, Any]:
     t, mib, fp = _measured(lambda: plan(goals, failed, cur), False)
     out["failover_s"], out["failover_peak_mib"], out["failover_cpu_s"] = round(t, 3), round(mib, 1), round(_CPU[-1], 3)
     out["failover_moves"] = sum(m.replicas for m in fp.moves if m.reason == "failover")
+    # The same failover once every cooldown has passed: kept components are rescheduling
+    # candidates then and are decided anew in every cycle (not carried, see placement/carry.py).
+    # Two quiet cycles first, as a leader's loop runs them: the first decides every
+    # component anew (rescheduling candidates now), the second carries what it kept.
+    late_quiet = observed(NOW + timedelta(hours=2))
+    t, _, _ = _measured(lambda: plan(goals, late_quiet, cur), False)
+    out["steady_late_first_cpu_s"] = round(_CPU[-1], 3)
+    t, _, _ = _measured(lambda: plan(goals, late_quiet, cur), False)
+    out["steady_late_cpu_s"] = round(_CPU[-1], 3)
+    late = observed(NOW + timedelta(hours=2, seconds=60), clusters={busiest: {"healthy": False}})
+    t, _, lp = _measured(lambda: plan(goals, late, cur), False)
+    out["failover_late_s"], out["failover_late_cpu_s"] = round(t, 3), round(_CPU[-1], 3)
+    out["failover_late_moves"] = sum(m.replicas for m in lp.moves if m.reason == "failover")
     out["unplaced"] = sum(u.replicas for u in first.unplaced)
     if trace:
         out["full_traced_mib"] = round(_measured(cold, True)[1], 1)
         plan(goals, quiet, cur)
         out["failover_traced_mib"] = round(_measured(lambda: plan(goals, failed, cur), True)[1], 1)
     out["rss_after_mib"] = round(_rss_mib("VmRSS"), 1)
+    # The whole process at its peak while planning (goals and plans held included).
+    out["process_peak_mib"] = round(max(_PEAK), 1) if _PEAK else math.nan
     return out
 
 

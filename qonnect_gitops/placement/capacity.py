@@ -140,6 +140,13 @@ class Ledger:
         # Per observed cluster: each ready node's allocatable (cpu, memory), in node order.
         self.allocatable: dict[int, list[tuple[int, int]]] = {}
         self._shape_table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
+        self.all_settled = False
+        # Counts the times capacity came back anywhere (``_roomier``): between two changes of
+        # it free capacity only shrinks, so a cluster once seen without room stays so.
+        self.generation = 0
+        # Walks of a fleet order (``distribute._walk``): how far the clusters without room
+        # for a shape reach from the start, at a generation.
+        self.walk_starts: dict[tuple[int, int, int, int, frozenset[str]], tuple[object, object, int, int]] = {}
         # Observed clusters: what their ready nodes offer in all, and what the placement in
         # force puts there (at today's size). Reports lag behind decisions (replicas a plan
         # put there may not run yet, so they are not in the free capacity reported): the
@@ -258,6 +265,7 @@ class Ledger:
 
     def _roomier(self, cluster: int) -> None:
         """Capacity came back on the cluster: no shape is known not to fit there now."""
+        self.generation += 1
         for vector in self.full.values():
             vector[cluster] = False
 
@@ -312,10 +320,30 @@ class Ledger:
             self.free_memory[cluster] -= running.replicas * running.memory
         self.pending.setdefault(cluster, []).append(running)
 
+    def occupy_all(self, cluster: int, runs: list[Running], sums: tuple[int, int] | None = None) -> None:
+        """``occupy`` for each of ``runs`` in turn (one step per cluster where it can);
+        ``sums``: their CPU and memory (replicas x request), when known already."""
+        if self.observed_usage[cluster]:
+            for r in runs:
+                self.occupy(cluster, r)
+            return
+        if sums is None:
+            sums = sum(r.replicas * r.cpu for r in runs), sum(r.replicas * r.memory for r in runs)
+        # Integral sums: the same float totals as one subtraction per replica group.
+        self.free_cpu[cluster] -= sums[0]
+        self.free_memory[cluster] -= sums[1]
+        self.pending.setdefault(cluster, []).extend(runs)
+
     def settle_all(self) -> None:
         """Settle every cluster with running replicas (then ``fitted`` is complete), and
         cap the free capacity of observed clusters by what the placement in force puts
-        there (see ``planned_cpu``)."""
+        there (see ``planned_cpu``). Once per cycle: a second call only settles what was
+        occupied since."""
+        if self.all_settled:
+            for cluster in sorted(self.pending):
+                self._settle(cluster)
+            return
+        self.all_settled = True
         observed = self.observed_usage
         # A report that does not show yet all the plan in force put on the cluster (the
         # replicas are not scheduled yet, or the report predates them): that share of

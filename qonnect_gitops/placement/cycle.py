@@ -4,7 +4,7 @@ per component. Built once per ``plan()`` call; the stages read and update it."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -12,8 +12,17 @@ import numpy as np
 
 from qonnect_gitops.model.goals import Component, Goals
 from qonnect_gitops.model.observed import Observed
-from qonnect_gitops.model.plan import CurrentPlacement, ReplicaRequest
+from qonnect_gitops.model.plan import ComponentPlan, CurrentPlacement, ReplicaRequest
 from qonnect_gitops.placement.capacity import Ledger, Running
+from qonnect_gitops.placement.carry import (
+    DRAINING,
+    Carry,
+    changed_keys,
+    clusters_named,
+    is_quiet,
+    owner,
+    quiet_until,
+)
 from qonnect_gitops.placement.evaluate import (
     EvalCaches,
     Evaluator,
@@ -24,9 +33,7 @@ from qonnect_gitops.placement.evaluate import (
 from qonnect_gitops.placement.fleet import build_view
 from qonnect_gitops.placement.improve import local_cost
 from qonnect_gitops.placement.plugins.closeness import CLOSENESS_WEIGHT
-from qonnect_gitops.placement.records import Cause, CauseKind, Keep, Work
-
-DRAINING = "#draining"  # ledger key suffix: the previous plan's draining replicas
+from qonnect_gitops.placement.records import Cause, CauseKind, Keep, KeepKind, Work
 
 
 @dataclass(frozen=True)
@@ -38,6 +45,23 @@ class Removal:
     cause: Cause
 
 
+class MovedAt:
+    """When each component last moved (Unix time), converted when first asked for."""
+
+    def __init__(self, last_moved: dict[str, datetime]) -> None:
+        self.last_moved = last_moved
+        self.stamps: dict[datetime, float] = {}  # most components share a few move times
+
+    def get(self, key: str) -> float | None:
+        when = self.last_moved.get(key)
+        if when is None:
+            return None
+        ts = self.stamps.get(when)
+        if ts is None:
+            ts = self.stamps[when] = when.timestamp()
+        return ts
+
+
 class Cycle:
     """Shared state of one planning cycle."""
 
@@ -46,14 +70,8 @@ class Cycle:
         self.observed = observed
         self.current = current
         self.now = observed.now.timestamp()
-        stamps: dict[datetime, float] = {}  # most components share a few move times
-        self.moved_at: dict[str, float] = {}
+        self.moved_at = MovedAt(current.last_moved)
         self.cooling: dict[float, Keep] = {}  # one Keep per cooldown end
-        for key, when in current.last_moved.items():
-            ts = stamps.get(when)
-            if ts is None:
-                ts = stamps[when] = when.timestamp()
-            self.moved_at[key] = ts
         index = goal_index(goals)
         self.static = index.fleet
         self.memo = index.memo  # for cycles of these goals
@@ -76,59 +94,202 @@ class Cycle:
         self.completed = set(observed.completed_jobs)
         # Decided placement so far (cluster index -> replicas), for closeness.
         self.placement: dict[str, dict[int, int]] = {}
-        self.replicas_of: dict[str, int] = {}
         self.latency_token = self._latency_token()
         self.evaluator = Evaluator(goals, self.fleet, self.ledger, traffic, self.placement, self.callers,
                                    self._evaluator_caches(), self._qos_classes())
         self.works: dict[str, Work] = {}
         self.removed: list[Removal] = []
-        self._build_works()
+        # Per cluster, the running replicas charged to the ledger (the next cycle's carry).
+        self.charges: dict[int, list[Running]] = {}
+        # Clusters whose charges were built anew (None: all of them, a cycle from nothing).
+        self.touched: set[int] | None = None
+        # The components decided in this cycle; the others are carried verbatim from the
+        # last cycle (``carry.py``). None: every component (a cycle from nothing).
+        self.decided: set[str] | None = None
+        self.carry: Carry | None = None
+        # Taken out: a cycle that fails half way leaves none behind (``remember`` puts it back).
+        entry = self.fleet_memo.pop("carry", None)
+        if isinstance(entry, Carry) and self._may_carry(entry):
+            self._carry_works(entry)
+        else:
+            self._build_works()
 
     # ----- set-up ---------------------------------------------------------------------------
 
+    def _removals(self) -> None:
+        """Components that left the goals (or Jobs that completed): their replicas go."""
+        placements = self.current.placements
+        gone = (placements.keys() - self.components.keys()) | (placements.keys() & self.completed)
+        for key in sorted(gone):
+            kind = CauseKind.COMPLETED if key in self.completed else CauseKind.GONE
+            where = placements[key]
+            self.removed.append(Removal(key, {k: n for k, n in sorted(where.items()) if n > 0}, Cause(kind)))
+
     def _build_works(self) -> None:
         """One ``Work`` per component, its running replicas charged to the ledger."""
-        index = self.static.index
-        placements = self.current.placements
-        for key, where in sorted(placements.items()):
-            if key not in self.components or key in self.completed:
-                kind = CauseKind.COMPLETED if key in self.completed else CauseKind.GONE
-                self.removed.append(Removal(key, {k: n for k, n in sorted(where.items()) if n > 0}, Cause(kind)))
+        self._removals()
         for key, component in self.components.items():
             if key in self.completed:
                 continue
-            replicas, scaled = desired_replicas(component, self.rps(key))
-            work = Work(component, key, replicas, scaled, {})
-            old = self.current.requests.get(key)
-            resized = old is not None and (old.cpu, old.memory) != (component.cpu, component.memory)
-            for name, count in sorted(placements.get(key, {}).items()):
-                if count <= 0:
-                    continue
-                i = index.get(name)
-                if i is None:
-                    work.undeclared[name] = count  # the cluster left the goals
-                    continue
-                work.current[i] = count
-                if self.healthy[i]:
-                    # Replicas that run now hold their capacity at today's size (make
-                    # before break: also those about to move, until they are replaced).
-                    self.ledger.occupy(i, self._running(component, key, count, old if resized else None))
-            # Draining replicas run on only while the replicas wanted outnumber those in
-            # place (``carry_drains`` keeps no more); the others were replaced once the last
-            # plan ran and free their capacity in this cycle, not the next.
-            short = replicas - sum(n for i, n in work.current.items() if self.healthy[i])
-            for name, count in sorted(self.current.draining.get(key, {}).items()):
-                i = index.get(name)
-                if i is None or not self.healthy[i] or short <= 0:
-                    continue
-                count = min(count, short)
-                if count <= 0:
-                    continue
-                short -= count
-                work.drained[i] = count
-                self.ledger.occupy(i, self._running(component, key + DRAINING, count, old if resized else None))
-            self.works[key] = work
-            self.replicas_of[key] = replicas
+            self.works[key] = self._work(key, component, charge=True)
+        self.ledger.settle_all()
+
+    def _work(self, key: str, component: Component, charge: bool) -> Work:
+        """A component's ``Work`` from its placement in force; with ``charge`` its running
+        replicas are charged to the ledger (and recorded in ``charges``)."""
+        index = self.static.index
+        replicas, scaled = desired_replicas(component, self.rps(key))
+        work = Work(component, key, replicas, scaled, {})
+        if key not in self.current.placements and key not in self.current.draining:
+            return work  # new: nothing runs, nothing to charge (a first plan's components)
+        old = self.current.requests.get(key)
+        resized = old is not None and (old.cpu, old.memory) != (component.cpu, component.memory)
+        for name, count in sorted(self.current.placements.get(key, {}).items()):
+            if count <= 0:
+                continue
+            i = index.get(name)
+            if i is None:
+                work.undeclared[name] = count  # the cluster left the goals
+                continue
+            work.current[i] = count
+            if self.healthy[i] and charge:
+                # Replicas that run now hold their capacity at today's size (make
+                # before break: also those about to move, until they are replaced).
+                self._occupy(i, self._running(component, key, count, old if resized else None))
+        # Draining replicas run on only while the replicas wanted outnumber those in
+        # place (``carry_drains`` keeps no more); the others were replaced once the last
+        # plan ran and free their capacity in this cycle, not the next.
+        short = replicas - sum(n for i, n in work.current.items() if self.healthy[i])
+        for name, count in sorted(self.current.draining.get(key, {}).items()):
+            i = index.get(name)
+            if i is None or not self.healthy[i] or short <= 0:
+                continue
+            count = min(count, short)
+            if count <= 0:
+                continue
+            short -= count
+            work.drained[i] = count
+            if charge:
+                self._occupy(i, self._running(component, key + DRAINING, count, old if resized else None))
+        return work
+
+    def _occupy(self, cluster: int, running: Running) -> None:
+        self.ledger.occupy(cluster, running)
+        self.charges.setdefault(cluster, []).append(running)
+
+    # ----- carried from the last cycle ------------------------------------------------------
+
+    def _may_carry(self, carry: Carry) -> bool:
+        """Whether the last cycle's results may be reused at all: the same fleet arrays,
+        latency tables and node shapes (every mask and score reads them), and time that
+        went forward."""
+        return (
+            carry.static is self.static
+            and carry.latency_token is self.latency_token
+            and carry.shapes == tuple(self.ledger.shapes)
+            and carry.now <= self.now
+        )
+
+    def _carry_works(self, carry: Carry) -> None:
+        """``_build_works`` for a cycle that follows ``carry``: only the components whose
+        inputs changed (and the components around them) are built anew; the quiet rest
+        keep their ``Work`` verbatim, their running replicas charged as the last cycle
+        charged them (see ``carry.py``)."""
+        index = self.static.index
+        cur, old = self.current, carry.current
+        # 1. Components whose own inputs changed.
+        dirty = changed_keys(carry.components, self.components)
+        for new_table, old_table in ((cur.placements, old.placements), (cur.draining, old.draining),
+                                     (cur.requests, old.requests), (cur.last_moved, old.last_moved)):
+            dirty |= changed_keys(old_table, new_table)
+        dirty |= changed_keys(carry.traffic, self.traffic)
+        dirty |= carry.completed ^ self.completed
+        dirty |= self.components.keys() - carry.quiet.keys()
+        dirty.update(k for k, until in carry.until.items() if until <= self.now)
+        # Components kept by rescheduling's bound: decided anew where their floor moved.
+        ev = self.evaluator
+        moved = {key for key, (floor, c, replicas) in carry.floors.items()
+                 if ev.static_floor(ev.context(c, replicas)) != floor}
+        if moved:
+            dirty.update(k for k, key in carry.bounds.items() if key in moved)
+        # Clusters whose health or report changed: whatever runs there is decided anew.
+        reports = self.observed.clusters
+        changed_clusters = {i for i, (a, b) in enumerate(zip(carry.healthy, self.healthy)) if a != b}
+        if reports is not carry.reports:
+            # What the ledger reads of a report (health is compared above; a heartbeat's
+            # age changes every cycle and matters only through it).
+            for name in reports.keys() | carry.reports.keys():
+                a, b = reports.get(name), carry.reports.get(name)
+                same = (a is b or (a is not None and b is not None and a.free == b.free and a.nodes == b.nodes)
+                        or (a is None and b is not None and b.free is None and b.nodes is None)
+                        or (b is None and a is not None and a.free is None and a.nodes is None))
+                if not same and name in index:
+                    changed_clusters.add(index[name])
+        for i in changed_clusters:
+            dirty.update(owner(r.key) for r in carry.charges.get(i, ()))
+        # 2. The ledger: the quiet components' replicas as charged last cycle, the others'
+        # charged anew. Clusters where a charge changed are settled anew.
+        touched: set[int] = set(changed_clusters)
+        for key in dirty:
+            for table in (old.placements, old.draining):
+                touched.update(clusters_named(table.get(key, {}), index))
+        sums = carry.sums
+        for cluster, runs in carry.charges.items():
+            if cluster in touched:
+                runs = [r for r in runs if owner(r.key) not in dirty]
+                if runs:
+                    self.ledger.occupy_all(cluster, runs)
+            elif runs:
+                self.ledger.occupy_all(cluster, runs, sums.get(cluster))
+            if runs:
+                self.charges[cluster] = list(runs)
+        self._removals()
+        built: dict[str, Work] = {}
+        for key in sorted(dirty):
+            component = self.components.get(key)
+            if component is None or key in self.completed:
+                continue
+            work = built[key] = self._work(key, component, charge=True)
+            touched.update(work.current)
+            touched.update(work.drained)
+        self.touched = touched
+        self.ledger.settle_all()
+        # 3. A quiet component on a cluster settled anew still passes only if every
+        # replica still fits there (inspect); its neighbours' explanations read its place.
+        again: set[str] = set()
+        fitted = self.ledger.fitted
+        for cluster in touched:
+            for r in self.charges.get(cluster, ()):
+                key = r.key
+                if key in carry.quiet and key not in dirty and fitted.get((cluster, key), 0) < r.replicas:
+                    again.add(key)
+        dirty |= again
+        around: set[str] = set()
+        for key in dirty:
+            around.update(self.calls.get(key, ()))
+            around.update(self.callers.get(key, ()))
+            previous = carry.components.get(key)
+            if previous is not None:
+                around.update(previous.calls)  # whom it called before an edit
+        for key in sorted((again | around) - built.keys()):
+            component = self.components.get(key)
+            if component is None or key in self.completed:
+                continue
+            built[key] = self._work(key, component, charge=False)  # charged as last cycle
+        self.decided = set(built)
+        if built.keys() <= carry.works.keys():
+            # The last cycle's table (in key order) with what was decided anew put in.
+            works = dict(carry.works)
+            for key in (carry.works.keys() - self.components.keys()) | (carry.works.keys() & self.completed):
+                del works[key]
+            works.update(built)
+            self.works = works
+        else:
+            quiet = carry.quiet
+            for key in self.components:
+                if key not in self.completed:
+                    self.works[key] = built[key] if key in built else quiet[key]
+        self.carry = carry
 
     @staticmethod
     def _running(c: Component, key: str, count: int, old: ReplicaRequest | None) -> Running:
@@ -166,7 +327,63 @@ class Cycle:
             classes = self.fleet_memo["qos"] = QosClasses()
         return classes
 
+    def remember(self, plans: dict[str, ComponentPlan]) -> None:
+        """Leave this cycle's inputs and quiet results for the next cycle (``carry.py``);
+        ``plans``: the components of the plan it made."""
+        carry = self.carry
+        if carry is None:
+            quiet: dict[str, Work] = {}
+            until: dict[str, float] = {}
+            bounds: dict[str, Hashable] = {}
+            floors: dict[Hashable, tuple[float, Component, int]] = {}
+            decided: Iterable[Work] = self.works.values()
+        else:
+            # Taken over: the old carry is gone.
+            quiet, until, bounds, floors = carry.quiet, carry.until, carry.bounds, carry.floors
+            gone = (carry.components.keys() - self.components.keys()) | self.completed
+            for key in (self.decided or set()) | gone:
+                quiet.pop(key, None)
+                until.pop(key, None)
+                bounds.pop(key, None)
+            decided = self.decided_works()
+        healthy = self.healthy
+        ev = self.evaluator
+        for work in decided:
+            if is_quiet(work, healthy):
+                quiet[work.key] = work
+                until[work.key] = quiet_until(work)
+                if work.keep is not None and work.keep.kind == KeepKind.NO_GAIN_BOUND:
+                    ctx = ev.context(work.component, work.replicas)
+                    floor_key = bounds[work.key] = ev.floor_key(ctx)
+                    floors[floor_key] = (ev.static_floor(ctx), work.component, work.replicas)
+        # Per cluster the CPU and memory its charges hold (what ``occupy_all`` subtracts).
+        if carry is None or self.touched is None:
+            sums = {cluster: _sums(runs) for cluster, runs in self.charges.items()}
+        else:
+            sums = carry.sums
+            for cluster in self.touched:
+                runs = self.charges.get(cluster)
+                if runs:
+                    sums[cluster] = _sums(runs)
+                else:
+                    sums.pop(cluster, None)
+        self.fleet_memo["carry"] = Carry(
+            static=self.static, latency_token=self.latency_token, shapes=tuple(self.ledger.shapes),
+            components=self.components, current=self.current, healthy=healthy,
+            reports=self.observed.clusters, traffic=self.traffic, completed=self.completed, now=self.now,
+            quiet=quiet, until=until, charges=self.charges, plans=dict(plans), bounds=bounds, floors=floors,
+            carried=0 if self.decided is None else len(self.works) - len(self.decided), works=self.works,
+            sums=sums,
+        )
+
     # ----- questions -----------------------------------------------------------------------
+
+    def decided_works(self) -> list[Work]:
+        """The components decided in this cycle, in key order (every one in a cycle from
+        nothing; the others were carried verbatim)."""
+        if self.decided is None:
+            return list(self.works.values())
+        return [self.works[key] for key in sorted(self.decided)]
 
     def rps(self, key: str) -> float | None:
         """Observed requests per second for a component, summed over regions."""
@@ -181,7 +398,8 @@ class Cycle:
         return old is not None and (old.cpu, old.memory) != (c.cpu, c.memory)
 
     def replicas(self) -> Callable[[str], int]:
-        return lambda key: self.replicas_of.get(key, 1)
+        works = self.works
+        return lambda key: works[key].replicas if key in works else 1
 
     def local_cost(self, work: Work, target: dict[int, int], static: np.ndarray) -> float:
         """The objective terms that involve this component, were it placed at ``target``."""
@@ -190,3 +408,8 @@ class Cycle:
             self.calls, self.callers, self.replicas(),
             self.fleet.cluster_latency, CLOSENESS_WEIGHT / self.fleet.latency_norm,
         )
+
+
+def _sums(runs: list[Running]) -> tuple[int, int]:
+    """The CPU and memory a cluster's running replicas hold."""
+    return sum(r.replicas * r.cpu for r in runs), sum(r.replicas * r.memory for r in runs)

@@ -108,15 +108,43 @@ def _walk(ctx: Context, order: np.ndarray, allowed: np.ndarray) -> Iterator[int]
     ledger = ctx.ledger
     full = ledger.full_for(c.cpu, c.memory, c.architectures)
     own = [i for i, n in ctx.own.items() if n > 0 and allowed[i]]
-    step = 32
-    for start in range(0, order.size, step):
+    mine: np.ndarray | None = None
+    start, step = 0, 32
+    # Where no cluster of the order had room for this shape when last walked: while no
+    # capacity came back since (the ledger's generation), those clusters still have none
+    # (free capacity only shrank, ``full`` only grew), so the walk starts past them.
+    key: tuple[int, int, int, int, frozenset[str]] | None = None
+    if own:
+        mine = np.zeros(allowed.size, dtype=bool)  # one lookup per chunk, not a set search
+        mine[own] = True
+    else:
+        key = (id(order), id(allowed), c.cpu, c.memory, c.architectures)
+        seen = ledger.walk_starts.get(key)
+        if seen is not None and seen[0] is order and seen[1] is allowed and seen[2] == ledger.generation:
+            start = seen[3]
+    while start < order.size:
+        # Consecutive chunks, each four times the last: a walk past many full clusters
+        # judges each cluster once (the chunks once overlapped, judging the first clusters
+        # again with every chunk and yielding them again, which no caller needs: a
+        # cluster judged once is judged the same while the distribution runs).
         chunk = order[start:start + step]
         keep = allowed[chunk] & (ledger.free_cpu[chunk] >= c.cpu) & (ledger.free_memory[chunk] >= c.memory)
         if full is not None:
             keep &= ~full[chunk]
-        if own:
-            keep |= np.isin(chunk, own)  # its own replicas count as room (as in the mask)
+        if mine is not None:
+            keep |= mine[chunk]  # its own replicas count as room (as in the mask)
+        if key is not None:
+            # Recorded before any caller looks at a yielded cluster (nothing in between
+            # can change the ledger), up to the first cluster with room.
+            hits = np.flatnonzero(keep)
+            if len(ledger.walk_starts) > 4096:
+                ledger.walk_starts.clear()
+            ledger.walk_starts[key] = (order, allowed, ledger.generation, start + int(hits[0]) if hits.size
+                                       else start + chunk.size)
+            if hits.size:
+                key = None
         yield from chunk[keep].tolist()
+        start += step
         step = min(step * 4, 4096)
 
 

@@ -221,6 +221,8 @@ class EvalCaches:
     static_scores: dict[Hashable, tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=dict)
     floors: dict[tuple[Hashable, Hashable], float] = field(default_factory=dict)
     rows: dict[Hashable, tuple[list[str], list[list[float]]]] = field(default_factory=dict)
+    # (static key, cluster) -> score and terms there, for components without dynamic terms.
+    cells: dict[tuple[Hashable, int], tuple[float, dict[str, float]]] = field(default_factory=dict)
     # Every QoS object seen (contexts refer to them): counts what the caches have seen.
     pins: dict[int, object] = field(default_factory=dict)
 
@@ -264,6 +266,7 @@ class Evaluator:
         self.static_scores = c.static_scores
         self.floor_cache = c.floors
         self.static_rows = c.rows
+        self.static_cells = c.cells
         self.pins = c.pins
         self.qos = qos if qos is not None else QosClasses()
 
@@ -438,10 +441,14 @@ class Evaluator:
     def static_total(self, ctx: Context) -> np.ndarray:
         return self.static_scores_of(ctx)[0]
 
+    def floor_key(self, ctx: Context) -> tuple[Hashable, Hashable]:
+        """What ``static_floor`` depends on besides the cycle's masks and scores."""
+        return (_class_key(ctx.component, ctx.replicas, self.qos.of(ctx.component.qos)), self._static_key(ctx))
+
     def static_floor(self, ctx: Context) -> float:
         """The lowest static score over the clusters the component may use: no placement
         of it can score better (closeness and utilisation only add)."""
-        key = (_class_key(ctx.component, ctx.replicas, self.qos.of(ctx.component.qos)), self._static_key(ctx))
+        key = self.floor_key(ctx)
         floor = self.floor_cache.get(key)
         if floor is None:
             allowed = self.static_mask(ctx)
@@ -469,6 +476,19 @@ class Evaluator:
         """The score and its terms at a few clusters, now (rounded, so JSON stays short
         and stable): what every assignment of the plan shows, kept ones included."""
         key = self._static_key(ctx)
+        if not any(s.weight(ctx) > 0 for s in DYNAMIC_SCORES):
+            # Only static terms: the answer at a cluster is the same for the whole class
+            # (most components of a large fleet), computed once per cluster.
+            out = []
+            for a in clusters:
+                cell = self.static_cells.get((key, a))
+                if cell is None:
+                    cell = self.static_cells[(key, a)] = self._terms_at(ctx, key, [a])[0]
+                out.append(cell)
+            return out
+        return self._terms_at(ctx, key, clusters)
+
+    def _terms_at(self, ctx: Context, key: Hashable, clusters: list[int]) -> list[tuple[float, dict[str, float]]]:
         table = self.static_rows.get(key)
         if table is None:
             _, parts = self.static_scores_of(ctx)

@@ -63,8 +63,6 @@ class Explainer:
         self.cycle = cycle
         self.names = cycle.fleet.names
         self.stamps: dict[float, str] = {}
-        # Each component's final target, for the memo keys of its neighbours.
-        self.targets = {key: tuple(sorted(w.target.items())) for key, w in cycle.works.items()}
         self.latencies = cycle.latency_token
 
     # ----- pieces ---------------------------------------------------------------------------
@@ -246,7 +244,7 @@ class Explainer:
     def component_plan(self, work: Work) -> ComponentPlan:
         """Every assignment scored at the final state, reasons from the records."""
         c = work.component
-        used = [(i, n) for i, n in self.targets[work.key] if n > 0]
+        used = [(i, n) for i, n in sorted(work.target.items()) if n > 0]
         reasons = self.reasons(work, used)
         ev = self.cycle.evaluator
         terms = ev.terms_at(ev.context(c, work.replicas), [i for i, _ in used])
@@ -320,6 +318,9 @@ class _Shown:
 
     component: Component  # immutable: an edited component is another, unequal one
     target: dict[int, int]
+    # Where its neighbours' closeness saw it: the cycle's placement map at the end, which
+    # for a component rescheduling moved is still where it ran (its target is not).
+    placed: dict[int, int] | None
     keep: Keep | None
     traffic: dict[int, float] | None
     plan: ComponentPlan | None
@@ -333,14 +334,21 @@ def _same(a: Component, b: Component) -> bool:
 def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
     """Plans of the last cycle that still hold: a component kept as it was, with the same
     reason, whose neighbours all run where they ran then (its closeness is the same),
-    under the same latencies and traffic. A steady fleet rebuilds almost nothing."""
+    under the same latencies and traffic. A steady fleet rebuilds almost nothing. Only
+    the components decided in this cycle are looked at: the others were carried with
+    their plans (``carry.py``)."""
     entry = cycle.fleet_memo.get("shown")
     last: dict[str, _Shown] = {}
     if isinstance(entry, tuple) and entry[0] is ex.latencies:
         last = entry[1]
-    changed = [key for key, work in cycle.works.items()
-               if (prev := last.get(key)) is None or prev.target != work.target
-               or not _same(prev.component, work.component)]
+    works = cycle.decided_works()
+    placement = cycle.placement
+    changed = [work.key for work in works
+               if (prev := last.get(work.key)) is None or prev.target != work.target
+               or prev.placed != placement.get(work.key) or not _same(prev.component, work.component)]
+    # A component gone since (edited out, or a Job completed) no longer calls anyone.
+    gone = last.keys() - cycle.works.keys()
+    changed.extend(sorted(gone))
     dirty = set(changed)
     for key in changed:
         dirty.update(cycle.calls.get(key, ()))
@@ -348,8 +356,14 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
         prev = last.get(key)
         if prev is not None:
             dirty.update(prev.component.calls)  # whom it called before an edit
-    now: dict[str, _Shown] = {}
-    for key, work in cycle.works.items():
+    if cycle.decided is None:
+        now: dict[str, _Shown] = {}
+    else:
+        now = dict(last)
+        for key in gone:
+            del now[key]
+    for work in works:
+        key = work.key
         traffic = cycle.traffic.get(key)
         prev = last.get(key)
         short = work.keep is not None and not work.touched and not work.shortfalls and not work.drains
@@ -358,7 +372,9 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
                 and _same(prev.component, work.component) and prev.keep == work.keep and prev.traffic == traffic
                 and work.component.qos.placement.policy not in ("best-fit", "worst-fit")):
             plan = prev.plan
-        now[key] = _Shown(work.component, work.target, work.keep, traffic, plan)
+        placed = placement.get(key)
+        now[key] = _Shown(work.component, work.target, None if placed is None else dict(placed), work.keep, traffic,
+                          plan)
     cycle.fleet_memo["shown"] = (ex.latencies, now)  # filled in as the plans are built
     return now
 
@@ -372,14 +388,21 @@ def assemble(cycle: Cycle) -> Plan:
     unplaced: list[Unplaced] = []
     unmet: list[Unmet] = []
     moves: list[Move] = []
-    last_moved = {k: v for k, v in sorted(cycle.current.last_moved.items()) if k in cycle.works}
+    last_moved = {k: v for k, v in cycle.current.last_moved.items() if k in cycle.works}  # sorted below
     reasons: set[str] = set()
     shown = _reuse(cycle, ex)
-    for key, work in cycle.works.items():
+    carried = cycle.carry
+    if carried is not None:
+        components = dict(carried.plans)
+        for key in carried.plans.keys() - cycle.works.keys():
+            del components[key]
+    for work in cycle.decided_works():
+        key = work.key
         plan = shown[key].plan
         if plan is None:
             plan = ex.component_plan(work)
-            shown[key] = _Shown(work.component, work.target, work.keep, cycle.traffic.get(key), plan)
+            shown[key] = _Shown(work.component, work.target, shown[key].placed, work.keep, cycle.traffic.get(key),
+                                plan)
         components[key] = plan
         if work.unplaced:
             u = ex.unplaced(work)
@@ -417,10 +440,12 @@ def assemble(cycle: Cycle) -> Plan:
     elif "rescheduling" in reasons:
         decision = "rescheduling"
     moves.sort(key=lambda m: (m.component, m.source or "", m.target or "", m.reason))
+    if carried is None or len(components) != len(carried.plans) or not components.keys() <= carried.plans.keys():
+        components = dict(sorted(components.items()))  # a carried table is in order already
     return _built(
         Plan,
         reason=decision,
-        components=dict(sorted(components.items())),
+        components=components,
         unplaced=tuple(sorted(unplaced, key=lambda u: u.component)),
         unmet=tuple(sorted(unmet, key=lambda u: (u.component, u.goal))),
         moves=tuple(moves),

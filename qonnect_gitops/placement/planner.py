@@ -53,13 +53,17 @@ def plan(goals: Goals, observed: Observed, current: CurrentPlacement) -> Plan:
 
 
 def _run(cycle: Cycle) -> Plan:
-    # 1. Evaluate: the Cycle charged every running replica; classify every component.
-    cycle.ledger.settle_all()
+    # 1. Evaluate: the Cycle charged and settled every running replica; classify every
+    # component decided in this cycle (the others are carried from the last, carry.py).
     broken: list[Work] = []
     fresh: list[Work] = []
     candidates: list[Work] = []
     followers: list[Work] = []
-    for work in cycle.works.values():
+    decided = cycle.decided
+    for key, work in cycle.works.items():
+        if decided is not None and key not in decided:
+            cycle.placement[key] = work.target  # carried as the last cycle kept it
+            continue
         if work.component.colocate_with:
             followers.append(work)  # decided once what they follow is (step 3b)
             continue
@@ -84,10 +88,12 @@ def _run(cycle: Cycle) -> Plan:
     for work in _anchors_first(followers):
         follow(cycle, work)
     # 4. Explain.
-    for work in cycle.works.values():
+    for work in cycle.decided_works():
         carry_drains(cycle, work)
         verify(cycle, work)
-    return assemble(cycle)
+    result = assemble(cycle)
+    cycle.remember(result.components)
+    return result
 
 
 def _anchors_first(followers: list[Work]) -> list[Work]:

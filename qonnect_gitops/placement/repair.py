@@ -22,7 +22,8 @@ import numpy as np
 
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.model.plan import GoalKind, MoveReason
-from qonnect_gitops.placement.cycle import DRAINING, Cycle
+from qonnect_gitops.placement.carry import DRAINING
+from qonnect_gitops.placement.cycle import Cycle
 from qonnect_gitops.placement.distribute import Request, distribute, ranked
 from qonnect_gitops.placement.evaluate import FILTERS_BY_NAME, NODE_SIZE, replicas_for
 from qonnect_gitops.placement.plugins.latency import nearest_goals, unserved

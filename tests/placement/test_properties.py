@@ -14,7 +14,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from datetime import timedelta
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -211,35 +212,47 @@ def _edit(g: Goals, k: int) -> Goals:
     return Goals(g.fleet, g.clusters, g.network, apps, g.latencies)
 
 
+@dataclass
+class World:
+    """What a history has done so far to the goals and the observations."""
+
+    g: Goals
+    now: datetime = NOW
+    down: set[str] = field(default_factory=set)
+    measured: list[dict[str, Any]] = field(default_factory=list)
+
+    def apply(self, event: str, k: int) -> None:
+        """One event of ``EVENTS`` (others are left to the caller), then ten seconds."""
+        names = sorted(self.g.clusters)
+        if event == "later":
+            self.now += timedelta(seconds=COOLDOWN + 1)
+        elif event == "fail":
+            self.down.add(names[k % len(names)])
+        elif event == "recover" and self.down:
+            self.down.discard(sorted(self.down)[k % len(self.down)])
+        elif event == "edit":
+            self.g = _edit(self.g, k)
+        elif event == "measure":
+            self.measured = [{"from": names[k % len(names)], "to": REGIONS[k % 2], "ms": float(k % 90)}]
+        self.now += timedelta(seconds=10)
+
+
 @settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(histories())
 def test_every_cycle_meets_every_goal_or_says_which_not(history: tuple[Any, ...]) -> None:
     fleet, links, comps, events = history
-    g = goals(fleet, comps, links=links, regions=REGIONS)
-    now = NOW
-    down: set[str] = set()
-    measured: list[dict[str, Any]] = []
+    world = World(goals(fleet, comps, links=links, regions=REGIONS))
     traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps if c.qos.scaling]
     current = CurrentPlacement()
-    names = sorted(g.clusters)
     previous_inputs: tuple[object, ...] = ()
     relocated = False  # the last plan moved replicas make before break: those drains end now
     for event, k in [("nothing", 0), *events]:
         quiet = event == "nothing"
-        if event == "later":
-            now += timedelta(seconds=COOLDOWN + 1)
-        elif event == "fail":
-            down.add(names[k % len(names)])
-        elif event == "recover" and down:
-            down.discard(sorted(down)[k % len(down)])
-        elif event == "edit":
-            g = _edit(g, k)
-        elif event == "measure":
-            measured = [{"from": names[k % len(names)], "to": REGIONS[k % 2], "ms": float(k % 90)}]
-        now += timedelta(seconds=10)
+        world.apply(event, k)
+        g, now = world.g, world.now
         obs = Observed.model_validate({
-            "now": now.isoformat(), "clusters": {n: {"healthy": False} for n in sorted(down)},
-            "latencies": measured, "traffic": traffic,
+            "now": now.isoformat(), "clusters": {n: {"healthy": False} for n in sorted(world.down)},
+            "latencies": world.measured, "traffic": traffic,
         })
         p = plan(g, obs, current)
         check(g, obs, p)

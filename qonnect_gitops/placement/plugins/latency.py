@@ -20,6 +20,8 @@ def _goals(ctx: Context) -> tuple[tuple[int, float], ...]:
 
 def nearest_goals(component: Component, region_index: Mapping[str, int]) -> tuple[tuple[int, float], ...]:
     """The ``serve: nearest`` goals: (region index, maxMs)."""
+    if not component.qos.latency:
+        return ()  # most components: asked several times per component and cycle
     return tuple((region_index[g.region], g.max_ms) for g in component.qos.latency if g.serve == "nearest")
 
 

@@ -1,0 +1,205 @@
+"""A cycle that carries the last cycle's quiet components (``placement/carry.py``) plans
+byte for byte what a cycle from nothing plans with the same inputs.
+
+Random fleets and apps (those of ``test_properties``) go through random histories of
+failovers, recoveries, time passing cooldowns, goal edits, measured latencies, reported
+capacity, traffic, completed Jobs and clusters added or removed. At every cycle the
+planner that kept everything from the cycles before is compared with a planner that
+kept nothing."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from typing import Any
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from qonnect_gitops.model.goals import Component, Goals
+from qonnect_gitops.model.observed import Observed
+from qonnect_gitops.model.plan import CurrentPlacement, Plan
+from qonnect_gitops.placement import evaluate, plan
+from qonnect_gitops.placement.carry import Carry
+from qonnect_gitops.render.describe import plan_json
+from tests.placement.builders import NOW, cluster, component, goals
+from tests.placement.test_properties import COOLDOWN, REGIONS, World, apps, fleets
+
+
+@contextmanager
+def _nothing_kept() -> Iterator[None]:
+    """Plan as a new process would (nothing derived from earlier goals), then give the
+    warm planner its state back."""
+    saved = dict(evaluate._STATIC), dict(evaluate._FLEETS)
+    evaluate.forget()
+    try:
+        yield
+    finally:
+        evaluate.forget()
+        evaluate._STATIC.update(saved[0])
+        evaluate._FLEETS.update(saved[1])
+
+
+def _cold(g: Goals, obs: Observed, current: CurrentPlacement) -> Plan:
+    with _nothing_kept():
+        return plan(dataclasses.replace(g), obs, current)
+
+
+def _carried(g: Goals) -> int:
+    entry = evaluate.goal_index(g).fleet_memo.get("carry")
+    return entry.carried if isinstance(entry, Carry) else 0
+
+
+EVENTS = ("nothing", "nothing", "nothing", "nothing", "later", "fail", "recover", "edit", "measure", "report",
+          "traffic", "complete", "resize")
+
+
+def _resized(g: Goals, k: int) -> Goals:
+    """A cluster added (k even) or the last one removed (k odd, while two remain)."""
+    clusters = dict(g.clusters)
+    if k % 2 == 0:
+        name = f"fog-new{k}"
+        clusters[name] = cluster(name, tier="fog", region=REGIONS[k % 2], cpu="4")
+    elif len(clusters) > 2:
+        del clusters[sorted(clusters)[-1]]
+    latencies = {pair: ms for pair, ms in g.latencies.items() if pair[0] in clusters or pair[0] in REGIONS}
+    return Goals(g.fleet, dict(sorted(clusters.items())), g.network, g.apps, latencies)
+
+
+def _and_a_copy(comps: list[Component]) -> list[Component]:
+    """The components of app shop, and a second app (mall) written like it."""
+    def moved(keys: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(k.replace("shop/", "mall/") for k in keys)
+
+    return [*comps, *(dataclasses.replace(c, app="mall", namespace="mall", calls=moved(c.calls),
+                                          colocate_with=moved(c.colocate_with)) for c in comps)]
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(fleets(), apps(), st.lists(st.tuples(st.sampled_from(EVENTS), st.integers(0, 1000)), min_size=3, max_size=9))
+def test_a_carried_cycle_plans_what_a_cycle_from_nothing_plans(fleet: Any, comps: Any, events: Any) -> None:
+    clusters, links = fleet
+    comps = _and_a_copy(comps)  # more components that stay as they run
+    world = World(goals(clusters, comps, links=links, regions=REGIONS))
+    evaluate.forget()
+    reports: dict[str, dict[str, Any]] = {}
+    traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps if c.qos.scaling]
+    completed: list[str] = []
+    current = CurrentPlacement()
+    for event, k in [("nothing", 0), *events]:
+        names = sorted(world.g.clusters)
+        if event == "report":
+            reports[names[k % len(names)]] = {"free": {"cpu": f"{250 * (k % 12)}m", "memory": f"{k % 9}Gi"}}
+        elif event == "traffic":
+            traffic = [{**t, "rps": float(50 * (k % 11))} for t in traffic]
+        elif event == "complete":
+            completed = [comps[k % len(comps)].key]
+        elif event == "resize":
+            world.g = _resized(world.g, k)
+            world.down &= set(world.g.clusters)
+            reports = {n: r for n, r in reports.items() if n in world.g.clusters}
+            world.measured = [m for m in world.measured if m["from"] in world.g.clusters]
+        world.apply(event, k)
+        g = world.g
+        clusters_seen = {n: dict(reports.get(n, {})) for n in sorted(set(reports) | world.down)}
+        for n in world.down:
+            clusters_seen[n]["healthy"] = False
+        obs = Observed.model_validate({
+            "now": world.now.isoformat(), "clusters": clusters_seen, "latencies": world.measured,
+            "traffic": traffic, "completedJobs": completed,
+        })
+        warm = plan(g, obs, current)
+        assert plan_json(warm) == plan_json(_cold(g, obs, current)), (event, k)
+        current = warm.current()
+
+
+def _fleet(n: int) -> tuple[Goals, list[str]]:
+    clusters = [cluster(f"fog-{i}", tier="fog", region=REGIONS[i % 2], cpu="16", memory="64Gi") for i in range(n)]
+    comps = [component(f"c{j}", replicas=1 + j % 2, cpu=250, calls=(f"shop/c{j + 1}",) if j % 5 == 0 else (),
+                       qos={"objective": "cost"}, cooldown=COOLDOWN)
+             for j in range(4 * n)]
+    links = [(c.name, r, 5.0 if c.spec.region == r else 30.0) for c in clusters for r in REGIONS]
+    return goals(clusters, comps, links=links, regions=REGIONS), [c.name for c in clusters]
+
+
+def test_a_failover_decides_anew_only_what_ran_on_the_failed_cluster_and_its_neighbours() -> None:
+    evaluate.forget()
+    g, names = _fleet(12)
+    first = plan(g, Observed.model_validate({"now": NOW.isoformat()}), CurrentPlacement())
+    current = first.current()
+    later = NOW + timedelta(seconds=60)
+    quiet = Observed.model_validate({"now": later.isoformat()})
+    plan(g, quiet, current)  # what the first plan placed anew is kept: quiet from now on
+    plan(g, quiet, current)
+    assert _carried(g) == len(current.placements)  # nothing changed: nothing decided anew
+    failed = max(names, key=lambda n: (sum(1 for where in current.placements.values() if where.get(n)), n))
+    on_failed = {key for key, where in current.placements.items() if where.get(failed)}
+    assert on_failed
+    obs = Observed.model_validate({"now": later.isoformat(), "clusters": {failed: {"healthy": False}}})
+    p = plan(g, obs, current)
+    assert any(m.reason == "failover" for m in p.moves)
+    assert 0 < _carried(g) <= len(current.placements) - len(on_failed)
+    assert plan_json(p) == plan_json(_cold(g, obs, current))
+    # The cycle after: the moved components' new clusters are settled anew, the rest carried.
+    after_obs = Observed.model_validate({"now": (later + timedelta(seconds=10)).isoformat(),
+                                         "clusters": {failed: {"healthy": False}}})
+    q = plan(g, after_obs, p.current())
+    assert _carried(g) > 0
+    assert plan_json(q) == plan_json(_cold(g, after_obs, p.current()))
+
+
+def test_once_cooldowns_passed_a_failover_still_carries_what_rescheduling_would_keep() -> None:
+    evaluate.forget()
+    g, names = _fleet(12)
+    first = plan(g, Observed.model_validate({"now": NOW.isoformat()}), CurrentPlacement())
+    current = first.current()
+    late = NOW + timedelta(seconds=2 * COOLDOWN)
+    quiet = Observed.model_validate({"now": late.isoformat()})
+    plan(g, quiet, current)
+    plan(g, quiet, current)
+    assert _carried(g) == len(current.placements)  # kept by rescheduling's bound: carried
+    failed = max(names, key=lambda n: (sum(1 for where in current.placements.values() if where.get(n)), n))
+    obs = Observed.model_validate({"now": (late + timedelta(seconds=10)).isoformat(),
+                                   "clusters": {failed: {"healthy": False}}})
+    p = plan(g, obs, current)
+    assert any(m.reason == "failover" for m in p.moves)
+    assert _carried(g) > 0
+    assert plan_json(p) == plan_json(_cold(g, obs, current))
+
+
+def test_a_kept_callers_explanation_follows_a_callee_that_rescheduling_moved() -> None:
+    """Found by the property test (also on the planner before the carry): rescheduling
+    moves c2 while its replica still runs where it was, so c1's closeness that cycle is
+    scored against the old cluster; the next cycle must not keep that explanation."""
+    def node(memory: int, arch: str = "amd64") -> dict[str, Any]:
+        return {"count": 1, "cpu": "1000m", "memory": f"{memory}Gi", "arch": arch}
+
+    clusters = [cluster("edge-0", tier="edge", region="r2", nodes=[node(2)], cpu_hour=0.01),
+                cluster("edge-1", tier="edge", region="r2", nodes=[node(2, "arm64")], cpu_hour=0.01),
+                cluster("fog-2", tier="fog", region="r1", nodes=[node(2)], cpu_hour=0.01),
+                cluster("edge-3", tier="edge", region="r2", nodes=[node(2)], cpu_hour=0.01),
+                cluster("edge-4", tier="edge", region="r1", nodes=[node(2), node(4)], cpu_hour=0.05)]
+    links = [("edge-0", "r1", 1.0), ("edge-0", "r2", 1.0), ("edge-1", "r1", 1.0), ("edge-1", "r2", 1.0),
+             ("fog-2", "r2", 1.0), ("edge-3", "r1", 47.0), ("edge-4", "r1", 1.0), ("edge-4", "r2", 1.0)]
+    near = [{"region": r, "maxMs": 10.0, "serve": "nearest"} for r in REGIONS]
+    base = {"objective": "latency", "tolerations": [{"key": "edge", "operator": "Exists"}], "bursting": False}
+    scaled = {**base, "latency": near, "scaling": {"minReplicas": 1, "maxReplicas": 5, "targetRpsPerReplica": 100}}
+    follower = {**base, "tiers": ["edge", "fog"], "offloading": False, "scaling": scaled["scaling"]}
+    comps = [component("c0", cpu=250, memory=2**30, qos=scaled),
+             component("c1", cpu=250, memory=2**30, calls=("shop/c2",), qos=scaled),
+             component("c2", cpu=250, memory=2**28, qos=base),
+             dataclasses.replace(component("c3", cpu=250, memory=2**28, qos=follower), colocate_with=("shop/c2",))]
+    comps = _and_a_copy(comps)
+    g = goals(clusters, comps, links=links, regions=REGIONS)
+    evaluate.forget()
+    traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps if c.qos.scaling]
+    current = CurrentPlacement()
+    now = NOW
+    for seconds, completed in ((10, []), (COOLDOWN + 11, []), (10, ["shop/c0"]), (10, ["shop/c0"])):
+        now += timedelta(seconds=seconds)
+        obs = Observed.model_validate({"now": now.isoformat(), "traffic": traffic, "completedJobs": completed})
+        warm = plan(g, obs, current)
+        assert plan_json(warm) == plan_json(_cold(g, obs, current))
+        current = warm.current()
