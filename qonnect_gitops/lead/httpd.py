@@ -43,6 +43,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+from qonnect_gitops.lead.threads import name_os_thread
 from qonnect_gitops.logs import get_logger
 
 log = get_logger(__name__)
@@ -216,6 +217,7 @@ class AsyncHTTPServer:
                 loop.call_soon_threadsafe(stopping.set)
 
     async def _main(self) -> None:
+        name_os_thread(self.name)
         self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
         tasks: set[asyncio.Task[None]] = set()

@@ -28,6 +28,7 @@ from qonnect_gitops.kb import (
     ReportVerdict,
     WorkloadRecord,
 )
+from qonnect_gitops.lead.threads import name_os_thread
 from qonnect_gitops.logs import get_logger
 
 log = get_logger(__name__)
@@ -254,9 +255,13 @@ class _TimedSyncObj(SyncObj):  # type: ignore[misc]
 
     def __init__(self, *args: Any, tick_gaps: TickGaps, **kwargs: Any) -> None:
         self.tick_gaps = tick_gaps  # before the tick thread starts in SyncObj.__init__
+        self._os_named = False
         super().__init__(*args, **kwargs)
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
+        if not self._os_named:
+            self._os_named = True
+            name_os_thread("raft")
         self.tick_gaps.mark()
         super()._onTick(timeToWait)
 
@@ -487,6 +492,7 @@ class ReportBatcher:
         self._thread.join(timeout=2)
 
     def _run(self) -> None:
+        name_os_thread("report-batcher")
         while True:
             with self._cond:
                 while not self._pending and not self._stopped:
