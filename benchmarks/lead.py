@@ -256,6 +256,21 @@ def _thread_cpu_seconds(pid: int) -> dict[str, float]:
     return out
 
 
+def _batch_counts(lead: Any, group: LeadGroup) -> dict[str, float]:
+    """Report batches this lead proposed and reports committed through them (``/metrics``)."""
+    context = group.client_context if lead.tls else None
+    try:
+        _, _, text = http("GET", lead.url + "/metrics", timeout=30, context=context)
+    except OSError:
+        return {}
+    out = {}
+    for line in str(text).splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("qonnect_report_batches_total", "qonnect_reports_committed_total"):
+            out[name.removeprefix("qonnect_").removesuffix("_total")] = float(value)
+    return out
+
+
 def ingest(seconds: float, clusters: int, processes: int, threads: int,
            workdir: Path, tls: bool = True, profile: Path | None = None,
            compaction_entries: int | None = None, fleet: bool = False) -> dict[str, Any]:
@@ -332,6 +347,7 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         stored = sum(c["reports"] for c in st.get("clusters", []))
         raft = {lead.node_id: (group.status(lead, timeout=30) or {}).get("self", {})
                 for lead in group.leads}
+        batches = {lead.node_id: _batch_counts(lead, group) for lead in group.leads}
     finally:
         group.stop()
     ok = sum(r["ok"] for r in results)
@@ -370,6 +386,9 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
             "longest_tick_gap_s": {n: r.get("longestTickGapSeconds") for n, r in raft.items()},
             "tick_stalls": {n: r.get("tickStalls") for n, r in raft.items()},
             "longest_gc_pause_s": {n: r.get("longestGcPauseSeconds") for n, r in raft.items()},
+            # Reports per Raft entry each lead proposed (whole life of the group).
+            "reports_per_batch": {n: round(b["reports_committed"] / b["report_batches"], 1)
+                                  for n, b in batches.items() if b.get("report_batches")},
         },
         # CPU seconds over the run, and microseconds of CPU per committed report.
         "cpu_s": {"leader": cpu.get(leader.node_id, 0.0), "followers": followers,
@@ -533,7 +552,7 @@ def main() -> int:
             print(f"  Raft: longest tick gap per lead {r['longest_tick_gap_s']} s (leader "
                   f"{r['leader']}), stalls over half the fallback {r['tick_stalls']}, term "
                   f"{r['term_before']} -> {r['term_after']}; longest GC pause per lead "
-                  f"{r['longest_gc_pause_s']} s")
+                  f"{r['longest_gc_pause_s']} s; reports per batch {r['reports_per_batch']}")
             c = i["cpu_us_per_report"]
             print(f"  CPU per committed report: leader {c['leader']} us, busiest follower "
                   f"{c['follower']} us, clients {c['clients']} us")

@@ -448,22 +448,34 @@ class ReportBatcher:
     One Raft entry per report would cap ingest at a few hundred per second; one
     entry per batch lets each HTTP request wait for its batch's commit (so a 2xx
     still means committed) while the log carries far fewer entries.
+
+    Group commit: a batch leaves ``window`` seconds after its first report, unless
+    ``max_in_flight`` batches of this lead are still uncommitted; then it keeps
+    filling until one commits (or ``max_hold`` passed, or it is full). Under load
+    batches grow instead of multiplying: each Raft entry costs every lead a message,
+    a journal write and a commit round whatever it carries (at 1,100 reports/s a 5 ms
+    window alone made batches of two or three reports), while at low load a report
+    still leaves within ``window``.
     """
 
     def __init__(
         self,
         node: RaftNode,
         window: float = 0.005,
-        max_batch: int = 500,
+        max_batch: int = 2000,
+        max_in_flight: int = 1,
+        max_hold: float = 0.25,
     ) -> None:
         self.node = node
         self.window = window
         self.max_batch = max_batch
+        self.max_in_flight = max_in_flight
+        self.max_hold = max_hold
         self._cond = threading.Condition()
         self._pending: list[tuple[ReportEntry, _Waiter]] = []
         self._stopped = False
-        self._count_lock = threading.Lock()
         self.in_flight_batches = 0
+        self._sent_at: dict[int, float] = {}  # batch number -> when it was proposed
         self.batches_sent = 0
         self.reports_committed = 0
         self._thread = threading.Thread(target=self._run, name="report-batcher", daemon=True)
@@ -505,6 +517,15 @@ class ReportBatcher:
             # Let the batch fill for one window; the lock is free meanwhile.
             time.sleep(self.window)
             with self._cond:
+                # Group commit: hold the batch while earlier ones are uncommitted (the
+                # commit callback notifies), so it grows instead of adding entries.
+                hold_until = time.monotonic() + self.max_hold
+                while (self._held_back() and not self._stopped
+                       and len(self._pending) < self.max_batch):
+                    left = hold_until - time.monotonic()
+                    if left <= 0:
+                        break
+                    self._cond.wait(left)
                 batch = self._pending[: self.max_batch]
                 del self._pending[: self.max_batch]
             if batch:
@@ -513,15 +534,21 @@ class ReportBatcher:
     def _send(self, batch: list[tuple[ReportEntry, _Waiter]]) -> None:
         entries = [entry for entry, _ in batch]
         waiters = [waiter for _, waiter in batch]
-        with self._count_lock:
+        with self._cond:
             self.in_flight_batches += 1
             self.batches_sent += 1
+            seq = self.batches_sent
+            self._sent_at[seq] = time.monotonic()
+
+        def settled(committed: int) -> None:
+            with self._cond:
+                self.in_flight_batches -= 1
+                self.reports_committed += committed
+                self._sent_at.pop(seq, None)
+                self._cond.notify()
 
         def on_commit(result: Any, err: int) -> None:
-            with self._count_lock:
-                self.in_flight_batches -= 1
-                if err == FAIL_REASON.SUCCESS:
-                    self.reports_committed += len(waiters)
+            settled(len(waiters) if err == FAIL_REASON.SUCCESS else 0)
             if err == FAIL_REASON.SUCCESS:
                 for verdict, waiter in zip(result, waiters):
                     waiter.finish(verdict, None)
@@ -532,11 +559,16 @@ class ReportBatcher:
         try:
             self.node.state.reports(entries, callback=on_commit)
         except Exception as exc:  # the queue refused it: fail the requests, keep running
-            with self._count_lock:
-                self.in_flight_batches -= 1
+            settled(0)
             log.error("report_batch_failed", error=exc)
             for waiter in waiters:
                 waiter.finish(None, "queue-error")
+
+    def _held_back(self) -> bool:
+        """Whether ``max_in_flight`` recent batches are uncommitted (under ``_cond``). A
+        batch whose answer never came (a lost leader) stops counting after ``max_hold``."""
+        recent = time.monotonic() - self.max_hold
+        return sum(1 for at in self._sent_at.values() if at > recent) >= self.max_in_flight
 
 
 class _Waiter:
