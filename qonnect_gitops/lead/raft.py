@@ -572,19 +572,22 @@ class ReportBatcher:
 
 
 class _Waiter:
-    """One HTTP request waiting for its batch to commit."""
+    """One HTTP request waiting for its batch to commit: ``on_done`` is called, or
+    (without one) ``wait`` blocks."""
 
     __slots__ = ("_event", "_on_done", "error", "verdict")
 
     def __init__(self, on_done: Callable[[ReportVerdict | None, str | None], None] | None = None) -> None:
-        self._event = threading.Event()
+        # An Event costs a lock and a condition: only a waiter without a callback needs it.
+        self._event = threading.Event() if on_done is None else None
         self._on_done = on_done
         self.verdict: ReportVerdict | None = None
         self.error: str | None = None
 
     def finish(self, verdict: ReportVerdict | None, error: str | None) -> None:
         self.verdict, self.error = verdict, error
-        self._event.set()
+        if self._event is not None:
+            self._event.set()
         if self._on_done is not None:
             try:
                 self._on_done(verdict, error)
@@ -592,5 +595,8 @@ class _Waiter:
                 log.error("report_waiter_callback_failed", error=exc)
 
     def wait(self, timeout: float) -> bool:
-        """True when the batch finished (committed or failed) within ``timeout``."""
+        """True when the batch finished (committed or failed) within ``timeout``; only for
+        a waiter submitted without ``on_done``."""
+        if self._event is None:
+            raise RuntimeError("this waiter reports through its callback")
         return self._event.wait(timeout)

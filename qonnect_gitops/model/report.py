@@ -14,6 +14,7 @@ on the reporting cluster (see ``kb.state``).
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Annotated, Any
 
@@ -64,15 +65,25 @@ def _bounded_quantity(scale: int, limit: int, what: str) -> Any:
         text = str(value).strip()
         if len(text) > _MAX_QUANTITY_CHARS:
             raise ValueError(f"quantity of {len(text)} characters; at most {_MAX_QUANTITY_CHARS}")
-        try:
-            number = parse_quantity(text) * scale
-        except ArithmeticError:  # decimal overflow of a huge exponent
-            raise ValueError(f"'{text}' is out of range; at most {limit} {what}") from None
-        if not number.is_finite() or number > limit:
-            raise ValueError(f"'{text}' is out of range; at most {limit} {what}")
-        return int(number.to_integral_value(rounding="ROUND_CEILING"))
+        return _quantity_units(text, scale, limit, what)
 
     return check
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity_units(text: str, scale: int, limit: int, what: str) -> int:
+    """``text`` (at most ``_MAX_QUANTITY_CHARS``) in whole base units times ``scale``,
+    rounded up; ValueError beyond ``limit``. Cached because agents send the same few
+    quantities (``4``, ``8Gi``) in every report and the decimal arithmetic was half of a
+    report's validation; the cache is bounded, so a flood of distinct values only misses
+    it (errors are never cached: they are raised again each time)."""
+    try:
+        number = parse_quantity(text) * scale
+    except ArithmeticError:  # decimal overflow of a huge exponent
+        raise ValueError(f"'{text}' is out of range; at most {limit} {what}") from None
+    if not number.is_finite() or number > limit:
+        raise ValueError(f"'{text}' is out of range; at most {limit} {what}")
+    return int(number.to_integral_value(rounding="ROUND_CEILING"))
 
 
 ReportCPU = Annotated[

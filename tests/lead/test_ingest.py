@@ -12,7 +12,7 @@ from qonnect_gitops.lead.http import parse_json, parse_report
 from qonnect_gitops.lead.httpd import HTTPError
 from qonnect_gitops.lead.raft import TickGaps
 from qonnect_gitops.lead.tokens import TokenStore, create_tokens
-from qonnect_gitops.model.report import AgentReport
+from qonnect_gitops.model.report import AgentReport, _quantity_units
 from tests.lead.harness import report
 
 
@@ -62,6 +62,33 @@ def test_the_fast_parse_refuses_what_the_careful_one_refuses(edit: object) -> No
         assert isinstance(answer, str)
         if careful != "invalid":
             assert answer == careful  # worded as before: the careful path words it
+
+
+@pytest.mark.parametrize(("cpu", "memory"), [
+    ("4", "8Gi"), ("2500m", "6Gi"), ("0.5", "1500m"), ("1e3", "1e9"), (7, 123456789), ("1k", "1M"),
+])
+def test_cached_quantities_equal_a_fresh_parse(cpu: object, memory: object) -> None:
+    """Quantities are cached by text (``model.report._quantity_units``): a report read
+    through the cache holds what one read without it holds."""
+    body = report("edge-1")
+    body["nodes"][0].update(allocatableCpu=cpu, freeCpu=cpu, allocatableMemory=memory,
+                            freeMemory=memory)
+    raw = json.dumps(body).encode()
+    _quantity_units.cache_clear()
+    fresh = parse_report(raw)
+    again = parse_report(raw)  # now from the cache
+    assert again == fresh and again.nodes[0].allocatable_cpu == fresh.nodes[0].allocatable_cpu
+    assert _quantity_units.cache_info().hits > 0
+
+
+@pytest.mark.parametrize("value", ["10001", "1e400", "2Pi", "-1", "abc", "1" * 41])
+def test_a_refused_quantity_is_refused_every_time(value: str) -> None:
+    """Errors are not cached: the second report with the same bad value is refused alike."""
+    body = report("edge-1")
+    body["nodes"][0]["allocatableCpu"] = value
+    raw = json.dumps(body).encode()
+    first, second = _answer(raw), _answer(raw)
+    assert isinstance(first, str) and first == second and "nodes.0.allocatableCpu" in first
 
 
 def test_tokens_created_in_bulk_are_accepted(tmp_path: Path) -> None:
