@@ -256,6 +256,31 @@ def _thread_cpu_seconds(pid: int) -> dict[str, float]:
     return out
 
 
+_TIMELINE_EVENTS = ("leader_elected", "raft_tick_stalled", "goals_accepted", "cycle_done",
+                    "loop_paused", "loop_resumed", "cycle_fenced", "gc_pause_long",
+                    "gc_young_frozen")
+
+
+def _timeline(group: LeadGroup) -> list[str]:
+    """Elections, Raft stalls and the leader's big steps from the leads' logs, in order:
+    ``<ts> <lead> <event> <details>``."""
+    lines = []
+    for lead in group.leads:
+        try:
+            text = lead.log_path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            fields = dict(part.split("=", 1) for part in line.split(" ") if "=" in part)
+            if fields.get("event") in _TIMELINE_EVENTS:
+                keep = {k: v for k, v in fields.items()
+                        if k in ("term", "seconds", "clusters", "reason", "generation", "pushed",
+                                 "thread", "objects", "collected")}
+                lines.append(f"{fields.get('ts', '?')} {lead.node_id} {fields['event']} "
+                             + " ".join(f"{k}={v}" for k, v in keep.items()))
+    return sorted(lines)
+
+
 def _batch_counts(lead: Any, group: LeadGroup) -> dict[str, float]:
     """Report batches this lead proposed and reports committed through them (``/metrics``)."""
     context = group.client_context if lead.tls else None
@@ -296,7 +321,9 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
     profiles = (profile or workdir) / f"profile-{mode}"
     group = LeadGroup(workdir / f"ingest-{mode}", clusters=names, tls=tls,
                       extra_args=["--report-rate", "100000", "--report-burst", "100000",
-                                  "--log-level", "warning",
+                                  # Info with a fleet: the timeline of elections, stalls and
+                                  # the big cycle is read from the logs.
+                                  "--log-level", "info" if fleet else "warning",
                                   # A fleet's poll (the default 10 s), not the tests' 0.5 s: the
                                   # benchmark measures reports, not idle cycles.
                                   "--poll-seconds", "10",
@@ -348,6 +375,7 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         raft = {lead.node_id: (group.status(lead, timeout=30) or {}).get("self", {})
                 for lead in group.leads}
         batches = {lead.node_id: _batch_counts(lead, group) for lead in group.leads}
+        timeline = _timeline(group) if fleet else []
     finally:
         group.stop()
     ok = sum(r["ok"] for r in results)
@@ -398,6 +426,8 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
                               "clients": per_report(client_cpu)},
         "cpu_us_per_report_by_thread": thread_us,
     }
+    if fleet:
+        result["timeline"] = timeline
     if profile:
         result["profiles"] = {lead.node_id: str(profiles / f"{lead.node_id}.pstats")
                               for lead in group.leads}
@@ -556,6 +586,8 @@ def main() -> int:
             c = i["cpu_us_per_report"]
             print(f"  CPU per committed report: leader {c['leader']} us, busiest follower "
                   f"{c['follower']} us, clients {c['clients']} us")
+            for line in i.get("timeline", []):
+                print(f"    {line}")
             for node, split in i["cpu_us_per_report_by_thread"].items():
                 role = "leader" if node == r["leader"] else "follower"
                 print(f"    {node} ({role}) by thread, us: {split}")

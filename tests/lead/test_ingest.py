@@ -3,6 +3,7 @@ refuses, tokens are created in bulk, and the Raft tick gaps are measured."""
 
 from __future__ import annotations
 
+import gc
 import json
 from pathlib import Path
 
@@ -10,7 +11,7 @@ import pytest
 
 from qonnect_gitops.lead.http import parse_json, parse_report
 from qonnect_gitops.lead.httpd import HTTPError
-from qonnect_gitops.lead.raft import TickGaps
+from qonnect_gitops.lead.raft import FREEZE_YOUNG_ABOVE, GcPauses, TickGaps
 from qonnect_gitops.lead.tokens import TokenStore, create_tokens
 from qonnect_gitops.model.report import AgentReport, _quantity_units
 from tests.lead.harness import report
@@ -117,3 +118,25 @@ def test_tick_gaps_measure_the_longest_and_recent_stall() -> None:
     assert gaps.recent() == pytest.approx(0.05)
     assert gaps.longest == pytest.approx(1.5)
     assert gaps.stalls == 1
+
+
+def test_a_graph_built_with_the_collector_off_is_frozen_not_walked() -> None:
+    """The first collection after a ``gc.disable()`` region (a goals load, a plan) would
+    walk everything built meanwhile with every thread stopped; ``GcPauses`` freezes it."""
+    pauses = GcPauses.install()
+    before, frozen_before = pauses.young_frozen, gc.get_freeze_count()
+    gc.disable()
+    try:
+        graph = [[i] for i in range(FREEZE_YOUNG_ABOVE + 10_000)]
+    finally:
+        gc.enable()
+    try:
+        gc.collect(0)  # what the next allocation would set off
+        assert pauses.young_frozen == before + 1
+        assert gc.get_freeze_count() >= frozen_before + len(graph)
+        # An ordinary young generation is collected as usual, not frozen.
+        gc.collect(0)
+        assert pauses.young_frozen == before + 1
+    finally:
+        del graph
+        gc.unfreeze()
