@@ -148,28 +148,25 @@ class ReportRecord:
 
     @classmethod
     def from_report(cls, report: AgentReport) -> ReportRecord:
-        """The record of a validated report."""
+        """The record of a validated report (positional arguments: this runs for every
+        report on the HTTP thread)."""
+        sync, applied = report.sync, report.applied
         return cls(
-            cluster=report.cluster,
-            agent_time=report.agent_time.timestamp(),
-            sync=SyncRecord(report.sync.state, report.sync.reason, report.sync.message),
-            applied=(AppliedRecord(report.applied.commit, report.applied.generation)
-                     if report.applied else None),
-            attempted=report.attempted,
-            refusals=tuple(RefusalRecord(r.reason, r.message, r.commit) for r in report.refusals),
-            components=tuple(
-                ComponentRecord(c.component, c.healthy, c.ready_replicas, c.desired_replicas,
-                                c.completed, c.message, c.reason)
-                for c in report.components
-            ),
-            nodes=tuple(
-                NodeRecord(n.name, n.arch, n.ready, n.allocatable_cpu, n.allocatable_memory,
-                           n.free_cpu, n.free_memory)
-                for n in report.nodes
-            ),
-            latencies=tuple(LatencyRecord(lat.to, lat.ms) for lat in report.latencies),
-            traffic=tuple(TrafficRecord(t.component, t.region, t.rps) for t in report.traffic),
-            cluster_api=report.cluster_api,
+            report.cluster,
+            report.agent_time.timestamp(),
+            SyncRecord(sync.state, sync.reason, sync.message),
+            AppliedRecord(applied.commit, applied.generation) if applied else None,
+            report.attempted,
+            tuple([RefusalRecord(r.reason, r.message, r.commit) for r in report.refusals]),
+            tuple([ComponentRecord(c.component, c.healthy, c.ready_replicas, c.desired_replicas,
+                                   c.completed, c.message, c.reason)
+                   for c in report.components]),
+            tuple([NodeRecord(n.name, n.arch, n.ready, n.allocatable_cpu, n.allocatable_memory,
+                              n.free_cpu, n.free_memory)
+                   for n in report.nodes]),
+            tuple([LatencyRecord(lat.to, lat.ms) for lat in report.latencies]),
+            tuple([TrafficRecord(t.component, t.region, t.rps) for t in report.traffic]),
+            report.cluster_api,
         )
 
     def to_report(self) -> AgentReport:

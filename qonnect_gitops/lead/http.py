@@ -100,6 +100,21 @@ class LeadAPI:
     def __init__(self, service: LeadService) -> None:
         self.service = service
         self._forward_context = _client_context(service)
+        self._leader_seen: tuple[str | None, float, dict[str, Any] | None] | None = None
+
+    def leader_for_answers(self) -> dict[str, Any] | None:
+        """``service.leader_info()`` for report answers, recomputed when the leader changes
+        and at least once a second (a member's new address shows within a second): every
+        report's answer names the leader, and looking up the members each time cost a
+        lock and a copy per report."""
+        addr = self.service.node.leader_addr()
+        now = time.monotonic()
+        seen = self._leader_seen
+        if seen is not None and seen[0] == addr and now - seen[1] < 1.0:
+            return seen[2]
+        info = self.service.leader_info()
+        self._leader_seen = (addr, now, info)
+        return info
 
     def __call__(self, request: Request) -> Response:
         if request.method in ("GET", "HEAD"):
@@ -392,7 +407,7 @@ class _PendingReport:
             "heartbeatGraceSeconds": self.admission.grace_seconds,
             # Agents report at the fleet's interval, so one setting in qonnect.yaml governs.
             "heartbeatIntervalSeconds": self.admission.interval_seconds,
-            "leader": service.leader_info(),
+            "leader": self.api.leader_for_answers(),
             "receivedAt": self.received_at,
             "clockSkewSeconds": round(self.skew, 3),
         }
