@@ -8,12 +8,21 @@ import json
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
-from qonnect_gitops.lead.httpd import AsyncHTTPServer, Deferred, HTTPLimits, Request, Response
+from qonnect_gitops.lead.httpd import (
+    AsyncHTTPServer,
+    Deferred,
+    Headers,
+    HTTPLimits,
+    Request,
+    Response,
+)
 
 
 def _handler(request: Request) -> Response:
@@ -124,3 +133,23 @@ def test_idle_connections_are_closed_and_counted_out(server: AsyncHTTPServer) ->
     finally:
         for sock in socks:
             sock.close()
+
+
+_HEADER_CHARS = st.sampled_from(list("aZ-_:; \t\x00\x01\x0b\x7f\r\nxé~!"))
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.text(_HEADER_CHARS, max_size=12), max_size=6))
+def test_the_fast_header_parse_accepts_only_what_the_careful_one_accepts(lines: list[str]) -> None:
+    """``_parse_headers`` skips the line-by-line checks when every line is well formed; on
+    any input it gives what the careful loop gives, or the careful loop's refusal."""
+    srv = AsyncHTTPServer("127.0.0.1", 0, _handler, HTTPLimits(max_headers=4))
+    try:
+        def outcome(parse: Callable[[list[str]], Headers]) -> object:
+            try:
+                return list(parse(lines).items())
+            except Exception as exc:  # _Refuse: compare the answer it carries
+                return (type(exc).__name__, getattr(exc, "response", None))
+        assert outcome(srv._parse_headers) == outcome(srv._parse_headers_carefully)
+    finally:
+        srv._sock.close()
