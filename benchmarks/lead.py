@@ -329,8 +329,12 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
                                   "--poll-seconds", "10",
                                   *(["--compaction-entries", str(compaction_entries)]
                                     if compaction_entries else [])])
+    want_goals = None
     if fleet:
-        commit_goals(group.repo_path, fleet_goals(clusters), "fleet goals")
+        from benchmarks.fleet import components_per_cluster, within_limits
+
+        want_goals = commit_goals(group.repo_path, within_limits(
+            fleet_goals(clusters, components_per_cluster(clusters))), "fleet goals")
     if profile:
         profiles.mkdir(parents=True, exist_ok=True)
         for lead in group.leads:
@@ -340,8 +344,14 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         # A big fleet's goals take a while to load the first time.
         load_timeout = 20 + clusters / (20 if fleet else 200)
         leader = group.wait_leader(timeout=load_timeout)
-        group.wait_until(lambda: (group.status(leader) or {}).get("goals", {}).get("lastGood"),
-                         what="goals loaded", timeout=load_timeout)
+        def goals_loaded() -> bool:
+            goals = (group.status(leader) or {}).get("goals", {})
+            if want_goals and goals.get("lastFailed") and goals["lastFailed"]["commit"] == want_goals:
+                raise RuntimeError(f"the fleet goals were refused: {goals['lastFailed']}")
+            good = goals.get("lastGood")
+            return bool(good) and (want_goals is None or good["commit"] == want_goals)
+
+        group.wait_until(goals_loaded, what="goals loaded", timeout=load_timeout)
         if not fleet:
             # The first cycle writes every cluster branch and pushes: not what is measured
             # here (with ``fleet`` it is, on purpose).
