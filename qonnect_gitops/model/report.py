@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import functools
 import math
+import operator
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import (
@@ -177,13 +179,20 @@ class AgentReport(UserModel):
 
     @model_validator(mode="after")
     def _unique_keys(self) -> AgentReport:
-        for label, keys in (
-            ("nodes", [n.name for n in self.nodes]),
-            ("components", [c.component for c in self.components]),
-            ("latencies", [lat.to for lat in self.latencies]),
-            ("traffic", [(t.component, t.region) for t in self.traffic]),
-            ("clusterApi", [(c.namespace, c.name) for c in self.cluster_api]),
-        ):
-            if len(set(keys)) != len(keys):
-                raise ValueError(f"{label}: duplicate entries")
+        for label, field, key in _UNIQUE_KEYS:
+            items = getattr(self, field)
+            if len(items) > 1:  # one entry cannot repeat (most lists of most reports)
+                keys = [key(item) for item in items]
+                if len(set(keys)) != len(keys):
+                    raise ValueError(f"{label}: duplicate entries")
         return self
+
+
+# What identifies an entry of each list of a report: no two entries may share it.
+_UNIQUE_KEYS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("nodes", "nodes", operator.attrgetter("name")),
+    ("components", "components", operator.attrgetter("component")),
+    ("latencies", "latencies", operator.attrgetter("to")),
+    ("traffic", "traffic", operator.attrgetter("component", "region")),
+    ("clusterApi", "cluster_api", operator.attrgetter("namespace", "name")),
+)

@@ -99,6 +99,16 @@ def test_a_refused_quantity_is_refused_every_time(value: str) -> None:
     assert isinstance(first, str) and first == second and "nodes.0.allocatableCpu" in first
 
 
+@pytest.mark.parametrize("field", ["nodes", "components", "latencies", "traffic"])
+def test_duplicate_entries_in_a_list_are_refused(field: str) -> None:
+    body = report("edge-1")
+    body[field] = body[field][:1] * 2
+    answer = _answer(json.dumps(body).encode())
+    assert isinstance(answer, str) and f"{field}: duplicate entries" in answer
+    body[field] = body[field][:1]  # one entry: accepted
+    assert isinstance(_answer(json.dumps(body).encode()), AgentReport)
+
+
 def test_tokens_created_in_bulk_are_accepted(tmp_path: Path) -> None:
     path = tmp_path / "tokens"
     names = [f"edge-{i}" for i in range(50)]
