@@ -38,6 +38,7 @@ import multiprocessing
 import os
 import pstats
 import resource
+import selectors
 import signal
 import socket
 import ssl
@@ -45,7 +46,6 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -101,39 +101,40 @@ def reelection(trials: int, workdir: Path, tls: bool = True) -> dict[str, Any]:
 
 class _Conn:
     """One keep-alive client connection speaking just enough HTTP/1.1 for the benchmark:
-    a prepared request out, status and ``Content-Length`` body back. Far cheaper than
-    ``http.client``, so the client processes (on the same cores as the leads) take less
-    of the machine from what is measured."""
+    a prepared request out, status and ``Content-Length`` body back. Non-blocking, driven
+    by one selector loop per client process (``_client``): a thread per connection cost
+    the client processes, which share the cores with the leads, about as much CPU per
+    report as the leader itself."""
 
-    def __init__(self, host: str, port: int, context: ssl.SSLContext | None) -> None:
+    __slots__ = ("buf", "jobs", "next_job", "sent_at", "sock")
+
+    def __init__(self, host: str, port: int, context: ssl.SSLContext | None,
+                 jobs: list[tuple[str, str]]) -> None:
         sock = socket.create_connection((host, port), timeout=10)
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self.sock: socket.socket = (context.wrap_socket(sock, server_hostname=host)
                                     if context is not None else sock)
+        self.sock.setblocking(False)
         self.buf = b""
+        self.jobs = jobs
+        self.next_job = 0
+        self.sent_at = 0.0
 
-    def exchange(self, request: bytes) -> int:
-        """Send one request, read its whole response; its status code."""
-        self.sock.sendall(request)
-        while b"\r\n\r\n" not in self.buf:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("closed by the lead")
-            self.buf += chunk
-        head, _, rest = self.buf.partition(b"\r\n\r\n")
-        status = int(head[9:12])
+    def response(self) -> int | None:
+        """The status of the response in ``buf`` once it is whole (and drop it), else None."""
+        end = self.buf.find(b"\r\n\r\n")
+        if end < 0:
+            return None
+        head = self.buf[:end]
         length = 0
         for line in head.split(b"\r\n")[1:]:
             name, _, value = line.partition(b":")
             if name.lower() == b"content-length":
                 length = int(value)
-        while len(rest) < length:
-            chunk = self.sock.recv(65536)
-            if not chunk:
-                raise ConnectionError("closed by the lead")
-            rest += chunk
-        self.buf = rest[length:]
-        return status
+        if len(self.buf) < end + 4 + length:
+            return None
+        self.buf = self.buf[end + 4 + length:]
+        return int(head[9:12])
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -142,66 +143,91 @@ class _Conn:
 
 def _client(worker: int, targets: list[str], jobs: list[tuple[str, str]], seconds: float,
             threads: int, out: Any, ca: str | None = None) -> None:
-    """One client process: ``threads`` keep-alive connections posting reports until the end."""
+    """One client process: ``threads`` keep-alive connections (one selector loop, no
+    threads) posting reports until the end; each connection has one request in flight."""
     counts = {"ok": 0, "other": 0, "errors": 0}
     latencies: list[float] = []
-    lock = threading.Lock()
     context = ssl.create_default_context(cafile=ca) if ca else None
     templates = {}
     for cluster, _ in jobs:
         body = report(cluster)
         body["agentTime"] = "@@TIME@@"
         templates[cluster] = json.dumps(body)
+    heads = {}
+    for cluster, token in jobs:
+        heads[cluster] = (f"POST /v1/clusters/{cluster}/report HTTP/1.1\r\nHost: lead\r\n"
+                          f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
+                          "Content-Length: ")
+    stamp_second, stamp_prefix = -1, ""
     deadline = time.monotonic() + seconds
-
-    def run(index: int) -> None:
-        mine = jobs[index::threads]
-        host, port = targets[(worker + index) % len(targets)].split(":")
-        conn = None
-        ok = other = errors = 0
-        lats: list[float] = []
-        i = 0
-        while time.monotonic() < deadline and mine:
-            cluster, token = mine[i % len(mine)]
-            i += 1
-            now = time.time()
-            stamp = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now)) + f".{int(now % 1 * 1e6):06d}Z"
-            body = templates[cluster].replace("@@TIME@@", stamp).encode()
-            request = (f"POST /v1/clusters/{cluster}/report HTTP/1.1\r\nHost: {host}\r\n"
-                       f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\n"
-                       f"Content-Length: {len(body)}\r\n\r\n").encode() + body
-            start = time.monotonic()
-            try:
-                if conn is None:
-                    conn = _Conn(host, int(port), context)
-                status = conn.exchange(request)
-            except (OSError, ValueError):
-                errors += 1
-                if conn is not None:
-                    conn.close()
-                conn = None
-                time.sleep(0.05)
-                continue
-            if 200 <= status < 300:
-                ok += 1
-                lats.append(time.monotonic() - start)
-            else:
-                other += 1
-        if conn is not None:
-            conn.close()
-        with lock:
-            counts["ok"] += ok
-            counts["other"] += other
-            counts["errors"] += errors
-            latencies.extend(lats)
-
-    workers = [threading.Thread(target=run, args=(i,)) for i in range(threads)]
-    for t in workers:
-        t.start()
-    for t in workers:
-        t.join()
+    selector = selectors.DefaultSelector()
+    # Only the posting counts: the spawned process's imports cost seconds of CPU.
     usage = resource.getrusage(resource.RUSAGE_SELF)
-    out.put({**counts, "latencies": latencies, "cpu_s": usage.ru_utime + usage.ru_stime})
+    cpu_start = usage.ru_utime + usage.ru_stime
+
+    def send(conn: _Conn) -> None:
+        nonlocal stamp_second, stamp_prefix
+        cluster, _ = conn.jobs[conn.next_job % len(conn.jobs)]
+        conn.next_job += 1
+        now = time.time()
+        if int(now) != stamp_second:
+            stamp_second = int(now)
+            stamp_prefix = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(now))
+        body = templates[cluster].replace("@@TIME@@", f"{stamp_prefix}.{int(now % 1 * 1e6):06d}Z").encode()
+        conn.sent_at = time.monotonic()
+        conn.sock.sendall(f"{heads[cluster]}{len(body)}\r\n\r\n".encode() + body)
+
+    def connect(index: int) -> None:
+        mine = jobs[index::threads]
+        if not mine:
+            return
+        host, port = targets[(worker + index) % len(targets)].split(":")
+        try:
+            conn = _Conn(host, int(port), context, mine)
+            send(conn)
+        except (OSError, ValueError):
+            counts["errors"] += 1
+            return
+        selector.register(conn.sock, selectors.EVENT_READ, (index, conn))
+
+    for index in range(threads):
+        connect(index)
+    while time.monotonic() < deadline and selector.get_map():
+        for key, _ in selector.select(timeout=0.5):
+            index, conn = key.data
+            try:
+                chunk = conn.sock.recv(65536)
+                if not chunk:
+                    raise ConnectionError("closed by the lead")
+                conn.buf += chunk
+                while isinstance(conn.sock, ssl.SSLSocket) and conn.sock.pending():
+                    conn.buf += conn.sock.recv(65536)
+                status = conn.response()
+                if status is None:
+                    continue
+                if 200 <= status < 300:
+                    counts["ok"] += 1
+                    latencies.append(time.monotonic() - conn.sent_at)
+                else:
+                    counts["other"] += 1
+                if time.monotonic() < deadline:
+                    send(conn)
+                    continue
+            except ssl.SSLWantReadError:
+                continue
+            except (OSError, ValueError):
+                counts["errors"] += 1
+                selector.unregister(conn.sock)
+                conn.close()
+                time.sleep(0.05)
+                connect(index)
+                continue
+            selector.unregister(conn.sock)
+            conn.close()
+    for key in list(selector.get_map().values()):
+        key.data[1].close()
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    out.put({**counts, "latencies": latencies, "cpu_s": usage.ru_utime + usage.ru_stime - cpu_start})
 
 
 def _cpu_seconds(pid: int) -> float:
@@ -211,6 +237,63 @@ def _cpu_seconds(pid: int) -> float:
     except OSError:
         return 0.0
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """CPU seconds per thread name of a process (``/proc/<pid>/task/*``): the lead names
+    its Raft, HTTP and batcher threads (``lead.threads``); the rest count as ``other``
+    (the main thread, the reconcile loop, handler workers)."""
+    out: dict[str, float] = {}
+    tick = os.sysconf("SC_CLK_TCK")
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            name = (task / "comm").read_text().strip()
+            fields = (task / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        key = name if name in ("raft", "lead-http", "report-batcher") else "other"
+        out[key] = out.get(key, 0.0) + (int(fields[11]) + int(fields[12])) / tick
+    return out
+
+
+_TIMELINE_EVENTS = ("leader_elected", "raft_tick_stalled", "goals_accepted", "cycle_done",
+                    "loop_paused", "loop_resumed", "cycle_fenced", "gc_pause_long",
+                    "gc_young_frozen")
+
+
+def _timeline(group: LeadGroup) -> list[str]:
+    """Elections, Raft stalls and the leader's big steps from the leads' logs, in order:
+    ``<ts> <lead> <event> <details>``."""
+    lines = []
+    for lead in group.leads:
+        try:
+            text = lead.log_path.read_text(errors="replace")
+        except OSError:
+            continue
+        for line in text.splitlines():
+            fields = dict(part.split("=", 1) for part in line.split(" ") if "=" in part)
+            if fields.get("event") in _TIMELINE_EVENTS:
+                keep = {k: v for k, v in fields.items()
+                        if k in ("term", "seconds", "clusters", "reason", "generation", "pushed",
+                                 "thread", "objects", "collected")}
+                lines.append(f"{fields.get('ts', '?')} {lead.node_id} {fields['event']} "
+                             + " ".join(f"{k}={v}" for k, v in keep.items()))
+    return sorted(lines)
+
+
+def _batch_counts(lead: Any, group: LeadGroup) -> dict[str, float]:
+    """Report batches this lead proposed and reports committed through them (``/metrics``)."""
+    context = group.client_context if lead.tls else None
+    try:
+        _, _, text = http("GET", lead.url + "/metrics", timeout=30, context=context)
+    except OSError:
+        return {}
+    out = {}
+    for line in str(text).splitlines():
+        name, _, value = line.partition(" ")
+        if name in ("qonnect_report_batches_total", "qonnect_reports_committed_total"):
+            out[name.removeprefix("qonnect_").removesuffix("_total")] = float(value)
+    return out
 
 
 def ingest(seconds: float, clusters: int, processes: int, threads: int,
@@ -238,14 +321,20 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
     profiles = (profile or workdir) / f"profile-{mode}"
     group = LeadGroup(workdir / f"ingest-{mode}", clusters=names, tls=tls,
                       extra_args=["--report-rate", "100000", "--report-burst", "100000",
-                                  "--log-level", "warning",
+                                  # Info with a fleet: the timeline of elections, stalls and
+                                  # the big cycle is read from the logs.
+                                  "--log-level", "info" if fleet else "warning",
                                   # A fleet's poll (the default 10 s), not the tests' 0.5 s: the
                                   # benchmark measures reports, not idle cycles.
                                   "--poll-seconds", "10",
                                   *(["--compaction-entries", str(compaction_entries)]
                                     if compaction_entries else [])])
+    want_goals = None
     if fleet:
-        commit_goals(group.repo_path, fleet_goals(clusters), "fleet goals")
+        from benchmarks.fleet import components_per_cluster, within_limits
+
+        want_goals = commit_goals(group.repo_path, within_limits(
+            fleet_goals(clusters, components_per_cluster(clusters))), "fleet goals")
     if profile:
         profiles.mkdir(parents=True, exist_ok=True)
         for lead in group.leads:
@@ -255,8 +344,19 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         # A big fleet's goals take a while to load the first time.
         load_timeout = 20 + clusters / (20 if fleet else 200)
         leader = group.wait_leader(timeout=load_timeout)
-        group.wait_until(lambda: (group.status(leader) or {}).get("goals", {}).get("lastGood"),
-                         what="goals loaded", timeout=load_timeout)
+        def goals_loaded() -> bool:
+            goals = (group.status(leader) or {}).get("goals", {})
+            if want_goals and goals.get("lastFailed") and goals["lastFailed"]["commit"] == want_goals:
+                raise RuntimeError(f"the fleet goals were refused: {goals['lastFailed']}")
+            good = goals.get("lastGood")
+            return bool(good) and (want_goals is None or good["commit"] == want_goals)
+
+        group.wait_until(goals_loaded, what="goals loaded", timeout=load_timeout)
+        if not fleet:
+            # The first cycle writes every cluster branch and pushes: not what is measured
+            # here (with ``fleet`` it is, on purpose).
+            group.wait_until(lambda: ((group.status(leader) or {}).get("loop") or {}).get("cycles", 0) >= 1,
+                             what="first cycle", timeout=load_timeout)
         term_start = (group.status(leader) or {}).get("term")
         jobs = [(name, group.tokens[name]) for name in names]
         targets = [lead.http for lead in group.leads]
@@ -268,10 +368,14 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
                  for w in range(processes)]
         started = time.monotonic()
         cpu_before = {lead.node_id: _cpu_seconds(lead.proc.pid) for lead in group.leads if lead.proc}
+        threads_before = {lead.node_id: _thread_cpu_seconds(lead.proc.pid)
+                          for lead in group.leads if lead.proc}
         for p in procs:
             p.start()
         results = [queue.get(timeout=seconds + 120) for _ in procs]
         cpu_after = {lead.node_id: _cpu_seconds(lead.proc.pid) for lead in group.leads if lead.proc}
+        threads_after = {lead.node_id: _thread_cpu_seconds(lead.proc.pid)
+                         for lead in group.leads if lead.proc}
         for p in procs:
             p.join(timeout=10)
         elapsed = time.monotonic() - started
@@ -280,12 +384,18 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         stored = sum(c["reports"] for c in st.get("clusters", []))
         raft = {lead.node_id: (group.status(lead, timeout=30) or {}).get("self", {})
                 for lead in group.leads}
+        batches = {lead.node_id: _batch_counts(lead, group) for lead in group.leads}
+        timeline = _timeline(group) if fleet else []
     finally:
         group.stop()
     ok = sum(r["ok"] for r in results)
     lats = sorted(x for r in results for x in r["latencies"])
     cpu = {node: round(cpu_after[node] - cpu_before.get(node, 0.0), 2) for node in cpu_after}
     followers = [cpu[n] for n in cpu if n != leader.node_id]
+    # Per lead, microseconds of CPU per committed report by thread (ended threads drop out).
+    thread_us = {node: {name: round(1e6 * (secs - threads_before.get(node, {}).get(name, 0.0)) / ok)
+                        for name, secs in sorted(threads_after[node].items())} if ok else {}
+                 for node in threads_after}
     client_cpu = sum(r["cpu_s"] for r in results)
 
     def per_report(total: float) -> int | None:
@@ -314,6 +424,9 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
             "longest_tick_gap_s": {n: r.get("longestTickGapSeconds") for n, r in raft.items()},
             "tick_stalls": {n: r.get("tickStalls") for n, r in raft.items()},
             "longest_gc_pause_s": {n: r.get("longestGcPauseSeconds") for n, r in raft.items()},
+            # Reports per Raft entry each lead proposed (whole life of the group).
+            "reports_per_batch": {n: round(b["reports_committed"] / b["report_batches"], 1)
+                                  for n, b in batches.items() if b.get("report_batches")},
         },
         # CPU seconds over the run, and microseconds of CPU per committed report.
         "cpu_s": {"leader": cpu.get(leader.node_id, 0.0), "followers": followers,
@@ -321,7 +434,10 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         "cpu_us_per_report": {"leader": per_report(cpu.get(leader.node_id, 0.0)),
                               "follower": per_report(max(followers, default=0.0)),
                               "clients": per_report(client_cpu)},
+        "cpu_us_per_report_by_thread": thread_us,
     }
+    if fleet:
+        result["timeline"] = timeline
     if profile:
         result["profiles"] = {lead.node_id: str(profiles / f"{lead.node_id}.pstats")
                               for lead in group.leads}
@@ -476,10 +592,15 @@ def main() -> int:
             print(f"  Raft: longest tick gap per lead {r['longest_tick_gap_s']} s (leader "
                   f"{r['leader']}), stalls over half the fallback {r['tick_stalls']}, term "
                   f"{r['term_before']} -> {r['term_after']}; longest GC pause per lead "
-                  f"{r['longest_gc_pause_s']} s")
+                  f"{r['longest_gc_pause_s']} s; reports per batch {r['reports_per_batch']}")
             c = i["cpu_us_per_report"]
             print(f"  CPU per committed report: leader {c['leader']} us, busiest follower "
                   f"{c['follower']} us, clients {c['clients']} us")
+            for line in i.get("timeline", []):
+                print(f"    {line}")
+            for node, split in i["cpu_us_per_report_by_thread"].items():
+                role = "leader" if node == r["leader"] else "follower"
+                print(f"    {node} ({role}) by thread, us: {split}")
     if "webhook_to_branches_s" in result:
         w = result["webhook_to_branches_s"]
         print(f"push webhook to cluster branches updated, template fleet ({w['trials']} trials)")

@@ -26,12 +26,12 @@ import functools
 import hashlib
 import json
 from collections.abc import Mapping, Sequence
-from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 from qonnect_gitops.kb.records import (
     CompletedJob,
+    ComponentRecord,
     NodeRecord,
     ReportEntry,
     ReportRecord,
@@ -240,7 +240,10 @@ class KnowledgeBase:
             workload = self.workloads.get(comp.component)
             if comp.completed and (workload is None or not workload.completable):
                 ignored.append(comp.component)
-                comp = replace(comp, completed=False)
+                # Built directly: dataclasses.replace walks the fields in Python, and
+                # this runs on the Raft thread for every report.
+                comp = ComponentRecord(comp.component, comp.healthy, comp.ready_replicas,
+                                       comp.desired_replicas, False, comp.message, comp.reason)
             components.append(comp)
         traffic = []
         for item in record.traffic:
@@ -250,7 +253,9 @@ class KnowledgeBase:
                 ignored.append(item.component)
         if not ignored:
             return record, ignored
-        return replace(record, components=tuple(components), traffic=tuple(traffic)), ignored
+        return ReportRecord(record.cluster, record.agent_time, record.sync, record.applied,
+                            record.attempted, record.refusals, tuple(components), record.nodes,
+                            record.latencies, tuple(traffic), record.cluster_api), ignored
 
     def _record_completions(self, record: ReportRecord, now: float) -> None:
         for comp in record.components:

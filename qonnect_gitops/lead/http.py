@@ -27,8 +27,6 @@ finite (``NaN``/``Infinity`` and overflowing literals are refused naming the fie
 
 from __future__ import annotations
 
-import concurrent.futures
-import contextlib
 import json
 import math
 import re
@@ -102,6 +100,21 @@ class LeadAPI:
     def __init__(self, service: LeadService) -> None:
         self.service = service
         self._forward_context = _client_context(service)
+        self._leader_seen: tuple[str | None, float, dict[str, Any] | None] | None = None
+
+    def leader_for_answers(self) -> dict[str, Any] | None:
+        """``service.leader_info()`` for report answers, recomputed when the leader changes
+        and at least once a second (a member's new address shows within a second): every
+        report's answer names the leader, and looking up the members each time cost a
+        lock and a copy per report."""
+        addr = self.service.node.leader_addr()
+        now = time.monotonic()
+        seen = self._leader_seen
+        if seen is not None and seen[0] == addr and now - seen[1] < 1.0:
+            return seen[2]
+        info = self.service.leader_info()
+        self._leader_seen = (addr, now, info)
+        return info
 
     def __call__(self, request: Request) -> Response:
         if request.method in ("GET", "HEAD"):
@@ -133,7 +146,7 @@ class LeadAPI:
             metrics.inc("qonnect_reports_total", code=str(response.status))
             return response
 
-        return Deferred(pending.future, finish, self.service.config.commit_timeout)
+        return Deferred(pending.start, finish, self.service.config.commit_timeout)
 
     # ---------------------------------------------------------------- reads
 
@@ -168,11 +181,7 @@ class LeadAPI:
             # Served by ``inline``; a server without it waits here for the commit.
             deferred = self.inline(request)
             assert isinstance(deferred, Deferred)
-            try:
-                outcome = deferred.future.result(deferred.timeout)
-            except concurrent.futures.TimeoutError:
-                outcome = None
-            return deferred.finish(outcome)
+            return deferred.wait()
         if path == "/v1/plan":
             self._admin(request)
             return self._plan(parse_json(request.body))
@@ -258,9 +267,8 @@ class LeadAPI:
                             f"{service.config.max_clock_skew:g} s); the report counts at the "
                             "lead's receipt time; fix the agent's clock (NTP)")
         record = ReportRecord.from_report(_redacted(report))
-        pending = _PendingReport(self, cluster, received_at, skew, admission, warnings)
-        service.batcher.submit(ReportEntry(cluster, received_at, record, skew), on_done=pending.done)
-        return pending
+        return _PendingReport(self, ReportEntry(cluster, received_at, record, skew), admission,
+                              warnings)
 
     def _hook(self, request: Request) -> Response:
         """A push webhook: verify it, then trigger a cycle on the leader."""
@@ -350,26 +358,32 @@ class LeadAPI:
 
 
 class _PendingReport:
-    """A report queued for the next batch: its future completes on the Raft thread
-    with ``(verdict, error)``; ``answer`` turns that into the HTTP answer."""
+    """A checked report: ``start`` queues it for the next batch and calls ``notify``
+    with ``(verdict, error)`` once the batch committed or failed (on the Raft thread);
+    ``answer`` turns that into the HTTP answer."""
 
-    __slots__ = ("admission", "api", "cluster", "future", "received_at", "skew", "warnings")
+    __slots__ = ("admission", "api", "cluster", "entry", "notify", "received_at", "skew", "warnings")
 
-    def __init__(self, api: LeadAPI, cluster: str, received_at: float, skew: float,
-                 admission: ClusterAdmission, warnings: list[str]) -> None:
+    def __init__(self, api: LeadAPI, entry: ReportEntry, admission: ClusterAdmission,
+                 warnings: list[str]) -> None:
         self.api = api
-        self.cluster = cluster
-        self.received_at = received_at
-        self.skew = skew
+        self.entry = entry
+        self.cluster = entry.cluster
+        self.received_at = entry.received_at
+        self.skew = entry.skew_seconds
         self.admission = admission
         self.warnings = warnings
-        self.future: concurrent.futures.Future[tuple[ReportVerdict | None, str | None]] = \
-            concurrent.futures.Future()
+        self.notify: Callable[[tuple[ReportVerdict | None, str | None]], None] | None = None
+
+    def start(self, notify: Callable[[tuple[ReportVerdict | None, str | None]], None]) -> None:
+        """Queue the report; ``notify`` receives the outcome (``Deferred.start``)."""
+        self.notify = notify
+        self.api.service.batcher.submit(self.entry, on_done=self.done)
 
     def done(self, verdict: ReportVerdict | None, error: str | None) -> None:
         """The batch carrying the report committed (``verdict``) or failed (``error``)."""
-        with contextlib.suppress(concurrent.futures.InvalidStateError):  # timed out meanwhile
-            self.future.set_result((verdict, error))
+        if self.notify is not None:
+            self.notify((verdict, error))
 
     def answer(self, outcome: tuple[ReportVerdict | None, str | None] | None) -> Response:
         """200 only for a report the KB stored; ``None``: the commit timeout passed."""
@@ -393,7 +407,7 @@ class _PendingReport:
             "heartbeatGraceSeconds": self.admission.grace_seconds,
             # Agents report at the fleet's interval, so one setting in qonnect.yaml governs.
             "heartbeatIntervalSeconds": self.admission.interval_seconds,
-            "leader": service.leader_info(),
+            "leader": self.api.leader_for_answers(),
             "receivedAt": self.received_at,
             "clockSkewSeconds": round(self.skew, 3),
         }

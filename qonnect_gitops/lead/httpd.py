@@ -5,17 +5,20 @@ keep-alive connections were 400 threads), has no read deadline for a whole
 request, and answers malformed requests with HTML or by dropping the connection.
 Here:
 
-* connections live on one asyncio loop (an idle one costs a socket and a few
-  hundred bytes, no thread); at most ``max_connections`` are open, the next ones
-  get ``503`` and are closed;
+* connections live on one asyncio loop as protocol objects (an idle one costs a
+  socket and a few hundred bytes, no thread and no task); a request is parsed from
+  the connection's buffer once it is whole; at most ``max_connections`` are open,
+  the next ones get ``503`` and are closed;
 * a request must arrive whole (request line, headers and body) within
   ``read_timeout`` of its first byte, and a keep-alive connection may sit idle for
-  ``idle_timeout``; a TLS handshake gets ``read_timeout`` too;
+  ``idle_timeout``; a TLS handshake gets ``read_timeout`` too. One timer for the
+  whole server checks these deadlines a few times per second (a timer, future or
+  task per request cost more CPU than parsing a report);
 * handlers are plain blocking functions ``Request -> Response`` (they wait on Raft
   commits) and run on a pool of ``workers`` threads; an optional inline handler runs
-  first on the loop thread and may answer at once or with a ``Deferred`` (a future
+  first on the loop thread and may answer at once or with a ``Deferred`` (work
   another thread completes, e.g. a report's Raft commit), so the hottest route holds
-  no thread while it waits;
+  no thread while it waits, and a batch of completions wakes the loop once;
 * every malformed request is answered with a 4xx JSON error, never a dropped
   connection: a bad request line or header 400, a header block too large 431, a
   request line too long 414, a body over the limit or chunked 400, an unknown method
@@ -43,6 +46,7 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+from qonnect_gitops.lead.threads import name_os_thread
 from qonnect_gitops.logs import get_logger
 
 log = get_logger(__name__)
@@ -50,6 +54,10 @@ log = get_logger(__name__)
 _METHOD = re.compile(r"^[A-Z]{1,20}$")
 _TOKEN = re.compile(r"^[!#$%&'*+\-.^_`|~0-9A-Za-z]+$")
 _BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")
+# A header line the careful loop in ``_parse_head`` accepts as it is: a token, a colon, a
+# value without control characters (tabs allowed); anything else takes that loop, which
+# words the refusal.
+_HEADER_LINE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7f]*")
 _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
 MAX_TARGET = 8192
 METHODS = ("GET", "HEAD", "POST")
@@ -148,13 +156,27 @@ def error_response(status: int, message: str, headers: dict[str, str] | None = N
 @dataclass(frozen=True)
 class Deferred:
     """An answer that waits for work another thread finishes (a Raft commit) without
-    holding a worker thread: ``future`` completes off the loop, then ``finish(result)``
-    builds the response on the loop thread; ``finish(None)`` when ``timeout`` seconds
-    passed first."""
+    holding a worker thread: the server calls ``start(done)`` once on the loop thread,
+    where ``done(result)`` may be called from any thread; then ``finish(result)`` builds
+    the response on the loop thread, or ``finish(None)`` when ``timeout`` seconds passed
+    first. Completions arriving together (a committed batch of reports) wake the loop
+    once, not once each."""
 
-    future: concurrent.futures.Future[Any]
+    start: Callable[[Callable[[Any], None]], None]
     finish: Callable[[Any], Response]
     timeout: float
+
+    def wait(self) -> Response:
+        """Block the calling thread (not the loop) until done or timed out; the response."""
+        done = threading.Event()
+        box: list[Any] = []
+
+        def complete(result: Any) -> None:
+            box.append(result)
+            done.set()
+
+        self.start(complete)
+        return self.finish(box[0] if done.wait(self.timeout) else None)
 
 
 Handler = Callable[[Request], Response]
@@ -190,6 +212,9 @@ class AsyncHTTPServer:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopping: asyncio.Event | None = None
         self._started = threading.Event()
+        self._completions: _Completions | None = None
+        self._sweeper: asyncio.TimerHandle | None = None
+        self._connections: set[_Connection] = set()
         self.open_connections = 0
         self.refused_connections = 0
         self.requests = 0
@@ -216,88 +241,43 @@ class AsyncHTTPServer:
                 loop.call_soon_threadsafe(stopping.set)
 
     async def _main(self) -> None:
-        self._loop = asyncio.get_running_loop()
+        name_os_thread(self.name)
+        loop = self._loop = asyncio.get_running_loop()
         self._stopping = asyncio.Event()
-        tasks: set[asyncio.Task[None]] = set()
-
-        async def on_connection(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            if task is not None:
-                tasks.add(task)
-            try:
-                await self._connection(reader, writer)
-            finally:
-                if task is not None:
-                    tasks.discard(task)
-
-        server = await asyncio.start_server(
-            on_connection, sock=self._sock, limit=self.limits.max_header_bytes,
+        self._completions = _Completions(loop)
+        server = await loop.create_server(
+            lambda: _Connection(self), sock=self._sock,
             ssl=self._ssl, ssl_handshake_timeout=self.limits.read_timeout if self._ssl else None,
             ssl_shutdown_timeout=2.0 if self._ssl else None)
+        self._sweeper = loop.call_later(self._sweep_every, self._sweep)
         self._started.set()
         try:
             await self._stopping.wait()
         finally:
+            if self._sweeper is not None:
+                self._sweeper.cancel()
             server.close()
-            for task in list(tasks):
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            for conn in list(self._connections):
+                conn.close()
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    # -------------------------------------------------------------- connections
+    @property
+    def _sweep_every(self) -> float:
+        """How often deadlines are checked: often enough that a timeout fires within a
+        quarter of the shortest limit (one timer for the server, none per request)."""
+        return min(0.25, self.limits.read_timeout / 4, self.limits.idle_timeout / 4)
 
-    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        peer = _peer(writer)
-        if self.open_connections >= self.limits.max_connections:
-            self.refused_connections += 1
-            with contextlib.suppress(Exception):
-                await self._write(writer, error_response(
-                    503, f"too many connections (limit {self.limits.max_connections}); retry",
-                    {"Retry-After": "1"}, close=True), head_only=False, keep_alive=False)
-            await _close(writer)
-            return
-        self.open_connections += 1
-        try:
-            while True:
-                try:
-                    request = await self._read_request(reader, writer, peer)
-                except _Refuse as refuse:
-                    with contextlib.suppress(Exception):
-                        await self._write(writer, refuse.response, head_only=False, keep_alive=False)
-                    return
-                if request is None:
-                    return
-                self.requests += 1
-                response = await self._respond(request)
-                keep = _keep_alive(request) and not response.close
-                try:
-                    await self._write(writer, response, request.method == "HEAD", keep)
-                except (TimeoutError, OSError, ConnectionError):
-                    return
-                if not keep:
-                    return
-        except (OSError, ConnectionError, asyncio.IncompleteReadError, ssl.SSLError):
-            return  # the client went away
-        finally:
-            self.open_connections -= 1
-            await _close(writer)
+    def _sweep(self) -> None:
+        """Act on every connection whose deadline passed (on the loop thread)."""
+        loop = self._loop
+        assert loop is not None
+        now = loop.time()
+        for conn in list(self._connections):
+            if conn.deadline <= now:
+                conn.expired()
+        self._sweeper = loop.call_later(self._sweep_every, self._sweep)
 
-    async def _respond(self, request: Request) -> Response:
-        """The inline handler's answer if it has one, else the pool's. A thread handoff
-        per request cost more CPU than a report's parsing; answers that only wait (for a
-        Raft commit) wait on the loop instead."""
-        if self.inline is not None:
-            early = self._guarded(self.inline, request)
-            if isinstance(early, Deferred):
-                try:
-                    async with asyncio.timeout(early.timeout):
-                        result = await asyncio.wrap_future(early.future)
-                except TimeoutError:
-                    result = None
-                return self._guarded(lambda _: early.finish(result), request)
-            if early is not None:
-                return early
-        return await asyncio.get_running_loop().run_in_executor(self._pool, self._call, request)
+    # -------------------------------------------------------------- handlers
 
     def _call(self, request: Request) -> Response:
         return self._guarded(self.handler, request)
@@ -311,53 +291,6 @@ class AsyncHTTPServer:
             log.error("http_handler_failed", method=request.method, path=request.path,
                       error=f"{type(exc).__name__}: {exc}", exc_info=True)
             return error_response(500, "internal error; see the lead's log")
-
-    async def _read_request(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
-                            peer: str) -> Request | None:
-        """The next request, None at a clean end (EOF or idle timeout); ``_Refuse`` for a
-        request that must be answered with an error and the connection closed."""
-        limits = self.limits
-        # asyncio.timeout, not wait_for: wait_for wraps each read in a new task, which
-        # cost more CPU per request than parsing it.
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(limits.idle_timeout):
-                first = await reader.read(1)
-        except TimeoutError:
-            return None
-        if not first:
-            return None
-        deadline = loop.time() + limits.read_timeout
-        try:
-            async with asyncio.timeout_at(deadline):
-                rest = await reader.readuntil(b"\r\n\r\n")
-        except TimeoutError:
-            raise _Refuse(error_response(408, f"request not received within {limits.read_timeout:g} s",
-                                         close=True)) from None
-        except asyncio.LimitOverrunError:
-            raise _Refuse(error_response(431, f"request head exceeds {limits.max_header_bytes} bytes",
-                                         close=True)) from None
-        except asyncio.IncompleteReadError:
-            return None  # the client closed mid-request: nobody to answer
-        head = (first + rest)[:-4].lstrip(b"\r\n")
-        method, target, version, headers = self._parse_head(head)
-        path, _, query = target.partition("?")
-        if method not in METHODS:
-            raise _Refuse(error_response(405, f"method {method} is not allowed",
-                                         {"Allow": ", ".join(METHODS)}, close=True))
-        length = self._content_length(method, headers)
-        if length and (headers.get("Expect") or "").lower() == "100-continue":
-            writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        body = b""
-        if length:
-            try:
-                async with asyncio.timeout_at(deadline):
-                    body = await reader.readexactly(length)
-            except TimeoutError:
-                raise _Refuse(error_response(
-                    408, f"body of {length} bytes not received within {limits.read_timeout:g} s",
-                    close=True)) from None
-        return Request(method, path, query, version, headers, body, peer)
 
     def _parse_head(self, head: bytes) -> tuple[str, str, str, Headers]:
         text = head.decode("iso-8859-1")
@@ -375,8 +308,19 @@ class AsyncHTTPServer:
         if not target.startswith("/") or _BAD_VALUE.search(target):
             raise _Refuse(error_response(400, "the request target must be a path starting with '/'",
                                          close=True))
+        return method, target, version, self._parse_headers(lines[1:])
+
+    def _parse_headers(self, lines: list[str]) -> Headers:
+        if len(lines) <= self.limits.max_headers and all(map(_HEADER_LINE.fullmatch, lines)):
+            # Every line is a well-formed header (what agents send): no check per line.
+            return Headers([(name, value.strip(" \t"))
+                            for name, _, value in (line.partition(":") for line in lines)])
+        return self._parse_headers_carefully(lines)
+
+    def _parse_headers_carefully(self, lines: list[str]) -> Headers:
+        """Header lines checked one by one; the refusal names what is wrong."""
         items: list[tuple[str, str]] = []
-        for line in lines[1:]:
+        for line in lines:
             if line[:1] in (" ", "\t"):
                 raise _Refuse(error_response(400, "folded header lines are not accepted", close=True))
             name, sep, value = line.partition(":")
@@ -389,7 +333,7 @@ class AsyncHTTPServer:
             if len(items) > self.limits.max_headers:
                 raise _Refuse(error_response(431, f"more than {self.limits.max_headers} headers",
                                              close=True))
-        return method, target, version, Headers(items)
+        return Headers(items)
 
     def _content_length(self, method: str, headers: Headers) -> int:
         """The body length from the headers; refuses what we will not read."""
@@ -415,20 +359,277 @@ class AsyncHTTPServer:
                 close=True))
         return length
 
-    async def _write(self, writer: asyncio.StreamWriter, response: Response, head_only: bool,
-                     keep_alive: bool) -> None:
-        phrase = _phrase(response.status)
-        lines = [f"HTTP/1.1 {response.status} {phrase}",
-                 f"Content-Type: {response.content_type}",
-                 f"Content-Length: {len(response.body)}",
-                 f"Connection: {'keep-alive' if keep_alive else 'close'}"]
-        for name, value in response.headers.items():
-            lines.append(f"{name}: {_BAD_VALUE.sub(' ', str(value))}")
-        writer.write(("\r\n".join(lines) + "\r\n\r\n").encode("iso-8859-1", "replace"))
-        if not head_only:
-            writer.write(response.body)
-        async with asyncio.timeout(self.limits.read_timeout):
-            await writer.drain()
+
+
+def _encode(response: Response, head_only: bool, keep_alive: bool) -> bytes:
+    """The response as bytes on the wire (one write: one send on the socket)."""
+    lines = [f"HTTP/1.1 {response.status} {_phrase(response.status)}",
+             f"Content-Type: {response.content_type}",
+             f"Content-Length: {len(response.body)}",
+             f"Connection: {'keep-alive' if keep_alive else 'close'}"]
+    for name, value in response.headers.items():
+        lines.append(f"{name}: {_BAD_VALUE.sub(' ', str(value))}")
+    head = ("\r\n".join(lines) + "\r\n\r\n").encode("iso-8859-1", "replace")
+    return head if head_only else head + response.body
+
+
+class _Completions:
+    """Hands results computed on other threads to connections on the loop thread, waking
+    the loop once per burst (a committed batch completes hundreds of reports)."""
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self._lock = threading.Lock()
+        self._items: list[tuple[_Connection, int, Any]] = []
+
+    def complete(self, conn: _Connection, seq: int, result: Any) -> None:
+        """Deliver ``result`` to request ``seq`` of ``conn`` (any thread)."""
+        with self._lock:
+            self._items.append((conn, seq, result))
+            wake = len(self._items) == 1
+        if wake:
+            with contextlib.suppress(RuntimeError):  # the loop already ended
+                self._loop.call_soon_threadsafe(self._flush)
+
+    def _flush(self) -> None:
+        with self._lock:
+            items, self._items = self._items, []
+        for conn, seq, result in items:
+            conn.completed(seq, result)
+
+
+_IDLE, _READING, _BUSY, _CLOSED = range(4)
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: reads a whole request from the buffer, answers it, then
+    the next (in order; pipelined requests wait in the buffer). No task, future or
+    timer per request: deadlines are checked by the server's sweep (``expired``)."""
+
+    def __init__(self, server: AsyncHTTPServer) -> None:
+        assert server._loop is not None
+        self.server = server
+        self.limits = server.limits
+        self.loop = server._loop
+        self.transport: asyncio.Transport | None = None
+        self.buf = bytearray()
+        self.state = _IDLE
+        self.deadline = float("inf")
+        self.peer = "?"
+        self.seq = 0  # of the request in flight: late completions of earlier ones are dropped
+        self.pending: tuple[Request, Deferred] | None = None
+        self.body_length: int | None = None  # of the request being read, once its head parsed
+        self.continued = False
+        self.counted = False
+        self.eof = False
+        self.write_paused = False
+        self.advancing = False
+        self.tls = False
+
+    # ------------------------------------------------------------ transport events
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        server = self.server
+        if server.open_connections >= self.limits.max_connections:
+            server.refused_connections += 1
+            transport.write(_encode(error_response(
+                503, f"too many connections (limit {self.limits.max_connections}); retry",
+                {"Retry-After": "1"}, close=True), head_only=False, keep_alive=False))
+            self.state = _CLOSED
+            transport.close()
+            return
+        server.open_connections += 1
+        server._connections.add(self)
+        self.counted = True
+        self.tls = transport.get_extra_info("sslcontext") is not None
+        self.peer = _peer(transport)
+        self._idle()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.state = _CLOSED
+        self.pending = None
+        if self.counted:
+            self.counted = False
+            self.server.open_connections -= 1
+            self.server._connections.discard(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.state == _CLOSED:
+            return
+        self.buf += data
+        if self.state == _BUSY:
+            # Pipelined: keep it for later, but never more than one request's worth.
+            if len(self.buf) > self.limits.max_header_bytes + self.limits.max_body_bytes:
+                assert self.transport is not None
+                self.transport.pause_reading()
+            return
+        self._advance()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        if self.state != _BUSY:
+            self._advance()  # a whole request may still be in the buffer
+            if self.state != _BUSY:
+                self.close()  # a partial request: nobody to answer
+        # Half-closed: the answer in progress may still be written (TLS cannot half-close).
+        return not self.tls
+
+    def pause_writing(self) -> None:
+        self.write_paused = True
+        self.deadline = min(self.deadline, self.loop.time() + self.limits.read_timeout)
+
+    def resume_writing(self) -> None:
+        self.write_paused = False
+        if self.state == _IDLE:
+            self._idle()
+            self._advance()
+
+    # ------------------------------------------------------------------ requests
+
+    def _idle(self) -> None:
+        self.state = _IDLE
+        self.body_length = None
+        self.continued = False
+        self.deadline = self.loop.time() + self.limits.idle_timeout
+
+    def _advance(self) -> None:
+        """Read and dispatch every whole request in the buffer, one at a time."""
+        if self.advancing:
+            return
+        self.advancing = True
+        try:
+            while self.state in (_IDLE, _READING) and self.buf and not self.write_paused:
+                request = self._take_request()
+                if request is None:
+                    return
+                self.server.requests += 1
+                self._dispatch(request)
+        except _Refuse as refuse:
+            self._refuse(refuse.response)
+        finally:
+            self.advancing = False
+
+    def _take_request(self) -> Request | None:
+        """The next whole request out of the buffer, None while it is incomplete;
+        ``_Refuse`` for one that must be answered with an error and the connection closed."""
+        limits, buf = self.limits, self.buf
+        if self.state == _IDLE:
+            self.state = _READING
+            self.deadline = self.loop.time() + limits.read_timeout
+        end = buf.find(b"\r\n\r\n")
+        if end < 0 or end > limits.max_header_bytes:
+            if end > limits.max_header_bytes or len(buf) > limits.max_header_bytes:
+                raise _Refuse(error_response(431, f"request head exceeds {limits.max_header_bytes} bytes",
+                                             close=True))
+            return None
+        method, target, version, headers = self.server._parse_head(bytes(buf[:end]).lstrip(b"\r\n"))
+        path, _, query = target.partition("?")
+        if method not in METHODS:
+            raise _Refuse(error_response(405, f"method {method} is not allowed",
+                                         {"Allow": ", ".join(METHODS)}, close=True))
+        length = self.server._content_length(method, headers)
+        self.body_length = length
+        total = end + 4 + length
+        if len(buf) < total:
+            if length and not self.continued and (headers.get("Expect") or "").lower() == "100-continue":
+                self.continued = True
+                assert self.transport is not None
+                self.transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+            return None
+        body = bytes(buf[end + 4:total])
+        del buf[:total]
+        return Request(method, path, query, version, headers, body, self.peer)
+
+    def _dispatch(self, request: Request) -> None:
+        """Answer at once (inline), wait for a ``Deferred``, or run the handler on the
+        pool. A thread handoff per request cost more CPU than a report's parsing;
+        answers that only wait (for a Raft commit) wait here instead."""
+        server = self.server
+        self.state = _BUSY
+        self.seq += 1
+        seq = self.seq
+        if server.inline is not None:
+            early = server._guarded(server.inline, request)
+            if isinstance(early, Deferred):
+                self.pending = (request, early)
+                self.deadline = self.loop.time() + early.timeout
+                completions = server._completions
+                assert completions is not None
+                try:
+                    early.start(lambda result: completions.complete(self, seq, result))
+                except Exception as exc:  # a bug in the handler: answer 500, keep serving
+                    log.error("http_handler_failed", method=request.method, path=request.path,
+                              error=f"{type(exc).__name__}: {exc}", exc_info=True)
+                    self.pending = None
+                    self._answer(request, error_response(500, "internal error; see the lead's log"))
+                return
+            if early is not None:
+                self._answer(request, early)
+                return
+        self.deadline = float("inf")  # the handler bounds its own waits
+        future = self.loop.run_in_executor(server._pool, server._call, request)
+        future.add_done_callback(lambda done: self._pooled(seq, request, done))
+
+    def _pooled(self, seq: int, request: Request, done: asyncio.Future[Response]) -> None:
+        if seq != self.seq or self.state != _BUSY:
+            return
+        if done.cancelled() or done.exception() is not None:
+            self._answer(request, error_response(503, "shutting down", close=True))
+        else:
+            self._answer(request, done.result())
+
+    def completed(self, seq: int, result: Any) -> None:
+        """A ``Deferred``'s result arrived (loop thread); stale ones are dropped."""
+        if seq != self.seq or self.pending is None or self.state != _BUSY:
+            return
+        request, deferred = self.pending
+        self.pending = None
+        self._answer(request, self.server._guarded(lambda _: deferred.finish(result), request))
+
+    def expired(self) -> None:
+        """The deadline passed (the server's sweep, loop thread)."""
+        if self.state == _CLOSED:
+            return
+        if self.write_paused:  # the client does not read its answers
+            assert self.transport is not None
+            self.transport.abort()
+            return
+        if self.state == _IDLE:
+            self.close()
+        elif self.state == _READING:
+            limit = self.limits.read_timeout
+            message = (f"body of {self.body_length} bytes not received within {limit:g} s"
+                       if self.body_length else f"request not received within {limit:g} s")
+            self._refuse(error_response(408, message, close=True))
+        elif self.pending is not None:
+            self.completed(self.seq, None)
+
+    def _answer(self, request: Request, response: Response) -> None:
+        if self.state == _CLOSED or self.transport is None:
+            return
+        keep = _keep_alive(request) and not response.close and not self.eof
+        self.transport.write(_encode(response, request.method == "HEAD", keep))
+        if not keep:
+            self.close()
+            return
+        self._idle()
+        if self.buf:
+            self.transport.resume_reading()
+            self._advance()
+
+    def _refuse(self, response: Response) -> None:
+        if self.state != _CLOSED and self.transport is not None:
+            self.transport.write(_encode(response, head_only=False, keep_alive=False))
+        self.close()
+
+    def close(self) -> None:
+        """Close after what was written is sent."""
+        self.state = _CLOSED
+        self.pending = None
+        if self.transport is not None:
+            self.transport.close()
 
 
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:
@@ -472,15 +673,9 @@ def _phrase(status: int) -> str:
         return "Status"
 
 
-def _peer(writer: asyncio.StreamWriter) -> str:
-    info = writer.get_extra_info("peername")
+def _peer(transport: asyncio.BaseTransport) -> str:
+    info = transport.get_extra_info("peername")
     return f"{info[0]}:{info[1]}" if isinstance(info, tuple) and len(info) >= 2 else "?"
-
-
-async def _close(writer: asyncio.StreamWriter) -> None:
-    with contextlib.suppress(Exception):
-        writer.close()
-        await asyncio.wait_for(writer.wait_closed(), 2.0)
 
 
 def _family(host: str) -> socket.AddressFamily:

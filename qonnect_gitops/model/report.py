@@ -14,7 +14,10 @@ on the reporting cluster (see ``kb.state``).
 
 from __future__ import annotations
 
+import functools
 import math
+import operator
+from collections.abc import Callable
 from typing import Annotated, Any
 
 from pydantic import (
@@ -64,15 +67,25 @@ def _bounded_quantity(scale: int, limit: int, what: str) -> Any:
         text = str(value).strip()
         if len(text) > _MAX_QUANTITY_CHARS:
             raise ValueError(f"quantity of {len(text)} characters; at most {_MAX_QUANTITY_CHARS}")
-        try:
-            number = parse_quantity(text) * scale
-        except ArithmeticError:  # decimal overflow of a huge exponent
-            raise ValueError(f"'{text}' is out of range; at most {limit} {what}") from None
-        if not number.is_finite() or number > limit:
-            raise ValueError(f"'{text}' is out of range; at most {limit} {what}")
-        return int(number.to_integral_value(rounding="ROUND_CEILING"))
+        return _quantity_units(text, scale, limit, what)
 
     return check
+
+
+@functools.lru_cache(maxsize=4096)
+def _quantity_units(text: str, scale: int, limit: int, what: str) -> int:
+    """``text`` (at most ``_MAX_QUANTITY_CHARS``) in whole base units times ``scale``,
+    rounded up; ValueError beyond ``limit``. Cached because agents send the same few
+    quantities (``4``, ``8Gi``) in every report and the decimal arithmetic was half of a
+    report's validation; the cache is bounded, so a flood of distinct values only misses
+    it (errors are never cached: they are raised again each time)."""
+    try:
+        number = parse_quantity(text) * scale
+    except ArithmeticError:  # decimal overflow of a huge exponent
+        raise ValueError(f"'{text}' is out of range; at most {limit} {what}") from None
+    if not number.is_finite() or number > limit:
+        raise ValueError(f"'{text}' is out of range; at most {limit} {what}")
+    return int(number.to_integral_value(rounding="ROUND_CEILING"))
 
 
 ReportCPU = Annotated[
@@ -166,13 +179,20 @@ class AgentReport(UserModel):
 
     @model_validator(mode="after")
     def _unique_keys(self) -> AgentReport:
-        for label, keys in (
-            ("nodes", [n.name for n in self.nodes]),
-            ("components", [c.component for c in self.components]),
-            ("latencies", [lat.to for lat in self.latencies]),
-            ("traffic", [(t.component, t.region) for t in self.traffic]),
-            ("clusterApi", [(c.namespace, c.name) for c in self.cluster_api]),
-        ):
-            if len(set(keys)) != len(keys):
-                raise ValueError(f"{label}: duplicate entries")
+        for label, field, key in _UNIQUE_KEYS:
+            items = getattr(self, field)
+            if len(items) > 1:  # one entry cannot repeat (most lists of most reports)
+                keys = [key(item) for item in items]
+                if len(set(keys)) != len(keys):
+                    raise ValueError(f"{label}: duplicate entries")
         return self
+
+
+# What identifies an entry of each list of a report: no two entries may share it.
+_UNIQUE_KEYS: tuple[tuple[str, str, Callable[[Any], Any]], ...] = (
+    ("nodes", "nodes", operator.attrgetter("name")),
+    ("components", "components", operator.attrgetter("component")),
+    ("latencies", "latencies", operator.attrgetter("to")),
+    ("traffic", "traffic", operator.attrgetter("component", "region")),
+    ("clusterApi", "cluster_api", operator.attrgetter("namespace", "name")),
+)

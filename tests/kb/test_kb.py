@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import pickle
 from datetime import UTC, datetime
 from typing import Any
@@ -211,6 +212,26 @@ def test_a_report_speaks_only_for_components_placed_on_its_cluster() -> None:
     assert verdict.ignored == ()
     assert kb.snapshot(at(T0 + 4)).completed_jobs == ("shop/migrate",)
     assert kb.cluster_rows(T0 + 4)[2]["ignoredClaims"] == 3
+
+
+def test_dropping_claims_keeps_every_other_field_of_the_report() -> None:
+    """The stored record is the report minus the claims not the cluster's to make: every
+    other field (built field by field on the Raft thread) equals the report's."""
+    kb = kb_with_goals(("edge-1", "edge-2"), shop=True)
+    kb.apply_plan({"shop/web": {"edge-1": 1}}, {}, "goals-changed", None, 1, T0)
+    body = report("edge-1", agent_time=T0 + 1)
+    body["components"] = [completion("shop/web"), completion("shop/migrate")]
+    body["traffic"].append({"component": "shop/migrate", "region": "eu-central", "rps": 3.0})
+    body["refusals"] = [{"reason": "ProtectedNamespace", "message": "kube-system", "commit": "b" * 40}]
+    sent = entry("edge-1", T0 + 1, body)
+    [verdict] = kb.apply_reports([sent])
+    stored = kb.reports["edge-1"].record
+    assert sorted(verdict.ignored) == ["shop/migrate", "shop/migrate", "shop/web"]
+    expected = dataclasses.replace(
+        sent.record,
+        components=(dataclasses.replace(sent.record.components[0], completed=False),),
+        traffic=sent.record.traffic[:1])
+    assert stored == expected
 
 
 def test_a_completed_job_stays_done_until_its_workload_changes() -> None:
