@@ -407,11 +407,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", type=float, default=10.0, help="agents' report interval for the cost model (s)")
     parser.add_argument("--ingest-seconds", type=float, default=0.0,
                         help="also measure committed reports/s with three leads for this long (0: skip)")
-    parser.add_argument("--libgit2-push", action="store_true",
-                        help="push with libgit2 instead of the git command line (for comparison)")
+    parser.add_argument("--libgit2", action="store_true",
+                        help="the leader fetches and pushes with libgit2, not the git command line (to compare)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
-    if args.libgit2_push:
+    if args.libgit2:
         gitcli.available = lambda credentials: False  # type: ignore[assignment]
     sizes: dict[str, Any] = {}
     for n in args.clusters or [100]:
