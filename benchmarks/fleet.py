@@ -72,7 +72,7 @@ sys.path.insert(0, str(ROOT))
 from qonnect_gitops.agent import source
 from qonnect_gitops.gitstore import gitcli
 from qonnect_gitops.gitstore.daemon import GitDaemon
-from qonnect_gitops.gitstore.remote import Mirror, narrow_fetch
+from qonnect_gitops.gitstore.remote import Mirror
 from qonnect_gitops.gitstore.tree import build_tree
 from qonnect_gitops.kb import (
     KnowledgeBase,
@@ -324,9 +324,10 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
 
         branch = f"cluster/{hosting[0]}"
         agent = workdir / "agent.git"
-        narrow_fetch(workdir / "agent-v0.git", url, branch)
+        v0 = pygit2.init_repository(str(workdir / "agent-v0.git"), bare=True).remotes.create_anonymous(url)
+        v0.fetch([f"+refs/heads/{branch}:refs/heads/{branch}"])
         before = proxy.total()
-        narrow_fetch(workdir / "agent-v0.git", url, branch)  # an idle poll as libgit2 fetches it
+        v0.fetch([f"+refs/heads/{branch}:refs/heads/{branch}"])  # an idle poll as libgit2 fetches it
         out["agent_fetch_v0_bytes"] = proxy.total() - before
         source.fetch(agent, url, branch)  # the first poll fetches
         pid = _daemon_pid(daemon._proc.pid if daemon._proc is not None else 0)

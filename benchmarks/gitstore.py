@@ -25,6 +25,7 @@ from qonnect_gitops.cli.table import format_table
 from qonnect_gitops.gitstore import DecisionMeta
 from qonnect_gitops.gitstore.daemon import GitDaemon
 from qonnect_gitops.gitstore.remote import Mirror, narrow_fetch
+from tests.gitstore.helpers import CountingProxy
 
 MANIFEST = """apiVersion: apps/v1
 kind: Deployment
@@ -139,9 +140,12 @@ def run(clusters: int, manifests: int) -> dict[str, float | int]:
             figures["gc_auto_repack_s"] = mirror.gc_auto()
             figures["packs_after_repack"] = packs(root / "lead.git")
 
-            agent = narrow_fetch(root / "agent.git", url, f"cluster/{names[7]}")
-            figures["narrow_fetch_bytes"] = agent.received_bytes
-            figures["narrow_fetch_objects"] = agent.received_objects
+            # Through a byte-counting relay: the agent's fetch goes through git (protocol v2),
+            # which does not report what it received.
+            with CountingProxy(daemon.port) as proxy:
+                agent = narrow_fetch(root / "agent.git", f"git://127.0.0.1:{proxy.port}/goals.git",
+                                     f"cluster/{names[7]}")
+                figures["narrow_fetch_bytes"] = proxy.total()
             figures["narrow_fetch_s"] = agent.seconds
 
             everything = pygit2.init_repository(str(root / "everything.git"), bare=True)

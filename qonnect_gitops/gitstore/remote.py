@@ -25,7 +25,7 @@ import pygit2
 
 from qonnect_gitops.gitstore import gitcli
 from qonnect_gitops.gitstore.errors import FanOutStale, RemoteError, StaleRef
-from qonnect_gitops.gitstore.lsrefs import LsRefsError, ls_refs
+from qonnect_gitops.gitstore.lsrefs import LsRefsError, Unsupported, ls_ref, ls_refs
 from qonnect_gitops.gitstore.store import (
     CLOSED_NAMESPACE,
     DEFAULT_CLUSTER_PREFIX,
@@ -520,7 +520,12 @@ def narrow_fetch(
     """Fetch only ``refs/heads/<branch>`` from ``url`` into a bare cache (created if needed).
 
     The local branch of the same name follows the remote even if it was rewritten: an
-    agent only reads. Returns the commit and the bytes received.
+    agent only reads. Returns the commit and, from libgit2, the bytes received.
+
+    A server that speaks protocol v2 (asked with ``ls-refs`` first, which also tells a
+    missing branch) is fetched from with ``git fetch``, which names the one ref: libgit2
+    speaks v0, in which every fetch first downloads every branch name of the fleet
+    (750 KB at 10,000 clusters, for every agent after every change of its branch).
     """
     start = time.perf_counter()
     path = Path(cache_path)
@@ -528,15 +533,35 @@ def narrow_fetch(
     ref = f"refs/heads/{branch}"
     if not pygit2.reference_is_valid_name(ref):
         raise ValueError(f"invalid branch name {branch!r}")
+    counted: tuple[int | None, int | None] = (None, None)
     try:
-        remote = repo.remotes.create_anonymous(url)
-        stats = remote.fetch([f"+{ref}:{ref}"], callbacks=pygit2.RemoteCallbacks(credentials=credentials))
-    except pygit2.GitError as exc:
+        if _speaks_v2(url, ref, credentials):
+            gitcli.fetch(path, url, [f"+{ref}:{ref}"], credentials)
+        else:
+            remote = repo.remotes.create_anonymous(url)
+            stats = remote.fetch([f"+{ref}:{ref}"], callbacks=pygit2.RemoteCallbacks(credentials=credentials))
+            counted = (stats.received_bytes, stats.received_objects)
+    except (pygit2.GitError, gitcli.GitFailed, LsRefsError) as exc:
         raise RemoteError(f"fetch of {branch} from {redact_url(url)} failed: {redact(str(exc))}") from exc
     target = _ref_target(repo, ref)
     if target is None:
         raise RemoteError(f"{redact_url(url)} has no branch {branch}")
-    return FetchResult(str(target), stats.received_bytes, stats.received_objects, time.perf_counter() - start)
+    return FetchResult(str(target), counted[0], counted[1], time.perf_counter() - start)
+
+
+def _speaks_v2(url: str, ref: str, credentials: Credentials) -> bool:
+    """Whether ``git fetch`` can fetch ``ref`` alone: the command line takes the
+    credentials and the server answers ``ls-refs`` (v2). Raises ``RemoteError`` when it
+    says the branch is not there, ``LsRefsError`` when it cannot be reached."""
+    if not gitcli.available(credentials):
+        return False
+    try:
+        answer = ls_ref(url, ref, credentials)
+    except Unsupported:
+        return False
+    if answer.commit is None:
+        raise RemoteError(f"{redact_url(url)} has no branch {ref.removeprefix('refs/heads/')}")
+    return True
 
 
 def fetch_for_review(

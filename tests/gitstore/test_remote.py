@@ -10,7 +10,7 @@ import pytest
 from qonnect_gitops.gitstore import DecisionMeta, RemoteError, StaleRef
 from qonnect_gitops.gitstore.remote import Mirror, fetch_branch, narrow_fetch
 
-from .helpers import Served, git, plan_files, seed_goals, trailers_of
+from .helpers import CountingProxy, Served, git, plan_files, seed_goals, trailers_of
 
 
 def decide(mirror: Mirror, files: dict[str, bytes], gen: int, clusters: list[str], **kw: object):
@@ -161,14 +161,20 @@ def test_narrow_fetch_gets_one_branch_only(served: Served, tmp_path: Path) -> No
     mirror.fetch()
     decide(mirror, plan_files(20, manifests=5), 1, [f"c{i}" for i in range(20)])
     mirror.publish()
-    narrow = narrow_fetch(tmp_path / "agent.git", served.url, "cluster/c7")
-    assert narrow.commit == git("ls-remote", served.url, "refs/heads/cluster/c7").split()[0]
-    full = pygit2.init_repository(str(tmp_path / "full.git"), bare=True).remotes.create_anonymous(
-        served.url).fetch(["+refs/*:refs/*"])
-    assert 0 < narrow.received_bytes < full.received_bytes / 5
-    assert git("-C", tmp_path / "agent.git", "for-each-ref", "--format=%(refname)").split() == ["refs/heads/cluster/c7"]
-    # A second fetch with nothing new transfers nothing.
-    assert narrow_fetch(tmp_path / "agent.git", served.url, "cluster/c7").received_objects == 0
+    with CountingProxy(served.daemon.port) as proxy:
+        url = f"git://127.0.0.1:{proxy.port}/{served.bare.name}"
+        narrow = narrow_fetch(tmp_path / "agent.git", url, "cluster/c7")
+        narrow_bytes = proxy.total()
+        assert narrow.commit == git("ls-remote", served.url, "refs/heads/cluster/c7").split()[0]
+        pygit2.init_repository(str(tmp_path / "full.git"), bare=True).remotes.create_anonymous(
+            url).fetch(["+refs/*:refs/*"])
+        assert 0 < narrow_bytes < (proxy.total() - narrow_bytes) / 5
+        assert git("-C", tmp_path / "agent.git", "for-each-ref", "--format=%(refname)").split() == \
+            ["refs/heads/cluster/c7"]
+        # A second fetch with nothing new transfers little: no objects, one ref named.
+        before = proxy.total()
+        assert narrow_fetch(tmp_path / "agent.git", url, "cluster/c7").commit == narrow.commit
+        assert proxy.total() - before < narrow_bytes
 
 
 def test_deleting_a_ref_is_compare_and_swap_too(served: Served, tmp_path: Path) -> None:
