@@ -31,7 +31,9 @@ field, never from message wording.
 from __future__ import annotations
 
 import base64
+import functools
 import os
+import re
 import shutil
 import subprocess
 from collections.abc import Mapping, Sequence
@@ -68,9 +70,25 @@ class PushOutcome:
     rejected: dict[str, str] = field(default_factory=dict)
 
 
+MIN_VERSION = (2, 31)  # GIT_CONFIG_COUNT (2.31), fetch --no-write-fetch-head (2.29)
+
+
 def available(credentials: Any) -> bool:
-    """Whether ``push`` can run with these credentials on this machine."""
-    return shutil.which("git") is not None and (credentials is None or isinstance(credentials, pygit2.UserPass))
+    """Whether ``push`` and ``fetch`` can run with these credentials on this machine."""
+    return (credentials is None or isinstance(credentials, pygit2.UserPass)) and git_version() >= MIN_VERSION
+
+
+@functools.cache
+def git_version() -> tuple[int, ...]:
+    """The installed git's version, ``()`` without one (or one that does not say)."""
+    if shutil.which("git") is None:
+        return ()
+    try:
+        out = subprocess.run(["git", "--version"], capture_output=True, text=True, timeout=30, check=False).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ()
+    match = re.match(r"git version (\d+)\.(\d+)", out)
+    return (int(match[1]), int(match[2])) if match else ()
 
 
 def refspecs(updates: Sequence[tuple[str, bool]], pattern_prefixes: Sequence[str] = ()) -> list[str]:
@@ -126,8 +144,8 @@ def fetch(repo: Path, remote: str, specs: Sequence[str], credentials: Any = None
 
 def _check(credentials: Any) -> None:
     if not available(credentials):
-        raise Unavailable("no git binary" if shutil.which("git") is None else
-                          f"credentials of type {type(credentials).__name__}")
+        raise Unavailable(f"git {'.'.join(map(str, git_version())) or 'missing'} (needs "
+                          f"{'.'.join(map(str, MIN_VERSION))}) or credentials of type {type(credentials).__name__}")
 
 
 def _run(command: list[str], verb: str, credentials: Any, timeout: float) -> subprocess.CompletedProcess[str]:

@@ -125,3 +125,14 @@ def test_porcelain_lines_are_read_by_their_flag() -> None:
     assert outcome.accepted == {"refs/heads/a", "refs/heads/b", "refs/heads/c", "refs/heads/d"}
     assert outcome.rejected == {"refs/heads/e": "[rejected] (stale info)",
                                 "refs/heads/f": "[remote rejected] (hook declined)"}
+
+
+def test_a_git_too_old_for_the_command_line_paths_leaves_them_to_libgit2(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(gitcli, "git_version", lambda: (2, 20))
+    assert not gitcli.available(None)
+    with pytest.raises(gitcli.Unavailable, match=r"git 2\.20 \(needs 2\.31\)"):
+        gitcli.fetch(Path("/nonexistent"), "origin", ["+refs/heads/main:refs/heads/main"])
+    monkeypatch.setattr(gitcli, "git_version", lambda: ())
+    assert not gitcli.available(None)
+    monkeypatch.undo()
+    assert gitcli.available(None) and not gitcli.available(object())
