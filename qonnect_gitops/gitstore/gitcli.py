@@ -120,7 +120,7 @@ def push(repo: Path, remote: str, specs: Sequence[str], leases: Mapping[str, str
     lease_args = ["--force-with-lease"] if leases is None else [
         f"--force-with-lease={ref}:{old or ''}" for ref, old in leases.items()]
     command = ["git", "-C", str(repo), "-c", "credential.helper=", "-c", "core.askPass=",
-               "push", "--porcelain", "--no-verify", *lease_args, remote, *specs]
+               "push", "--porcelain", "--no-verify", *lease_args, "--", remote, *specs]
     proc = _run(command, "push", credentials, timeout)
     outcome = parse_porcelain(proc.stdout)
     if proc.returncode != 0 and not outcome.accepted and not outcome.rejected:
@@ -136,7 +136,7 @@ def fetch(repo: Path, remote: str, specs: Sequence[str], credentials: Any = None
     _check(credentials)
     command = ["git", "-C", str(repo), "-c", "credential.helper=", "-c", "core.askPass=",
                "fetch", "--quiet", "--prune", "--no-tags", "--no-write-fetch-head", "--no-auto-gc",
-               remote, *specs]
+               "--", remote, *specs]  # "--": a remote never reads as an option (--upload-pack=...)
     proc = _run(command, "fetch", credentials, timeout)
     if proc.returncode != 0:
         raise GitFailed(redact(proc.stderr.strip() or f"git fetch exited {proc.returncode}"))

@@ -9,7 +9,7 @@ import pytest
 
 from qonnect_gitops.gitstore import DecisionMeta, FanOutStale, RemoteError, StaleRef, gitcli
 from qonnect_gitops.gitstore.daemon import free_ports
-from qonnect_gitops.gitstore.remote import Mirror
+from qonnect_gitops.gitstore.remote import Mirror, narrow_fetch
 
 from .helpers import Served, git, plan_files
 
@@ -136,3 +136,12 @@ def test_a_git_too_old_for_the_command_line_paths_leaves_them_to_libgit2(monkeyp
     assert not gitcli.available(None)
     monkeypatch.undo()
     assert gitcli.available(None) and not gitcli.available(object())
+
+
+def test_a_remote_that_looks_like_an_option_is_a_remote(tmp_path: Path) -> None:
+    witness = tmp_path / "ran"
+    with pytest.raises(RemoteError):
+        narrow_fetch(tmp_path / "agent.git", f"--upload-pack=touch {witness}", "cluster/c0")
+    with pytest.raises(gitcli.GitFailed):
+        gitcli.fetch(tmp_path / "agent.git", f"--upload-pack=touch {witness}", ["+refs/heads/a:refs/heads/a"])
+    assert not witness.exists()
