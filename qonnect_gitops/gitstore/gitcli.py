@@ -154,8 +154,8 @@ def _run(command: list[str], verb: str, credentials: Any, timeout: float) -> sub
                               timeout=timeout, check=False)
     except subprocess.TimeoutExpired as exc:
         raise GitFailed(f"git {verb} timed out after {timeout:g} s") from exc
-    except OSError as exc:
-        raise Unavailable(f"git could not run: {exc}") from exc
+    except OSError as exc:  # git went away since ``available`` said yes
+        raise GitFailed(f"git could not run: {exc}") from exc
 
 
 def parse_porcelain(stdout: str) -> PushOutcome:

@@ -145,3 +145,23 @@ def test_a_remote_that_looks_like_an_option_is_a_remote(tmp_path: Path) -> None:
     with pytest.raises(gitcli.GitFailed):
         gitcli.fetch(tmp_path / "agent.git", f"--upload-pack=touch {witness}", ["+refs/heads/a:refs/heads/a"])
     assert not witness.exists()
+
+
+def test_without_git_on_the_path_the_mirror_fetches_publishes_and_skips_its_upkeep(
+        served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    empty = tmp_path / "bin"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    gitcli.git_version.cache_clear()
+    try:
+        assert not gitcli.available(None)
+        mirror = Mirror(tmp_path / "m.git", served.url)
+        mirror.fetch()  # libgit2; the upkeep after it finds no git and is skipped
+        decide(mirror, 3, 1)
+        assert mirror.publish().pushes == 2
+        assert narrow_fetch(tmp_path / "agent.git", served.url, "cluster/c1").commit == \
+            mirror.store.cluster_head("c1")
+    finally:
+        monkeypatch.undo()
+        gitcli.git_version.cache_clear()
+    assert remote_head(served, "refs/heads/cluster/c1") == mirror.store.cluster_head("c1")
