@@ -63,9 +63,11 @@ def fetch(cache: Path, url: str, branch: str, credentials: Any = None) -> str:
     An idle poll costs one protocol v2 ``ls-refs`` of this branch alone (see
     ``gitstore.lsrefs``): hundreds of bytes, where a fetch first downloads every branch
     name of the fleet. Only a moved branch, a first poll, or a remote that does not speak
-    v2 to us goes through libgit2's fetch."""
+    v2 to us is fetched (``narrow_fetch``: ``git fetch`` naming the branch where it can,
+    libgit2 otherwise)."""
     ref = f"refs/heads/{branch}"
     cached = _cached_head(cache, ref)
+    advertised = None
     if cached is not None and url not in _V0_REMOTES:
         try:
             answer = ls_ref(url, ref, credentials)
@@ -79,8 +81,9 @@ def fetch(cache: Path, url: str, branch: str, credentials: Any = None) -> str:
                 return cached
             if answer.commit is None:
                 raise SourceError(f"{redact_url(url)} has no branch {branch}")
+            advertised = answer.commit
     try:
-        result = narrow_fetch(cache, url, branch, credentials)
+        result = narrow_fetch(cache, url, branch, credentials, advertised=advertised)
     except Exception as exc:  # RemoteError, GitError, OSError: all mean "unreachable or unreadable"
         raise SourceError(str(exc)) from exc
     assert result.commit is not None

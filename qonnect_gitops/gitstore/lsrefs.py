@@ -5,7 +5,7 @@ ref before anything else: with one branch per cluster an agent's poll of its own
 costs the whole fleet's ref list (70 KB at 1,000 clusters, 700 KB at 10,000). In
 protocol v2 the client names a ref prefix and the server answers with the refs under
 it, so a poll costs well under 1 KB whatever the fleet size. The agent asks this way
-first and fetches (with libgit2) only when the branch moved.
+first and fetches only when the branch moved.
 
 Spoken here: ``git://`` (git daemon passes ``version=2`` on to upload-pack) and smart
 HTTP(S) (the ``Git-Protocol`` header; ``UserPass`` credentials as basic auth). A server

@@ -53,9 +53,19 @@ _ZERO = pygit2.Oid(hex="0" * 40)
 _LOST_RACE = re.compile(r"non-fastforwardable|not present locally|fast-forward", re.IGNORECASE)
 
 
+def _matches(pattern: str, ref: str) -> bool:
+    """Whether ``ref`` is ``pattern``, or under it when it ends in ``*``."""
+    return ref.startswith(pattern[:-1]) if pattern.endswith("*") else ref == pattern
+
+
+def _source(refspec: str) -> str:
+    """The remote side of a fetch refspec (``+<source>:<destination>``)."""
+    return refspec.lstrip("+").split(":", 1)[0]
+
+
 def _present(refspecs: Sequence[str], refs: Mapping[str, str]) -> list[str]:
     """The refspecs whose source is a pattern or one of ``refs``."""
-    return [spec for spec in refspecs if (source := spec.lstrip("+").split(":", 1)[0]).endswith("*") or source in refs]
+    return [spec for spec in refspecs if _source(spec).endswith("*") or _source(spec) in refs]
 
 
 def _seen_name(ref: str) -> str:
@@ -203,20 +213,19 @@ class Mirror:
         (or ``distrust()``, or ``full=True``) the next fetch is a full one again.
         """
         start = time.perf_counter()
+        quiet = not full and self._watched_seen is not None
+        command_line = gitcli.available(self.credentials)
+        # One ls-refs: whether the watched refs moved, and which named refs exist (the
+        # command line fails on one the remote lacks, e.g. no plan branch yet).
+        answer = self._ask_watched() if quiet or command_line else None
         refspecs: list[str] | None = None  # None: every configured refspec
-        answer = None
-        if not full and self._watched_seen is not None:
-            answer = self._ask_watched()
-            if answer is not None:
-                if answer[0] == self._watched_seen:
-                    return self._unchanged(start, answer[1])
-                refspecs = self._refspecs_for(answer[0])
-        if gitcli.available(self.credentials) and answer is None:
-            answer = self._ask_watched()
+        if quiet and answer is not None:
+            if answer[0] == self._watched_seen:
+                return self._unchanged(start, answer[1])
+            refspecs = self._refspecs_for(answer[0])
         counted: tuple[int | None, int | None] = (None, None)  # bytes, objects: libgit2 counts them
         try:
-            if answer is not None and gitcli.available(self.credentials):
-                # The command line fails on a named ref the remote lacks (no plan branch yet).
+            if command_line and answer is not None:
                 gitcli.fetch(self.path, "origin", _present(refspecs or self._refspecs, answer[0]), self.credentials)
             else:
                 stats = self.repo.remotes["origin"].fetch(
@@ -259,12 +268,7 @@ class Mirror:
         moved = {ref for ref in set(watched) | set(seen) if watched.get(ref) != seen.get(ref)}
         if self.store.plan_ref in moved or self.main_ref not in watched:
             return None
-        out = []
-        for spec in self._refspecs:
-            source = spec[1:].split(":", 1)[0]
-            if any(ref == source or (source.endswith("*") and ref.startswith(source[:-1])) for ref in moved):
-                out.append(spec)
-        return out
+        return [spec for spec in self._refspecs if any(_matches(_source(spec), ref) for ref in moved)]
 
     def _unchanged(self, start: float, received_bytes: int) -> FetchResult:
         """The result of a fetch when the watched refs did not move: drop what this mirror
@@ -288,10 +292,7 @@ class Mirror:
         self._watched_seen = None
 
     def _managed(self, ref: str) -> bool:
-        for pattern in self._local_patterns:
-            if (pattern.endswith("*") and ref.startswith(pattern[:-1])) or ref == pattern:
-                return True
-        return False
+        return any(_matches(pattern, ref) for pattern in self._local_patterns)
 
     def _refs(self) -> tuple[dict[str, pygit2.Oid], dict[str, pygit2.Oid]]:
         """What we last saw on the remote and the local branches, each managed ref by its
@@ -416,11 +417,8 @@ class Mirror:
                 accepted_refs, rejected = self._push_with_git(changes)
             else:
                 accepted_refs, rejected = self._push_with_libgit2(changes)
-        except StaleRef:
-            self._watched_seen = None  # someone else wrote: look at everything next time
-            raise
-        except RemoteError:
-            self._watched_seen = None
+        except (StaleRef, RemoteError):
+            self._watched_seen = None  # someone else may have written: look at everything next time
             raise
         self._record_pushed(changes, accepted_refs, rejected)
 
@@ -429,7 +427,8 @@ class Mirror:
         pattern pushed besides ``changes`` count too: a rejected one was moved by someone else."""
         specs = gitcli.refspecs([(c.ref, c.new is None) for c in changes],
                                  [f"refs/heads/{self.store.cluster_prefix}"])
-        named = len(specs) == len(changes)  # no pattern: lease each ref on the value we last saw
+        # Named refs are leased on the values we last saw; a pattern on the tracking refs.
+        named = not any("*" in spec for spec in specs)
         leases = {c.ref: c.old for c in changes} if named else None
         try:
             outcome = gitcli.push(self.path, "origin", specs, leases, self.credentials)
@@ -458,7 +457,7 @@ class Mirror:
         """Remember what the remote now holds; raise ``StaleRef`` for what it did not take."""
         accepted = {c.ref: c for c in changes if c.ref in accepted_refs and c.ref not in rejected}
         # Record what the remote now holds, so the next publish compares against it.
-        # (libgit2 usually did already, through the fetch refspecs; skip those writes.)
+        # (git and libgit2 usually did already, through the fetch refspecs; skip those writes.)
         for change in accepted.values():
             seen = _seen_name(change.ref)
             current = _ref_target(self.repo, seen)
@@ -495,14 +494,13 @@ class Mirror:
     def _upkeep(self, *args: str) -> bool:
         """``git -C <mirror> <args>``; False (logged) when it failed or there is no git:
         upkeep is never fatal to a cycle."""
-        command = next(a for a in args if not a.startswith("-") and "=" not in a)
         try:
             proc = subprocess.run(["git", "-C", str(self.path), *args], capture_output=True, text=True, check=False)
         except OSError as exc:  # no git on this machine: fetches and pushes use libgit2
-            log.warning("mirror_upkeep_failed", path=str(self.path), command=command, error=str(exc))
+            log.warning("mirror_upkeep_failed", path=str(self.path), args=" ".join(args), error=str(exc))
             return False
         if proc.returncode != 0:
-            log.warning("mirror_upkeep_failed", path=str(self.path), command=command, stderr=proc.stderr.strip())
+            log.warning("mirror_upkeep_failed", path=str(self.path), args=" ".join(args), stderr=proc.stderr.strip())
             return False
         return True
 
@@ -521,6 +519,8 @@ def narrow_fetch(
     url: str,
     branch: str,
     credentials: Credentials = None,
+    *,
+    advertised: str | None = None,
 ) -> FetchResult:
     """Fetch only ``refs/heads/<branch>`` from ``url`` into a bare cache (created if needed).
 
@@ -531,6 +531,8 @@ def narrow_fetch(
     missing branch) is fetched from with ``git fetch``, which names the one ref: libgit2
     speaks v0, in which every fetch first downloads every branch name of the fleet
     (750 KB at 10,000 clusters, for every agent after every change of its branch).
+    ``advertised``: the commit an ``ls-refs`` of this branch just answered (the agent's
+    poll asked already), so it is not asked again.
     """
     start = time.perf_counter()
     path = Path(cache_path)
@@ -540,7 +542,7 @@ def narrow_fetch(
         raise ValueError(f"invalid branch name {branch!r}")
     counted: tuple[int | None, int | None] = (None, None)
     try:
-        if _speaks_v2(url, ref, credentials):
+        if gitcli.available(credentials) and (advertised is not None or _speaks_v2(url, ref, credentials)):
             gitcli.fetch(path, url, [f"+{ref}:{ref}"], credentials)
         else:
             remote = repo.remotes.create_anonymous(url)
@@ -555,11 +557,9 @@ def narrow_fetch(
 
 
 def _speaks_v2(url: str, ref: str, credentials: Credentials) -> bool:
-    """Whether ``git fetch`` can fetch ``ref`` alone: the command line takes the
-    credentials and the server answers ``ls-refs`` (v2). Raises ``RemoteError`` when it
-    says the branch is not there, ``LsRefsError`` when it cannot be reached."""
-    if not gitcli.available(credentials):
-        return False
+    """Whether the server answers ``ls-refs`` (v2) for ``ref``, so ``git fetch`` can name
+    it alone. Raises ``RemoteError`` when it says the branch is not there, ``LsRefsError``
+    when it cannot be reached."""
     try:
         answer = ls_ref(url, ref, credentials)
     except Unsupported:
