@@ -328,7 +328,7 @@ class Ledger:
                 self.occupy(cluster, r)
             return
         if sums is None:
-            sums = sum(r.replicas * r.cpu for r in runs), sum(r.replicas * r.memory for r in runs)
+            sums = held(runs)
         # Integral sums: the same float totals as one subtraction per replica group.
         self.free_cpu[cluster] -= sums[0]
         self.free_memory[cluster] -= sums[1]
@@ -524,3 +524,8 @@ class Ledger:
                 left -= k
                 placed.append(Take(cluster, s, len(nodes) - 1, k))
         return placed
+
+
+def held(runs: list[Running]) -> tuple[int, int]:
+    """The CPU and memory ``runs`` hold (replicas x request, summed)."""
+    return sum(r.replicas * r.cpu for r in runs), sum(r.replicas * r.memory for r in runs)

@@ -13,7 +13,7 @@ import numpy as np
 from qonnect_gitops.model.goals import Component, Goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import ComponentPlan, CurrentPlacement, ReplicaRequest
-from qonnect_gitops.placement.capacity import Ledger, Running
+from qonnect_gitops.placement.capacity import Ledger, Running, held
 from qonnect_gitops.placement.carry import (
     DRAINING,
     Carry,
@@ -358,13 +358,13 @@ class Cycle:
                     floors[floor_key] = (ev.static_floor(ctx), work.component, work.replicas)
         # Per cluster the CPU and memory its charges hold (what ``occupy_all`` subtracts).
         if carry is None or self.touched is None:
-            sums = {cluster: _sums(runs) for cluster, runs in self.charges.items()}
+            sums = {cluster: held(runs) for cluster, runs in self.charges.items()}
         else:
             sums = carry.sums
             for cluster in self.touched:
                 runs = self.charges.get(cluster)
                 if runs:
-                    sums[cluster] = _sums(runs)
+                    sums[cluster] = held(runs)
                 else:
                     sums.pop(cluster, None)
         self.fleet_memo["carry"] = Carry(
@@ -409,7 +409,3 @@ class Cycle:
             self.fleet.cluster_latency, CLOSENESS_WEIGHT / self.fleet.latency_norm,
         )
 
-
-def _sums(runs: list[Running]) -> tuple[int, int]:
-    """The CPU and memory a cluster's running replicas hold."""
-    return sum(r.replicas * r.cpu for r in runs), sum(r.replicas * r.memory for r in runs)
