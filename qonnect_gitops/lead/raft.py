@@ -356,7 +356,7 @@ class RaftNode:
             appendEntriesUseBatch=False,
             # Dumps are written in-process: forking a threaded process is unsafe.
             useFork=False,
-            # Each lead compacts at its own count and time (see _spread): the full dump
+            # Each lead compacts at its own count and time (_compaction_spread): the full dump
             # holds the Raft thread, and with one setting for all three every lead paused
             # at once (at 3,000 clusters 0.5-1.1 s, each time the leader lost its term).
             logCompactionMinEntries=max(1, round(timing.compaction_entries * spread)),
