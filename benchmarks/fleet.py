@@ -17,7 +17,8 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   ``goals_one_changed_s``: the same after one cluster file changed, with the lead's
   parse cache (only that blob is parsed again).
 * ``first_cycle_s``: a new leader's first cycle with the goals loaded (fetch, plan,
-  render, write every branch, push); ``fanout_push_s``: its write and push alone.
+  render, write every branch, push); ``fanout_push_s``: its write and push alone,
+  ``fanout_publish_s`` the push alone.
 * ``idle_cycle_s``: a leader cycle with nothing changed, as the lead's loop runs it (a
   v2 ``ls-refs`` of main, plan and proposals; the decision memo recalls the plan and its
   rendering; nothing written); ``idle_cycle_first_s``: the first such cycle after a
@@ -25,8 +26,9 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   ``idle_cycle_replan_s``: a rescheduling cycle (plan and render afresh, compare, write
   nothing), once per rescheduling interval.
 * ``one_changed_s``: a goals push changing one manifest, from fetch to every branch
-  pushed; ``one_changed_write_push_s``: its write and push alone, and
-  ``one_changed_branches``: how many cluster branches moved.
+  pushed; ``one_changed_write_push_s``: its write and push alone,
+  ``one_changed_branches``: how many cluster branches moved and ``one_changed_pushes``
+  in how many pushes (one atomic push; two with ``--two-pushes``).
 * ``agent_poll_bytes`` / ``agent_poll_server_cpu_ms``: an idle agent's poll, both
   directions, counted by a relay in front of the Git server, and the server's CPU per
   poll (``git daemon``'s children) with refs packed (``..._loose_refs``: as pushed);
@@ -220,18 +222,27 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 class _WriteTimer:
     """Times the decision write and the publish of a mirror (the fan-out and push)."""
 
-    def __init__(self, mirror: Mirror) -> None:
+    def __init__(self, mirror: Mirror, two_pushes: bool = False) -> None:
         self.seconds = 0.0
+        self.publish_seconds = 0.0  # the push alone (``seconds`` has the write too)
+        self.pushes = 0
+        self.two_pushes = two_pushes
         for owner, name in ((mirror.store, "write_decision"), (mirror, "publish")):
             setattr(owner, name, self._wrap(getattr(owner, name)))
 
     def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
+            if self.two_pushes and "atomic" in kwargs:
+                kwargs["atomic"] = False
             try:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+                self.pushes += getattr(out, "pushes", 0)
+                return out
             finally:
                 self.seconds += time.perf_counter() - start
+                if getattr(fn, "__name__", "") == "publish":
+                    self.publish_seconds += time.perf_counter() - start
         return timed
 
 
@@ -269,7 +280,7 @@ def components_per_cluster(clusters: int) -> int:
     return max(1, min(10, room * APP_SIZE // ((APP_SIZE + 1) * clusters)))
 
 
-def run(clusters: int, workdir: Path) -> dict[str, Any]:
+def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any]:
     """Every figure at one size."""
     per_cluster = components_per_cluster(clusters)
     out: dict[str, Any] = {"clusters": clusters}
@@ -314,12 +325,13 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         before = proxy.total()
         mirror.fetch()
         out["new_leader_fetch_bytes"] = proxy.total() - before
-        timer = _WriteTimer(mirror)
+        timer = _WriteTimer(mirror, two_pushes)
         memo = DecisionMemo()  # the leader's (lead/memo.py), as its loop passes it
         # The goals at main are the unedited ones: reload them so the cycle finds them cached.
         load_goals(files, cache)
         out["first_cycle_s"], first = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
         out["fanout_push_s"] = timer.seconds
+        out["fanout_publish_s"] = timer.publish_seconds
         out["branches_written"] = len(first.refs)
 
         branch = f"cluster/{hosting[0]}"
@@ -346,7 +358,7 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         time.sleep(0.2)
         out["agent_poll_server_cpu_ms"] = 1000 * (_children_cpu_s(pid) - cpu) / POLLS
 
-        timer.seconds = 0.0
+        timer.seconds, timer.pushes = 0.0, 0
         # The first cycle after a decision plans again (the plan in force is new) and
         # warms the planner for it.
         out["idle_cycle_first_s"], idle = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
@@ -365,6 +377,7 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         later = NOW + timedelta(seconds=1)
         out["one_changed_s"], changed = _timed(lambda: reconcile_once(mirror, observe_later, now=later, memo=memo))
         out["one_changed_write_push_s"] = timer.seconds
+        out["one_changed_pushes"] = timer.pushes
         out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
 
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # of this process so far
@@ -410,6 +423,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="also measure committed reports/s with three leads for this long (0: skip)")
     parser.add_argument("--libgit2", action="store_true",
                         help="the leader fetches and pushes with libgit2, not the git command line (to compare)")
+    parser.add_argument("--two-pushes", action="store_true",
+                        help="publish each decision in two pushes, plan first, not one atomic push (to compare)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.libgit2:
@@ -417,7 +432,7 @@ def main(argv: list[str] | None = None) -> int:
     sizes: dict[str, Any] = {}
     for n in args.clusters or [100]:
         with tempfile.TemporaryDirectory(prefix="qonnect-fleet-") as tmp:
-            fig = run(n, Path(tmp))
+            fig = run(n, Path(tmp), args.two_pushes)
             fig["reports_per_s"] = _ingest(args.ingest_seconds, n, Path(tmp) / "ingest") \
                 if args.ingest_seconds > 0 else None
         fig["cost_model"] = cost_model(fig, args.poll, args.report)

@@ -88,7 +88,8 @@ class FetchResult:
 
 @dataclass(frozen=True)
 class PublishResult:
-    """The refs a ``publish()`` pushed, in the order they were pushed."""
+    """The refs a ``publish()`` pushed, in the order they were pushed, and how many
+    pushes it took (a refused atomic push counts)."""
 
     pushed: tuple[RefChange, ...]
     pushes: int
@@ -178,6 +179,7 @@ class Mirror:
         # remote's or to be in ``store.moved``; None until a full fetch shows it.
         self._watched_seen: dict[str, str] | None = None
         self._loose_refs = LOOSE_REFS_LIMIT  # unknown at start: pack after the first fetch
+        self._atomic_pushes = True  # until the remote failed one that two pushes then made
 
     def _configure_origin(self) -> None:
         # The configured fetch refspecs matter beyond fetch: libgit2 uses them after a
@@ -362,24 +364,64 @@ class Mirror:
                 out.append(RefChange(ref, None if old is None else str(old), None if new is None else str(new)))
         return out
 
-    def publish(self, between: Callable[[], None] | None = None) -> PublishResult:
+    def publish(self, between: Callable[[], None] | None = None, *, atomic: bool = True) -> PublishResult:
         """Push every pending ref, each only if the remote still holds what we last saw.
 
-        The plan branch and new proposals go first (that is the decision; if it loses,
-        nothing else was pushed). All other refs (cluster branches, closed proposals)
-        follow in one push. If that second push is interrupted, the remote plan branch
-        is ahead of its cluster branches and the next cycle's ``fan_out`` completes them.
+        One atomic push where it can (``atomic``, the ``git`` command line and a remote
+        that takes ``--atomic``): the decision and its fan-out land together or not at
+        all, and the push pays the remote's advertisement of every branch once. At
+        10,000 branches that advertisement and the connectivity check are most of a
+        push (about 0.3 s), so one changed cluster costs one of them instead of two.
+
+        Otherwise, or when the atomic push was refused (a ref lost its compare-and-swap,
+        or the remote does not do atomic pushes), two pushes: the plan branch and new
+        proposals first (that is the decision; if it loses, nothing else was pushed),
+        then all other refs (cluster branches, closed proposals). If the second push is
+        interrupted, the remote plan branch is ahead of its cluster branches and the next
+        cycle's ``fan_out`` completes them. ``between`` runs between the two pushes only
+        (the lead's fence and fault-injection point).
+
         Raises ``StaleRef`` naming the refs that lost when the decision itself lost, and
         ``FanOutStale`` (a ``StaleRef``) when the decision was published but later refs
-        lost; accepted refs stay accepted either way. ``between`` runs after the first
-        push and before the second (the lead's fault-injection point).
+        lost; accepted refs stay accepted either way.
         """
         start = time.perf_counter()
         pending = self.pending()
+        pushed: list[RefChange] = []
+        pushes = 0
+        if pending and atomic and self._atomic_pushes and gitcli.available(self.credentials):
+            pushes += 1
+            try:
+                self.push(pending, atomic=True)
+                pushed = pending
+            except RemoteError as exc:
+                # A remote without atomic pushes fails them whole; a network failure too,
+                # which the pushes below then meet again and raise.
+                log.info("mirror_atomic_push_failed", refs=len(pending), error=str(exc))
+                pushes += self._publish_in_two(pending, between, pushed)
+                self._atomic_pushes = False
+                log.warning("mirror_atomic_push_unsupported", url=self.display_url)
+            except StaleRef as exc:
+                # Nothing landed. Two pushes tell a lost decision from a lost branch.
+                log.info("mirror_atomic_push_rejected", refs=len(pending), stale=len(exc.refs))
+                pushes += self._publish_in_two(pending, between, pushed)
+        elif pending:
+            pushes += self._publish_in_two(pending, between, pushed)
+        self._loose_refs += 2 * len(pushed)  # the branch and what we last saw of it
+        self._pack_refs_if_many()
+        gc_seconds = self.gc_auto() if self.gc and pushed else None
+        result = PublishResult(tuple(pushed), pushes, time.perf_counter() - start, gc_seconds)
+        if pushed:
+            log.info("mirror_published", refs=len(pushed), pushes=pushes, seconds=round(result.seconds, 3))
+        return result
+
+    def _publish_in_two(self, pending: Sequence[RefChange], between: Callable[[], None] | None,
+                        pushed: list[RefChange]) -> int:
+        """The decision (plan branch, new proposals), ``between()``, then the rest; appends
+        what landed to ``pushed`` and returns the number of pushes (``publish``)."""
         first = [c for c in pending if c.ref == self.store.plan_ref or (
             c.new is not None and c.ref.startswith(f"refs/heads/{self.store.proposal_prefix}"))]
         rest = [c for c in pending if c not in first]
-        pushed: list[RefChange] = []
         pushes = 0
         if first:
             self.push(first)
@@ -397,24 +439,19 @@ class Mirror:
                 raise FanOutStale(exc.refs, plan) from exc
             pushes += 1
             pushed += rest
-        self._loose_refs += 2 * len(pushed)  # the branch and what we last saw of it
-        self._pack_refs_if_many()
-        gc_seconds = self.gc_auto() if self.gc and pushed else None
-        result = PublishResult(tuple(pushed), pushes, time.perf_counter() - start, gc_seconds)
-        if pushed:
-            log.info("mirror_published", refs=len(pushed), pushes=pushes, seconds=round(result.seconds, 3))
-        return result
+        return pushes
 
-    def push(self, changes: Sequence[RefChange]) -> None:
+    def push(self, changes: Sequence[RefChange], *, atomic: bool = False) -> None:
         """One push of ``changes`` with compare-and-swap on each ref (never a forced refspec).
 
         Through the ``git`` command line (``gitstore.gitcli``: several times faster with
-        thousands of branches); through libgit2 when it cannot take the credentials."""
+        thousands of branches); through libgit2 when it cannot take the credentials.
+        ``atomic`` (command line only): every ref lands or none."""
         if not changes:
             return
         try:
             if gitcli.available(self.credentials):
-                accepted_refs, rejected = self._push_with_git(changes)
+                accepted_refs, rejected = self._push_with_git(changes, atomic)
             else:
                 accepted_refs, rejected = self._push_with_libgit2(changes)
         except (StaleRef, RemoteError):
@@ -422,7 +459,7 @@ class Mirror:
             raise
         self._record_pushed(changes, accepted_refs, rejected)
 
-    def _push_with_git(self, changes: Sequence[RefChange]) -> tuple[set[str], dict[str, str]]:
+    def _push_with_git(self, changes: Sequence[RefChange], atomic: bool) -> tuple[set[str], dict[str, str]]:
         """Accepted refs and rejections (ref -> why) of one ``git push``. Refs a branch
         pattern pushed besides ``changes`` count too: a rejected one was moved by someone else."""
         specs = gitcli.refspecs([(c.ref, c.new is None) for c in changes],
@@ -431,7 +468,7 @@ class Mirror:
         named = not any("*" in spec for spec in specs)
         leases = {c.ref: c.old for c in changes} if named else None
         try:
-            outcome = gitcli.push(self.path, "origin", specs, leases, self.credentials)
+            outcome = gitcli.push(self.path, "origin", specs, leases, self.credentials, atomic=atomic)
         except gitcli.GitFailed as exc:
             raise RemoteError(f"push to {self.display_url} failed: {exc}") from exc
         rejected = {ref: f"rejected by remote: {why}" for ref, why in outcome.rejected.items()}

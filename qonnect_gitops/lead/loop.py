@@ -64,7 +64,7 @@ from qonnect_gitops.kb import (
     inventory_from_goals,
     workloads_from_goals,
 )
-from qonnect_gitops.lead.faults import fault_point
+from qonnect_gitops.lead.faults import armed, fault_point
 from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode
@@ -277,6 +277,7 @@ class ReconcileLoop:
         hooks = CycleHooks(on_goals=lambda c, g: self._record_goals(c, g, term),
                            before_publish=lambda r: self._fence_and_record(r, term, now),
                            between_pushes=lambda: self._between_pushes(term),
+                           two_pushes=lambda: armed("between-pushes"),
                            may_propose=self.review.may_propose)
         if FRESH_PLAN.intersection(why):
             self.memo.forget()  # these triggers exist for rules that act on time alone

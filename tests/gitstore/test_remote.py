@@ -29,7 +29,7 @@ def test_clone_of_a_cluster_branch_shows_exactly_its_files(served: Served, tmp_p
     files["clusters/c1/extra/cm.yaml"] = b"kind: ConfigMap\n"
     result = decide(mirror, files, 1, ["c0", "c1", "c2"])
     published = mirror.publish()
-    assert published.pushes == 2 and len(published.pushed) == 4
+    assert published.pushes == 1 and len(published.pushed) == 4  # one atomic push
     assert mirror.pending() == []
 
     clone = tmp_path / "clone-c1"
@@ -89,15 +89,15 @@ def test_interrupted_publish_is_completed_by_the_next_leader(served: Served, tmp
     real_push = Mirror.push
     calls = []
 
-    def push_then_die(self: Mirror, changes):  # type: ignore[no-untyped-def]
+    def push_then_die(self: Mirror, changes, **kw):  # type: ignore[no-untyped-def]
         calls.append(changes)
         if len(calls) == 2:
             raise ConnectionError("leader lost its network after pushing the plan")
-        return real_push(self, changes)
+        return real_push(self, changes, **kw)
 
     monkeypatch.setattr(Mirror, "push", push_then_die)
     with pytest.raises(ConnectionError):
-        old.publish()
+        old.publish(atomic=False)  # the decision and its fan-out in two pushes
     monkeypatch.undo()
     assert git("ls-remote", served.url, "refs/heads/cluster/*") == ""
     assert git("ls-remote", served.url, "refs/heads/qonnect/plan").split()[0] == result.plan_commit
