@@ -94,7 +94,6 @@ class PublishResult:
     pushed: tuple[RefChange, ...]
     pushes: int
     seconds: float
-    gc_seconds: float | None
 
 
 class _PushCallbacks(pygit2.RemoteCallbacks):
@@ -180,6 +179,7 @@ class Mirror:
         self._watched_seen: dict[str, str] | None = None
         self._loose_refs = LOOSE_REFS_LIMIT  # unknown at start: pack after the first fetch
         self._atomic_pushes = True  # until the remote failed one that two pushes then made
+        self._pushed_since_upkeep = False
 
     def _configure_origin(self) -> None:
         # The configured fetch refspecs matter beyond fetch: libgit2 uses them after a
@@ -408,9 +408,8 @@ class Mirror:
         elif pending:
             pushes += self._publish_in_two(pending, between, pushed)
         self._loose_refs += 2 * len(pushed)  # the branch and what we last saw of it
-        self._pack_refs_if_many()
-        gc_seconds = self.gc_auto() if self.gc and pushed else None
-        result = PublishResult(tuple(pushed), pushes, time.perf_counter() - start, gc_seconds)
+        self._pushed_since_upkeep |= bool(pushed)
+        result = PublishResult(tuple(pushed), pushes, time.perf_counter() - start)
         if pushed:
             log.info("mirror_published", refs=len(pushed), pushes=pushes, seconds=round(result.seconds, 3))
         return result
@@ -516,17 +515,32 @@ class Mirror:
 
     # ---------------------------------------------------------------- upkeep
 
-    def _pack_refs_if_many(self) -> None:
+    def upkeep(self) -> float | None:
+        """After a publish: pack the refs it wrote loose (when many) and ``git gc --auto``
+        (when ``gc`` and something was pushed). Kept out of ``publish`` so it never delays
+        the branches reaching the remote: after a first decision at 3,000 clusters it takes
+        2.3 s (6,000 ref files packed, a commit-graph layer). Seconds spent, None when there
+        was nothing to do."""
+        start = time.perf_counter()
+        packed = self._pack_refs_if_many()
+        gc_ran = self.gc and self._pushed_since_upkeep
+        if gc_ran:
+            self.gc_auto()
+        self._pushed_since_upkeep = False
+        return time.perf_counter() - start if packed or gc_ran else None
+
+    def _pack_refs_if_many(self) -> bool:
         """``git pack-refs --all`` and a new commit-graph layer once enough refs were written
         loose. Reading refs goes over every loose ref file: 20,000 of them (a fleet of
         10,000 clusters, each seen and local) take half a second to list, packed a fortieth
         of that. A push walks the commit of every advertised branch; the commit-graph
         serves them without parsing (one push at 10,000 branches: 0.25-0.3 s -> 0.17-0.23 s)."""
         if self._loose_refs < LOOSE_REFS_LIMIT:
-            return
+            return False
         self._upkeep("pack-refs", "--all")
         self._upkeep("commit-graph", "write", "--reachable", "--split")
         self._loose_refs = 0
+        return True
 
     def _upkeep(self, *args: str) -> bool:
         """``git -C <mirror> <args>``; False (logged) when it failed or there is no git:

@@ -435,4 +435,8 @@ def _publish(mirror: Mirror, result: CycleResult, hooks: CycleHooks) -> PublishR
     if hooks.before_publish is not None:
         hooks.before_publish(result)
     two = hooks.two_pushes is not None and hooks.two_pushes()
-    return mirror.publish(between=hooks.between_pushes, atomic=not two)
+    published = mirror.publish(between=hooks.between_pushes, atomic=not two)
+    upkeep = mirror.upkeep()  # the branches are out: agents need not wait for this
+    if upkeep is not None:
+        log.debug("mirror_upkeep", seconds=round(upkeep, 3))
+    return published
