@@ -625,27 +625,49 @@ def fetch_for_review(
     url: str,
     extra_refs: Sequence[str] = (),
     credentials: Credentials = None,
+    branches: Sequence[str] | None = None,
 ) -> pygit2.Repository:
-    """Fetch every branch (as ``refs/remotes/origin/heads/*``), every tag, and ``extra_refs``
-    (e.g. a pull request's ``refs/pull/7/head``, kept under ``refs/qonnect-review/``) into a
-    bare cache, so ``resolve_commit`` finds a branch, tag, commit or pull request head.
-    An extra ref the remote lacks is skipped; the caller's resolve then says what is missing."""
+    """Fetch ``branches`` (None: every branch and every tag) as ``refs/remotes/origin/heads/*``,
+    and ``extra_refs`` (e.g. a pull request's ``refs/pull/7/head``, kept under
+    ``refs/qonnect-review/``) into a bare cache, so ``resolve_commit`` finds a branch, tag,
+    commit or pull request head. An extra ref the remote lacks is skipped; the caller's
+    resolve then says what is missing.
+
+    The lead names its branches: with one branch per cluster, every branch is the whole
+    fleet's rendered manifests, which a goals preview never reads. Branch and ref names
+    come from forge events, so each must be a valid ref name (``ValueError``)."""
+    for name in [f"refs/heads/{b}" for b in branches or ()] + list(extra_refs):
+        if not name.startswith("refs/") or not pygit2.reference_is_valid_name(name):
+            raise ValueError(f"invalid ref name {name!r}")
     path = Path(cache_path)
     repo = pygit2.Repository(str(path)) if (path / "HEAD").exists() else pygit2.init_repository(str(path), bare=True)
+    specs = ["+refs/heads/*:refs/remotes/origin/heads/*", "+refs/tags/*:refs/tags/*"] if branches is None else [
+        f"+refs/heads/{b}:refs/remotes/origin/heads/{b}" for b in branches]
+    extra = {ref: f"+{ref}:refs/qonnect-review/{ref[len('refs/'):]}" for ref in extra_refs}
+    if branches is not None and gitcli.available(credentials):
+        # The command line asks for the named refs alone (protocol v2), where libgit2
+        # first downloads the name of every branch of the fleet.
+        try:
+            gitcli.fetch(path, url, specs, credentials)
+        except gitcli.GitFailed as exc:
+            raise RemoteError(f"fetch from {redact_url(url)} failed: {exc}") from exc
+        for ref, spec in extra.items():
+            try:
+                gitcli.fetch(path, url, [spec], credentials)
+            except gitcli.GitFailed as exc:
+                log.info("review_ref_not_fetched", ref=ref, error=str(exc))
+        return repo
     remote = repo.remotes.create_anonymous(url)
     callbacks = pygit2.RemoteCallbacks(credentials=credentials)
     try:
-        remote.fetch(["+refs/heads/*:refs/remotes/origin/heads/*", "+refs/tags/*:refs/tags/*"],
-                     callbacks=callbacks, prune=pygit2.enums.FetchPrune.PRUNE)
+        remote.fetch(specs, callbacks=callbacks, prune=pygit2.enums.FetchPrune.PRUNE)
     except pygit2.GitError as exc:
-        raise RemoteError(f"fetch from {url} failed: {exc}") from exc
-    for ref in extra_refs:
-        if not ref.startswith("refs/") or not pygit2.reference_is_valid_name(ref):
-            raise ValueError(f"invalid ref name {ref!r}")
+        raise RemoteError(f"fetch from {redact_url(url)} failed: {redact(str(exc))}") from exc
+    for ref, spec in extra.items():
         try:
-            remote.fetch([f"+{ref}:refs/qonnect-review/{ref[len('refs/'):]}"], callbacks=callbacks)
+            remote.fetch([spec], callbacks=callbacks)
         except pygit2.GitError as exc:
-            log.info("review_ref_not_fetched", ref=ref, error=str(exc))
+            log.info("review_ref_not_fetched", ref=ref, error=redact(str(exc)))
     return repo
 
 

@@ -7,8 +7,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from qonnect_gitops.gitstore import DecisionMeta, RemoteError, StaleRef
-from qonnect_gitops.gitstore.remote import Mirror, fetch_branch, narrow_fetch
+from qonnect_gitops.gitstore import DecisionMeta, RemoteError, StaleRef, gitcli, resolve_commit
+from qonnect_gitops.gitstore.remote import Mirror, fetch_branch, fetch_for_review, narrow_fetch
 
 from .helpers import CountingProxy, Served, git, plan_files, seed_goals, trailers_of
 
@@ -196,3 +196,28 @@ def test_deleting_a_ref_is_compare_and_swap_too(served: Served, tmp_path: Path) 
         a.publish()  # p2 goes up, but closing p1 (a deletion) must not clobber the human's commit
     assert "refs/heads/qonnect/proposals/p1" in err.value.refs
     assert git("ls-remote", served.url, "refs/heads/qonnect/proposals/p1").split()[0] == source
+
+
+@pytest.mark.parametrize("command_line", [True, False])
+def test_a_review_fetch_takes_the_named_branches_and_pull_refs_only(
+        served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command_line: bool) -> None:
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, plan_files(3), 1, ["c0", "c1", "c2"])
+    mirror.publish()
+    git("-C", served.bare, "update-ref", "refs/pull/7/head", served.goals_commit)
+    if not command_line:
+        monkeypatch.setattr(gitcli, "available", lambda credentials: False)
+    repo = fetch_for_review(tmp_path / "review.git", served.url, ["refs/pull/7/head", "refs/pull/8/head"],
+                            branches=["main"])
+    assert sorted(repo.references) == ["refs/qonnect-review/pull/7/head", "refs/remotes/origin/heads/main"]
+    assert str(resolve_commit(repo, "main").id) == served.goals_commit
+    assert mirror.store.cluster_head("c0") not in repo  # no cluster branch came along
+
+
+@pytest.mark.parametrize("name", ["main:refs/heads/evil", "main..x", "a b", "main.lock", ""])
+def test_a_review_fetch_refuses_branch_names_a_forge_event_made_up(served: Served, tmp_path: Path,
+                                                                   name: str) -> None:
+    with pytest.raises(ValueError, match="invalid ref name"):
+        fetch_for_review(tmp_path / "review.git", served.url, branches=[name])
+    assert not (tmp_path / "review.git").exists()
