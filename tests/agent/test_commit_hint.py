@@ -99,9 +99,10 @@ def test_a_moved_commit_in_the_answer_is_fetched_before_the_next_poll(
         polls = _polls(agent)
         # The same generation: only the commit says that the branch moved.
         recorder.response = {"accepted": True, "generation": 1, "commit": moved}
-        wait_for(lambda: configmap_names(core) == {"b"}, timeout=10, what="sync on the answer's commit")
+        wait_for(lambda: agent.last is not None and agent.last.applied is not None
+                 and agent.last.applied.commit == moved, timeout=10, what="sync on the answer's commit")
+        assert configmap_names(core) == {"b"}
         assert _polls(agent) == polls + 1
-        assert agent.last is not None and agent.last.applied is not None and agent.last.applied.commit == moved
     finally:
         _stop(agent, thread)
 
