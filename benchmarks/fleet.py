@@ -1,7 +1,7 @@
 """One benchmark for the whole fleet: what each cycle and each poll costs at N clusters.
 
     PYTHONPATH=. nice python benchmarks/fleet.py --clusters 1000 [--clusters 3000] [--json]
-        [--poll 30] [--report 10] [--ingest-seconds 10]
+        [--poll 30] [--report 10] [--git-poll-max-interval 300] [--ingest-seconds 10]
 
 Generated goals: N clusters over eight regions, apps of 10 components (10 N
 components, fewer where that passes the goals tree's limit of 20,000 files: 5 N at
@@ -47,7 +47,12 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
 
 The cost model below the table turns these into what a fleet of N agents polling every
 ``--poll`` seconds and reporting every ``--report`` seconds asks of the Git server
-and the leads.
+and the leads. The ``..._with_answers`` figures are for idle agents whose report answers
+name the commit they have (the leader's answers do): they ask Git only every
+``--git-poll-max-interval`` seconds, and a goals change reaches them at their next report
+rather than their next poll; ``lead_answer_bytes_per_s_added`` is what the ``commit``
+field adds to the leads' answers. Agents answered by a follower (which leaves the field
+out) keep the plain figures.
 """
 
 from __future__ import annotations
@@ -391,17 +396,28 @@ def _server_upkeep(bare: Path) -> None:
     subprocess.run(["git", "-C", str(bare), "commit-graph", "write", "--reachable", "--split"], check=True)
 
 
-def cost_model(fig: dict[str, Any], poll_s: float, report_s: float) -> dict[str, Any]:
-    """What N agents polling every ``poll_s`` and reporting every ``report_s`` ask for."""
+# What ``"commit": "<40 hex>",`` adds to a report answer.
+ANSWER_COMMIT_BYTES = len(', "commit": ""') + 40
+
+
+def cost_model(fig: dict[str, Any], poll_s: float, report_s: float, max_s: float = 300.0) -> dict[str, Any]:
+    """What N agents polling every ``poll_s`` and reporting every ``report_s`` ask for; the
+    ``..._with_answers`` figures for idle agents told their commit in each answer, which
+    ask Git every ``max_s`` (``--git-poll-max-interval``) instead."""
     n = fig["clusters"]
     polls = n / poll_s
+    quiet_polls = n / max(max_s, poll_s)
     model = {
         "git_server_bytes_per_s": polls * fig["agent_poll_bytes"],
         "git_server_cpu_cores": polls * fig["agent_poll_server_cpu_ms"] / 1000,
         "git_server_bytes_per_s_v0": polls * fig["agent_fetch_v0_bytes"],
+        "git_server_bytes_per_s_with_answers": quiet_polls * fig["agent_poll_bytes"],
+        "git_server_cpu_cores_with_answers": quiet_polls * fig["agent_poll_server_cpu_ms"] / 1000,
+        "lead_answer_bytes_per_s_added": n / report_s * ANSWER_COMMIT_BYTES,
         "reports_needed_per_s": n / report_s,
         "goals_push_to_branches_s": fig["one_changed_s"],
         "goals_push_to_agents_s": fig["one_changed_s"] + poll_s,
+        "goals_push_to_agents_s_with_answers": fig["one_changed_s"] + min(poll_s, report_s),
     }
     if fig.get("reports_per_s"):
         model["report_headroom"] = fig["reports_per_s"] / model["reports_needed_per_s"]
@@ -419,6 +435,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clusters", type=int, action="append", help="fleet size (repeatable; default 100)")
     parser.add_argument("--poll", type=float, default=30.0, help="agents' poll interval for the cost model (s)")
     parser.add_argument("--report", type=float, default=10.0, help="agents' report interval for the cost model (s)")
+    parser.add_argument("--git-poll-max-interval", type=float, default=300.0,
+                        help="agents' --git-poll-max-interval for the cost model (s)")
     parser.add_argument("--ingest-seconds", type=float, default=0.0,
                         help="also measure committed reports/s with three leads for this long (0: skip)")
     parser.add_argument("--libgit2", action="store_true",
@@ -435,7 +453,7 @@ def main(argv: list[str] | None = None) -> int:
             fig = run(n, Path(tmp), args.two_pushes)
             fig["reports_per_s"] = _ingest(args.ingest_seconds, n, Path(tmp) / "ingest") \
                 if args.ingest_seconds > 0 else None
-        fig["cost_model"] = cost_model(fig, args.poll, args.report)
+        fig["cost_model"] = cost_model(fig, args.poll, args.report, args.git_poll_max_interval)
         sizes[str(n)] = fig
         print(json.dumps({"size": n, **fig}, sort_keys=True), file=sys.stderr, flush=True)  # survives a later failure
         if not args.json:

@@ -180,6 +180,9 @@ class Mirror:
         self._loose_refs = LOOSE_REFS_LIMIT  # unknown at start: pack after the first fetch
         self._atomic_pushes = True  # until the remote failed one that two pushes then made
         self._pushed_since_upkeep = False
+        # Cluster name -> the commit its branch holds on the remote as last fetched or pushed
+        # (``published_head``); rebuilt at each fetch, updated per accepted push.
+        self._heads: dict[str, str] = {}
 
     def _configure_origin(self) -> None:
         # The configured fetch refspecs matter beyond fetch: libgit2 uses them after a
@@ -292,6 +295,12 @@ class Mirror:
     def distrust(self) -> None:
         """Fetch fully next time (a new term: another leader may have written)."""
         self._watched_seen = None
+        self._heads = {}
+
+    def published_head(self, cluster: str) -> str | None:
+        """The commit of ``cluster``'s branch on the remote as this mirror last fetched or
+        pushed it; None when unknown. A dict lookup: cheap enough for every report answer."""
+        return self._heads.get(cluster)
 
     def _managed(self, ref: str) -> bool:
         return any(_matches(pattern, ref) for pattern in self._local_patterns)
@@ -324,6 +333,8 @@ class Mirror:
         if updates:
             self.store.fanned_out = None  # cluster branches may be where another writer left them
         self.store.moved.clear()
+        prefix = f"refs/heads/{self.store.cluster_prefix}"
+        self._heads = {ref[len(prefix):]: str(oid) for ref, oid in seen.items() if ref.startswith(prefix)}
         seen_main = _ref_target(self.repo, _seen_name(self.main_ref))
         self._watched_seen = {ref: str(oid) for ref, oid in seen.items() if self._is_watched(ref)}
         if seen_main is not None:
@@ -502,6 +513,7 @@ class Mirror:
                     self.repo.references.delete(seen)
             elif current is None or str(current) != change.new:
                 self.repo.references.create(seen, pygit2.Oid(hex=change.new), force=True)
+            self._note_head(change.ref, change.new)
             if self._watched_seen is not None and self._is_watched(change.ref):
                 if change.new is None:
                     self._watched_seen.pop(change.ref, None)
@@ -509,9 +521,19 @@ class Mirror:
                     self._watched_seen[change.ref] = change.new
         missing = {c.ref: "remote did not report the update" for c in changes
                    if c.ref not in accepted_refs and c.ref not in rejected}
+        for ref in (*missing, *rejected):
+            self._note_head(ref, None)  # someone else moved it: unknown until the next fetch
         if rejected or missing:
             self._watched_seen = None
             raise StaleRef({**missing, **rejected})
+
+    def _note_head(self, ref: str, commit: str | None) -> None:
+        prefix = f"refs/heads/{self.store.cluster_prefix}"
+        if ref.startswith(prefix):
+            if commit is None:
+                self._heads.pop(ref[len(prefix):], None)
+            else:
+                self._heads[ref[len(prefix):]] = commit
 
     # ---------------------------------------------------------------- upkeep
 

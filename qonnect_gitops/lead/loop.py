@@ -171,11 +171,13 @@ class ReconcileLoop:
     def set_leading(self, leading: bool, term: int) -> None:
         """Called by the leadership watcher every few tens of milliseconds."""
         if leading and (not self._leading or term != self._leading_term):
+            if self._mirror is not None:
+                # another leader may have written since we last did (first: report answers
+                # must not show this lead's old heads once it leads again)
+                self._mirror.distrust()
             self._leading, self._leading_term = True, term
             self._signatures.clear()  # judge reports afresh: another lead saw the ones before
             self.memo.forget()
-            if self._mirror is not None:
-                self._mirror.distrust()  # another leader may have written since we last did
             self._seen_head = _UNKNOWN
             self.scheduler.resume()
             log.info("loop_resumed", term=term)
@@ -184,6 +186,13 @@ class ReconcileLoop:
             self._leading = False
             self.scheduler.pause()
             log.warning("loop_paused", term=term)
+
+    def published_head(self, cluster: str) -> str | None:
+        """The head of ``cluster``'s branch as this leader last pushed or fetched it, for
+        report answers (a hint: agents fetch and verify before applying); None when this
+        lead does not lead or has not fetched in this term (``Mirror.distrust`` clears it)."""
+        mirror = self._mirror
+        return mirror.published_head(cluster) if self._leading and mirror is not None else None
 
     def may_write(self, term: int) -> bool:
         """The fence: still leader with a quorum, in the term the cycle started in."""
