@@ -29,6 +29,10 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   pushed; ``one_changed_write_push_s``: its write and push alone,
   ``one_changed_branches``: how many cluster branches moved and ``one_changed_pushes``
   in how many pushes (one atomic push; two with ``--two-pushes``).
+* ``idle_cycle_jitter_s``: a cycle after every agent measured its latency again within
+  +-3 %, the leader holding latencies through jitter (``lead/latency_hold.py``);
+  ``idle_cycle_jitter_unheld_s``: the same without the hold (the planner sees new
+  latency tables and decides the whole fleet again).
 * ``agent_poll_bytes`` / ``agent_poll_server_cpu_ms``: an idle agent's poll, both
   directions, counted by a relay in front of the Git server, and the server's CPU per
   poll (``git daemon``'s children) with refs packed (``..._loose_refs``: as pushed);
@@ -90,6 +94,7 @@ from qonnect_gitops.kb import (
     workloads_from_goals,
 )
 from qonnect_gitops.lead import reconcile
+from qonnect_gitops.lead.latency_hold import LatencyHold, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.reconcile import reconcile_once
 from qonnect_gitops.model import (
@@ -100,7 +105,7 @@ from qonnect_gitops.model import (
     load_goals,
 )
 from qonnect_gitops.model.limits import MAX_DOCUMENT_BYTES, MAX_TREE_FILES
-from qonnect_gitops.model.observed import empty_observation
+from qonnect_gitops.model.observed import ObservedLatency, empty_observation
 from qonnect_gitops.model.report import AgentReport
 from qonnect_gitops.placement import plan as make_plan
 from tests.gitstore.helpers import CountingProxy
@@ -384,6 +389,26 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         out["one_changed_write_push_s"] = timer.seconds
         out["one_changed_pushes"] = timer.pushes
         out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
+
+        # Every agent measured its latency again, a little differently (within +-3 %):
+        # with the lead's hold the planner sees last cycle's tables, without it new ones.
+        hold, envelopes = LatencyHold(), latency_envelopes(goals)
+
+        def observe_jittered(seed: int, held: bool) -> Callable[[Goals], Observed]:
+            def observe(goals: Goals) -> Observed:
+                measured = tuple(
+                    ObservedLatency.model_validate({"from": name, "to": c.spec.region,
+                                                    "ms": 5.0 * (1 + 0.003 * ((i * 7919 + seed * 31) % 21 - 10))})
+                    for i, (name, c) in enumerate(sorted(goals.clusters.items())))
+                seen = kb.snapshot(later).model_copy(update={"latencies": measured})
+                return hold.apply(seen, envelopes) if held else seen
+            return observe
+
+        reconcile_once(mirror, observe_jittered(0, True), now=later, memo=memo)  # measurements arrive
+        out["idle_cycle_jitter_s"], _ = _timed(
+            lambda: reconcile_once(mirror, observe_jittered(1, True), now=later, memo=memo))
+        out["idle_cycle_jitter_unheld_s"], _ = _timed(
+            lambda: reconcile_once(mirror, observe_jittered(2, False), now=later, memo=memo))
 
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # of this process so far
     return out
