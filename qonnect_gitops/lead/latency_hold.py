@@ -59,14 +59,15 @@ class HoldBand:
 def held_latencies(held: Mapping[Pair, ObservedLatency], measured: Sequence[ObservedLatency],
                    envelopes: Mapping[str, Sequence[float]], band: HoldBand) -> tuple[ObservedLatency, ...]:
     """The latencies to plan with: each measured pair at its held value while ``band``
-    holds it and no envelope of its target (sorted, ms) lies between the two values;
+    holds it and no envelope of its region end (sorted, ms) lies between the two values;
     otherwise at the measured value. Pairs not measured are dropped (see the module
     docstring)."""
     out: list[ObservedLatency] = []
     for lat in measured:
         old = held.get((lat.from_, lat.to))
         if old is not None and old.ms != lat.ms and band.holds(old.ms, lat.ms):
-            limits = envelopes.get(lat.to, ())
+            # Agents measure from their cluster to a region; either end may be the region.
+            limits = envelopes.get(lat.to) or envelopes.get(lat.from_) or ()
             if bisect.bisect_left(limits, old.ms) == bisect.bisect_left(limits, lat.ms):
                 out.append(old)
                 continue

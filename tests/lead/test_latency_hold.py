@@ -76,3 +76,9 @@ def test_the_planner_sees_every_envelope_on_the_side_it_was_measured(series: lis
         assert all((out.ms > e) == (ms > e) for e in limits)  # every goal judged as measured
         assert out.ms == ms or band.holds(out.ms, ms)
         held = {("a", "eu"): out}
+
+
+def test_the_region_may_be_either_end_of_a_measurement() -> None:
+    hold = LatencyHold()
+    hold.apply(observed(lat("eu", "a", 49.0)), ENVELOPES)
+    assert [x.ms for x in hold.apply(observed(lat("eu", "a", 51.0)), ENVELOPES).latencies] == [51.0]
