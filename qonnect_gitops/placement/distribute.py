@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.framework import Context
 from qonnect_gitops.placement.plugins.capacity import CapacityFilter
 from qonnect_gitops.placement.plugins.latency import nearest_goals, unserved
@@ -295,24 +296,7 @@ def _distribute(
     if not first.any():
         result.unplaced, result.blocked = need, Blocked.NO_CLUSTER
         return result
-    shared = not existing and _shared(allowed, wanted, total)
-    best = ctx.fleet.best.get((id(allowed), id(wanted), id(total), qos.offloading)) if shared else None
-    if best is not None and best[0] is allowed and best[1] is wanted and best[2] is total:
-        preferred = best[3]
-    else:
-        choose = first
-        if wanted is not None and qos.offloading and wanted is not allowed:
-            choose = first | (wanted & ~allowed)
-            if daemon and existing:
-                choose[list(existing)] = False
-            if new_clusters > 0 and existing and not daemon:
-                choose[list(existing)] = False
-        # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
-        preferred = int(np.argmin(np.where(choose, total, math.inf)))
-        if shared:
-            # The vectors hold the key's ids: no other object can take them meanwhile.
-            ctx.fleet.best[(id(allowed), id(wanted), id(total), qos.offloading)] = (allowed, wanted, total, preferred)
-    result.preferred = preferred
+    preferred = result.preferred = _preferred(ctx, first, allowed, wanted, total, existing, daemon, new_clusters)
     holds = bool(allowed[preferred])
     if holds and new_clusters <= 1 and need <= cap and room.left(preferred, need) >= need:
         result.replicas[preferred] = need
@@ -380,6 +364,105 @@ def _distribute(
         del result.why[cluster]
     result.unplaced = overflow
     return result
+
+
+def _preferred(ctx: Context, first: np.ndarray, allowed: np.ndarray, wanted: np.ndarray | None, total: np.ndarray,
+               existing: Mapping[int, int], daemon: bool, new_clusters: int) -> int:
+    """The preferred cluster (see ``_distribute``): the best of ``first``, or with
+    offloading of ``wanted`` too; ties to the lowest index, i.e. cluster name."""
+    qos = ctx.component.qos
+    shared = not existing and _shared(allowed, wanted, total)
+    best = ctx.fleet.best.get((id(allowed), id(wanted), id(total), qos.offloading)) if shared else None
+    if best is not None and best[0] is allowed and best[1] is wanted and best[2] is total:
+        return int(best[3])
+    choose = first
+    if wanted is not None and qos.offloading and wanted is not allowed:
+        choose = first | (wanted & ~allowed)
+        if daemon and existing:
+            choose[list(existing)] = False
+        if new_clusters > 0 and existing and not daemon:
+            choose[list(existing)] = False
+    # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
+    preferred = int(np.argmin(np.where(choose, total, math.inf)))
+    if shared:
+        # The vectors hold the key's ids: no other object can take them meanwhile.
+        ctx.fleet.best[(id(allowed), id(wanted), id(total), qos.offloading)] = (allowed, wanted, total, preferred)
+    return preferred
+
+
+@dataclass(frozen=True)
+class Offload:
+    """A distribution that offloaded every replica to one cluster, the nearest with room
+    to the preferred one, and what it read of the ledger: the preferred cluster and the
+    clusters the walk judged up to the one it chose (``judged``, in walk order). Another
+    cycle that finds the same preferred cluster, the same walk and none of these clusters
+    changed since the cycle that judged them distributes the same way (``remembered``)."""
+
+    component: Component
+    replicas: int
+    own: dict[int, int]
+    need: int
+    preferred: int
+    too_small: bool
+    judged: np.ndarray
+    allowed: np.ndarray  # ``allowed`` over ``judged``
+
+
+def offload_of(ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, total: np.ndarray, req: Request,
+               result: Distribution) -> Offload | None:
+    """``result`` as an ``Offload`` to remember, if it is one (a single component's
+    distribution from scratch that offloaded all of ``req.need`` to one cluster, from
+    shared vectors) and nothing it read changed in this cycle: else None."""
+    c = ctx.component
+    qos = c.qos
+    if (req.existing or req.per_cluster_max is not None or qos.availability.spread
+            or qos.availability.min_clusters > 1 or not qos.offloading or len(result.replicas) != 1
+            or result.unplaced or result.removed or not _shared(allowed, wanted, total)
+            or nearest_goals(c, ctx.fleet.static.region_index)):
+        return None
+    ((primary, count),) = result.replicas.items()
+    why = result.why.get(primary)
+    preferred = result.preferred
+    if count != req.need or why is None or why.rule != Rule.OFFLOADED or preferred is None or why.origin != preferred:
+        return None
+    order = ctx.fleet.cluster_latency.nearest_order(preferred, total)
+    at = np.flatnonzero(order == primary)
+    if not at.size:
+        return None
+    judged = order[: int(at[0]) + 1]
+    changed = ctx.ledger.changed
+    if changed[preferred] or changed[judged].any():
+        return None
+    return Offload(c, ctx.replicas, dict(ctx.own), req.need, preferred, bool(why.too_small), judged,
+                   allowed[judged])
+
+
+def remembered(memo: Offload, ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, total: np.ndarray,
+               req: Request, settled_anew: np.ndarray) -> Distribution | None:
+    """The distribution ``memo`` remembers, if ``distribute`` would find it again in
+    this cycle: the same component, replicas and request, the same preferred cluster
+    and walk from it, and every cluster read neither settled anew for this cycle
+    (``settled_anew``) nor changed in it since; else None (distribute anew)."""
+    c = ctx.component
+    if (req.existing or req.per_cluster_max is not None or memo.need != req.need or memo.replicas != ctx.replicas
+            or not (memo.component is c or memo.component == c) or memo.own != ctx.own
+            or not _shared(allowed, wanted, total)):
+        return None
+    preferred = _preferred(ctx, allowed, allowed, wanted, total, {}, False, 1)
+    if preferred != memo.preferred or bool(allowed[preferred]) == memo.too_small:
+        return None
+    judged = memo.judged
+    if settled_anew[preferred] or ctx.ledger.changed[preferred]:
+        return None
+    order = ctx.fleet.cluster_latency.nearest_order(preferred, total)
+    if (order.size < judged.size or not np.array_equal(order[: judged.size], judged)
+            or not np.array_equal(allowed[judged], memo.allowed)
+            or settled_anew[judged].any() or ctx.ledger.changed[judged].any()):
+        return None
+    primary = int(judged[-1])
+    return Distribution(replicas={primary: memo.need},
+                        why={primary: Why(Rule.OFFLOADED, origin=preferred, too_small=memo.too_small)},
+                        preferred=preferred)
 
 
 def _spread(
