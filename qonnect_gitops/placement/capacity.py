@@ -147,9 +147,11 @@ class Ledger:
         # Walks of a fleet order (``distribute._walk``): how far the clusters without room
         # for a shape reach from the start, at a generation.
         self.walk_starts: dict[tuple[int, int, int, int, frozenset[str]], tuple[object, object, int, int]] = {}
-        # Clusters whose capacity a take, release or restore changed in this cycle (after
-        # the set-up charged what runs): elsewhere the ledger is as the cycle found it.
-        self.changed = np.zeros(n, dtype=bool)
+        # Clusters where this cycle took capacity (a take or restore), and where capacity
+        # came back (a release), after the set-up charged what runs: elsewhere the ledger
+        # is as the cycle found it.
+        self.taken = np.zeros(n, dtype=bool)
+        self.returned = np.zeros(n, dtype=bool)
         # Observed clusters: what their ready nodes offer in all, and what the placement in
         # force puts there (at today's size). Reports lag behind decisions (replicas a plan
         # put there may not run yet, so they are not in the free capacity reported): the
@@ -287,7 +289,7 @@ class Ledger:
         With ``record``, appends a ``Take`` per node charged so they can be released."""
         total = self.fits(cluster, cpu, memory, archs, count)
         if total:
-            self.changed[cluster] = True
+            self.taken[cluster] = True
         for take in self._first_fit(cluster, cpu, memory, archs, total):
             if record is not None:
                 record.append(take)
@@ -389,9 +391,11 @@ class Ledger:
     def _charge(self, take: Take, cpu: int, memory: int, sign: int) -> None:
         """Charge (sign 1) or refund (sign -1) one recorded take."""
         k = sign * take.replicas
-        self.changed[take.cluster] = True
         if k < 0:
+            self.returned[take.cluster] = True
             self._roomier(take.cluster)
+        else:
+            self.taken[take.cluster] = True
         node = self.segments[take.cluster][take.segment].nodes[take.node]
         node[0] -= k * cpu
         node[1] -= k * memory

@@ -15,6 +15,7 @@ Nothing here mutates the ledger: callers commit the result.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -394,9 +395,10 @@ def _preferred(ctx: Context, first: np.ndarray, allowed: np.ndarray, wanted: np.
 class Offload:
     """A distribution that offloaded every replica to one cluster, the nearest with room
     to the preferred one, and what it read of the ledger: the preferred cluster and the
-    clusters the walk judged up to the one it chose (``judged``, in walk order). Another
-    cycle that finds the same preferred cluster, the same walk and none of these clusters
-    changed since the cycle that judged them distributes the same way (``remembered``)."""
+    clusters the walk judged up to the one it chose (``judged``, in walk order; the last
+    is the one chosen). Another cycle that finds the same preferred cluster and the same
+    walk distributes the same way if no cluster judged without room may have gained room
+    since and the cluster chosen may not have lost it (``remembered``)."""
 
     component: Component
     replicas: int
@@ -407,12 +409,23 @@ class Offload:
     judged: np.ndarray
     allowed: np.ndarray  # ``allowed`` over ``judged``
 
+    def without_room(self) -> np.ndarray:
+        """The clusters the distribution found without room (their ledger was read)."""
+        if self.too_small:
+            return self.judged[:-1]  # a preferred cluster too small is not asked for room
+        return np.append(self.judged[:-1], self.preferred)
+
+    def chose_own(self) -> bool:
+        """Whether the cluster chosen is where the component's replicas run (they count as
+        its room whatever the ledger holds there)."""
+        return self.own.get(int(self.judged[-1]), 0) >= self.need
+
 
 def offload_of(ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, total: np.ndarray, req: Request,
                result: Distribution) -> Offload | None:
     """``result`` as an ``Offload`` to remember, if it is one (a single component's
     distribution from scratch that offloaded all of ``req.need`` to one cluster, from
-    shared vectors) and nothing it read changed in this cycle: else None."""
+    shared vectors) and the ledger it read was as the cycle found it: else None."""
     c = ctx.component
     qos = c.qos
     if (req.existing or req.per_cluster_max is not None or qos.availability.spread
@@ -430,19 +443,25 @@ def offload_of(ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, tot
     if not at.size:
         return None
     judged = order[: int(at[0]) + 1]
-    changed = ctx.ledger.changed
-    if changed[preferred] or changed[judged].any():
-        return None
-    return Offload(c, ctx.replicas, dict(ctx.own), req.need, preferred, bool(why.too_small), judged,
+    memo = Offload(c, ctx.replicas, dict(ctx.own), req.need, preferred, bool(why.too_small), judged,
                    allowed[judged])
+    ledger = ctx.ledger
+    read = memo.without_room() if memo.chose_own() else np.append(memo.without_room(), primary)
+    if ledger.taken[read].any() or ledger.returned[read].any():
+        return None
+    return memo
 
 
 def remembered(memo: Offload, ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, total: np.ndarray,
-               req: Request, settled_anew: np.ndarray) -> Distribution | None:
-    """The distribution ``memo`` remembers, if ``distribute`` would find it again in
-    this cycle: the same component, replicas and request, the same preferred cluster
-    and walk from it, and every cluster read neither settled anew for this cycle
-    (``settled_anew``) nor changed in it since; else None (distribute anew)."""
+               req: Request, settled_anew: np.ndarray) -> tuple[Distribution, Offload] | None:
+    """The distribution ``memo`` remembers, and the memo for this cycle, if
+    ``distribute`` would find it again now: the same component, replicas and request,
+    the same preferred cluster and walk from it, the cluster chosen still allowed and no
+    cluster judged allowed that was not then; no cluster found without room (and still
+    allowed) settled anew for this cycle (``settled_anew``) or given room back in it; and
+    the cluster chosen either where the component runs or neither settled anew nor taken
+    from. Else None (distribute anew): taking never makes room, giving back never
+    removes it, and a cluster no longer allowed is not asked."""
     c = ctx.component
     if (req.existing or req.per_cluster_max is not None or memo.need != req.need or memo.replicas != ctx.replicas
             or not (memo.component is c or memo.component == c) or memo.own != ctx.own
@@ -452,18 +471,27 @@ def remembered(memo: Offload, ctx: Context, allowed: np.ndarray, wanted: np.ndar
     if preferred != memo.preferred or bool(allowed[preferred]) == memo.too_small:
         return None
     judged = memo.judged
-    if settled_anew[preferred] or ctx.ledger.changed[preferred]:
-        return None
     order = ctx.fleet.cluster_latency.nearest_order(preferred, total)
-    if (order.size < judged.size or not np.array_equal(order[: judged.size], judged)
-            or not np.array_equal(allowed[judged], memo.allowed)
-            or settled_anew[judged].any() or ctx.ledger.changed[judged].any()):
+    if order.size < judged.size or not np.array_equal(order[: judged.size], judged):
+        return None
+    now = allowed[judged]
+    if not now[-1] or (now & ~memo.allowed).any():
+        return None
+    ledger = ctx.ledger
+    read = judged[:-1][now[:-1]]
+    if not memo.too_small:
+        read = np.append(read, preferred)
+    if settled_anew[read].any() or ledger.returned[read].any():
         return None
     primary = int(judged[-1])
-    return Distribution(replicas={primary: memo.need},
+    if not memo.chose_own() and (settled_anew[primary] or ledger.taken[primary]):
+        return None
+    best = Distribution(replicas={primary: memo.need},
                         why={primary: Why(Rule.OFFLOADED, origin=preferred, too_small=memo.too_small)},
                         preferred=preferred)
-
+    # Judged against this cycle's filters from now on: a cluster skipped as not allowed
+    # was not checked, and must not count as checked when it is allowed again.
+    return best, (memo if np.array_equal(now, memo.allowed) else dataclasses.replace(memo, allowed=now))
 
 def _spread(
     ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Request, existing: dict[int, int], room: Room

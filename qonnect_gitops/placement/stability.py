@@ -85,11 +85,12 @@ def reschedule(cycle: Cycle, work: Work) -> None:
     # Most components kept here offload to the same cluster cycle after cycle: where
     # nothing that distribution read changed, it is not run again.
     memo = cycle.offloads_before.get(work.key)
-    best = None if memo is None else remembered(memo, ctx, allowed, wanted, total, req, cycle.settled_anew())
-    if best is None:
+    again = None if memo is None else remembered(memo, ctx, allowed, wanted, total, req, cycle.settled_anew())
+    if again is None:
         best = distribute(ctx, allowed, total, req, wanted=wanted)
         memo = offload_of(ctx, allowed, wanted, total, req, best)
     else:
+        best, memo = again
         cycle.offloads_reused += 1
     if memo is not None:
         cycle.offloads[work.key] = memo
