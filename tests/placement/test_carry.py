@@ -271,3 +271,34 @@ def test_a_remembered_offload_plans_what_a_fresh_distribution_plans(n: int, even
         if event == "apply":
             current = warm.current()
     assert reused > 0  # the second quiet cycle reuses what the first remembered
+
+
+def test_a_remembered_offload_to_another_cluster_is_dropped_once_that_cluster_is_taken() -> None:
+    """c4 runs on fog-2 and is kept because offloading to fog-1 (nearer to the full,
+    cheapest fog-0, and a little cheaper) gains too little. A new component placed before
+    rescheduling runs takes fog-1's room: c4's remembered offload no longer holds, and
+    the plan says the best alternative gains nothing, as a cycle from nothing does."""
+    clusters = [cluster("fog-0", tier="fog", region="r1", cpu="1", cpu_hour=0.010),
+                cluster("fog-1", tier="fog", region="r1", cpu="1", cpu_hour=0.020),
+                cluster("fog-2", tier="fog", region="r1", cpu="2", cpu_hour=0.021)]
+    links = [(c.name, r, 5.0) for c in clusters for r in REGIONS]
+    comps = [component(f"c{j}", cpu=500, memory=2**28, qos={"objective": "cost"}, cooldown=COOLDOWN)
+             for j in range(5)]
+    evaluate.forget()
+    g = goals(clusters, comps, links=links, regions=REGIONS)
+    first = plan(g, Observed.model_validate({"now": NOW.isoformat()}), CurrentPlacement())
+    assert first.components["shop/c4"].replicas_by_cluster() == {"fog-2": 1}
+    current = first.current()
+    g = goals(clusters, [c for c in comps if c.name != "c2"], links=links, regions=REGIONS)  # fog-1 has room
+    now = NOW + timedelta(seconds=2 * COOLDOWN)
+    texts = []
+    for added in ((), (), (component("c5", cpu=500, memory=2**28, qos={"objective": "cost"}, cooldown=COOLDOWN),)):
+        if added:
+            g = goals(clusters, [c for c in comps if c.name != "c2"] + list(added), links=links, regions=REGIONS)
+        now += timedelta(seconds=10)
+        obs = Observed.model_validate({"now": now.isoformat()})
+        warm = plan(g, obs, current)
+        assert plan_json(warm) == plan_json(_cold(g, obs, current))
+        texts.append((_reused(g), warm.components["shop/c4"].assignments[0].reason))
+    assert texts[1][0] > 0 and texts[1][1] == texts[0][1]  # the quiet cycle reused what the first remembered
+    assert "improves 0.0%" not in texts[1][1] and "improves 0.0%" in texts[2][1]
