@@ -15,7 +15,6 @@ Nothing here mutates the ledger: callers commit the result.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -408,17 +407,24 @@ class Offload:
     too_small: bool
     judged: np.ndarray
     allowed: np.ndarray  # ``allowed`` over ``judged``
+    # The clusters found without room whose ledger was read (judged and allowed, and the
+    # preferred one unless too small), and whether the cluster chosen is where the
+    # component runs (its own replicas are its room there whatever the ledger holds).
+    full: np.ndarray
+    chose_own: bool
+    # The shared vectors it was distributed with: while a cycle offers the same objects,
+    # the preferred cluster, the walk and the clusters allowed are the same.
+    vectors: tuple[np.ndarray, np.ndarray | None, np.ndarray]
 
-    def without_room(self) -> np.ndarray:
-        """The clusters the distribution found without room (their ledger was read)."""
-        if self.too_small:
-            return self.judged[:-1]  # a preferred cluster too small is not asked for room
-        return np.append(self.judged[:-1], self.preferred)
 
-    def chose_own(self) -> bool:
-        """Whether the cluster chosen is where the component's replicas run (they count as
-        its room whatever the ledger holds there)."""
-        return self.own.get(int(self.judged[-1]), 0) >= self.need
+def _offload(c: Component, ctx: Context, need: int, preferred: int, too_small: bool, judged: np.ndarray,
+             now: np.ndarray, vectors: tuple[np.ndarray, np.ndarray | None, np.ndarray]) -> Offload:
+    full = judged[:-1][now[:-1]]
+    if not too_small:
+        full = np.append(full, preferred)
+    own = dict(ctx.own)
+    return Offload(c, ctx.replicas, own, need, preferred, too_small, judged, now, full,
+                   own.get(int(judged[-1]), 0) >= need, vectors)
 
 
 def offload_of(ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, total: np.ndarray, req: Request,
@@ -443,10 +449,10 @@ def offload_of(ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, tot
     if not at.size:
         return None
     judged = order[: int(at[0]) + 1]
-    memo = Offload(c, ctx.replicas, dict(ctx.own), req.need, preferred, bool(why.too_small), judged,
-                   allowed[judged])
+    memo = _offload(c, ctx, req.need, preferred, bool(why.too_small), judged, allowed[judged],
+                    (allowed, wanted, total))
     ledger = ctx.ledger
-    read = memo.without_room() if memo.chose_own() else np.append(memo.without_room(), primary)
+    read = memo.full if memo.chose_own else np.append(memo.full, primary)
     if ledger.taken[read].any() or ledger.returned[read].any():
         return None
     return memo
@@ -464,34 +470,37 @@ def remembered(memo: Offload, ctx: Context, allowed: np.ndarray, wanted: np.ndar
     removes it, and a cluster no longer allowed is not asked."""
     c = ctx.component
     if (req.existing or req.per_cluster_max is not None or memo.need != req.need or memo.replicas != ctx.replicas
-            or not (memo.component is c or memo.component == c) or memo.own != ctx.own
-            or not _shared(allowed, wanted, total)):
+            or not (memo.component is c or memo.component == c) or memo.own != ctx.own):
         return None
-    preferred = _preferred(ctx, allowed, allowed, wanted, total, {}, False, 1)
-    if preferred != memo.preferred or bool(allowed[preferred]) == memo.too_small:
-        return None
-    judged = memo.judged
-    order = ctx.fleet.cluster_latency.nearest_order(preferred, total)
-    if order.size < judged.size or not np.array_equal(order[: judged.size], judged):
-        return None
-    now = allowed[judged]
-    if not now[-1] or (now & ~memo.allowed).any():
-        return None
+    preferred = memo.preferred
+    if memo.vectors[0] is not allowed or memo.vectors[1] is not wanted or memo.vectors[2] is not total:
+        # Other filters (health changed): the preferred cluster and the walk again.
+        if not _shared(allowed, wanted, total):
+            return None
+        preferred = _preferred(ctx, allowed, allowed, wanted, total, {}, False, 1)
+        if preferred != memo.preferred or bool(allowed[preferred]) == memo.too_small:
+            return None
+        judged = memo.judged
+        order = ctx.fleet.cluster_latency.nearest_order(preferred, total)
+        if order.size < judged.size or not (order[: judged.size] == judged).all():
+            return None
+        now = allowed[judged]
+        if not now[-1] or (now & ~memo.allowed).any():
+            return None
+        # Judged against this cycle's filters from now on: a cluster skipped as not
+        # allowed was not checked, and must not count as checked when allowed again.
+        memo = _offload(c, ctx, memo.need, preferred, memo.too_small, judged, now, (allowed, wanted, total))
     ledger = ctx.ledger
-    read = judged[:-1][now[:-1]]
-    if not memo.too_small:
-        read = np.append(read, preferred)
-    if settled_anew[read].any() or ledger.returned[read].any():
+    full = memo.full
+    if settled_anew[full].any() or ledger.returned[full].any():
         return None
-    primary = int(judged[-1])
-    if not memo.chose_own() and (settled_anew[primary] or ledger.taken[primary]):
+    primary = int(memo.judged[-1])
+    if not memo.chose_own and (settled_anew[primary] or ledger.taken[primary]):
         return None
     best = Distribution(replicas={primary: memo.need},
                         why={primary: Why(Rule.OFFLOADED, origin=preferred, too_small=memo.too_small)},
                         preferred=preferred)
-    # Judged against this cycle's filters from now on: a cluster skipped as not allowed
-    # was not checked, and must not count as checked when it is allowed again.
-    return best, (memo if np.array_equal(now, memo.allowed) else dataclasses.replace(memo, allowed=now))
+    return best, memo
 
 def _spread(
     ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Request, existing: dict[int, int], room: Room
