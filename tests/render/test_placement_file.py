@@ -3,6 +3,8 @@ and a decision that keeps a component's plan object does not dump that component
 
 from __future__ import annotations
 
+import gc
+import weakref
 from datetime import UTC, datetime
 
 import pytest
@@ -71,6 +73,23 @@ def test_a_kept_component_plan_is_not_dumped_again(planned: Plan, monkeypatch: p
     sections = [d for d in dumped if isinstance(d, dict) and set(d) <= set(planned.components)]
     assert [list(d) for d in sections] == [[key]]  # only the component whose plan is new
     assert yaml.safe_load(text) == _as_dumped(later)
+
+
+def test_old_plans_are_not_kept_alive_by_the_section_cache(planned: Plan) -> None:
+    # A leader renders a plan every cycle, usually with new but equal component objects:
+    # the cache must let the old ones go, or every cycle's plan stays in memory.
+    def copy_of(plan: Plan) -> Plan:
+        return plan.model_copy(update={"components": {
+            k: c.model_copy(deep=True) for k, c in plan.components.items()}})
+
+    first = copy_of(planned)
+    gone = [weakref.ref(c) for c in first.components.values()]
+    text = placement_yaml(first)
+    del first
+    for _ in range(3):
+        assert placement_yaml(copy_of(planned)) == text  # equal content: sections reused
+    gc.collect()
+    assert all(ref() is None for ref in gone)
 
 
 _scalars = (st.none() | st.booleans() | st.integers(-(2**70), 2**70)
