@@ -46,6 +46,8 @@ from http import HTTPStatus
 from pathlib import Path
 from typing import Any
 
+import msgspec
+
 from qonnect_gitops.lead.threads import name_os_thread
 from qonnect_gitops.logs import get_logger
 
@@ -128,7 +130,21 @@ class Response:
     @classmethod
     def json(cls, status: int, doc: Any, headers: dict[str, str] | None = None,
              close: bool = False) -> Response:
-        return cls(status, (json.dumps(doc) + "\n").encode(), headers=headers or {}, close=close)
+        """``doc`` as a JSON body (UTF-8, one line and a newline)."""
+        return cls(status, _json_line(doc), headers=headers or {}, close=close)
+
+
+_JSON_ENCODER = msgspec.json.Encoder()
+
+
+def _json_line(doc: Any) -> bytes:
+    """msgspec writes a report's answer in a tenth of ``json.dumps``'s time (every report
+    is answered); what it cannot write (non-string keys, integers beyond 64 bits) goes
+    to ``json.dumps`` as before."""
+    try:
+        return _JSON_ENCODER.encode(doc) + b"\n"
+    except (TypeError, OverflowError, ValueError):
+        return (json.dumps(doc) + "\n").encode()
 
 
 class HTTPError(Exception):
