@@ -74,8 +74,37 @@ _ARCHES = frozenset(("amd64", "arm64"))
 # (pydantic accepts more) takes the careful way.
 _AWARE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
                          r"(Z|[+-][0-9]{2}:[0-9]{2})")
-_cpu = _bounded_quantity(1000, MAX_NODE_MILLICORES, "millicores")
-_memory = _bounded_quantity(1, MAX_NODE_BYTES, "bytes")
+_cpu_check = _bounded_quantity(1000, MAX_NODE_MILLICORES, "millicores")
+_memory_check = _bounded_quantity(1, MAX_NODE_BYTES, "bytes")
+# Accepted quantities by their JSON type and value ("4" and 4 both mean 4 cores, but are
+# kept apart): each node carries four and agents send the same few again and again.
+# Bounded: a flood of distinct values only misses. Refusals are never kept.
+_QUANTITIES_KEPT = 4096
+_cpu_seen: dict[tuple[type, _Quantity], int] = {}
+_memory_seen: dict[tuple[type, _Quantity], int] = {}
+
+
+def _cpu(value: _Quantity) -> int:
+    key = (type(value), value)
+    units = _cpu_seen.get(key)
+    if units is None:
+        units = _keep(_cpu_seen, key, _cpu_check(value))
+    return units
+
+
+def _memory(value: _Quantity) -> int:
+    key = (type(value), value)
+    units = _memory_seen.get(key)
+    if units is None:
+        units = _keep(_memory_seen, key, _memory_check(value))
+    return units
+
+
+def _keep(seen: dict[tuple[type, _Quantity], int], key: tuple[type, _Quantity], units: int) -> int:
+    if len(seen) >= _QUANTITIES_KEPT:
+        seen.clear()
+    seen[key] = units
+    return units
 # Agents send the same few messages in every report; redaction is two regex passes.
 _redacted = functools.lru_cache(maxsize=4096)(redact)
 
