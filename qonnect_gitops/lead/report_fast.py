@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import re
+from collections.abc import Callable
 from datetime import datetime
 from typing import Annotated, Any
 
@@ -84,26 +85,15 @@ _cpu_seen: dict[tuple[type, _Quantity], int] = {}
 _memory_seen: dict[tuple[type, _Quantity], int] = {}
 
 
-def _cpu(value: _Quantity) -> int:
+def _units(seen: dict[tuple[type, _Quantity], int], check: Callable[[Any], int], value: _Quantity) -> int:
+    """``check(value)``, remembered in ``seen`` once accepted."""
     key = (type(value), value)
-    units = _cpu_seen.get(key)
+    units = seen.get(key)
     if units is None:
-        units = _keep(_cpu_seen, key, _cpu_check(value))
-    return units
-
-
-def _memory(value: _Quantity) -> int:
-    key = (type(value), value)
-    units = _memory_seen.get(key)
-    if units is None:
-        units = _keep(_memory_seen, key, _memory_check(value))
-    return units
-
-
-def _keep(seen: dict[tuple[type, _Quantity], int], key: tuple[type, _Quantity], units: int) -> int:
-    if len(seen) >= _QUANTITIES_KEPT:
-        seen.clear()
-    seen[key] = units
+        units = check(value)  # ValueError for a refused quantity: never kept
+        if len(seen) >= _QUANTITIES_KEPT:
+            seen.clear()
+        seen[key] = units
     return units
 # Agents send the same few messages in every report; redaction is two regex passes.
 _redacted = functools.lru_cache(maxsize=4096)(redact)
@@ -215,8 +205,10 @@ def _record(wire: _Report) -> ReportRecord:
     for n in wire.nodes:
         if n.arch not in _ARCHES:
             raise _NotFast
-        allocatable_cpu, free_cpu = _cpu(n.allocatable_cpu), _cpu(n.free_cpu)
-        allocatable_memory, free_memory = _memory(n.allocatable_memory), _memory(n.free_memory)
+        allocatable_cpu = _units(_cpu_seen, _cpu_check, n.allocatable_cpu)
+        free_cpu = _units(_cpu_seen, _cpu_check, n.free_cpu)
+        allocatable_memory = _units(_memory_seen, _memory_check, n.allocatable_memory)
+        free_memory = _units(_memory_seen, _memory_check, n.free_memory)
         if free_cpu > allocatable_cpu or free_memory > allocatable_memory:
             raise _NotFast
         nodes.append(NodeRecord(n.name, n.arch, n.ready, allocatable_cpu, allocatable_memory,
