@@ -63,6 +63,7 @@ _HEADER_LINE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7
 _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
 MAX_TARGET = 8192
 METHODS = ("GET", "HEAD", "POST")
+_HEADS_KEPT = 8192
 
 
 @dataclass(frozen=True)
@@ -234,6 +235,10 @@ class AsyncHTTPServer:
         self.open_connections = 0
         self.refused_connections = 0
         self.requests = 0
+        # Heads that parsed and passed, by their bytes: an agent sends the same head (path,
+        # token, length) with every report, and parsing it cost as much as a report's
+        # decoding. Bounded (``_HEADS_KEPT``); a refused head is never kept.
+        self._heads: dict[bytes, tuple[str, str, str, str, Headers, int]] = {}
         _raise_fd_limit(limits.max_connections + 256)
 
     # ------------------------------------------------------------------ running
@@ -307,6 +312,12 @@ class AsyncHTTPServer:
             log.error("http_handler_failed", method=request.method, path=request.path,
                       error=f"{type(exc).__name__}: {exc}", exc_info=True)
             return error_response(500, "internal error; see the lead's log")
+
+    def _remember_head(self, raw: bytes, parsed: tuple[str, str, str, str, Headers, int]) -> None:
+        """Keep a head that parsed and passed (loop thread only)."""
+        if len(self._heads) >= _HEADS_KEPT:
+            self._heads.clear()  # a flood of distinct heads only misses
+        self._heads[raw] = parsed
 
     def _parse_head(self, head: bytes) -> tuple[str, str, str, Headers]:
         text = head.decode("iso-8859-1")
@@ -540,12 +551,19 @@ class _Connection(asyncio.Protocol):
                 raise _Refuse(error_response(431, f"request head exceeds {limits.max_header_bytes} bytes",
                                              close=True))
             return None
-        method, target, version, headers = self.server._parse_head(bytes(buf[:end]).lstrip(b"\r\n"))
-        path, _, query = target.partition("?")
-        if method not in METHODS:
-            raise _Refuse(error_response(405, f"method {method} is not allowed",
-                                         {"Allow": ", ".join(METHODS)}, close=True))
-        length = self.server._content_length(method, headers)
+        raw_head = bytes(buf[:end])
+        server = self.server
+        known = server._heads.get(raw_head)
+        if known is None:
+            method, target, version, headers = server._parse_head(raw_head.lstrip(b"\r\n"))
+            path, _, query = target.partition("?")
+            if method not in METHODS:
+                raise _Refuse(error_response(405, f"method {method} is not allowed",
+                                             {"Allow": ", ".join(METHODS)}, close=True))
+            length = server._content_length(method, headers)
+            server._remember_head(raw_head, (method, path, query, version, headers, length))
+        else:
+            method, path, query, version, headers, length = known
         self.body_length = length
         total = end + 4 + length
         if len(buf) < total:
