@@ -1,7 +1,7 @@
 """One benchmark for the whole fleet: what each cycle and each poll costs at N clusters.
 
     PYTHONPATH=. nice python benchmarks/fleet.py --clusters 1000 [--clusters 3000] [--json]
-        [--poll 30] [--report 10] [--ingest-seconds 10]
+        [--poll 30] [--report 10] [--git-poll-max-interval 300] [--ingest-seconds 10]
 
 Generated goals: N clusters over eight regions, apps of 10 components (10 N
 components, fewer where that passes the goals tree's limit of 20,000 files: 5 N at
@@ -17,7 +17,8 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   ``goals_one_changed_s``: the same after one cluster file changed, with the lead's
   parse cache (only that blob is parsed again).
 * ``first_cycle_s``: a new leader's first cycle with the goals loaded (fetch, plan,
-  render, write every branch, push); ``fanout_push_s``: its write and push alone.
+  render, write every branch, push); ``fanout_push_s``: its write and push alone,
+  ``fanout_publish_s`` the push alone.
 * ``idle_cycle_s``: a leader cycle with nothing changed, as the lead's loop runs it (a
   v2 ``ls-refs`` of main, plan and proposals; the decision memo recalls the plan and its
   rendering; nothing written); ``idle_cycle_first_s``: the first such cycle after a
@@ -25,8 +26,13 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   ``idle_cycle_replan_s``: a rescheduling cycle (plan and render afresh, compare, write
   nothing), once per rescheduling interval.
 * ``one_changed_s``: a goals push changing one manifest, from fetch to every branch
-  pushed; ``one_changed_write_push_s``: its write and push alone, and
-  ``one_changed_branches``: how many cluster branches moved.
+  pushed; ``one_changed_write_push_s``: its write and push alone,
+  ``one_changed_branches``: how many cluster branches moved and ``one_changed_pushes``
+  in how many pushes (one atomic push; two with ``--two-pushes``).
+* ``idle_cycle_jitter_s``: a cycle after every agent measured its latency again within
+  +-3 %, the leader holding latencies through jitter (``lead/latency_hold.py``);
+  ``idle_cycle_jitter_unheld_s``: the same without the hold (the planner sees new
+  latency tables and decides the whole fleet again).
 * ``agent_poll_bytes`` / ``agent_poll_server_cpu_ms``: an idle agent's poll, both
   directions, counted by a relay in front of the Git server, and the server's CPU per
   poll (``git daemon``'s children) with refs packed (``..._loose_refs``: as pushed);
@@ -45,7 +51,12 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
 
 The cost model below the table turns these into what a fleet of N agents polling every
 ``--poll`` seconds and reporting every ``--report`` seconds asks of the Git server
-and the leads.
+and the leads. The ``..._with_answers`` figures are for idle agents whose report answers
+name the commit they have (the leader's answers do): they ask Git only every
+``--git-poll-max-interval`` seconds, and a goals change reaches them at their next report
+rather than their next poll; ``lead_answer_bytes_per_s_added`` is what the ``commit``
+field adds to the leads' answers. Agents answered by a follower (which leaves the field
+out) keep the plain figures.
 """
 
 from __future__ import annotations
@@ -83,6 +94,7 @@ from qonnect_gitops.kb import (
     workloads_from_goals,
 )
 from qonnect_gitops.lead import reconcile
+from qonnect_gitops.lead.latency_hold import LatencyHold, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.reconcile import reconcile_once
 from qonnect_gitops.model import (
@@ -93,7 +105,7 @@ from qonnect_gitops.model import (
     load_goals,
 )
 from qonnect_gitops.model.limits import MAX_DOCUMENT_BYTES, MAX_TREE_FILES
-from qonnect_gitops.model.observed import empty_observation
+from qonnect_gitops.model.observed import ObservedLatency, empty_observation
 from qonnect_gitops.model.report import AgentReport
 from qonnect_gitops.placement import plan as make_plan
 from tests.gitstore.helpers import CountingProxy
@@ -220,18 +232,27 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 class _WriteTimer:
     """Times the decision write and the publish of a mirror (the fan-out and push)."""
 
-    def __init__(self, mirror: Mirror) -> None:
+    def __init__(self, mirror: Mirror, two_pushes: bool = False) -> None:
         self.seconds = 0.0
+        self.publish_seconds = 0.0  # the push alone (``seconds`` has the write too)
+        self.pushes = 0
+        self.two_pushes = two_pushes
         for owner, name in ((mirror.store, "write_decision"), (mirror, "publish")):
             setattr(owner, name, self._wrap(getattr(owner, name)))
 
     def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
+            if self.two_pushes and "atomic" in kwargs:
+                kwargs["atomic"] = False
             try:
-                return fn(*args, **kwargs)
+                out = fn(*args, **kwargs)
+                self.pushes += getattr(out, "pushes", 0)
+                return out
             finally:
                 self.seconds += time.perf_counter() - start
+                if getattr(fn, "__name__", "") == "publish":
+                    self.publish_seconds += time.perf_counter() - start
         return timed
 
 
@@ -269,7 +290,7 @@ def components_per_cluster(clusters: int) -> int:
     return max(1, min(10, room * APP_SIZE // ((APP_SIZE + 1) * clusters)))
 
 
-def run(clusters: int, workdir: Path) -> dict[str, Any]:
+def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any]:
     """Every figure at one size."""
     per_cluster = components_per_cluster(clusters)
     out: dict[str, Any] = {"clusters": clusters}
@@ -314,12 +335,13 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         before = proxy.total()
         mirror.fetch()
         out["new_leader_fetch_bytes"] = proxy.total() - before
-        timer = _WriteTimer(mirror)
+        timer = _WriteTimer(mirror, two_pushes)
         memo = DecisionMemo()  # the leader's (lead/memo.py), as its loop passes it
         # The goals at main are the unedited ones: reload them so the cycle finds them cached.
         load_goals(files, cache)
         out["first_cycle_s"], first = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
         out["fanout_push_s"] = timer.seconds
+        out["fanout_publish_s"] = timer.publish_seconds
         out["branches_written"] = len(first.refs)
 
         branch = f"cluster/{hosting[0]}"
@@ -346,7 +368,7 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         time.sleep(0.2)
         out["agent_poll_server_cpu_ms"] = 1000 * (_children_cpu_s(pid) - cpu) / POLLS
 
-        timer.seconds = 0.0
+        timer.seconds, timer.pushes = 0.0, 0
         # The first cycle after a decision plans again (the plan in force is new) and
         # warms the planner for it.
         out["idle_cycle_first_s"], idle = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
@@ -365,7 +387,28 @@ def run(clusters: int, workdir: Path) -> dict[str, Any]:
         later = NOW + timedelta(seconds=1)
         out["one_changed_s"], changed = _timed(lambda: reconcile_once(mirror, observe_later, now=later, memo=memo))
         out["one_changed_write_push_s"] = timer.seconds
+        out["one_changed_pushes"] = timer.pushes
         out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
+
+        # Every agent measured its latency again, a little differently (within +-3 %):
+        # with the lead's hold the planner sees last cycle's tables, without it new ones.
+        hold, envelopes = LatencyHold(), latency_envelopes(goals)
+
+        def observe_jittered(seed: int, held: bool) -> Callable[[Goals], Observed]:
+            def observe(goals: Goals) -> Observed:
+                measured = tuple(
+                    ObservedLatency.model_validate({"from": name, "to": c.spec.region,
+                                                    "ms": 5.0 * (1 + 0.003 * ((i * 7919 + seed * 31) % 21 - 10))})
+                    for i, (name, c) in enumerate(sorted(goals.clusters.items())))
+                seen = kb.snapshot(later).model_copy(update={"latencies": measured})
+                return hold.apply(seen, envelopes) if held else seen
+            return observe
+
+        reconcile_once(mirror, observe_jittered(0, True), now=later, memo=memo)  # measurements arrive
+        out["idle_cycle_jitter_s"], _ = _timed(
+            lambda: reconcile_once(mirror, observe_jittered(1, True), now=later, memo=memo))
+        out["idle_cycle_jitter_unheld_s"], _ = _timed(
+            lambda: reconcile_once(mirror, observe_jittered(2, False), now=later, memo=memo))
 
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # of this process so far
     return out
@@ -378,17 +421,28 @@ def _server_upkeep(bare: Path) -> None:
     subprocess.run(["git", "-C", str(bare), "commit-graph", "write", "--reachable", "--split"], check=True)
 
 
-def cost_model(fig: dict[str, Any], poll_s: float, report_s: float) -> dict[str, Any]:
-    """What N agents polling every ``poll_s`` and reporting every ``report_s`` ask for."""
+# What ``"commit": "<40 hex>",`` adds to a report answer.
+ANSWER_COMMIT_BYTES = len(', "commit": ""') + 40
+
+
+def cost_model(fig: dict[str, Any], poll_s: float, report_s: float, max_s: float = 300.0) -> dict[str, Any]:
+    """What N agents polling every ``poll_s`` and reporting every ``report_s`` ask for; the
+    ``..._with_answers`` figures for idle agents told their commit in each answer, which
+    ask Git every ``max_s`` (``--git-poll-max-interval``) instead."""
     n = fig["clusters"]
     polls = n / poll_s
+    quiet_polls = n / max(max_s, poll_s)
     model = {
         "git_server_bytes_per_s": polls * fig["agent_poll_bytes"],
         "git_server_cpu_cores": polls * fig["agent_poll_server_cpu_ms"] / 1000,
         "git_server_bytes_per_s_v0": polls * fig["agent_fetch_v0_bytes"],
+        "git_server_bytes_per_s_with_answers": quiet_polls * fig["agent_poll_bytes"],
+        "git_server_cpu_cores_with_answers": quiet_polls * fig["agent_poll_server_cpu_ms"] / 1000,
+        "lead_answer_bytes_per_s_added": n / report_s * ANSWER_COMMIT_BYTES,
         "reports_needed_per_s": n / report_s,
         "goals_push_to_branches_s": fig["one_changed_s"],
         "goals_push_to_agents_s": fig["one_changed_s"] + poll_s,
+        "goals_push_to_agents_s_with_answers": fig["one_changed_s"] + min(poll_s, report_s),
     }
     if fig.get("reports_per_s"):
         model["report_headroom"] = fig["reports_per_s"] / model["reports_needed_per_s"]
@@ -406,10 +460,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--clusters", type=int, action="append", help="fleet size (repeatable; default 100)")
     parser.add_argument("--poll", type=float, default=30.0, help="agents' poll interval for the cost model (s)")
     parser.add_argument("--report", type=float, default=10.0, help="agents' report interval for the cost model (s)")
+    parser.add_argument("--git-poll-max-interval", type=float, default=300.0,
+                        help="agents' --git-poll-max-interval for the cost model (s)")
     parser.add_argument("--ingest-seconds", type=float, default=0.0,
                         help="also measure committed reports/s with three leads for this long (0: skip)")
     parser.add_argument("--libgit2", action="store_true",
                         help="the leader fetches and pushes with libgit2, not the git command line (to compare)")
+    parser.add_argument("--two-pushes", action="store_true",
+                        help="publish each decision in two pushes, plan first, not one atomic push (to compare)")
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args(argv)
     if args.libgit2:
@@ -417,10 +475,10 @@ def main(argv: list[str] | None = None) -> int:
     sizes: dict[str, Any] = {}
     for n in args.clusters or [100]:
         with tempfile.TemporaryDirectory(prefix="qonnect-fleet-") as tmp:
-            fig = run(n, Path(tmp))
+            fig = run(n, Path(tmp), args.two_pushes)
             fig["reports_per_s"] = _ingest(args.ingest_seconds, n, Path(tmp) / "ingest") \
                 if args.ingest_seconds > 0 else None
-        fig["cost_model"] = cost_model(fig, args.poll, args.report)
+        fig["cost_model"] = cost_model(fig, args.poll, args.report, args.git_poll_max_interval)
         sizes[str(n)] = fig
         print(json.dumps({"size": n, **fig}, sort_keys=True), file=sys.stderr, flush=True)  # survives a later failure
         if not args.json:

@@ -8,7 +8,12 @@ records the refusals within the report's limits, counts, logs, observes what run
 sets ``Stalled`` with a reason from ``model.status``). ``Agent.run()`` repeats passes on
 the poll interval (with jitter), runs a full dry-run comparison on the drift interval,
 and syncs at once when a lead says a newer generation exists or a verified push webhook
-arrives. Nothing here knows whether the API server is a real cluster or the simulation.
+arrives. A lead's answer may name the branch head the leader published (``commit``): while
+it names the commit the agent fetched last, a pass reads that commit from the local cache
+instead of asking Git, for at most ``git_poll_max_interval``; a different commit makes the
+agent ask Git at once (at most one such early poll per report interval). The answer is only
+a hint: what is applied is always what the agent itself fetched from Git.
+Nothing here knows whether the API server is a real cluster or the simulation.
 """
 
 from __future__ import annotations
@@ -87,6 +92,7 @@ from qonnect_gitops.model.status import (
 log = get_logger(__name__)
 
 EXIT_OK, EXIT_FAILED, EXIT_UNHEALTHY = 0, 1, 2
+_COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 object id, as Git prints it
 _COMPONENT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _REFUSED_ON_APPLY = frozenset({RefusalReason.INVALID_MANIFEST, RefusalReason.OWNERSHIP_CONFLICT,
                                RefusalReason.PROTECTED_NAMESPACE})
@@ -198,6 +204,15 @@ class Agent:
             self.reporter = Reporter.from_config(cfg, on_response=self._on_lead_response)
         self._lock = threading.Lock()  # one sync at a time
         self._announced: int | None = None  # newest generation a lead announced
+        # Git polls and the leads' hints (see the module docstring): the head the last
+        # successful poll returned and when (monotonic), the latest valid hint and when it
+        # came, the hint an early poll was last made for, and whether a poll is due now.
+        self._git_head: str | None = None
+        self._git_at = 0.0
+        self._hint: tuple[str, float] | None = None
+        self._hint_polled: tuple[str | None, float] = (None, -1e9)
+        self._git_due = threading.Event()
+        self._hint_warned = -1e9
         self.phases: tuple[Phase, ...] = (self._fetch, self._load_inventory, self._read, self._trust,
                                           self._guards, self._apply, self._prune)
 
@@ -228,9 +243,17 @@ class Agent:
     # -- phases: each returns None to go on, or the pass's result ---------------------------
 
     def _fetch(self, p: _Pass) -> SyncResult | None:
-        """Fetch only our branch; on failure keep what runs (the read phase says so)."""
+        """Fetch only our branch; on failure keep what runs (the read phase says so). While
+        the leads' answers name the commit fetched last, Git is not asked (``_git_skippable``)."""
+        if self._git_skippable():
+            p.head = self._git_head
+            self.metrics.inc("qonnect_agent_git_polls_skipped_total")
+            return None
+        self._git_due.clear()
+        self.metrics.inc("qonnect_agent_git_polls_total")
         try:
             p.head = fetch(self.cache, self.cfg.repo, self.cfg.branch, self.cfg.git_credentials)
+            self._git_head, self._git_at = p.head, time.monotonic()
             self.source_error, self.source_stale_since = None, None
         except SourceError as exc:
             self.source_error = str(exc)
@@ -615,7 +638,46 @@ class Agent:
             log.warning("capi_status_failed", error=str(exc))
             return ()
 
+    def _git_skippable(self) -> bool:
+        """Whether this pass may use the head fetched last without asking Git: no poll is
+        due (webhook, announced generation, a hint naming another commit), the last poll
+        succeeded, a lead answer received since then names that very commit, and less than
+        ``git_poll_max_interval`` passed since Git was last asked."""
+        hint, head = self._hint, self._git_head
+        return (self.cfg.git_poll_max_interval > 0 and not self._git_due.is_set() and self.source_error is None
+                and head is not None and hint is not None and hint[0] == head and hint[1] >= self._git_at
+                and time.monotonic() - self._git_at < self.cfg.git_poll_max_interval)
+
+    def poll_git_now(self) -> None:
+        """Make the next pass ask Git, and start it (a push webhook, a newer generation)."""
+        self._git_due.set()
+        self.wake.set()
+
+    def _on_commit_hint(self, value: Any) -> None:
+        """A lead's ``commit``: the head of our branch as the leader published it. Only a
+        hint: a malformed one is ignored (with a warning, at most every 5 minutes); one that
+        differs from what we fetched makes the agent ask Git now, once per hinted commit and
+        at most once per report interval, so a lying lead can cause no more than that."""
+        now = time.monotonic()
+        if not isinstance(value, str) or not _COMMIT.fullmatch(value):
+            if now - self._hint_warned >= 300.0:
+                self._hint_warned = now
+                log.warning("lead_commit_ignored", value=repr(value)[:80],
+                            why="not a commit id (40 or 64 lower-case hex digits)")
+            return
+        self._hint = (value, now)
+        polled_for, polled_at = self._hint_polled
+        if value == self._git_head or value == polled_for:
+            return
+        if now - polled_at < max(self.report_interval, self.cfg.report_interval):
+            return  # one early poll per report interval; the scheduled polls go on (no skipping)
+        self._hint_polled = (value, now)
+        log.info("lead_names_other_commit", commit=value[:12], fetched=(self._git_head or "")[:12])
+        self.poll_git_now()
+
     def _on_lead_response(self, doc: dict[str, Any]) -> None:
+        if "commit" in doc:
+            self._on_commit_hint(doc["commit"])
         interval = doc.get("heartbeatIntervalSeconds")
         if isinstance(interval, (int, float)) and not isinstance(interval, bool) and interval > 0:
             # The fleet's heartbeat (qonnect.yaml) governs; --report-interval is the fallback.
@@ -633,7 +695,7 @@ class Agent:
             return
         self._announced = newest
         log.info("newer_generation_announced", generation=newest, running=running)
-        self.wake.set()
+        self.poll_git_now()
 
     # ------------------------------------------------------------ loop
 
@@ -644,9 +706,10 @@ class Agent:
         if cfg.metrics_addr:
             # one address may serve both; a separate webhook address gets its own server
             same = cfg.webhook_addr in (None, cfg.metrics_addr)
-            servers.append(serve(cfg.metrics_addr, self.metrics, cfg.webhook_secret if same else None, self.wake.set))
+            servers.append(serve(cfg.metrics_addr, self.metrics, cfg.webhook_secret if same else None,
+                                 self.poll_git_now))
         if cfg.webhook_addr and cfg.webhook_addr != cfg.metrics_addr:
-            servers.append(serve(cfg.webhook_addr, None, cfg.webhook_secret, self.wake.set))
+            servers.append(serve(cfg.webhook_addr, None, cfg.webhook_secret, self.poll_git_now))
         if self.reporter:
             self.reporter.start()
         next_drift = time.monotonic() + cfg.drift_interval

@@ -44,6 +44,9 @@ class AgentConfig:
     drift_interval: float = 300.0
     drift: DriftMode = "heal"
     report_interval: float = 15.0
+    # Longest time without asking Git while every lead answer names the commit the agent
+    # has (the answer is a hint; 0: poll Git every interval regardless).
+    git_poll_max_interval: float = 300.0
     prune_fraction: float = 0.5
     wait_timeout: float = 60.0
     ready_timeout: float = 30.0
@@ -73,3 +76,5 @@ class AgentConfig:
             self.branch = f"cluster/{self.cluster}"
         if not 0 < self.prune_fraction <= 1:
             raise ValueError("prune fraction must be in (0, 1]")
+        if not 0 <= self.git_poll_max_interval < float("inf"):
+            raise ValueError("git poll max interval must be 0 (off) or a finite number of seconds")

@@ -45,6 +45,9 @@ class Metrics:
         "qonnect_agent_errors_total": ("counter", "Errors by kind (fetch, apply, prune, report, refusal)."),
         "qonnect_agent_syncs_total": ("counter", "Syncs by result."),
         "qonnect_agent_sync_duration_seconds": ("gauge", "Duration of the last sync."),
+        "qonnect_agent_git_polls_total": ("counter", "Polls of the branch that asked the Git server."),
+        "qonnect_agent_git_polls_skipped_total": ("counter", "Polls skipped because the lead's answer "
+                                                  "named the commit the agent has."),
     }
 
     def __init__(self) -> None:

@@ -4,8 +4,9 @@ One report is pending at a time: a newer report replaces a queued one (a stale
 heartbeat is worth nothing once a fresh one exists). Any lead will do; on failure
 the next one is tried; when all fail the sender backs off with jitter and keeps the
 newest report for the next attempt. The response says the newest generation
-written for this cluster; a callback lets the agent sync at once when it is ahead
-of what runs.
+written for this cluster and, from the leader, the head of its branch (``commit``); a
+callback lets the agent sync at once when it is ahead of what runs, or skip asking Git
+while it names the commit the agent has (``Agent._on_lead_response``).
 
 The token comes from a file that is re-read when it changes (and at once after a
 ``401``), so rotating it needs no restart. ``https://`` leads are verified against

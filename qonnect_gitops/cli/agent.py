@@ -32,7 +32,7 @@ _ENV = {
     "latency_metric": "QONNECT_LATENCY_METRIC", "traffic_metric": "QONNECT_TRAFFIC_METRIC",
     "log_level": "QONNECT_LOG_LEVEL", "once": "QONNECT_ONCE", "lead_ca": "QONNECT_LEAD_CA",
     "protect_namespace": "QONNECT_PROTECT_NAMESPACES", "protect_kind": "QONNECT_PROTECT_KINDS",
-    "prune_workers": "QONNECT_PRUNE_WORKERS",
+    "prune_workers": "QONNECT_PRUNE_WORKERS", "git_poll_max_interval": "QONNECT_GIT_POLL_MAX_INTERVAL",
 }
 
 
@@ -63,6 +63,10 @@ def register(sub: Any) -> None:
                    help="heal: re-apply drifted objects; report: only report them [QONNECT_DRIFT]")
     p.add_argument("--report-interval", type=float, default=float(e(_ENV["report_interval"], "15")),
                    help="heartbeat seconds (default 15)")
+    p.add_argument("--git-poll-max-interval", type=float,
+                   default=float(e(_ENV["git_poll_max_interval"], "300")),
+                   help="while the leads' answers name the commit the agent has, ask Git only this often "
+                        "(default 300 s; 0: every --interval) [QONNECT_GIT_POLL_MAX_INTERVAL]")
     p.add_argument("--prune-fraction", type=float, default=float(e(_ENV["prune_fraction"], "0.5")),
                    help="largest share of the inventory one sync may delete without Qonnect-Prune-Limit (default 0.5)")
     p.add_argument("--protect-namespace", action="append", default=_csv(e(_ENV["protect_namespace"])),
@@ -117,6 +121,8 @@ def build_config(args: argparse.Namespace) -> Any:
         raise SystemExit("qonnect agent: --webhook-addr needs --webhook-secret-file")
     if not 1 <= args.prune_workers <= 256:
         raise SystemExit("qonnect agent: --prune-workers must be between 1 and 256")
+    if not 0 <= args.git_poll_max_interval < float("inf"):
+        raise SystemExit("qonnect agent: --git-poll-max-interval must be 0 (off) or a finite number of seconds")
     cache = args.cache_dir or Path(tempfile.gettempdir()) / "qonnect-agent"
     return AgentConfig(
         cluster=args.cluster, repo=args.repo, branch=args.branch, kubeconfig=args.kubeconfig,
@@ -124,7 +130,7 @@ def build_config(args: argparse.Namespace) -> Any:
         lead_ca=args.lead_ca, prometheus=args.prometheus,
         latency_metric=args.latency_metric, traffic_metric=args.traffic_metric, interval=args.interval,
         drift_interval=args.drift_interval, drift=args.drift, report_interval=args.report_interval,
-        prune_fraction=args.prune_fraction, wait_timeout=args.wait_timeout,
+        git_poll_max_interval=args.git_poll_max_interval, prune_fraction=args.prune_fraction, wait_timeout=args.wait_timeout,
         unschedulable_grace=args.unschedulable_grace, metrics_addr=args.metrics_addr,
         webhook_addr=args.webhook_addr,
         webhook_secret=args.webhook_secret_file.read_bytes().strip() if args.webhook_secret_file else None,

@@ -110,17 +110,19 @@ def refspecs(updates: Sequence[tuple[str, bool]], pattern_prefixes: Sequence[str
 
 
 def push(repo: Path, remote: str, specs: Sequence[str], leases: Mapping[str, str | None] | None,
-         credentials: Any = None, timeout: float = TIMEOUT_SECONDS) -> PushOutcome:
+         credentials: Any = None, timeout: float = TIMEOUT_SECONDS, *, atomic: bool = False) -> PushOutcome:
     """``git push --porcelain <leases> <remote> <specs>`` in the bare ``repo``.
 
     ``leases`` maps each ref to the commit the remote must hold (None: no such ref);
-    None leases every ref on its remote-tracking ref. Raises ``Unavailable`` (see
-    ``available``) and ``GitFailed`` when the push as a whole failed."""
+    None leases every ref on its remote-tracking ref. ``atomic``: the remote updates every
+    ref or none (``--atomic``; a remote that cannot fails the whole push). Raises
+    ``Unavailable`` (see ``available``) and ``GitFailed`` when the push as a whole failed."""
     _check(credentials)
     lease_args = ["--force-with-lease"] if leases is None else [
         f"--force-with-lease={ref}:{old or ''}" for ref, old in leases.items()]
     command = ["git", "-C", str(repo), "-c", "credential.helper=", "-c", "core.askPass=",
-               "push", "--porcelain", "--no-verify", *lease_args, "--", remote, *specs]
+               "push", "--porcelain", "--no-verify", *(["--atomic"] if atomic else []),
+               *lease_args, "--", remote, *specs]
     proc = _run(command, "push", credentials, timeout)
     outcome = parse_porcelain(proc.stdout)
     if proc.returncode != 0 and not outcome.accepted and not outcome.rejected:

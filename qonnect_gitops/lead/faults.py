@@ -27,6 +27,19 @@ ENV = "QONNECT_FAULT_FILE"
 POINTS = ("before-publish", "between-pushes")
 
 
+def armed(name: str) -> bool:
+    """Whether the armed fault names this point (it has not fired yet). A lead publishes a
+    decision in two pushes while ``between-pushes`` is armed, so the point exists."""
+    path = os.environ.get(ENV)
+    if not path:
+        return False
+    try:
+        words = Path(path).read_text().split()
+    except FileNotFoundError:
+        return False
+    return bool(words) and words[0] == name
+
+
 def fault_point(name: str) -> bool:
     """Stop here if the armed fault names this point (see the module docstring).
 

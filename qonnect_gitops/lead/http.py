@@ -411,6 +411,12 @@ class _PendingReport:
             "receivedAt": self.received_at,
             "clockSkewSeconds": round(self.skew, 3),
         }
+        # The branch head as the leader last pushed or fetched it: an idle agent with that
+        # commit may skip its Git polls (a hint; followers do not know it and leave it out).
+        loop = service.loop
+        commit = loop.published_head(cluster) if loop is not None else None
+        if commit is not None:
+            body["commit"] = commit
         warnings = list(self.warnings)
         if verdict.ignored:
             warnings.append(f"ignored claims about {len(verdict.ignored)} component(s) not placed "

@@ -64,7 +64,8 @@ from qonnect_gitops.kb import (
     inventory_from_goals,
     workloads_from_goals,
 )
-from qonnect_gitops.lead.faults import fault_point
+from qonnect_gitops.lead.faults import armed, fault_point
+from qonnect_gitops.lead.latency_hold import LatencyHold, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode
@@ -150,6 +151,8 @@ class ReconcileLoop:
         # The last decision, reused while its inputs hold (lead/memo.py); time-driven rules
         # get a fresh plan at least every rescheduling interval.
         self.memo = DecisionMemo(max_age_seconds=config.reschedule_seconds)
+        # Measured latencies as the planner saw them, held through jitter (lead/latency_hold.py).
+        self.latency_hold = LatencyHold()
         self.cycles = 0
         self.last_cycle: dict[str, Any] | None = None
         self.last_error: str | None = None
@@ -171,11 +174,14 @@ class ReconcileLoop:
     def set_leading(self, leading: bool, term: int) -> None:
         """Called by the leadership watcher every few tens of milliseconds."""
         if leading and (not self._leading or term != self._leading_term):
+            if self._mirror is not None:
+                # another leader may have written since we last did (first: report answers
+                # must not show this lead's old heads once it leads again)
+                self._mirror.distrust()
             self._leading, self._leading_term = True, term
             self._signatures.clear()  # judge reports afresh: another lead saw the ones before
             self.memo.forget()
-            if self._mirror is not None:
-                self._mirror.distrust()  # another leader may have written since we last did
+            self.latency_hold.refresh()
             self._seen_head = _UNKNOWN
             self.scheduler.resume()
             log.info("loop_resumed", term=term)
@@ -184,6 +190,13 @@ class ReconcileLoop:
             self._leading = False
             self.scheduler.pause()
             log.warning("loop_paused", term=term)
+
+    def published_head(self, cluster: str) -> str | None:
+        """The head of ``cluster``'s branch as this leader last pushed or fetched it, for
+        report answers (a hint: agents fetch and verify before applying); None when this
+        lead does not lead or has not fetched in this term (``Mirror.distrust`` clears it)."""
+        mirror = self._mirror
+        return mirror.published_head(cluster) if self._leading and mirror is not None else None
 
     def may_write(self, term: int) -> bool:
         """The fence: still leader with a quorum, in the term the cycle started in."""
@@ -277,9 +290,11 @@ class ReconcileLoop:
         hooks = CycleHooks(on_goals=lambda c, g: self._record_goals(c, g, term),
                            before_publish=lambda r: self._fence_and_record(r, term, now),
                            between_pushes=lambda: self._between_pushes(term),
+                           two_pushes=lambda: armed("between-pushes"),
                            may_propose=self.review.may_propose)
         if FRESH_PLAN.intersection(why):
             self.memo.forget()  # these triggers exist for rules that act on time alone
+            self.latency_hold.refresh()
         result = None
         for attempt in range(1, ATTEMPTS + 1):
             self.metrics.inc("qonnect_goals_fetches_total")  # one fetch per attempt
@@ -341,7 +356,7 @@ class ReconcileLoop:
 
     def _observe(self, now: datetime) -> Any:
         def observe(goals: Goals) -> Observed:
-            return self.kb.snapshot(now)
+            return self.latency_hold.apply(self.kb.snapshot(now), self._envelopes)
         return observe
 
     def _liveness(self, now: datetime) -> Any:
@@ -361,7 +376,7 @@ class ReconcileLoop:
             self._branches = names
             raise Fenced("branch names changed; the next cycle uses the new ones")
         self._branches = names
-        self._envelopes = _envelopes(goals)
+        self._envelopes = latency_envelopes(goals)
         self._goals = goals
         self.fetch.last_fetch_at, self.fetch.last_fetch_error = time.time(), None
         if self.kb.last_good_commit() == commit:
@@ -525,12 +540,3 @@ def liveness_only(observed: Observed) -> Observed:
         "latencies": (),
         "traffic": (),
     })
-
-
-def _envelopes(goals: Goals) -> dict[str, list[float]]:
-    """Per region, every latency envelope (ms) some component's goals set, sorted."""
-    out: dict[str, set[float]] = {}
-    for component in goals.components():
-        for goal in component.qos.latency:
-            out.setdefault(goal.region, set()).add(float(goal.max_ms))
-    return {region: sorted(values) for region, values in out.items()}

@@ -72,8 +72,11 @@ class CycleHooks:
     * ``before_publish(result)``: called with the decision committed locally and before
       any push; raise ``Fenced`` to abort (nothing reaches the remote). The loop re-checks
       leadership and records the decision in the KB here.
-    * ``between_pushes()``: after the plan branch was pushed and before the fan-out push
-      (a test fault point: the fan-out must be finishable by the next leader).
+    * ``between_pushes()``: after the plan branch was pushed and before the fan-out push,
+      when a decision goes out in two pushes (``Mirror.publish``).
+    * ``two_pushes()``: True publishes the decision before its fan-out even where one
+      atomic push could carry both (the crash tests' ``between-pushes`` fault point: the fan-out must be
+      finishable by the next leader).
     * ``may_propose(goals_commit, plan_head, plan)``: review mode only; False withholds the
       proposal (a reviewer rejected this decision for these inputs: ``lead.review``).
     """
@@ -81,6 +84,7 @@ class CycleHooks:
     on_goals: Callable[[str, Goals], None] | None = None
     before_publish: Callable[[CycleResult], None] | None = None
     between_pushes: Callable[[], None] | None = None
+    two_pushes: Callable[[], bool] | None = None
     may_propose: Callable[[str, str | None, Plan], bool] | None = None
 
 
@@ -430,4 +434,9 @@ def _publish(mirror: Mirror, result: CycleResult, hooks: CycleHooks) -> PublishR
     """Push the cycle's local writes, after ``before_publish`` allowed it."""
     if hooks.before_publish is not None:
         hooks.before_publish(result)
-    return mirror.publish(between=hooks.between_pushes)
+    two = hooks.two_pushes is not None and hooks.two_pushes()
+    published = mirror.publish(between=hooks.between_pushes, atomic=not two)
+    upkeep = mirror.upkeep()  # the branches are out: agents need not wait for this
+    if upkeep is not None:
+        log.debug("mirror_upkeep", seconds=round(upkeep, 3))
+    return published

@@ -516,7 +516,7 @@ class ReviewBridge:
         url = self.loop.config.repo
         pull_ref = f"refs/merge-requests/{number}/head" if forge.kind == "gitlab" else f"refs/pull/{number}/head"
         cache = self.loop.config.mirror_dir.parent / REVIEW_CACHE
-        repo = fetch_for_review(cache, url, [pull_ref], credentials_from_env())
+        repo = fetch_for_review(cache, url, [pull_ref], credentials_from_env(), branches=[pull.base_branch])
         base_sha = str(resolve_commit(repo, pull.base_branch).id)
         if done is not None and (done["head"], done["base"]) == (pull.head_sha, base_sha):
             return  # already previewed this head on this base

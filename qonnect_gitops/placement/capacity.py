@@ -147,6 +147,11 @@ class Ledger:
         # Walks of a fleet order (``distribute._walk``): how far the clusters without room
         # for a shape reach from the start, at a generation.
         self.walk_starts: dict[tuple[int, int, int, int, frozenset[str]], tuple[object, object, int, int]] = {}
+        # Clusters where this cycle took capacity (a take or restore), and where capacity
+        # came back (a release), after the set-up charged what runs: elsewhere the ledger
+        # is as the cycle found it.
+        self.taken = np.zeros(n, dtype=bool)
+        self.returned = np.zeros(n, dtype=bool)
         # Observed clusters: what their ready nodes offer in all, and what the placement in
         # force puts there (at today's size). Reports lag behind decisions (replicas a plan
         # put there may not run yet, so they are not in the free capacity reported): the
@@ -283,6 +288,8 @@ class Ledger:
         """Consume up to ``count`` replicas on the cluster, first fit; returns how many.
         With ``record``, appends a ``Take`` per node charged so they can be released."""
         total = self.fits(cluster, cpu, memory, archs, count)
+        if total:
+            self.taken[cluster] = True
         for take in self._first_fit(cluster, cpu, memory, archs, total):
             if record is not None:
                 record.append(take)
@@ -385,7 +392,10 @@ class Ledger:
         """Charge (sign 1) or refund (sign -1) one recorded take."""
         k = sign * take.replicas
         if k < 0:
+            self.returned[take.cluster] = True
             self._roomier(take.cluster)
+        else:
+            self.taken[take.cluster] = True
         node = self.segments[take.cluster][take.segment].nodes[take.node]
         node[0] -= k * cpu
         node[1] -= k * memory

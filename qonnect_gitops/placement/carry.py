@@ -20,12 +20,13 @@ from __future__ import annotations
 
 import math
 from collections.abc import Hashable, Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.model.observed import ObservedCluster
 from qonnect_gitops.model.plan import ComponentPlan, CurrentPlacement
 from qonnect_gitops.placement.capacity import Running
+from qonnect_gitops.placement.distribute import Offload
 from qonnect_gitops.placement.fleet import StaticFleet
 from qonnect_gitops.placement.records import KeepKind, Work
 
@@ -69,6 +70,11 @@ class Carry:
     floors: dict[Hashable, tuple[float, Component, int]]
     # How many components the cycle took over from the one before (for tests and figures).
     carried: int = 0
+    # Rescheduling's offloaded alternatives (components kept because the move to the
+    # nearest cluster with room gained too little), with what they read of the ledger:
+    # the next cycle distributes anew only where that changed (``distribute.remembered``).
+    offloads: dict[str, Offload] = field(default_factory=dict)
+    offloads_reused: int = 0  # how many of the last cycle's the cycle used (tests, figures)
 
 
 def is_quiet(work: Work, healthy: list[bool]) -> bool:

@@ -23,6 +23,7 @@ from qonnect_gitops.placement.carry import (
     owner,
     quiet_until,
 )
+from qonnect_gitops.placement.distribute import Offload
 from qonnect_gitops.placement.evaluate import (
     EvalCaches,
     Evaluator,
@@ -107,6 +108,12 @@ class Cycle:
         # last cycle (``carry.py``). None: every component (a cycle from nothing).
         self.decided: set[str] | None = None
         self.carry: Carry | None = None
+        # Rescheduling's offloads remembered by the last cycle, and those of this one.
+        self.offloads_before: dict[str, Offload] = {}
+        self.offloads: dict[str, Offload] = {}
+        self.offloads_reused = 0
+        self._settled_anew: np.ndarray | None = None
+        self.changed_clusters: set[int] = set()  # health or report changed since the last cycle
         # Taken out: a cycle that fails half way leaves none behind (``remember`` puts it back).
         entry = self.fleet_memo.pop("carry", None)
         if isinstance(entry, Carry) and self._may_carry(entry):
@@ -227,6 +234,7 @@ class Cycle:
                     changed_clusters.add(index[name])
         for i in changed_clusters:
             dirty.update(owner(r.key) for r in carry.charges.get(i, ()))
+        self.changed_clusters = changed_clusters
         # 2. The ledger: the quiet components' replicas as charged last cycle, the others'
         # charged anew. Clusters where a charge changed are settled anew.
         touched: set[int] = set(changed_clusters)
@@ -290,6 +298,7 @@ class Cycle:
                 if key not in self.completed:
                     self.works[key] = built[key] if key in built else quiet[key]
         self.carry = carry
+        self.offloads_before = carry.offloads
 
     @staticmethod
     def _running(c: Component, key: str, count: int, old: ReplicaRequest | None) -> Running:
@@ -373,10 +382,28 @@ class Cycle:
             reports=self.observed.clusters, traffic=self.traffic, completed=self.completed, now=self.now,
             quiet=quiet, until=until, charges=self.charges, plans=dict(plans), bounds=bounds, floors=floors,
             carried=0 if self.decided is None else len(self.works) - len(self.decided), works=self.works,
-            sums=sums,
+            sums=sums, offloads=self.offloads, offloads_reused=self.offloads_reused,
         )
 
     # ----- questions -----------------------------------------------------------------------
+
+    def settled_anew(self) -> np.ndarray:
+        """Per cluster: whether this cycle's ledger may have started differently there than
+        the last cycle's: its health or report changed, or its charges were built anew and
+        differ from the last cycle's (every cluster in a cycle from nothing). Elsewhere
+        the same report, health and running replicas settled the same way."""
+        if self._settled_anew is None:
+            n = len(self.healthy)
+            carry = self.carry
+            if self.touched is None or carry is None:
+                self._settled_anew = np.ones(n, dtype=bool)
+            else:
+                before = carry.charges
+                anew = [i for i in self.touched
+                        if i in self.changed_clusters or self.charges.get(i, []) != before.get(i, [])]
+                self._settled_anew = np.zeros(n, dtype=bool)
+                self._settled_anew[sorted(anew)] = True
+        return self._settled_anew
 
     def decided_works(self) -> list[Work]:
         """The components decided in this cycle, in key order (every one in a cycle from

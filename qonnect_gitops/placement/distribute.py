@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.framework import Context
 from qonnect_gitops.placement.plugins.capacity import CapacityFilter
 from qonnect_gitops.placement.plugins.latency import nearest_goals, unserved
@@ -295,24 +296,7 @@ def _distribute(
     if not first.any():
         result.unplaced, result.blocked = need, Blocked.NO_CLUSTER
         return result
-    shared = not existing and _shared(allowed, wanted, total)
-    best = ctx.fleet.best.get((id(allowed), id(wanted), id(total), qos.offloading)) if shared else None
-    if best is not None and best[0] is allowed and best[1] is wanted and best[2] is total:
-        preferred = best[3]
-    else:
-        choose = first
-        if wanted is not None and qos.offloading and wanted is not allowed:
-            choose = first | (wanted & ~allowed)
-            if daemon and existing:
-                choose[list(existing)] = False
-            if new_clusters > 0 and existing and not daemon:
-                choose[list(existing)] = False
-        # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
-        preferred = int(np.argmin(np.where(choose, total, math.inf)))
-        if shared:
-            # The vectors hold the key's ids: no other object can take them meanwhile.
-            ctx.fleet.best[(id(allowed), id(wanted), id(total), qos.offloading)] = (allowed, wanted, total, preferred)
-    result.preferred = preferred
+    preferred = result.preferred = _preferred(ctx, first, allowed, wanted, total, existing, daemon, new_clusters)
     holds = bool(allowed[preferred])
     if holds and new_clusters <= 1 and need <= cap and room.left(preferred, need) >= need:
         result.replicas[preferred] = need
@@ -381,6 +365,142 @@ def _distribute(
     result.unplaced = overflow
     return result
 
+
+def _preferred(ctx: Context, first: np.ndarray, allowed: np.ndarray, wanted: np.ndarray | None, total: np.ndarray,
+               existing: Mapping[int, int], daemon: bool, new_clusters: int) -> int:
+    """The preferred cluster (see ``_distribute``): the best of ``first``, or with
+    offloading of ``wanted`` too; ties to the lowest index, i.e. cluster name."""
+    qos = ctx.component.qos
+    shared = not existing and _shared(allowed, wanted, total)
+    best = ctx.fleet.best.get((id(allowed), id(wanted), id(total), qos.offloading)) if shared else None
+    if best is not None and best[0] is allowed and best[1] is wanted and best[2] is total:
+        return int(best[3])
+    choose = first
+    if wanted is not None and qos.offloading and wanted is not allowed:
+        choose = first | (wanted & ~allowed)
+        if daemon and existing:
+            choose[list(existing)] = False
+        if new_clusters > 0 and existing and not daemon:
+            choose[list(existing)] = False
+    # argmin returns the first minimum: ties go to the lowest index, i.e. cluster name.
+    preferred = int(np.argmin(np.where(choose, total, math.inf)))
+    if shared:
+        # The vectors hold the key's ids: no other object can take them meanwhile.
+        ctx.fleet.best[(id(allowed), id(wanted), id(total), qos.offloading)] = (allowed, wanted, total, preferred)
+    return preferred
+
+
+@dataclass(frozen=True)
+class Offload:
+    """A distribution that offloaded every replica to one cluster, the nearest with room
+    to the preferred one, and what it read of the ledger: the preferred cluster and the
+    clusters the walk judged up to the one it chose (``judged``, in walk order; the last
+    is the one chosen). Another cycle that finds the same preferred cluster and the same
+    walk distributes the same way if no cluster judged without room may have gained room
+    since and the cluster chosen may not have lost it (``remembered``)."""
+
+    component: Component
+    replicas: int
+    own: dict[int, int]
+    need: int
+    preferred: int
+    too_small: bool
+    judged: np.ndarray
+    allowed: np.ndarray  # ``allowed`` over ``judged``
+    # The clusters found without room whose ledger was read (judged and allowed, and the
+    # preferred one unless too small), and whether the cluster chosen is where the
+    # component runs (its own replicas are its room there whatever the ledger holds).
+    full: np.ndarray
+    chose_own: bool
+    # The shared vectors it was distributed with: while a cycle offers the same objects,
+    # the preferred cluster, the walk and the clusters allowed are the same.
+    vectors: tuple[np.ndarray, np.ndarray | None, np.ndarray]
+
+
+def _offload(c: Component, ctx: Context, need: int, preferred: int, too_small: bool, judged: np.ndarray,
+             now: np.ndarray, vectors: tuple[np.ndarray, np.ndarray | None, np.ndarray]) -> Offload:
+    full = judged[:-1][now[:-1]]
+    if not too_small:
+        full = np.append(full, preferred)
+    own = dict(ctx.own)
+    return Offload(c, ctx.replicas, own, need, preferred, too_small, judged, now, full,
+                   own.get(int(judged[-1]), 0) >= need, vectors)
+
+
+def offload_of(ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, total: np.ndarray, req: Request,
+               result: Distribution) -> Offload | None:
+    """``result`` as an ``Offload`` to remember, if it is one (a single component's
+    distribution from scratch that offloaded all of ``req.need`` to one cluster, from
+    shared vectors) and the ledger it read was as the cycle found it: else None."""
+    c = ctx.component
+    qos = c.qos
+    if (req.existing or req.per_cluster_max is not None or qos.availability.spread
+            or qos.availability.min_clusters > 1 or not qos.offloading or len(result.replicas) != 1
+            or result.unplaced or result.removed or not _shared(allowed, wanted, total)
+            or nearest_goals(c, ctx.fleet.static.region_index)):
+        return None
+    ((primary, count),) = result.replicas.items()
+    why = result.why.get(primary)
+    preferred = result.preferred
+    if count != req.need or why is None or why.rule != Rule.OFFLOADED or preferred is None or why.origin != preferred:
+        return None
+    order = ctx.fleet.cluster_latency.nearest_order(preferred, total)
+    at = np.flatnonzero(order == primary)
+    if not at.size:
+        return None
+    judged = order[: int(at[0]) + 1]
+    memo = _offload(c, ctx, req.need, preferred, bool(why.too_small), judged, allowed[judged],
+                    (allowed, wanted, total))
+    ledger = ctx.ledger
+    read = memo.full if memo.chose_own else np.append(memo.full, primary)
+    if ledger.taken[read].any() or ledger.returned[read].any():
+        return None
+    return memo
+
+
+def remembered(memo: Offload, ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, total: np.ndarray,
+               req: Request, settled_anew: np.ndarray) -> tuple[Distribution, Offload] | None:
+    """The distribution ``memo`` remembers, and the memo for this cycle, if
+    ``distribute`` would find it again now: the same component, replicas and request,
+    the same preferred cluster and walk from it, the cluster chosen still allowed and no
+    cluster judged allowed that was not then; no cluster found without room (and still
+    allowed) settled anew for this cycle (``settled_anew``) or given room back in it; and
+    the cluster chosen either where the component runs or neither settled anew nor taken
+    from. Else None (distribute anew): taking never makes room, giving back never
+    removes it, and a cluster no longer allowed is not asked."""
+    c = ctx.component
+    if (req.existing or req.per_cluster_max is not None or memo.need != req.need or memo.replicas != ctx.replicas
+            or not (memo.component is c or memo.component == c) or memo.own != ctx.own):
+        return None
+    preferred = memo.preferred
+    if memo.vectors[0] is not allowed or memo.vectors[1] is not wanted or memo.vectors[2] is not total:
+        # Other filters (health changed): the preferred cluster and the walk again.
+        if not _shared(allowed, wanted, total):
+            return None
+        preferred = _preferred(ctx, allowed, allowed, wanted, total, {}, False, 1)
+        if preferred != memo.preferred or bool(allowed[preferred]) == memo.too_small:
+            return None
+        judged = memo.judged
+        order = ctx.fleet.cluster_latency.nearest_order(preferred, total)
+        if order.size < judged.size or not (order[: judged.size] == judged).all():
+            return None
+        now = allowed[judged]
+        if not now[-1] or (now & ~memo.allowed).any():
+            return None
+        # Judged against this cycle's filters from now on: a cluster skipped as not
+        # allowed was not checked, and must not count as checked when allowed again.
+        memo = _offload(c, ctx, memo.need, preferred, memo.too_small, judged, now, (allowed, wanted, total))
+    ledger = ctx.ledger
+    full = memo.full
+    if settled_anew[full].any() or ledger.returned[full].any():
+        return None
+    primary = int(memo.judged[-1])
+    if not memo.chose_own and (settled_anew[primary] or ledger.taken[primary]):
+        return None
+    best = Distribution(replicas={primary: memo.need},
+                        why={primary: Why(Rule.OFFLOADED, origin=preferred, too_small=memo.too_small)},
+                        preferred=preferred)
+    return best, memo
 
 def _spread(
     ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Request, existing: dict[int, int], room: Room

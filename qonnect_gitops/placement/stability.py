@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.cycle import Cycle
-from qonnect_gitops.placement.distribute import Request, distribute
+from qonnect_gitops.placement.distribute import Request, distribute, offload_of, remembered
 from qonnect_gitops.placement.plugins.latency import nearest_goals, unserved
 from qonnect_gitops.placement.records import (
     Cause,
@@ -80,8 +80,20 @@ def reschedule(cycle: Cycle, work: Work) -> None:
         return
     total, _ = ev.scores(ctx)
     per_cluster_max = 1 if c.kind == "DaemonSet" else None
-    best = distribute(ctx, ev.static_mask(ctx), total, Request(work.replicas, per_cluster_max=per_cluster_max),
-                      wanted=ev.wanted_mask(ctx))
+    allowed, wanted = ev.static_mask(ctx), ev.wanted_mask(ctx)
+    req = Request(work.replicas, per_cluster_max=per_cluster_max)
+    # Most components kept here offload to the same cluster cycle after cycle: where
+    # nothing that distribution read changed, it is not run again.
+    memo = cycle.offloads_before.get(work.key)
+    again = None if memo is None else remembered(memo, ctx, allowed, wanted, total, req, cycle.settled_anew())
+    if again is None:
+        best = distribute(ctx, allowed, total, req, wanted=wanted)
+        memo = offload_of(ctx, allowed, wanted, total, req, best)
+    else:
+        best, memo = again
+        cycle.offloads_reused += 1
+    if memo is not None:
+        cycle.offloads[work.key] = memo
     if best.unplaced or not best.replicas:
         work.keep = Keep(KeepKind.NO_BETTER)
         return

@@ -54,6 +54,59 @@ def test_a_branch_moved_behind_the_mirrors_back_loses_and_the_rest_lands(
     assert mirror.store.cluster_head("c1") == main
 
 
+def test_a_decision_and_its_fan_out_are_one_atomic_push(served: Served, tmp_path: Path) -> None:
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, 3, 1)
+    assert mirror.publish().pushes == 1
+    # Another leader's plan commit wins the race: the atomic push lands nothing at all,
+    # not even the branches whose leases still held.
+    main = remote_head(served, "refs/heads/main")
+    git("push", "-q", "--force", served.url, f"{main}:refs/heads/qonnect/plan",
+        cwd=served.bare.parent / (served.bare.name + ".work"))
+    before = {c: remote_head(served, f"refs/heads/cluster/c{c}") for c in range(3)}
+    decide(mirror, 3, 2, tag="v2")
+    with pytest.raises(StaleRef) as err:
+        mirror.publish()
+    assert not isinstance(err.value, FanOutStale)
+    assert "refs/heads/qonnect/plan" in err.value.refs
+    assert remote_head(served, "refs/heads/qonnect/plan") == main
+    assert {c: remote_head(served, f"refs/heads/cluster/c{c}") for c in range(3)} == before
+
+
+def test_a_remote_without_atomic_pushes_gets_two(served: Served, tmp_path: Path) -> None:
+    git("-C", served.bare, "config", "receive.advertiseAtomic", "false")
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, 3, 1)
+    assert mirror.publish().pushes == 3  # the refused atomic one, then the decision and its fan-out
+    assert mirror.pending() == []
+    assert remote_head(served, "refs/heads/cluster/c2") == mirror.store.cluster_head("c2")
+    decide(mirror, 3, 2, tag="v2")
+    assert mirror.publish().pushes == 2  # remembered: no atomic attempt again
+    assert remote_head(served, "refs/heads/qonnect/plan") == mirror.store.plan_head()
+
+
+def test_two_pushes_put_the_decision_out_before_its_fan_out(served: Served, tmp_path: Path) -> None:
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, 3, 1)
+    seen: list[tuple[str, str]] = []
+
+    def between() -> None:
+        clusters = git("ls-remote", served.url, "refs/heads/cluster/*")
+        seen.append((remote_head(served, "refs/heads/qonnect/plan"), clusters))
+
+    # An atomic publish has no "between": nothing is out until everything is.
+    assert mirror.publish(between=between).pushes == 1 and seen == []
+    decide(mirror, 3, 2, tag="v2")
+    old_c0 = remote_head(served, "refs/heads/cluster/c0")
+    assert mirror.publish(between=between, atomic=False).pushes == 2
+    ((plan, clusters),) = seen
+    assert plan == mirror.store.plan_head() and old_c0 in clusters
+    assert remote_head(served, "refs/heads/cluster/c0") == mirror.store.cluster_head("c0") != old_c0
+
+
 def test_a_pattern_push_creates_new_branches_and_updates_the_rest(served: Served, tmp_path: Path) -> None:
     many = gitcli.EXPLICIT_REFSPECS_MAX + 6
     mirror = Mirror(tmp_path / "m.git", served.url)

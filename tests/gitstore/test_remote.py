@@ -7,8 +7,8 @@ from pathlib import Path
 import pygit2
 import pytest
 
-from qonnect_gitops.gitstore import DecisionMeta, RemoteError, StaleRef
-from qonnect_gitops.gitstore.remote import Mirror, fetch_branch, narrow_fetch
+from qonnect_gitops.gitstore import DecisionMeta, RemoteError, StaleRef, gitcli, resolve_commit
+from qonnect_gitops.gitstore.remote import Mirror, fetch_branch, fetch_for_review, narrow_fetch
 
 from .helpers import CountingProxy, Served, git, plan_files, seed_goals, trailers_of
 
@@ -29,7 +29,7 @@ def test_clone_of_a_cluster_branch_shows_exactly_its_files(served: Served, tmp_p
     files["clusters/c1/extra/cm.yaml"] = b"kind: ConfigMap\n"
     result = decide(mirror, files, 1, ["c0", "c1", "c2"])
     published = mirror.publish()
-    assert published.pushes == 2 and len(published.pushed) == 4
+    assert published.pushes == 1 and len(published.pushed) == 4  # one atomic push
     assert mirror.pending() == []
 
     clone = tmp_path / "clone-c1"
@@ -89,15 +89,15 @@ def test_interrupted_publish_is_completed_by_the_next_leader(served: Served, tmp
     real_push = Mirror.push
     calls = []
 
-    def push_then_die(self: Mirror, changes):  # type: ignore[no-untyped-def]
+    def push_then_die(self: Mirror, changes, **kw):  # type: ignore[no-untyped-def]
         calls.append(changes)
         if len(calls) == 2:
             raise ConnectionError("leader lost its network after pushing the plan")
-        return real_push(self, changes)
+        return real_push(self, changes, **kw)
 
     monkeypatch.setattr(Mirror, "push", push_then_die)
     with pytest.raises(ConnectionError):
-        old.publish()
+        old.publish(atomic=False)  # the decision and its fan-out in two pushes
     monkeypatch.undo()
     assert git("ls-remote", served.url, "refs/heads/cluster/*") == ""
     assert git("ls-remote", served.url, "refs/heads/qonnect/plan").split()[0] == result.plan_commit
@@ -149,9 +149,11 @@ def test_a_big_decision_is_one_valid_pack_and_gc_consolidates_packs(served: Serv
     for gen in (2, 3, 4):
         decide(mirror, plan_files(150, manifests=4, tag=f"v{gen}"), gen, [f"c{i}" for i in range(150)])
     assert count()["packs"] > 3
-    published = mirror.publish()  # runs git gc --auto: too many packs -> one
-    assert published.gc_seconds is not None
+    mirror.publish()
+    assert count()["packs"] > 3  # publishing pushes and leaves upkeep for later
+    assert mirror.upkeep() is not None  # runs git gc --auto: too many packs -> one
     assert count()["packs"] == 1
+    assert mirror.upkeep() is None  # nothing pushed since
     assert mirror.store.plan_head() == git("-C", repo, "rev-parse", "qonnect/plan").strip()
     git("-C", served.bare, "fsck", "--strict", "--no-dangling")
 
@@ -194,3 +196,28 @@ def test_deleting_a_ref_is_compare_and_swap_too(served: Served, tmp_path: Path) 
         a.publish()  # p2 goes up, but closing p1 (a deletion) must not clobber the human's commit
     assert "refs/heads/qonnect/proposals/p1" in err.value.refs
     assert git("ls-remote", served.url, "refs/heads/qonnect/proposals/p1").split()[0] == source
+
+
+@pytest.mark.parametrize("command_line", [True, False])
+def test_a_review_fetch_takes_the_named_branches_and_pull_refs_only(
+        served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, command_line: bool) -> None:
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, plan_files(3), 1, ["c0", "c1", "c2"])
+    mirror.publish()
+    git("-C", served.bare, "update-ref", "refs/pull/7/head", served.goals_commit)
+    if not command_line:
+        monkeypatch.setattr(gitcli, "available", lambda credentials: False)
+    repo = fetch_for_review(tmp_path / "review.git", served.url, ["refs/pull/7/head", "refs/pull/8/head"],
+                            branches=["main"])
+    assert sorted(repo.references) == ["refs/qonnect-review/pull/7/head", "refs/remotes/origin/heads/main"]
+    assert str(resolve_commit(repo, "main").id) == served.goals_commit
+    assert mirror.store.cluster_head("c0") not in repo  # no cluster branch came along
+
+
+@pytest.mark.parametrize("name", ["main:refs/heads/evil", "main..x", "a b", "main.lock", ""])
+def test_a_review_fetch_refuses_branch_names_a_forge_event_made_up(served: Served, tmp_path: Path,
+                                                                   name: str) -> None:
+    with pytest.raises(ValueError, match="invalid ref name"):
+        fetch_for_review(tmp_path / "review.git", served.url, branches=[name])
+    assert not (tmp_path / "review.git").exists()

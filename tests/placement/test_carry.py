@@ -203,3 +203,102 @@ def test_a_kept_callers_explanation_follows_a_callee_that_rescheduling_moved() -
         warm = plan(g, obs, current)
         assert plan_json(warm) == plan_json(_cold(g, obs, current))
         current = warm.current()
+
+
+def _offloading_fleet(n: int) -> tuple[list[Any], list[Component], list[tuple[str, str, float]]]:
+    """The cheapest clusters fill first, so most components run offloaded and, once their
+    cooldown passed, are kept because the nearest cluster with room gains too little."""
+    clusters = [cluster(f"fog-{i:02d}", tier="fog", region=REGIONS[i % 2], cpu="2", memory="8Gi",
+                        cpu_hour=round(0.01 * (1 + i % 7), 3)) for i in range(n)]
+    comps = [_offloaded(f"c{j:03d}", j) for j in range(5 * n)]
+    links = [(c.name, r, 2.0 + (i % 5) if c.spec.region == r else 30.0 + i % 3)
+             for i, c in enumerate(clusters) for r in REGIONS]
+    return clusters, comps, links
+
+
+def _offloaded(name: str, j: int) -> Component:
+    return component(name, replicas=1 + (j % 5 == 0), cpu=250 + 125 * (j % 3), memory=2**28,
+                     qos={"objective": "cost"}, cooldown=COOLDOWN)
+
+
+def _reused(g: Goals) -> int:
+    entry = evaluate.goal_index(g).fleet_memo.get("carry")
+    return entry.offloads_reused if isinstance(entry, Carry) else 0
+
+
+OFFLOAD_EVENTS = ("nothing", "fail", "recover", "report", "apply", "add", "remove")
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.integers(8, 16), st.lists(st.tuples(st.sampled_from(OFFLOAD_EVENTS), st.integers(0, 1000)),
+                                    min_size=2, max_size=8))
+def test_a_remembered_offload_plans_what_a_fresh_distribution_plans(n: int, events: Any) -> None:
+    """Rescheduling's remembered offloads (``distribute.remembered``) are reused only
+    where the distribution would find them again: byte for byte the plan of a cycle
+    from nothing, through failovers, recoveries, reported capacity, components added
+    (placed before rescheduling runs) or removed (their room comes back) and applied plans."""
+    evaluate.forget()
+    clusters, comps, links = _offloading_fleet(n)
+    g = goals(clusters, comps, links=links, regions=REGIONS)
+    names = [c.name for c in clusters]
+    current = plan(g, Observed.model_validate({"now": NOW.isoformat()}), CurrentPlacement()).current()
+    now = NOW + timedelta(seconds=2 * COOLDOWN)
+    down: set[str] = set()
+    reports: dict[str, dict[str, Any]] = {}
+    reused = 0
+    for event, k in [("nothing", 0), ("nothing", 0), *events]:
+        now += timedelta(seconds=10)
+        name = names[k % len(names)]
+        if event == "fail":
+            down.add(name)
+        elif event == "recover" and down:
+            down.discard(sorted(down)[k % len(down)])
+        elif event == "report":
+            reports[name] = {"free": {"cpu": f"{125 * (k % 9)}m", "memory": "4Gi"}}
+        elif event == "add":
+            comps = [*comps, *(_offloaded(f"n{k:04d}{j}", k + j) for j in range(1 + k % 3))]
+        elif event == "remove":
+            comps = [c for j, c in enumerate(comps) if j % 7 != k % 7]
+        if event in ("add", "remove"):
+            g = goals(clusters, comps, links=links, regions=REGIONS)
+        seen = {m: dict(reports.get(m, {})) for m in sorted(set(reports) | down)}
+        for m in down:
+            seen[m]["healthy"] = False
+        obs = Observed.model_validate({"now": now.isoformat(), "clusters": seen})
+        warm = plan(g, obs, current)
+        reused += _reused(g)
+        assert plan_json(warm) == plan_json(_cold(g, obs, current)), (event, k)
+        if event == "apply":
+            current = warm.current()
+    assert reused > 0  # the second quiet cycle reuses what the first remembered
+
+
+def test_a_remembered_offload_to_another_cluster_is_dropped_once_that_cluster_is_taken() -> None:
+    """c4 runs on fog-2 and is kept because offloading to fog-1 (nearer to the full,
+    cheapest fog-0, and a little cheaper) gains too little. A new component placed before
+    rescheduling runs takes fog-1's room: c4's remembered offload no longer holds, and
+    the plan says the best alternative gains nothing, as a cycle from nothing does."""
+    clusters = [cluster("fog-0", tier="fog", region="r1", cpu="1", cpu_hour=0.010),
+                cluster("fog-1", tier="fog", region="r1", cpu="1", cpu_hour=0.020),
+                cluster("fog-2", tier="fog", region="r1", cpu="2", cpu_hour=0.021)]
+    links = [(c.name, r, 5.0) for c in clusters for r in REGIONS]
+    comps = [component(f"c{j}", cpu=500, memory=2**28, qos={"objective": "cost"}, cooldown=COOLDOWN)
+             for j in range(5)]
+    evaluate.forget()
+    g = goals(clusters, comps, links=links, regions=REGIONS)
+    first = plan(g, Observed.model_validate({"now": NOW.isoformat()}), CurrentPlacement())
+    assert first.components["shop/c4"].replicas_by_cluster() == {"fog-2": 1}
+    current = first.current()
+    g = goals(clusters, [c for c in comps if c.name != "c2"], links=links, regions=REGIONS)  # fog-1 has room
+    now = NOW + timedelta(seconds=2 * COOLDOWN)
+    texts = []
+    for added in ((), (), (component("c5", cpu=500, memory=2**28, qos={"objective": "cost"}, cooldown=COOLDOWN),)):
+        if added:
+            g = goals(clusters, [c for c in comps if c.name != "c2"] + list(added), links=links, regions=REGIONS)
+        now += timedelta(seconds=10)
+        obs = Observed.model_validate({"now": now.isoformat()})
+        warm = plan(g, obs, current)
+        assert plan_json(warm) == plan_json(_cold(g, obs, current))
+        texts.append((_reused(g), warm.components["shop/c4"].assignments[0].reason))
+    assert texts[1][0] > 0 and texts[1][1] == texts[0][1]  # the quiet cycle reused what the first remembered
+    assert "improves 0.0%" not in texts[1][1] and "improves 0.0%" in texts[2][1]
