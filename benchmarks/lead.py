@@ -367,6 +367,7 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
                              args=(w, targets, jobs[w::processes], seconds, threads, queue, ca))
                  for w in range(processes)]
         started = time.monotonic()
+        load_before = os.getloadavg()[0]
         cpu_before = {lead.node_id: _cpu_seconds(lead.proc.pid) for lead in group.leads if lead.proc}
         threads_before = {lead.node_id: _thread_cpu_seconds(lead.proc.pid)
                           for lead in group.leads if lead.proc}
@@ -376,6 +377,7 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         cpu_after = {lead.node_id: _cpu_seconds(lead.proc.pid) for lead in group.leads if lead.proc}
         threads_after = {lead.node_id: _thread_cpu_seconds(lead.proc.pid)
                          for lead in group.leads if lead.proc}
+        load_after = os.getloadavg()[0]
         for p in procs:
             p.join(timeout=10)
         elapsed = time.monotonic() - started
@@ -411,6 +413,9 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         "refused": sum(r["other"] for r in results),
         "errors": sum(r["errors"] for r in results),
         "reports_per_s": round(ok / seconds, 1),
+        # The machine's 1-minute load average at the start and end: the leads share the
+        # cores with the clients and whatever else runs, so figures compare only at a like load.
+        "load_average": [round(load_before, 2), round(load_after, 2)],
         "wall_s_incl_client_start": round(elapsed, 1),
         "latency_ms": {
             "p50": round(1000 * lats[len(lats) // 2], 1) if lats else None,
@@ -584,7 +589,8 @@ def main() -> int:
             print(f"report ingest over {'TLS' if i['tls'] else 'plain HTTP'} ({i['clusters']} cluster "
                   f"tokens, {i['connections']} connections in {i['client_processes']} client "
                   f"processes, {i['seconds']} s)")
-            print(f"  {i['reports_per_s']:.0f} committed reports/s   (goal: >= 5000/s)")
+            print(f"  {i['reports_per_s']:.0f} committed reports/s   (goal: >= 5000/s)   "
+                  f"load average {i['load_average'][0]} -> {i['load_average'][1]}")
             print(f"  2xx {i['accepted_2xx']}   refused {i['refused']}   errors {i['errors']}   "
                   f"latency p50 {i['latency_ms']['p50']} ms  p99 {i['latency_ms']['p99']} ms")
             print(f"  reports stored in the leader's KB: {i['reports_stored_by_leader']}")

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import dataclasses
 import pickle
 from datetime import UTC, datetime
 from typing import Any
 
+import msgspec
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -227,9 +227,9 @@ def test_dropping_claims_keeps_every_other_field_of_the_report() -> None:
     [verdict] = kb.apply_reports([sent])
     stored = kb.reports["edge-1"].record
     assert sorted(verdict.ignored) == ["shop/migrate", "shop/migrate", "shop/web"]
-    expected = dataclasses.replace(
+    expected = msgspec.structs.replace(
         sent.record,
-        components=(dataclasses.replace(sent.record.components[0], completed=False),),
+        components=(msgspec.structs.replace(sent.record.components[0], completed=False),),
         traffic=sent.record.traffic[:1])
     assert stored == expected
 

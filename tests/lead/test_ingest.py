@@ -1,7 +1,8 @@
 """The report ingest path in one process: the fast parse refuses what the careful one
 refuses (cached quantities included), tokens are created in bulk, the Raft tick gaps
-are measured, a graph built with the collector off is frozen rather than walked, and a
-Raft entry larger than one append message reaches every lead."""
+are measured, a graph built with the collector off is frozen rather than walked, a
+Raft entry larger than one append message reaches every lead, and packed report batches
+leave every lead with the same Knowledge Base."""
 
 from __future__ import annotations
 
@@ -14,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from qonnect_gitops.kb import ReportEntry, ReportRecord
-from qonnect_gitops.lead.http import parse_json, parse_report
+from qonnect_gitops.kb import KnowledgeBase, ReportEntry, ReportRecord
+from qonnect_gitops.lead.http import parse_json, parse_report, report_record
 from qonnect_gitops.lead.httpd import HTTPError
-from qonnect_gitops.lead.raft import FREEZE_YOUNG_ABOVE, GcPauses, RaftNode, TickGaps
+from qonnect_gitops.lead.raft import FREEZE_YOUNG_ABOVE, GcPauses, RaftNode, ReportBatcher, TickGaps
 from qonnect_gitops.lead.tokens import TokenStore, create_tokens
 from qonnect_gitops.model.report import AgentReport, _quantity_units
 from tests.lead.harness import report
@@ -203,5 +204,47 @@ def test_an_entry_larger_than_one_append_message_reaches_every_lead(tmp_path: Pa
             assert time.monotonic() < deadline, [len(n.state.kb.reports) for n in nodes]
             time.sleep(0.05)
     finally:
+        for n in nodes:
+            n.destroy()
+
+
+def test_packed_batches_leave_every_lead_with_the_same_kb(tmp_path: Path) -> None:
+    """Reports through the batcher (MessagePack batches, split by encoded bytes) are
+    committed, and every lead, applying the same bytes, holds the same Knowledge Base,
+    which its full dump carries whole: a follower may take over at any moment."""
+    ports = free_ports(3)
+    addrs = [f"127.0.0.1:{p}" for p in ports]
+    nodes = [RaftNode(addr, addrs, tmp_path / f"n{i}") for i, addr in enumerate(addrs)]
+    batcher = None
+    try:
+        deadline = time.monotonic() + 20
+        while not any(n.is_leader() for n in nodes):
+            assert time.monotonic() < deadline, "no leader"
+            time.sleep(0.05)
+        leader = next(n for n in nodes if n.is_leader())
+        batcher = ReportBatcher(leader, max_bytes=4096)
+        bodies = [report(f"edge-{i}", agent_time=1e9 + i, nodes=i % 4) for i in range(120)]
+        for i, body in enumerate(bodies[::3]):
+            body["sync"]["message"] = f"fetch https://agent:secret{i}@git.example/x failed"
+            body["refusals"] = [{"reason": "EmptyDesiredSet", "message": "é" * i}]
+        waiters = [batcher.submit(ReportEntry(body["cluster"], 2e9 + i,
+                                              report_record(json.dumps(body).encode()), 0.5))
+                   for i, body in enumerate(bodies)]
+        for waiter in waiters:
+            assert waiter.wait(10) and waiter.verdict is not None and waiter.verdict.stored
+        assert batcher.batches_sent >= 120 * 280 // 4096  # split by bytes, not only by count
+        deadline = time.monotonic() + 10
+        while not all(len(n.state.reader().read(lambda kb: kb.reports)) == 120 for n in nodes):
+            assert time.monotonic() < deadline, [len(n.state.kb.reports) for n in nodes]
+            time.sleep(0.05)
+        dumps = [n.state.reader().read(lambda kb: kb.to_dict()) for n in nodes]
+        assert dumps[0] == dumps[1] == dumps[2]
+        assert "secret" not in json.dumps(dumps[0])  # redacted before it entered the log
+        restored = KnowledgeBase.from_dict(dumps[1])
+        assert restored.to_dict() == dumps[1]
+        assert restored.reports == nodes[1].state.kb.reports
+    finally:
+        if batcher is not None:
+            batcher.stop()
         for n in nodes:
             n.destroy()

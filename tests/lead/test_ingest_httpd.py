@@ -15,6 +15,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from qonnect_gitops.lead import httpd
 from qonnect_gitops.lead.httpd import (
     AsyncHTTPServer,
     Deferred,
@@ -84,6 +85,27 @@ def test_pipelined_requests_are_answered_in_order(server: AsyncHTTPServer) -> No
         answers = _read_answers(sock, 3)
     assert answers == [(200, {"later": "one"}), (200, {"path": "/pool", "body": "two"}),
                        (200, {"later": "three"})]
+
+
+def test_a_remembered_head_serves_each_request_its_own_body(server: AsyncHTTPServer,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Heads that passed are remembered by their bytes (agents repeat theirs): requests
+    with the same head still get their own bodies, a refused head is refused every time
+    and never remembered, and the memory stays within its bound."""
+    monkeypatch.setattr(httpd, "_HEADS_KEPT", 3)
+    with socket.create_connection(server.server_address, timeout=5) as sock:
+        sock.sendall(_post("/pool", b"one") + _post("/pool", b"two") + _post("/pool", b"six"))
+        assert _read_answers(sock, 3) == [(200, {"path": "/pool", "body": body})
+                                          for body in ("one", "two", "six")]
+        for i in range(10):  # more distinct heads than the bound
+            sock.sendall(_post(f"/p{i}", b"x"))
+            assert _read_answers(sock, 1) == [(200, {"path": f"/p{i}", "body": "x"})]
+        assert len(server._heads) <= 3
+    for _ in range(2):
+        with socket.create_connection(server.server_address, timeout=5) as sock:
+            sock.sendall(b"PUT /pool HTTP/1.1\r\nContent-Length: 1\r\n\r\nx")
+            assert _read_answers(sock, 1)[0][0] == 405
+    assert not any(raw.startswith(b"PUT") for raw in server._heads)
 
 
 def test_a_request_split_across_packets_is_read_whole(server: AsyncHTTPServer) -> None:
