@@ -27,36 +27,35 @@ ENV = "QONNECT_FAULT_FILE"
 POINTS = ("before-publish", "between-pushes")
 
 
-def armed(name: str) -> bool:
-    """Whether the armed fault names this point (it has not fired yet). A lead publishes a
-    decision in two pushes while ``between-pushes`` is armed, so the point exists."""
+def _armed_at(name: str) -> tuple[Path, list[str]] | None:
+    """The armed fault file and its words when it names this point, else None."""
     path = os.environ.get(ENV)
     if not path:
-        return False
+        return None
     try:
         words = Path(path).read_text().split()
     except FileNotFoundError:
-        return False
-    return bool(words) and words[0] == name
+        return None
+    return (Path(path), words) if words and words[0] == name else None
+
+
+def armed(name: str) -> bool:
+    """Whether the armed fault names this point (it has not fired yet). A lead publishes a
+    decision in two pushes while ``between-pushes`` is armed, so the point exists."""
+    return _armed_at(name) is not None
 
 
 def fault_point(name: str) -> bool:
     """Stop here if the armed fault names this point (see the module docstring).
 
     Returns True only for an ``unfenced`` fault once released: skip the last fence."""
-    path = os.environ.get(ENV)
-    if not path:
+    found = _armed_at(name)
+    if found is None:
         return False
-    armed = Path(path)
+    armed_file, words = found
+    hit = armed_file.with_name(armed_file.name + ".hit")
     try:
-        words = armed.read_text().split()
-    except FileNotFoundError:
-        return False
-    if not words or words[0] != name:
-        return False
-    hit = armed.with_name(armed.name + ".hit")
-    try:
-        armed.rename(hit)  # atomic: exactly one process fires it
+        armed_file.rename(hit)  # atomic: exactly one process fires it
     except FileNotFoundError:
         return False
     hit.write_text(f"{name} {os.getpid()}\n")  # tells the test which process to kill

@@ -75,8 +75,8 @@ class CycleHooks:
     * ``between_pushes()``: after the plan branch was pushed and before the fan-out push,
       when a decision goes out in two pushes (``Mirror.publish``).
     * ``two_pushes()``: True publishes the decision before its fan-out even where one
-      atomic push could carry both (the crash tests' ``between-pushes`` fault point: the fan-out must be
-      finishable by the next leader).
+      atomic push could carry both (the crash tests' ``between-pushes`` fault point: the
+      fan-out must be finishable by the next leader).
     * ``may_propose(goals_commit, plan_head, plan)``: review mode only; False withholds the
       proposal (a reviewer rejected this decision for these inputs: ``lead.review``).
     """
