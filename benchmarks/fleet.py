@@ -96,7 +96,7 @@ from qonnect_gitops.kb import (
 from qonnect_gitops.lead import reconcile
 from qonnect_gitops.lead.latency_hold import LatencyHold, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
-from qonnect_gitops.lead.reconcile import reconcile_once
+from qonnect_gitops.lead.reconcile import CycleHooks, reconcile_once
 from qonnect_gitops.model import (
     CurrentPlacement,
     Goals,
@@ -230,29 +230,29 @@ def _timed(fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 class _WriteTimer:
-    """Times the decision write and the publish of a mirror (the fan-out and push)."""
+    """Times the decision write and the publish of a mirror (the fan-out and push), and
+    counts the pushes."""
 
-    def __init__(self, mirror: Mirror, two_pushes: bool = False) -> None:
+    def __init__(self, mirror: Mirror) -> None:
         self.seconds = 0.0
         self.publish_seconds = 0.0  # the push alone (``seconds`` has the write too)
         self.pushes = 0
-        self.two_pushes = two_pushes
-        for owner, name in ((mirror.store, "write_decision"), (mirror, "publish")):
-            setattr(owner, name, self._wrap(getattr(owner, name)))
+        mirror.store.write_decision = self._wrap(mirror.store.write_decision)  # type: ignore[method-assign]
+        mirror.publish = self._wrap(mirror.publish, publish=True)  # type: ignore[method-assign]
 
-    def _wrap(self, fn: Callable[..., Any]) -> Callable[..., Any]:
+    def _wrap(self, fn: Callable[..., Any], publish: bool = False) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
             start = time.perf_counter()
-            if self.two_pushes and "atomic" in kwargs:
-                kwargs["atomic"] = False
             try:
                 out = fn(*args, **kwargs)
-                self.pushes += getattr(out, "pushes", 0)
+                if publish:
+                    self.pushes += out.pushes
                 return out
             finally:
-                self.seconds += time.perf_counter() - start
-                if getattr(fn, "__name__", "") == "publish":
-                    self.publish_seconds += time.perf_counter() - start
+                elapsed = time.perf_counter() - start
+                self.seconds += elapsed
+                if publish:
+                    self.publish_seconds += elapsed
         return timed
 
 
@@ -335,11 +335,16 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         before = proxy.total()
         mirror.fetch()
         out["new_leader_fetch_bytes"] = proxy.total() - before
-        timer = _WriteTimer(mirror, two_pushes)
+        timer = _WriteTimer(mirror)
         memo = DecisionMemo()  # the leader's (lead/memo.py), as its loop passes it
+        hooks = CycleHooks(two_pushes=lambda: two_pushes)
+
+        def cycle(observe: Callable[[Goals], Observed], now: datetime) -> Any:
+            return reconcile_once(mirror, observe, now=now, memo=memo, hooks=hooks)
+
         # The goals at main are the unedited ones: reload them so the cycle finds them cached.
         load_goals(files, cache)
-        out["first_cycle_s"], first = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
+        out["first_cycle_s"], first = _timed(lambda: cycle(observe_now, NOW))
         out["fanout_push_s"] = timer.seconds
         out["fanout_publish_s"] = timer.publish_seconds
         out["branches_written"] = len(first.refs)
@@ -371,13 +376,13 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         timer.seconds, timer.pushes = 0.0, 0
         # The first cycle after a decision plans again (the plan in force is new) and
         # warms the planner for it.
-        out["idle_cycle_first_s"], idle = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
-        out["idle_cycle_s"], idle = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
+        out["idle_cycle_first_s"], idle = _timed(lambda: cycle(observe_now, NOW))
+        out["idle_cycle_s"], idle = _timed(lambda: cycle(observe_now, NOW))
         assert not idle.changed and not timer.seconds, "the idle cycle wrote something"
         # What a rescheduling cycle costs (once per --reschedule-seconds): plan and render
         # afresh, find the same decision, write nothing.
         memo.forget()
-        out["idle_cycle_replan_s"], idle = _timed(lambda: reconcile_once(mirror, observe_now, now=NOW, memo=memo))
+        out["idle_cycle_replan_s"], idle = _timed(lambda: cycle(observe_now, NOW))
         assert not idle.changed and not timer.seconds, "the rescheduling cycle wrote something"
 
         app = "apps/app-00000/manifests/c0.yaml"
@@ -385,7 +390,7 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         pushed[app] = pushed[app].replace(b"image: registry.example.org/", b"image: mirror.example.org/")
         _commit_goals(served, pushed, "one manifest changed", 1_700_000_100)
         later = NOW + timedelta(seconds=1)
-        out["one_changed_s"], changed = _timed(lambda: reconcile_once(mirror, observe_later, now=later, memo=memo))
+        out["one_changed_s"], changed = _timed(lambda: cycle(observe_later, later))
         out["one_changed_write_push_s"] = timer.seconds
         out["one_changed_pushes"] = timer.pushes
         out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
@@ -404,11 +409,11 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
                 return hold.apply(seen, envelopes) if held else seen
             return observe
 
-        reconcile_once(mirror, observe_jittered(0, True), now=later, memo=memo)  # measurements arrive
+        cycle(observe_jittered(0, True), later)  # measurements arrive
         out["idle_cycle_jitter_s"], _ = _timed(
-            lambda: reconcile_once(mirror, observe_jittered(1, True), now=later, memo=memo))
+            lambda: cycle(observe_jittered(1, True), later))
         out["idle_cycle_jitter_unheld_s"], _ = _timed(
-            lambda: reconcile_once(mirror, observe_jittered(2, False), now=later, memo=memo))
+            lambda: cycle(observe_jittered(2, False), later))
 
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # of this process so far
     return out
