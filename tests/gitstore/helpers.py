@@ -58,6 +58,10 @@ class Served:
     def url(self) -> str:
         return self.daemon.url(self.bare.name)
 
+    def force(self, commit: str, ref: str) -> None:
+        """Another writer moves ``ref`` on the server to ``commit``, behind every mirror's back."""
+        git("push", "-q", "--force", self.url, f"{commit}:{ref}", cwd=self.bare.parent / (self.bare.name + ".work"))
+
 
 def plan_files(n_clusters: int, manifests: int = 2, tag: str = "v1") -> dict[str, bytes]:
     """A plan: placement.yaml and ``manifests`` files for each of ``n_clusters`` clusters."""

@@ -37,8 +37,7 @@ def test_a_branch_moved_behind_the_mirrors_back_loses_and_the_rest_lands(
     mirror.publish()
     human = remote_head(served, "refs/heads/cluster/c0")
     main = remote_head(served, "refs/heads/main")
-    git("push", "-q", "--force", served.url, f"{main}:refs/heads/cluster/c1",
-        cwd=served.bare.parent / (served.bare.name + ".work"))
+    served.force(main, "refs/heads/cluster/c1")
 
     decide(mirror, clusters, 2, tag="v2")
     with pytest.raises(FanOutStale) as err:
@@ -62,8 +61,7 @@ def test_a_decision_and_its_fan_out_are_one_atomic_push(served: Served, tmp_path
     # Another leader's plan commit wins the race: the atomic push lands nothing at all,
     # not even the branches whose leases still held.
     main = remote_head(served, "refs/heads/main")
-    git("push", "-q", "--force", served.url, f"{main}:refs/heads/qonnect/plan",
-        cwd=served.bare.parent / (served.bare.name + ".work"))
+    served.force(main, "refs/heads/qonnect/plan")
     before = {c: remote_head(served, f"refs/heads/cluster/c{c}") for c in range(3)}
     decide(mirror, 3, 2, tag="v2")
     with pytest.raises(StaleRef) as err:
@@ -143,8 +141,7 @@ def test_without_the_command_line_libgit2_pushes_with_the_same_guarantees(
     decide(mirror, 3, 1)
     assert mirror.publish().pushes == 2
     main = remote_head(served, "refs/heads/main")
-    git("push", "-q", "--force", served.url, f"{main}:refs/heads/cluster/c2",
-        cwd=served.bare.parent / (served.bare.name + ".work"))
+    served.force(main, "refs/heads/cluster/c2")
     decide(mirror, 3, 2, tag="v2")
     with pytest.raises(StaleRef) as err:
         mirror.publish()

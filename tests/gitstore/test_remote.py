@@ -188,8 +188,7 @@ def test_deleting_a_ref_is_compare_and_swap_too(served: Served, tmp_path: Path) 
                     meta=DecisionMeta(source, 1, 1, "goals-changed"))
     a.publish()
     # A human force-pushes something else onto p1 after we saw it.
-    git("push", "-q", "--force", served.url, f"{source}:refs/heads/qonnect/proposals/p1",
-        cwd=served.bare.parent / (served.bare.name + ".work"))
+    served.force(source, "refs/heads/qonnect/proposals/p1")
     a.store.propose("p2", plan_files(1, tag="v2"), summary="P2", description="d", clusters=["c0"],
                     timestamp=1_700_000_002, meta=DecisionMeta(source, 1, 2, "goals-changed"))
     with pytest.raises(StaleRef) as err:
