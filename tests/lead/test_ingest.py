@@ -11,6 +11,7 @@ import json
 import pickle
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -183,15 +184,7 @@ def test_an_entry_larger_than_one_append_message_reaches_every_lead(tmp_path: Pa
     follower logs ``failed _onTick ... pickle data was truncated`` for each early
     "finish" and unpickles the entry at the last chunk. Noisy but harmless; this holds
     that the entry still arrives without waiting for a full dump."""
-    ports = free_ports(3)
-    addrs = [f"127.0.0.1:{p}" for p in ports]
-    nodes = [RaftNode(addr, addrs, tmp_path / f"n{i}") for i, addr in enumerate(addrs)]
-    try:
-        deadline = time.monotonic() + 20
-        while not any(n.is_leader() for n in nodes):
-            assert time.monotonic() < deadline, "no leader"
-            time.sleep(0.05)
-        leader = next(n for n in nodes if n.is_leader())
+    with _three_leads(tmp_path) as (nodes, leader):
         bodies = [report(f"edge-{i}") for i in range(300)]
         for body in bodies:  # text beyond ASCII: pysyncobj's pickled entry outgrows it most
             body["components"][0]["message"] = "é" * 400
@@ -199,52 +192,56 @@ def test_an_entry_larger_than_one_append_message_reaches_every_lead(tmp_path: Pa
             parse_report(json.dumps(body).encode())), 0.0) for i, body in enumerate(bodies)]
         assert len(pickle.dumps(entries)) > 2**16 * 4
         leader.propose(leader.state.reports, entries, timeout=10)
-        deadline = time.monotonic() + 10  # far less than a compaction would take
-        while not all(len(n.state.reader().read(lambda kb: kb.reports)) == 300 for n in nodes):
-            assert time.monotonic() < deadline, [len(n.state.kb.reports) for n in nodes]
-            time.sleep(0.05)
-    finally:
-        for n in nodes:
-            n.destroy()
+        _wait_all_hold(nodes, 300)  # within far less than a compaction would take
 
 
 def test_packed_batches_leave_every_lead_with_the_same_kb(tmp_path: Path) -> None:
     """Reports through the batcher (MessagePack batches, split by encoded bytes) are
     committed, and every lead, applying the same bytes, holds the same Knowledge Base,
     which its full dump carries whole: a follower may take over at any moment."""
-    ports = free_ports(3)
-    addrs = [f"127.0.0.1:{p}" for p in ports]
+    with _three_leads(tmp_path) as (nodes, leader):
+        batcher = ReportBatcher(leader, max_bytes=4096)
+        try:
+            bodies = [report(f"edge-{i}", agent_time=1e9 + i, nodes=i % 4) for i in range(120)]
+            for i, body in enumerate(bodies[::3]):
+                body["sync"]["message"] = f"fetch https://agent:secret{i}@git.example/x failed"
+                body["refusals"] = [{"reason": "EmptyDesiredSet", "message": "é" * i}]
+            waiters = [batcher.submit(ReportEntry(body["cluster"], 2e9 + i,
+                                                  report_record(json.dumps(body).encode()), 0.5))
+                       for i, body in enumerate(bodies)]
+            for waiter in waiters:
+                assert waiter.wait(10) and waiter.verdict is not None and waiter.verdict.stored
+            assert batcher.batches_sent >= 120 * 280 // 4096  # split by bytes, not only by count
+            _wait_all_hold(nodes, 120)
+            dumps = [n.state.reader().read(lambda kb: kb.to_dict()) for n in nodes]
+            assert dumps[0] == dumps[1] == dumps[2]
+            assert "secret" not in json.dumps(dumps[0])  # redacted before it entered the log
+            restored = KnowledgeBase.from_dict(dumps[1])
+            assert restored.to_dict() == dumps[1]
+            assert restored.reports == nodes[1].state.kb.reports
+        finally:
+            batcher.stop()
+
+
+@contextmanager
+def _three_leads(tmp_path: Path) -> Iterator[tuple[list[RaftNode], RaftNode]]:
+    """Three in-process Raft nodes on loopback, once one of them leads: (all, leader)."""
+    addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
     nodes = [RaftNode(addr, addrs, tmp_path / f"n{i}") for i, addr in enumerate(addrs)]
-    batcher = None
     try:
         deadline = time.monotonic() + 20
         while not any(n.is_leader() for n in nodes):
             assert time.monotonic() < deadline, "no leader"
             time.sleep(0.05)
-        leader = next(n for n in nodes if n.is_leader())
-        batcher = ReportBatcher(leader, max_bytes=4096)
-        bodies = [report(f"edge-{i}", agent_time=1e9 + i, nodes=i % 4) for i in range(120)]
-        for i, body in enumerate(bodies[::3]):
-            body["sync"]["message"] = f"fetch https://agent:secret{i}@git.example/x failed"
-            body["refusals"] = [{"reason": "EmptyDesiredSet", "message": "é" * i}]
-        waiters = [batcher.submit(ReportEntry(body["cluster"], 2e9 + i,
-                                              report_record(json.dumps(body).encode()), 0.5))
-                   for i, body in enumerate(bodies)]
-        for waiter in waiters:
-            assert waiter.wait(10) and waiter.verdict is not None and waiter.verdict.stored
-        assert batcher.batches_sent >= 120 * 280 // 4096  # split by bytes, not only by count
-        deadline = time.monotonic() + 10
-        while not all(len(n.state.reader().read(lambda kb: kb.reports)) == 120 for n in nodes):
-            assert time.monotonic() < deadline, [len(n.state.kb.reports) for n in nodes]
-            time.sleep(0.05)
-        dumps = [n.state.reader().read(lambda kb: kb.to_dict()) for n in nodes]
-        assert dumps[0] == dumps[1] == dumps[2]
-        assert "secret" not in json.dumps(dumps[0])  # redacted before it entered the log
-        restored = KnowledgeBase.from_dict(dumps[1])
-        assert restored.to_dict() == dumps[1]
-        assert restored.reports == nodes[1].state.kb.reports
+        yield nodes, next(n for n in nodes if n.is_leader())
     finally:
-        if batcher is not None:
-            batcher.stop()
         for n in nodes:
             n.destroy()
+
+
+def _wait_all_hold(nodes: list[RaftNode], count: int) -> None:
+    """Until every node's KB holds ``count`` reports (10 s at most)."""
+    deadline = time.monotonic() + 10
+    while not all(len(n.state.reader().read(lambda kb: kb.reports)) == count for n in nodes):
+        assert time.monotonic() < deadline, [len(n.state.kb.reports) for n in nodes]
+        time.sleep(0.05)
