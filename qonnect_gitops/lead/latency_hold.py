@@ -44,6 +44,12 @@ def latency_envelopes(goals: Goals) -> dict[str, list[float]]:
     return {region: sorted(values) for region, values in out.items()}
 
 
+def envelopes_broken(envelopes: Mapping[str, Sequence[float]], region: str, ms: float) -> int:
+    """How many of ``region``'s latency envelopes (sorted, ms) a latency of ``ms`` breaks:
+    two latencies with the same count meet and break the same goals."""
+    return bisect.bisect_left(envelopes.get(region, ()), ms)
+
+
 @dataclass(frozen=True)
 class HoldBand:
     """How far a measurement may move from the held value and still be held."""
@@ -67,8 +73,8 @@ def held_latencies(held: Mapping[Pair, ObservedLatency], measured: Sequence[Obse
         old = held.get((lat.from_, lat.to))
         if old is not None and old.ms != lat.ms and band.holds(old.ms, lat.ms):
             # Agents measure from their cluster to a region; either end may be the region.
-            limits = envelopes.get(lat.to) or envelopes.get(lat.from_) or ()
-            if bisect.bisect_left(limits, old.ms) == bisect.bisect_left(limits, lat.ms):
+            region = lat.to if lat.to in envelopes else lat.from_
+            if envelopes_broken(envelopes, region, old.ms) == envelopes_broken(envelopes, region, lat.ms):
                 out.append(old)
                 continue
         out.append(lat)

@@ -41,7 +41,6 @@ repository). It owns the goals fetch status; the service only shows it.
 
 from __future__ import annotations
 
-import bisect
 import logging
 import threading
 import time
@@ -65,7 +64,7 @@ from qonnect_gitops.kb import (
     workloads_from_goals,
 )
 from qonnect_gitops.lead.faults import armed, fault_point
-from qonnect_gitops.lead.latency_hold import LatencyHold, latency_envelopes
+from qonnect_gitops.lead.latency_hold import LatencyHold, envelopes_broken, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode
@@ -523,7 +522,7 @@ def report_signature(record: ReportRecord, envelopes: dict[str, list[float]]) ->
     alloc = sum(n.allocatable_cpu for n in ready) or 1
     free = sum(n.free_cpu for n in ready)
     breaches = tuple(sorted(
-        (lat.to, bisect.bisect_left(envelopes.get(lat.to, []), lat.ms)) for lat in record.latencies
+        (lat.to, envelopes_broken(envelopes, lat.to, lat.ms)) for lat in record.latencies
     ))
     capi = tuple((c.name, c.phase, c.ready) for c in record.cluster_api)
     return (len(ready), len(record.nodes), int(4 * free / alloc), sum(n for _, n in breaches),
