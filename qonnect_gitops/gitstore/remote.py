@@ -166,7 +166,8 @@ class Mirror:
             proposal_prefix=proposal_prefix,
             identity=identity,
         )
-        cluster_glob = f"refs/heads/{cluster_prefix}*"
+        self._cluster_refs = f"refs/heads/{cluster_prefix}"  # every cluster branch starts so
+        cluster_glob = f"{self._cluster_refs}*"
         proposal_glob = f"refs/heads/{proposal_prefix}*"
         self._local_patterns = [self.store.plan_ref, cluster_glob, proposal_glob, f"{CLOSED_NAMESPACE}*"]
         self._refspecs = [f"+{r}:{_seen_name(r)}" for r in [self.main_ref, *self._local_patterns]]
@@ -333,7 +334,7 @@ class Mirror:
         if updates:
             self.store.fanned_out = None  # cluster branches may be where another writer left them
         self.store.moved.clear()
-        prefix = f"refs/heads/{self.store.cluster_prefix}"
+        prefix = self._cluster_refs
         self._heads = {ref[len(prefix):]: str(oid) for ref, oid in seen.items() if ref.startswith(prefix)}
         seen_main = _ref_target(self.repo, _seen_name(self.main_ref))
         self._watched_seen = {ref: str(oid) for ref, oid in seen.items() if self._is_watched(ref)}
@@ -472,8 +473,7 @@ class Mirror:
     def _push_with_git(self, changes: Sequence[RefChange], atomic: bool) -> tuple[set[str], dict[str, str]]:
         """Accepted refs and rejections (ref -> why) of one ``git push``. Refs a branch
         pattern pushed besides ``changes`` count too: a rejected one was moved by someone else."""
-        specs = gitcli.refspecs([(c.ref, c.new is None) for c in changes],
-                                 [f"refs/heads/{self.store.cluster_prefix}"])
+        specs = gitcli.refspecs([(c.ref, c.new is None) for c in changes], [self._cluster_refs])
         # Named refs are leased on the values we last saw; a pattern on the tracking refs.
         named = not any("*" in spec for spec in specs)
         leases = {c.ref: c.old for c in changes} if named else None
@@ -528,7 +528,7 @@ class Mirror:
             raise StaleRef({**missing, **rejected})
 
     def _note_head(self, ref: str, commit: str | None) -> None:
-        prefix = f"refs/heads/{self.store.cluster_prefix}"
+        prefix = self._cluster_refs
         if ref.startswith(prefix):
             if commit is None:
                 self._heads.pop(ref[len(prefix):], None)
