@@ -62,7 +62,7 @@ from qonnect_gitops.agent.prune import (
     prune,
     removal_candidates,
 )
-from qonnect_gitops.agent.report import Reporter
+from qonnect_gitops.agent.report import WARNING_REPEAT_SECONDS, Reporter
 from qonnect_gitops.agent.source import Revision, SourceError, fetch, read_revision
 from qonnect_gitops.agent.sync import (
     ObjectResult,
@@ -660,7 +660,7 @@ class Agent:
         at most once per report interval, so a lying lead can cause no more than that."""
         now = time.monotonic()
         if not isinstance(value, str) or not _COMMIT.fullmatch(value):
-            if now - self._hint_warned >= 300.0:
+            if now - self._hint_warned >= WARNING_REPEAT_SECONDS:
                 self._hint_warned = now
                 log.warning("lead_commit_ignored", value=repr(value)[:80],
                             why="not a commit id (40 or 64 lower-case hex digits)")
