@@ -214,7 +214,13 @@ def test_service_endpoints_and_slices() -> None:
         apps.create_namespaced_deployment("default", deployment("web", 2))
 
         def two_addresses() -> bool:
-            ep = core.read_namespaced_endpoints("web", "default")
+            # As on a real server, the endpoints controller creates the object after the Service: 404 until then.
+            try:
+                ep = core.read_namespaced_endpoints("web", "default")
+            except client.ApiException as err:
+                if err.status == 404:
+                    return False
+                raise
             return bool(ep.subsets) and len(ep.subsets[0].addresses or []) == 2
 
         wait_for(two_addresses, what="endpoints")
