@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.lead.httpd import HTTPLimits
 from qonnect_gitops.lead.raft import RaftTiming
 from qonnect_gitops.lead.service import LeadConfig
@@ -82,6 +83,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--compaction-entries", type=int,
                         default=RaftTiming.compaction_entries,
                         help="compact the Raft log into a full dump after this many entries")
+    add_goals_limit_arguments(parser)
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(handler=run)
 
@@ -145,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         http_limits=HTTPLimits(max_connections=args.max_connections, workers=args.http_workers,
                                read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
                                max_body_bytes=args.max_body),
+        goals_limits=goals_limits(args),
     )
     from qonnect_gitops.lead.process import run_lead
 

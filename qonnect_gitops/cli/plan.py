@@ -8,6 +8,7 @@ import sys
 from datetime import UTC, datetime
 from typing import Any
 
+from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.cli.table import format_table
 from qonnect_gitops.model import GoalsError, load_goals, read_directory
 from qonnect_gitops.model.observed import empty_observation, load_observed
@@ -27,6 +28,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--observed", metavar="FILE", help="YAML snapshot of the live fleet")
     parser.add_argument("--current", metavar="FILE", help="JSON placements of an earlier plan plus lastMoved")
     parser.add_argument("--format", choices=("table", "json", "markdown"), default="table")
+    add_goals_limit_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -66,7 +68,8 @@ def _read(path: str) -> bytes:
 
 def run(args: argparse.Namespace) -> int:
     try:
-        goals = load_goals(read_directory(args.dir))
+        limits = goals_limits(args)
+        goals = load_goals(read_directory(args.dir, limits), limits=limits)
         observed = (
             load_observed(args.observed, _read(args.observed), goals)
             if args.observed

@@ -9,6 +9,7 @@ import tempfile
 from datetime import UTC, datetime
 from typing import Any
 
+from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.forge.preview import (
     current_from_plan_file,
     preview,
@@ -24,6 +25,7 @@ from qonnect_gitops.gitstore import (
 from qonnect_gitops.gitstore.remote import credentials_from_env, fetch_for_review
 from qonnect_gitops.gitstore.store import DEFAULT_PLAN_BRANCH
 from qonnect_gitops.model import Goals, GoalsError, Observed, load_goals
+from qonnect_gitops.model.limits import TreeLimits
 from qonnect_gitops.model.observed import empty_observation, load_observed
 from qonnect_gitops.render.render import PLACEMENT_FILE
 
@@ -43,6 +45,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--head", required=True, metavar="REV", help="the revision with the change")
     parser.add_argument("--observed", metavar="FILE", help="YAML snapshot of the live fleet (default: as declared)")
     parser.add_argument("--format", choices=("markdown", "json"), default="markdown")
+    add_goals_limit_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -53,9 +56,9 @@ def _plan_branch(goals: list[Goals | None]) -> str:
     return DEFAULT_PLAN_BRANCH
 
 
-def _valid(files: dict[str, bytes]) -> Goals | None:
+def _valid(files: dict[str, bytes], limits: TreeLimits) -> Goals | None:
     try:
-        return load_goals(files)
+        return load_goals(files, limits=limits)
     except GoalsError:
         return None
 
@@ -76,7 +79,8 @@ def run(args: argparse.Namespace) -> int:
                 commits[name] = str(resolve_commit(repo, wanted).id)
             base_files = read_tree_files(repo, commits["base"])
             head_files = read_tree_files(repo, commits["head"])
-            branch = _plan_branch([_valid(head_files), _valid(base_files)])
+            limits = goals_limits(args)
+            branch = _plan_branch([_valid(head_files, limits), _valid(base_files, limits)])
             try:
                 plan_commit = str(resolve_commit(repo, branch).id)
             except GitStoreError:
@@ -93,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return load_observed(args.observed, observed_raw, goals)
 
     try:
-        result = preview(base_files, head_files, current, observe)
+        result = preview(base_files, head_files, current, observe, limits)
     except GoalsError as exc:  # the observed file does not fit the goals
         for problem in exc.problems:
             print(problem, file=sys.stderr)

@@ -7,6 +7,7 @@ import sys
 import tempfile
 from typing import Any
 
+from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.gitstore import (
     GitStoreError,
     RemoteError,
@@ -32,6 +33,7 @@ def register(sub: Any) -> None:
                         help="validate a goals repository at a revision instead of a directory")
     parser.add_argument("--rev", default=None,
                         help="with --repo: the revision to validate (default: main)")
+    add_goals_limit_arguments(parser)
     parser.set_defaults(handler=run)
 
 
@@ -47,7 +49,7 @@ def summary(goals: Goals) -> str:
 def _read(args: argparse.Namespace) -> tuple[str, dict[str, bytes], list[Problem]]:
     """The goals files, how to name where they came from, and what was skipped reading them."""
     if args.repo is None:
-        tree = scan_directory(args.dir)
+        tree = scan_directory(args.dir, goals_limits(args))
         return args.dir, tree.files, tree.skipped
     with tempfile.TemporaryDirectory(prefix="qonnect-validate-") as cache:
         mirror = Mirror(cache, args.repo, credentials_from_env())
@@ -73,7 +75,7 @@ def run(args: argparse.Namespace) -> int:
     for problem in skipped:
         print(f"warning: {problem}", file=sys.stderr)
     try:
-        goals = load_goals(files)
+        goals = load_goals(files, limits=goals_limits(args))
     except GoalsError as exc:
         for problem in exc.problems:
             print(problem, file=sys.stderr)

@@ -25,6 +25,7 @@ from qonnect_gitops.model import (
     Plan,
     load_goals,
 )
+from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
 from qonnect_gitops.placement import plan as make_plan
 from qonnect_gitops.render.describe import plan_markdown
 
@@ -53,17 +54,17 @@ class Preview:
 
 
 def preview(base_files: Mapping[str, bytes], head_files: Mapping[str, bytes], current: CurrentPlacement,
-            observe: Callable[[Goals], Observed]) -> Preview:
+            observe: Callable[[Goals], Observed], limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Preview:
     """Validate the head; plan base and head on ``observe(goals)`` with ``current`` in force.
 
     An invalid base (the change repairs it) is compared against the placement in force."""
     try:
-        head = load_goals(dict(head_files))
+        head = load_goals(dict(head_files), limits=limits)
     except GoalsError as exc:
         return Preview(valid=False, errors=tuple(str(p) for p in exc.problems))
     head_plan = make_plan(head, observe(head), current)
     try:
-        base = load_goals(dict(base_files))
+        base = load_goals(dict(base_files), limits=limits)
     except GoalsError:
         before, base_valid = dict(current.placements), False
     else:

@@ -45,7 +45,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,6 +81,7 @@ from qonnect_gitops.lead.review import TICK_SECONDS as REVIEW_TICK_SECONDS
 from qonnect_gitops.lead.review import ReviewBridge
 from qonnect_gitops.logs import get_logger, redact, redact_url
 from qonnect_gitops.model import Goals, GoalsError, Observed
+from qonnect_gitops.model.limits import TreeLimits
 from qonnect_gitops.model.observed import ObservedCluster
 from qonnect_gitops.placement.provision import fleet_record, next_deadline
 from qonnect_gitops.render.describe import plan_markdown
@@ -108,6 +109,7 @@ class LoopConfig:
     poll_seconds: float = 10.0
     reschedule_seconds: float = 60.0
     api_url: str | None = None  # this lead's advertised API URL (links in forge statuses)
+    goals_limits: TreeLimits = field(default_factory=TreeLimits)  # how large a goals tree is accepted
 
 
 @dataclass
@@ -301,7 +303,8 @@ class ReconcileLoop:
                 mirror = self._open_mirror()
                 result = reconcile_once(mirror, self._observe(now), now=now, term=term,
                                         hooks=hooks, describe=plan_markdown,
-                                        fallback=self._liveness(now), memo=self.memo)
+                                        fallback=self._liveness(now), memo=self.memo,
+                                        goals_limits=self.config.goals_limits)
                 break
             except GoalsError as exc:
                 self._record_failure(exc, term)
@@ -350,7 +353,7 @@ class ReconcileLoop:
     def _open_mirror(self) -> Mirror:
         if self._mirror is None:
             self._mirror = open_mirror_for_goals(self.config.mirror_dir, self.config.repo,
-                                                 credentials_from_env())
+                                                 credentials_from_env(), self.config.goals_limits)
         return self._mirror
 
     def _observe(self, now: datetime) -> Any:

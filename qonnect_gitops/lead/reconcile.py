@@ -49,6 +49,7 @@ from qonnect_gitops.model import (
     Plan,
     load_goals,
 )
+from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
 from qonnect_gitops.model.plan import DecisionReason
 from qonnect_gitops.placement.provision import plan_with_pools, state_key, with_members
 from qonnect_gitops.render import RenderedPlan, render
@@ -134,7 +135,8 @@ def open_mirror(path: str | Path, url: str, credentials: Credentials, goals: Goa
                   cluster_prefix=branches.cluster_prefix, proposal_prefix=branches.proposal_prefix)
 
 
-def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials) -> Mirror:
+def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials,
+                          goals_limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Mirror:
     """A fetched mirror whose branch names are the ones the goals at main configure.
 
     The names live in the goals, so the first fetch uses the defaults; when the fleet
@@ -146,7 +148,7 @@ def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials) 
     if commit is None:
         return mirror
     try:
-        goals = load_goals(mirror.read_goals(commit), _PARSED)
+        goals = _goals_at(mirror, commit, goals_limits)
     except GoalsError:
         return mirror  # reconcile_once reports the problems
     branches = goals.fleet.spec.branches
@@ -304,21 +306,21 @@ def decision_summary(plan: Plan) -> str:
     return text
 
 
-_GOALS: dict[str, Goals] = {}  # the goals of the last commits read (a commit never changes)
+_GOALS: dict[tuple[str, TreeLimits], Goals] = {}  # the goals of the last commits read (a commit never changes)
 _GOALS_KEEP = 2
 # Files parsed for earlier commits, by blob id: a goals push re-parses only what it changed.
 _PARSED = ParseCache()
 
 
-def _goals_at(mirror: Mirror, commit: str) -> Goals:
+def _goals_at(mirror: Mirror, commit: str, limits: TreeLimits) -> Goals:
     """The goals at a commit, loaded once: reusing the same (immutable) ``Goals`` object
     lets the planner keep what it derived from it between cycles."""
-    goals = _GOALS.get(commit)
+    goals = _GOALS.get((commit, limits))
     if goals is None:
-        goals = load_goals(mirror.read_goals(commit), _PARSED)  # raises GoalsError: not in _GOALS
+        goals = load_goals(mirror.read_goals(commit), _PARSED, limits)  # raises GoalsError: not in _GOALS
         while len(_GOALS) >= _GOALS_KEEP:
             del _GOALS[next(iter(_GOALS))]
-        _GOALS[commit] = goals
+        _GOALS[(commit, limits)] = goals
     return goals
 
 
@@ -332,6 +334,7 @@ def reconcile_once(
     hooks: CycleHooks = CycleHooks(),
     fallback: ObservationSource | None = None,
     memo: DecisionMemo | None = None,
+    goals_limits: TreeLimits = DEFAULT_TREE_LIMITS,
 ) -> CycleResult:
     """Fetch, validate, plan, render, write and publish once.
 
@@ -342,13 +345,14 @@ def reconcile_once(
     ``observe`` is retried once with ``fallback`` (the lead passes liveness only) and
     the result says why in ``degraded``: failover must not stop because of one bad
     measurement. With ``memo`` (the leader's), a cycle whose inputs equal the last one's
-    reuses that decision and its rendering (``lead.memo``).
+    reuses that decision and its rendering (``lead.memo``). Goals over ``goals_limits``
+    are invalid (GoalsError).
     """
     mirror.fetch()
     goals_commit = mirror.main_commit()
     if goals_commit is None:
         raise RuntimeError(f"{mirror.display_url} has no main branch")
-    goals = _goals_at(mirror, goals_commit)
+    goals = _goals_at(mirror, goals_commit, goals_limits)
     if hooks.on_goals is not None:
         hooks.on_goals(goals_commit, goals)
     # The generation and the placement in force come from the plan branch: it is the

@@ -529,7 +529,7 @@ class ReviewBridge:
         now = datetime.now(tz=UTC)
         observed, current = self.kb.read(lambda kb: (kb.snapshot(now), kb.current_placement()))
         result = preview(read_tree_files(repo, base_sha), read_tree_files(repo, pull.head_sha), current,
-                         lambda goals: observed)
+                         lambda goals: observed, self.loop.config.goals_limits)
         body = preview_markdown(result, base_sha, pull.head_sha)
         comment_id = (done or {}).get("comment")
         if comment_id is None:

@@ -27,6 +27,7 @@ from qonnect_gitops.lead.raft import ProposalError, RaftNode, RaftTiming, Report
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.tokens import TokenStore
 from qonnect_gitops.logs import get_logger, redact_url
+from qonnect_gitops.model.limits import TreeLimits
 
 log = get_logger(__name__)
 
@@ -62,6 +63,7 @@ class LeadConfig:
     batch_window: float = 0.005
     timing: RaftTiming = field(default_factory=RaftTiming)
     http_limits: HTTPLimits = field(default_factory=HTTPLimits)
+    goals_limits: TreeLimits = field(default_factory=TreeLimits)
 
     @property
     def tls(self) -> bool:
@@ -98,7 +100,7 @@ class LeadService:
             self.loop = ReconcileLoop(self.node, self.kb, self.metrics, LoopConfig(
                 repo=config.repo, mirror_dir=Path(config.data_dir) / MIRROR_DIR,
                 poll_seconds=config.poll_seconds, reschedule_seconds=config.reschedule_seconds,
-                api_url=config.url))
+                api_url=config.url, goals_limits=config.goals_limits))
             self.node.state.report_listener = self.loop.on_reports
         self._threads = [
             threading.Thread(target=self._watch_leadership, name="leadership", daemon=True),

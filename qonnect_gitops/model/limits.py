@@ -7,6 +7,7 @@ size limits below; goal documents declare their numeric ranges with the bounds b
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Final
 
 MiB: Final = 1024 * 1024
@@ -22,6 +23,26 @@ MAX_TREE_FILES: Final = 20_000
 """Most files in one goals tree or one cluster branch."""
 MAX_TREE_BYTES: Final = 64 * MiB
 """Most bytes in one goals tree or one cluster branch, all files together."""
+
+
+@dataclass(frozen=True)
+class TreeLimits:
+    """How much one whole tree may hold. Cluster branches always get the defaults. For the
+    goals tree of a large fleet (10,000 clusters with a component file each pass 20,000
+    files) whoever runs the lead, ``qonnect validate`` or ``qonnect preview`` may raise
+    them on the command line; nothing in a goals tree can. Every file and document keeps
+    its own limits either way."""
+
+    files: int = MAX_TREE_FILES
+    bytes: int = MAX_TREE_BYTES
+
+
+DEFAULT_TREE_LIMITS: Final = TreeLimits()
+"""The limits of every cluster branch, and of a goals tree unless raised."""
+GOALS_LIMIT_OPTIONS: Final = ("--goals-max-files", "--goals-max-bytes")
+"""The command-line options that set ``TreeLimits`` for a goals tree (named in refusals)."""
+
+
 MAX_DEPTH: Final = 100
 """Deepest nesting of mappings and sequences in one YAML document."""
 

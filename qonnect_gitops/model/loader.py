@@ -30,11 +30,14 @@ from qonnect_gitops.model.goals import (
 from qonnect_gitops.model.kubeschema import KindCatalog, custom_kinds, split_api_version
 from qonnect_gitops.model.labels import ADOPT_ANNOTATION, PRUNE_ANNOTATION
 from qonnect_gitops.model.limits import (
+    DEFAULT_TREE_LIMITS,
+    GOALS_LIMIT_OPTIONS,
     MAX_NODE_CPU,
     MAX_NODE_MEMORY,
     MAX_REPLICAS,
     MAX_TREE_FILES,
     RESERVED_NAMESPACES,
+    TreeLimits,
 )
 from qonnect_gitops.model.network import Network, latency_table
 from qonnect_gitops.model.parsing import check_tree, load_documents
@@ -56,8 +59,11 @@ POOLS_DIR = "clusterPools/"
 APP_FILE = "app.yaml"
 
 
-def load_goals(files: Mapping[str, bytes], cache: ParseCache | None = None) -> Goals:
+def load_goals(files: Mapping[str, bytes], cache: ParseCache | None = None,
+               limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Goals:
     """Validate and resolve a goals tree. Raises GoalsError listing every problem found.
+
+    A tree over ``limits`` (files, bytes) is refused before anything is parsed.
 
     Warnings (custom resources that could not be checked) are on ``Goals.warnings``.
     With ``cache`` (one per long-lived caller, such as the lead's loop), a file whose
@@ -70,9 +76,9 @@ def load_goals(files: Mapping[str, bytes], cache: ParseCache | None = None) -> G
     gc.disable()
     try:
         if cache is None:
-            return _Loader(files, ParseCache()).load()
+            return _Loader(files, ParseCache(), limits).load()
         cache.begin()
-        return _Loader(files, cache).load()
+        return _Loader(files, cache, limits).load()
     finally:
         if was_enabled:
             gc.enable()
@@ -151,9 +157,10 @@ class ParseCache:
 
 
 class _Loader:
-    def __init__(self, files: Mapping[str, bytes], cache: ParseCache) -> None:
+    def __init__(self, files: Mapping[str, bytes], cache: ParseCache, limits: TreeLimits) -> None:
         self.files = files
         self.cache = cache
+        self.limits = limits
         self.problems: list[Problem] = []
         self.warnings: list[Problem] = []
         self.docs: dict[str, YamlDocument] = {}
@@ -210,7 +217,7 @@ class _Loader:
         return list(cached)
 
     def load(self) -> Goals:
-        tree = check_tree(self.files, "the goals tree")
+        tree = check_tree(self.files, "the goals tree", self.limits, GOALS_LIMIT_OPTIONS)
         if tree:
             raise GoalsError(tree)  # nothing is parsed from a tree over the limits
         self.kinds = KindCatalog(self._custom_kinds())

@@ -5,7 +5,7 @@ Before any YAML is built into objects, a file is checked here: its size
 document as it would be once aliases are expanded (``MAX_DOCUMENT_BYTES``) and how deep
 it nests (``MAX_DEPTH``). An alias bomb is refused at the alias that crosses the limit,
 with ``file:line:column``, long before it costs memory. Trees are bounded by
-``MAX_TREE_FILES`` and ``MAX_TREE_BYTES``.
+``TreeLimits`` (``MAX_TREE_FILES`` and ``MAX_TREE_BYTES`` unless raised for goals).
 
 The same scan builds each document's plain data as ruamel reads it (YAML 1.2), for
 ``yamlpos.parse_yaml``: ruamel, pure Python, is run only for positions (when a problem is
@@ -30,12 +30,12 @@ from ruamel.yaml.resolver import implicit_resolvers
 
 from qonnect_gitops.model.errors import GoalsError, Problem
 from qonnect_gitops.model.limits import (
+    DEFAULT_TREE_LIMITS,
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
     MAX_FILE_BYTES,
-    MAX_TREE_BYTES,
-    MAX_TREE_FILES,
     MiB,
+    TreeLimits,
 )
 
 try:
@@ -49,16 +49,21 @@ def size_text(size: int) -> str:
     return f"{size / MiB:g} MiB" if size >= MiB else f"{size:,} bytes"
 
 
-def check_tree(files: Mapping[str, bytes], what: str = "the tree") -> list[Problem]:
-    """Problems with a whole tree: too many files, or too many bytes together."""
+def check_tree(files: Mapping[str, bytes], what: str = "the tree", limits: TreeLimits = DEFAULT_TREE_LIMITS,
+               raise_with: tuple[str, str] | None = None) -> list[Problem]:
+    """Problems with a whole tree: too many files, or too many bytes together.
+
+    ``raise_with`` names the options that raise the file and the byte limit, for the message."""
     problems = []
-    if len(files) > MAX_TREE_FILES:
-        problems.append(Problem("", None, None, "", f"{what} holds more than {MAX_TREE_FILES:,} files "
-                                f"({len(files):,} read); the limit keeps validation bounded"))
+    if len(files) > limits.files:
+        how = f"; {raise_with[0]} raises it" if raise_with else ""
+        problems.append(Problem("", None, None, "", f"{what} holds more than {limits.files:,} files "
+                                f"({len(files):,} read); the limit keeps validation bounded{how}"))
     total = sum(len(b) for b in files.values())
-    if total > MAX_TREE_BYTES:
-        problems.append(Problem("", None, None, "", f"{what} holds more than {size_text(MAX_TREE_BYTES)} "
-                                f"of files ({total:,} bytes read)"))
+    if total > limits.bytes:
+        how = f"; {raise_with[1]} raises it" if raise_with else ""
+        problems.append(Problem("", None, None, "", f"{what} holds more than {size_text(limits.bytes)} "
+                                f"of files ({total:,} bytes read){how}"))
     return problems
 
 

@@ -6,8 +6,8 @@ is read the way Git would store it: only regular files; a symlink is never follo
 (Git stores the link, not what it points to) and, like Git trees read by qonnect, not
 read at all; FIFOs, devices and sockets are skipped. Each skipped entry is reported as
 a warning. Reading is bounded: at most ``MAX_FILE_BYTES + 1`` bytes of a file (the
-loader refuses the file) and at most ``MAX_TREE_FILES + 1`` files or ``MAX_TREE_BYTES``
-bytes in all (the loader refuses the tree).
+loader refuses the file) and one file past the tree's ``TreeLimits`` (files or bytes in
+all; the loader refuses the tree).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from qonnect_gitops.model.errors import Problem
-from qonnect_gitops.model.limits import MAX_FILE_BYTES, MAX_TREE_BYTES, MAX_TREE_FILES
+from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, MAX_FILE_BYTES, TreeLimits
 
 _OPEN_FLAGS = os.O_RDONLY | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_NONBLOCK", 0)
 
@@ -31,9 +31,10 @@ class DirectoryTree:
     skipped: list[Problem] = field(default_factory=list)
 
 
-def scan_directory(root: str | os.PathLike[str]) -> DirectoryTree:
+def scan_directory(root: str | os.PathLike[str], limits: TreeLimits = DEFAULT_TREE_LIMITS) -> DirectoryTree:
     """Every regular file below ``root`` as ``{posix relative path: bytes}``, hidden entries
-    skipped, with a warning for every symlink and special file left out."""
+    skipped, with a warning for every symlink and special file left out. Reading stops
+    just past ``limits`` (the loader refuses such a tree)."""
     base = Path(root)
     if not base.is_dir():
         raise FileNotFoundError(f"{root}: not a directory")
@@ -54,14 +55,14 @@ def scan_directory(root: str | os.PathLike[str]) -> DirectoryTree:
                 continue
             tree.files[path.relative_to(base).as_posix()] = data
             total += len(data)
-            if len(tree.files) > MAX_TREE_FILES or total > MAX_TREE_BYTES:
+            if len(tree.files) > limits.files or total > limits.bytes:
                 return tree  # the loader refuses a tree over the limits; reading on costs memory only
     return tree
 
 
-def read_directory(root: str | os.PathLike[str]) -> dict[str, bytes]:
+def read_directory(root: str | os.PathLike[str], limits: TreeLimits = DEFAULT_TREE_LIMITS) -> dict[str, bytes]:
     """The files of ``scan_directory`` (warnings dropped)."""
-    return scan_directory(root).files
+    return scan_directory(root, limits).files
 
 
 def _read_regular(path: Path) -> tuple[bytes | None, str]:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from qonnect_gitops.cli import main
 from qonnect_gitops.model import GoalsError, load_goals
-from qonnect_gitops.model.limits import MAX_FILE_BYTES, MAX_TREE_FILES
+from qonnect_gitops.model.limits import MAX_FILE_BYTES, MAX_TREE_FILES, TreeLimits
 from qonnect_gitops.model.parsing import check_structure, load_documents
 from qonnect_gitops.model.quantity import to_bytes, to_millicores
 from qonnect_gitops.model.source import scan_directory
@@ -86,8 +87,47 @@ def test_an_object_over_the_limit_is_refused(template_files: dict[str, bytes]) -
 def test_a_tree_with_too_many_files_is_refused_without_parsing(template_files: dict[str, bytes]) -> None:
     files = dict(template_files)
     files.update({f"docs/note-{i}.md": b"x" for i in range(MAX_TREE_FILES)})
-    with pytest.raises(GoalsError, match="the goals tree holds more than 20,000 files"):
+    with pytest.raises(GoalsError, match=r"the goals tree holds more than 20,000 files .*--goals-max-files raises it"):
         load_goals(files)
+
+
+def test_raised_tree_limits_accept_a_larger_goals_tree_and_lowered_ones_refuse_it(
+        template_files: dict[str, bytes]) -> None:
+    files = dict(template_files)
+    files.update({f"docs/note-{i}.md": b"x" for i in range(MAX_TREE_FILES)})
+    goals = load_goals(files, limits=TreeLimits(files=len(files)))
+    assert set(goals.clusters) == set(load_goals(template_files).clusters)
+    total = sum(len(b) for b in template_files.values())
+    with pytest.raises(GoalsError) as err:
+        load_goals(template_files, limits=TreeLimits(files=len(template_files) - 1, bytes=total - 1))
+    assert sorted(p.message for p in err.value.problems) == sorted([
+        f"the goals tree holds more than {len(template_files) - 1:,} files ({len(template_files):,} read); "
+        "the limit keeps validation bounded; --goals-max-files raises it",
+        f"the goals tree holds more than {total - 1:,} bytes of files ({total:,} bytes read); "
+        "--goals-max-bytes raises it",
+    ])
+
+
+def test_validate_takes_raised_limits_and_refuses_bad_ones(tmp_path: Path,
+                                                          capsys: pytest.CaptureFixture[str]) -> None:
+    tree = tmp_path / "goals"
+    shutil.copytree(TEMPLATE, tree)
+    assert main(["validate", str(tree), "--goals-max-files", "3"]) == 1
+    err = capsys.readouterr().err
+    assert "the goals tree holds more than 3 files" in err and "--goals-max-files raises it" in err
+    docs = tree / "docs"
+    docs.mkdir()
+    for i in range(MAX_TREE_FILES):
+        (docs / f"note-{i}.md").write_bytes(b"x")
+    assert main(["validate", str(tree)]) == 1  # over the default
+    assert "holds more than 20,000 files" in capsys.readouterr().err
+    assert main(["validate", str(tree), "--goals-max-files", "30000", "--goals-max-bytes", "128Mi"]) == 0
+    assert ": valid:" in capsys.readouterr().out
+    for bad in (["--goals-max-files", "0"], ["--goals-max-files", "many"], ["--goals-max-bytes", "lots"],
+                ["--goals-max-bytes", "1.5"]):
+        with pytest.raises(SystemExit) as exit_:
+            main(["validate", str(tree), *bad])
+        assert exit_.value.code == 2 and f"argument {bad[0]}" in capsys.readouterr().err, bad
 
 
 # -- directories are read as Git stores them ------------------------------------------------------

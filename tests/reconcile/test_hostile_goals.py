@@ -32,8 +32,8 @@ def goals(tmp_path: Path) -> Iterator[GoalsRepo]:
         yield repo
 
 
-def reconcile(repo: GoalsRepo) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "qonnect_gitops", "reconcile", "--repo", repo.url, "--once"],
+def reconcile(repo: GoalsRepo, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "qonnect_gitops", "reconcile", "--repo", repo.url, "--once", *args],
                           capture_output=True, text=True, cwd=ROOT, timeout=120)
 
 
@@ -106,5 +106,33 @@ def test_a_lead_group_shows_the_bomb_as_invalid_keeps_the_plan_and_stays_respons
         assert status["goals"]["lastFailed"]["commit"] == bad
         start = time.monotonic()
         assert group.status(successor, timeout=5) is not None and time.monotonic() - start < 5
+    finally:
+        group.stop()
+
+
+def test_goals_over_the_tree_limits_are_invalid_until_the_limits_are_raised(goals: GoalsRepo) -> None:
+    small = reconcile(goals, "--goals-max-files", "5")
+    assert small.returncode == 1
+    assert "the goals tree holds more than 5 files" in small.stderr and "--goals-max-files raises it" in small.stderr
+    assert "nothing written" in small.stderr and _written(goals) == []
+    assert reconcile(goals, "--goals-max-files", "1000").returncode == 0
+    assert _written(goals)  # the plan and the cluster branches
+
+
+def test_a_lead_started_with_lower_goals_limits_reports_the_tree_and_writes_nothing(tmp_path: Path) -> None:
+    group = LeadGroup(tmp_path / "group", clusters=["edge-1", "edge-2", "edge-3"], shop=False,
+                      extra_args=["--goals-max-files", "3"])
+    group.start_all()
+    try:
+        leader = group.wait_leader()
+        failed = group.wait_until(
+            lambda: (((group.status(leader) or {}).get("goals") or {}).get("lastFailed") or {}).get("errors"),
+            timeout=30, what="the tree refused")
+        assert any("the goals tree holds more than 3 files (4 read)" in e and "--goals-max-files raises it" in e
+                   for e in failed), failed
+        assert ((group.status(leader) or {}).get("goals") or {}).get("lastGood") is None
+        refs = subprocess.run(["git", "-C", str(group.repo_path), "for-each-ref", "--format=%(refname)"],
+                              capture_output=True, text=True, check=True).stdout.split()
+        assert refs == ["refs/heads/main"]
     finally:
         group.stop()
