@@ -109,9 +109,9 @@ def test_random_branches_end_in_the_vocabulary_and_never_touch_foreign_objects(m
         files, links, step, extra = commit
         _commit(branch, files, max(0, branch.generation + step), extra, links=links)
         adopted.update(_adopts(files))
-        start = time.monotonic()
+        start = time.process_time()  # CPU (the agent's and the in-process sim's), not wall-clock
         result = agent.sync()
-        assert time.monotonic() - start < 90
+        assert time.process_time() - start < 90
         assert max_rss_mib() < 1500
         event(f"{result.state}/{result.reason}")
         assert isinstance(result.state, SyncState)

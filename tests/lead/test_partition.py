@@ -110,7 +110,7 @@ def test_isolated_leader_stops_and_its_late_push_is_refused(
         _place(group, net, fault)
         group.start_all()
         isolated = group.leads[0]
-        wait_for(lambda: _leader_is(group, isolated), 30, "the namespaced lead leads", group)
+        wait_for(lambda: _leader_is(group, isolated), 60, "the namespaced lead leads", group)
         wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 20,
                  "first decision", group)
         before = generation(goals)

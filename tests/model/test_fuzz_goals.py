@@ -31,7 +31,7 @@ from tests.conftest import TEMPLATE
 from tests.fuzz import NAMESPACES, max_rss_mib, plausible_files, yaml_files
 
 MEMORY_LIMIT_MIB = 1500
-SECONDS = 60
+CPU_SECONDS = 60  # processor time, not wall-clock: a shared machine may stall the run
 NUMBERS = [b".inf", b"-.inf", b".nan", b"1e309", b"100000000", b"-1", b"0", b"'12'", b"\"1e999999999\"", b"[]"]
 SETTINGS = settings(max_examples=40, deadline=None, derandomize=True,
                     suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow,
@@ -45,8 +45,8 @@ def _wire(files: dict[str, bytes], names: list[str]) -> None:
 
 
 def _load(files: dict[str, bytes]) -> Goals | None:
-    """Load within the time and memory bounds; None when refused (with clear problems)."""
-    start = time.monotonic()
+    """Load within the CPU and memory bounds; None when refused (with clear problems)."""
+    start = time.process_time()
     try:
         goals = load_goals(files)
     except GoalsError as exc:
@@ -56,7 +56,7 @@ def _load(files: dict[str, bytes]) -> Goals | None:
             assert problem.path == "" or problem.path in files, problem
             assert problem.line is None or problem.line >= 1
         goals = None
-    assert time.monotonic() - start < SECONDS
+    assert time.process_time() - start < CPU_SECONDS
     assert max_rss_mib() < MEMORY_LIMIT_MIB
     return goals
 
@@ -138,9 +138,9 @@ def test_random_directories_never_hang_nor_leave_the_tree(entries: list[tuple[st
                 target.write_bytes(bytes(range(256)) * 4)
             else:
                 target.write_text("apiVersion: v1\nkind: ConfigMap\nmetadata: {name: extra}\n")
-        start = time.monotonic()
-        scanned = scan_directory(root)
-        assert time.monotonic() - start < 10
+        start = time.process_time()
+        scanned = scan_directory(root)  # a FIFO read would block: the test's timeout catches that
+        assert time.process_time() - start < 10
         assert not any(b"from-outside" in body for body in scanned.files.values())
         assert all(not p.startswith("loop-") and "/loop-" not in p for p in scanned.files)
         _load(scanned.files)
