@@ -15,6 +15,7 @@ import os
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -233,7 +234,10 @@ FREEZE_YOUNG_ABOVE = 100_000
 class GcPauses:
     """The longest pause of Python's cyclic garbage collector in this process: every
     thread (the Raft thread too) stops while it runs, for a time that grows with the
-    number of live container objects. Installed once per process (``gc.callbacks``).
+    number of live container objects. One recorder per process (``gc.callbacks``), held
+    by the Raft nodes that use it: ``install`` when a node starts, ``release`` when it
+    stops; the last release unregisters it, so it never logs after its node is gone
+    (at the end of a test run its log lines went into pytest's closed streams).
 
     It also keeps the first collection after a ``gc.disable()`` region short: the goals
     loader and the planner switch the collector off while they build a big graph, and
@@ -248,24 +252,43 @@ class GcPauses:
     cyclic garbage: measured with ``gc.DEBUG_SAVEALL``)."""
 
     _installed: GcPauses | None = None
+    _lock = threading.Lock()
 
     def __init__(self) -> None:
         self.longest = 0.0
         self.longest_generation = -1
+        self.total = 0.0  # seconds of all collections so far (the stall probe's attribution)
         self._started = 0.0
         # A pause this long is logged (a third of the leader fallback's default).
         self.log_above = 0.1
         self.young_frozen = 0  # collections that found a disabled region's graph and froze it
+        self._users = 0
+        self._thresholds = gc.get_threshold()  # restored when the last user releases it
 
     @classmethod
     def install(cls) -> GcPauses:
-        """The process's recorder, registered on first use (which also sets
-        ``GC_THRESHOLDS``)."""
-        if cls._installed is None:
-            cls._installed = cls()
-            gc.callbacks.append(cls._installed._on_gc)
-            gc.set_threshold(*GC_THRESHOLDS)
-        return cls._installed
+        """The process's recorder for one more user (a Raft node), registered on first
+        use (which also sets ``GC_THRESHOLDS``). Pair with ``release``."""
+        with cls._lock:
+            if cls._installed is None:
+                cls._installed = cls()
+                gc.callbacks.append(cls._installed._on_gc)
+                gc.set_threshold(*GC_THRESHOLDS)
+            cls._installed._users += 1
+            return cls._installed
+
+    def release(self) -> None:
+        """One user is done with the recorder; the last one unregisters it and restores
+        the collector's thresholds. Each ``install`` is released once (a node does it
+        through a ``weakref.finalize``)."""
+        with self._lock:
+            self._users -= 1
+            if self._users > 0 or GcPauses._installed is not self:
+                return
+            GcPauses._installed = None
+            if self._on_gc in gc.callbacks:
+                gc.callbacks.remove(self._on_gc)
+            gc.set_threshold(*self._thresholds)
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -279,6 +302,7 @@ class GcPauses:
             self._started = time.perf_counter()
             return
         pause = time.perf_counter() - self._started
+        self.total += pause
         if pause > self.longest:
             self.longest, self.longest_generation = pause, info.get("generation", -1)
         if pause > self.log_above:
@@ -376,8 +400,15 @@ class RaftNode:
         # Half the fallback: a stall that long is worth a line in the log.
         self.tick_gaps = TickGaps(warn_above=timing.leader_fallback / 2)
         self.gc_pauses = GcPauses.install()
-        self.sync = _TimedSyncObj(raft_addr, others, conf=conf, consumers=[self.state],
-                                  tick_gaps=self.tick_gaps)
+        # Released by destroy, or when this node is dropped without it: the recorder
+        # never outlives its node (finalize runs its function once).
+        self._release_gc_pauses = weakref.finalize(self, self.gc_pauses.release)
+        try:
+            self.sync = _TimedSyncObj(raft_addr, others, conf=conf, consumers=[self.state],
+                                      tick_gaps=self.tick_gaps)
+        except BaseException:
+            self._release_gc_pauses()
+            raise
 
     # ----------------------------------------------------------- leadership
 
@@ -482,8 +513,10 @@ class RaftNode:
             raise ProposalError(fail_name(box["err"]))
 
     def destroy(self) -> None:
-        """Stop the Raft node (closes sockets; the files stay)."""
+        """Stop the Raft node (closes sockets; the files stay) and release its garbage
+        collector recorder. Safe to call twice."""
         self.sync.destroy()
+        self._release_gc_pauses()
 
 
 def fail_name(code: int) -> str:
