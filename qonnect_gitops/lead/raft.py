@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.monotonic import monotonic as pysyncobj_clock  # type: ignore[import-untyped]
 
 from qonnect_gitops.kb import (
     KBReader,
@@ -182,12 +183,13 @@ class TickGaps:
         self._minute_max = 0.0
         self._previous_max = 0.0
 
-    def mark(self) -> None:
-        """Called at the start of every tick (on the Raft thread)."""
+    def mark(self) -> float:
+        """Called at the start of every tick (on the Raft thread); returns the gap since
+        the previous start (0 for the first)."""
         now = self._clock()
         last, self._last = self._last, now
         if last is None:
-            return
+            return 0.0
         gap = now - last
         minute = int(now // 60)
         if minute != self._minute:
@@ -199,6 +201,7 @@ class TickGaps:
         if gap > self.warn_above:
             self.stalls += 1
             log.warning("raft_tick_stalled", seconds=round(gap, 3), limit=self.warn_above)
+        return gap
 
     def recent(self) -> float:
         """The longest gap within roughly the last one to two minutes."""
@@ -312,10 +315,28 @@ class GcPauses:
 
 
 class _TimedSyncObj(SyncObj):  # type: ignore[misc]
-    """``SyncObj`` that measures its tick gaps (``TickGaps``)."""
+    """``SyncObj`` that measures its tick gaps (``TickGaps``) and, after a gap longer than
+    ``catch_up_after``, reads what its peers sent meanwhile before judging them.
 
-    def __init__(self, *args: Any, tick_gaps: TickGaps, **kwargs: Any) -> None:
+    pysyncobj's tick checks its deadlines (a follower's election timeout, a leader's
+    fallback) first and reads its sockets last. After a stall of its own thread (a
+    garbage collection, the process not scheduled on a busy machine, another thread
+    holding the interpreter) it judged the leader or the majority from before the stall:
+    a follower whose thread stalled past its election timeout started an election
+    although the leader's heartbeats were waiting in its socket, and a leader stalled
+    past its fallback stepped down although its followers' answers were waiting in its
+    own. Reading them first (a poll that does not wait) judges peers by what they did
+    during the stall, as an unstalled node would have. A leader also adds its stall to
+    its followers' last answer times: it sent them nothing meanwhile, so they had
+    nothing to answer. Only this node's own stall is forgiven: a follower still starts
+    an election when the leader's socket stayed silent through the stall (a leader
+    starved that long looks dead to its followers, wherever they run)."""
+
+    def __init__(self, *args: Any, tick_gaps: TickGaps, catch_up_after: float,
+                 **kwargs: Any) -> None:
         self.tick_gaps = tick_gaps  # before the tick thread starts in SyncObj.__init__
+        self.catch_up_after = catch_up_after
+        self.caught_up = 0  # ticks that read their sockets first after a stall
         self._os_named = False
         super().__init__(*args, **kwargs)
 
@@ -323,8 +344,25 @@ class _TimedSyncObj(SyncObj):  # type: ignore[misc]
         if not self._os_named:
             self._os_named = True
             name_os_thread("raft")
-        self.tick_gaps.mark()
+        gap = self.tick_gaps.mark()
+        if gap > self.catch_up_after:
+            self.caught_up += 1
+            self._poller.poll(0)
+            self._forgive_own_silence(gap)
         super()._onTick(timeToWait)
+
+    def _forgive_own_silence(self, gap: float) -> None:
+        """On the leader: followers answer only what it sends, and it sent nothing while it
+        stalled; give each the stall on top of the fallback before judging (a follower
+        silent for a whole fallback of the leader's activity still counts as gone)."""
+        if not self._isLeader():
+            return
+        answered = getattr(self, "_SyncObj__lastResponseTime", None)  # pysyncobj 0.3's name
+        if not isinstance(answered, dict):
+            return
+        now = pysyncobj_clock()  # the clock pysyncobj keeps these times in
+        for node, at in answered.items():
+            answered[node] = min(now, at + gap)
 
 
 @dataclass(frozen=True)
@@ -404,8 +442,11 @@ class RaftNode:
         # never outlives its node (finalize runs its function once).
         self._release_gc_pauses = weakref.finalize(self, self.gc_pauses.release)
         try:
+            # A tick waits up to pysyncobj's tick period (0.05 s) for its sockets: a gap
+            # of twice that is a stall worth reading the sockets first for.
             self.sync = _TimedSyncObj(raft_addr, others, conf=conf, consumers=[self.state],
-                                      tick_gaps=self.tick_gaps)
+                                      tick_gaps=self.tick_gaps,
+                                      catch_up_after=2 * conf.autoTickPeriod)
         except BaseException:
             self._release_gc_pauses()
             raise
