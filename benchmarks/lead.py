@@ -275,7 +275,7 @@ def _timeline(group: LeadGroup) -> list[str]:
             if fields.get("event") in _TIMELINE_EVENTS:
                 keep = {k: v for k, v in fields.items()
                         if k in ("term", "seconds", "clusters", "reason", "generation", "pushed",
-                                 "thread", "objects", "collected", "cpu", "gc_seconds",
+                                 "thread", "objects", "collected", "cpu", "runnable", "gc_seconds",
                                  "where")}
                 lines.append(f"{fields.get('ts', '?')} {lead.node_id} {fields['event']} "
                              + " ".join(f"{k}={v}" for k, v in keep.items()))
@@ -559,7 +559,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     result: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="qonnect-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="qonnect-bench-", ignore_cleanup_errors=True) as tmp:
         if not args.skip_election:
             result["reelection_s"] = reelection(args.trials, Path(tmp), tls=True)
             result["reelection_plain_s"] = reelection(args.trials, Path(tmp), tls=False)

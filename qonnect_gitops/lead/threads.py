@@ -50,7 +50,8 @@ class StallProbe:
     A wake-up later than ``report_above`` is logged as ``stall_probe`` with what explains
     it: the process's CPU seconds in the window (near the window's length: a thread held
     the interpreter; far below it: the process was not scheduled, or a thread blocked
-    in a system call without releasing it), the garbage collector's pauses in the window
+    in a system call without releasing it), how long the probe itself waited for a core
+    (``runnable``: near the stall, the machine had no core for this process), the garbage collector's pauses in the window
     (``gc_seconds``), and where every busy thread was when the probe ran again.
 
     Started by ``process.run_lead`` when ``QONNECT_LEAD_STALL_PROBE`` is set (its value
@@ -81,16 +82,30 @@ class StallProbe:
         name_os_thread("stall-probe")
         while not self._stop.is_set():
             started, cpu, gc_before = time.perf_counter(), time.process_time(), self._gc_seconds()
+            queued = run_queue_seconds()
             time.sleep(self.period)
             late = time.perf_counter() - started - self.period
             self.longest = max(self.longest, late)
             if late <= self.report_above:
                 continue
             self.stalls += 1
+            # runnable: how long this thread waited for a core (the machine was busy);
+            # the rest of the stall it slept or waited for the interpreter lock.
             log.warning("stall_probe", seconds=round(late, 3),
                         cpu=round(time.process_time() - cpu, 3),
+                        runnable=round(run_queue_seconds() - queued, 3),
                         gc_seconds=round(self._gc_seconds() - gc_before, 3),
                         where=busy_threads())
+
+
+def run_queue_seconds() -> float:
+    """Seconds the calling thread has spent runnable but waiting for a core
+    (``/proc/thread-self/schedstat``, Linux); 0 where that is not available."""
+    try:
+        with open("/proc/thread-self/schedstat", "rb") as stat:
+            return int(stat.read().split()[1]) / 1e9
+    except (OSError, IndexError, ValueError):
+        return 0.0
 
 
 def busy_threads() -> str:
