@@ -21,7 +21,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pysyncobj.pickle as pysyncobj_pickle  # type: ignore[import-untyped]
+import pysyncobj.serializer as pysyncobj_serializer  # type: ignore[import-untyped]
+import pysyncobj.syncobj as pysyncobj_syncobj  # type: ignore[import-untyped]
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.atomic_replace import atomicReplace  # type: ignore[import-untyped]
+from pysyncobj.config import SERIALIZER_STATE  # type: ignore[import-untyped]
 from pysyncobj.monotonic import monotonic as pysyncobj_clock  # type: ignore[import-untyped]
 
 from qonnect_gitops.kb import (
@@ -165,6 +170,81 @@ def _fast_dump_compression() -> None:
 
 
 _fast_dump_compression()
+
+
+class _BackgroundDump(pysyncobj_serializer.Serializer):  # type: ignore[misc]
+    """pysyncobj's full dump with the compression and the file written off the Raft thread.
+
+    Without fork (``useFork=False``, see ``RaftNode``) pysyncobj pickled, compressed and
+    wrote the dump inside a tick: at 10,000 clusters every lead's Raft thread was held
+    4-12 s at a time on a busy machine (``stall_probe`` saw it in ``gzip.write``) and
+    the term moved each time. The Raft thread now only pickles the state (it must: the
+    Knowledge Base's containers change with the next entry applied); a thread compresses
+    and writes the bytes, and replaces the file the same way (zlib and file writes
+    release the interpreter lock). The file is the same gzip of the same pickle, so
+    dumps written before and after read the same. Until the thread is done pysyncobj
+    sees ``SERIALIZING``: it keeps its log, starts no other dump and sends no dump to a
+    follower; a failed write is reported as ``FAILED`` and the log kept, as before.
+    Anything but a plain file dump (no file, fork, a custom serializer) is pysyncobj's."""
+
+    def __init__(self, fileName: str | None, transmissionBatchSize: int, tryUseFork: bool,
+                 serializer: Any, deserializer: Any, serializeChecker: Any) -> None:
+        super().__init__(fileName, transmissionBatchSize, tryUseFork, serializer, deserializer,
+                         serializeChecker)
+        self._file = fileName
+        self._background = (fileName is not None and serializer is None and serializeChecker is None
+                            and not (tryUseFork and hasattr(os, "fork")))
+        self._writer: threading.Thread | None = None
+        self._written = False
+        self._id: Any = None
+
+    def serialize(self, data: Any, id: Any) -> None:
+        if not self._background:
+            super().serialize(data, id)
+            return
+        if self._writer is not None:
+            return
+        payload = pysyncobj_pickle.dumps(data)  # the state as of ``id``, on the Raft thread
+        self._id, self._written = id, False
+        # pysyncobj's own flag for "a dump is being written": no dump is sent meanwhile.
+        self._Serializer__pid = -3
+        self._writer = threading.Thread(target=self._write, args=(payload,), name="raft-dump",
+                                        daemon=True)
+        self._writer.start()
+
+    def _write(self, payload: bytes) -> None:
+        assert self._file is not None
+        started = time.perf_counter()
+        temporary = self._file + ".tmp"
+        try:
+            with open(temporary, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",
+                                                             compresslevel=1) as packed:
+                packed.write(payload)
+            atomicReplace(temporary, self._file)
+            self._written = True
+            log.info("raft_dump_written", bytes=len(payload),
+                     seconds=round(time.perf_counter() - started, 3))
+        except Exception as exc:
+            log.error("raft_dump_failed", error=exc)
+
+    def checkSerializing(self) -> tuple[int, Any]:
+        if not self._background:
+            return super().checkSerializing()  # type: ignore[no-any-return]
+        writer = self._writer
+        if writer is None:
+            return SERIALIZER_STATE.NOT_SERIALIZING, None
+        if writer.is_alive():
+            return SERIALIZER_STATE.SERIALIZING, self._id
+        self._writer = None
+        self._Serializer__pid = 0
+        if not self._written:
+            return SERIALIZER_STATE.FAILED, self._id
+        self._Serializer__transmissions = {}  # what pysyncobj drops after a new dump
+        return SERIALIZER_STATE.SUCCESS, self._id
+
+
+# pysyncobj builds its serializer by this module-level name (pysyncobj 0.3).
+pysyncobj_syncobj.Serializer = _BackgroundDump
 
 
 class TickGaps:
