@@ -184,7 +184,8 @@ class _BackgroundDump(pysyncobj_serializer.Serializer):  # type: ignore[misc]
     release the interpreter lock). The file is the same gzip of the same pickle, so
     dumps written before and after read the same. Until the thread is done pysyncobj
     sees ``SERIALIZING``: it keeps its log, starts no other dump and sends no dump to a
-    follower; a failed write is reported as ``FAILED`` and the log kept, as before.
+    follower; a failed write is reported as ``FAILED`` and the log kept, as before; a
+    dump arriving from the leader meanwhile waits for the write (``setTransmissionData``).
     Anything but a plain file dump (no file, fork, a custom serializer) is pysyncobj's."""
 
     def __init__(self, fileName: str | None, transmissionBatchSize: int, tryUseFork: bool,
@@ -226,6 +227,17 @@ class _BackgroundDump(pysyncobj_serializer.Serializer):  # type: ignore[misc]
                      seconds=round(time.perf_counter() - started, 3))
         except Exception as exc:
             log.error("raft_dump_failed", error=exc)
+
+    def setTransmissionData(self, data: Any) -> bool:
+        """A follower receiving the leader's dump: a dump of its own still being written
+        would replace the newer file with an older state once done, so it is finished
+        first and forgotten (pysyncobj never hears of it, and keeps its log for it)."""
+        writer = self._writer
+        if writer is not None:
+            writer.join()
+            self._writer = None
+            self._Serializer__pid = 0
+        return bool(super().setTransmissionData(data))
 
     def checkSerializing(self) -> tuple[int, Any]:
         if not self._background:

@@ -4,10 +4,12 @@ the writing runs on its own thread."""
 
 from __future__ import annotations
 
+import gzip
 import logging
 import time
 from pathlib import Path
 
+import pysyncobj.pickle as pysyncobj_pickle
 from pysyncobj.config import SERIALIZER_STATE
 
 from qonnect_gitops.lead.raft import RaftNode, RaftTiming, _BackgroundDump
@@ -32,6 +34,18 @@ def test_the_dump_holds_the_state_as_it_was_when_taken(tmp_path: Path) -> None:
     assert _finished(dump) == SERIALIZER_STATE.SUCCESS
     assert dump.checkSerializing()[0] == SERIALIZER_STATE.NOT_SERIALIZING  # reported once
     assert dump.deserialize()[0] == {"reports": {"edge-1": [1]}}
+
+
+def test_a_dump_received_from_the_leader_is_not_overwritten_by_an_older_one(tmp_path: Path) -> None:
+    """A follower may be sent the leader's dump while its own is still being written: the
+    file left behind is the leader's, and its own dump is never reported done."""
+    path = str(tmp_path / "raft.dump")
+    dump = _BackgroundDump(path, 1000, False, None, None, None)
+    dump.serialize(({"older": "x" * 5_000_000}, (), (), set()), 3)
+    newer = gzip.compress(pysyncobj_pickle.dumps(({"newer": 1}, (), (), set())))
+    assert dump.setTransmissionData((newer, True, True))
+    assert dump.checkSerializing()[0] == SERIALIZER_STATE.NOT_SERIALIZING
+    assert dump.deserialize()[0] == {"newer": 1}
 
 
 def test_a_failed_write_is_reported_and_the_next_dump_is_tried(tmp_path: Path) -> None:
