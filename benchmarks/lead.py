@@ -258,7 +258,7 @@ def _thread_cpu_seconds(pid: int) -> dict[str, float]:
 
 _TIMELINE_EVENTS = ("leader_elected", "raft_tick_stalled", "goals_accepted", "cycle_done",
                     "loop_paused", "loop_resumed", "cycle_fenced", "gc_pause_long",
-                    "gc_young_frozen", "stall_probe")
+                    "gc_young_frozen", "stall_probe", "raft_dump_written")
 
 
 def _timeline(group: LeadGroup) -> list[str]:
@@ -275,7 +275,7 @@ def _timeline(group: LeadGroup) -> list[str]:
             if fields.get("event") in _TIMELINE_EVENTS:
                 keep = {k: v for k, v in fields.items()
                         if k in ("term", "seconds", "clusters", "reason", "generation", "pushed",
-                                 "thread", "objects", "collected", "cpu", "runnable", "gc_seconds",
+                                 "thread", "objects", "collected", "cpu", "runnable", "gc_seconds", "bytes",
                                  "where")}
                 lines.append(f"{fields.get('ts', '?')} {lead.node_id} {fields['event']} "
                              + " ".join(f"{k}={v}" for k, v in keep.items()))
