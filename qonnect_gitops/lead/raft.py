@@ -251,7 +251,7 @@ class _BackgroundDump(pysyncobj_serializer.Serializer):  # type: ignore[misc]
         self._Serializer__pid = 0
         if not self._written:
             return SERIALIZER_STATE.FAILED, self._id
-        self._Serializer__transmissions = {}  # what pysyncobj drops after a new dump
+        self._Serializer__transmissions: dict[Any, Any] = {}  # what pysyncobj drops after a new dump
         return SERIALIZER_STATE.SUCCESS, self._id
 
 

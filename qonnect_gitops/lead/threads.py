@@ -51,8 +51,9 @@ class StallProbe:
     it: the process's CPU seconds in the window (near the window's length: a thread held
     the interpreter; far below it: the process was not scheduled, or a thread blocked
     in a system call without releasing it), how long the probe itself waited for a core
-    (``runnable``: near the stall, the machine had no core for this process), the garbage collector's pauses in the window
-    (``gc_seconds``), and where every busy thread was when the probe ran again.
+    (``runnable``: near the stall, the machine had no core for this process), the
+    garbage collector's pauses in the window (``gc_seconds``), and where every busy
+    thread was when the probe ran again.
 
     Started by ``process.run_lead`` when ``QONNECT_LEAD_STALL_PROBE`` is set (its value
     is ``report_above`` in seconds): a measuring tool for benchmarks, not for production
