@@ -74,8 +74,18 @@ class ReplicatedKB(SyncObjConsumer):
     # The full dump stores plain dicts, not pickled objects of our classes, so a
     # dump stays loadable across code changes that keep the state format.
     def _serialize(self) -> dict[str, Any]:
-        with self.lock:
-            return self.kb.to_dict()
+        # On the Raft thread, at every compaction: a plain, acyclic structure of every
+        # report, and the collections its allocations set off walked everything alive
+        # meanwhile (a 0.47 s full collection at 10,000 clusters), so the collector
+        # waits until it is built.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with self.lock:
+                return self.kb.to_dict()
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def _deserialize(self, data: dict[str, Any]) -> None:
         with self.lock:
