@@ -258,7 +258,7 @@ def _thread_cpu_seconds(pid: int) -> dict[str, float]:
 
 _TIMELINE_EVENTS = ("leader_elected", "raft_tick_stalled", "goals_accepted", "cycle_done",
                     "loop_paused", "loop_resumed", "cycle_fenced", "gc_pause_long",
-                    "gc_young_frozen")
+                    "gc_young_frozen", "stall_probe", "raft_dump_written")
 
 
 def _timeline(group: LeadGroup) -> list[str]:
@@ -275,7 +275,8 @@ def _timeline(group: LeadGroup) -> list[str]:
             if fields.get("event") in _TIMELINE_EVENTS:
                 keep = {k: v for k, v in fields.items()
                         if k in ("term", "seconds", "clusters", "reason", "generation", "pushed",
-                                 "thread", "objects", "collected")}
+                                 "thread", "objects", "collected", "cpu", "runnable", "gc_seconds", "bytes",
+                                 "where")}
                 lines.append(f"{fields.get('ts', '?')} {lead.node_id} {fields['event']} "
                              + " ".join(f"{k}={v}" for k, v in keep.items()))
     return sorted(lines)
@@ -558,7 +559,7 @@ def main() -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
     result: dict[str, Any] = {}
-    with tempfile.TemporaryDirectory(prefix="qonnect-bench-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="qonnect-bench-", ignore_cleanup_errors=True) as tmp:
         if not args.skip_election:
             result["reelection_s"] = reelection(args.trials, Path(tmp), tls=True)
             result["reelection_plain_s"] = reelection(args.trials, Path(tmp), tls=False)

@@ -15,12 +15,16 @@ from typing import Any
 
 from qonnect_gitops.lead.http import serve
 from qonnect_gitops.lead.service import LeadConfig, LeadService
+from qonnect_gitops.lead.threads import StallProbe
 from qonnect_gitops.logs import get_logger
 
 log = get_logger(__name__)
 
 
 PROFILE_ENV = "QONNECT_LEAD_PROFILE"
+# Seconds: a lead started with it set runs a ``StallProbe`` that logs every wake-up later
+# than that (benchmarks attribute Raft stalls with it).
+STALL_PROBE_ENV = "QONNECT_LEAD_STALL_PROBE"
 
 
 def run_lead(config: LeadConfig) -> int:
@@ -81,6 +85,7 @@ def _write_profiles(profiles: list[cProfile.Profile], path: str) -> None:
 
 def _run(config: LeadConfig) -> int:
     service = LeadService(config)
+    probe = _stall_probe(service)
     try:
         server = serve(service)
     except (OSError, ssl.SSLError) as exc:
@@ -102,5 +107,21 @@ def _run(config: LeadConfig) -> int:
     try:
         server.serve_forever()
     finally:
+        if probe is not None:
+            probe.stop()
         service.close()
     return 0
+
+
+def _stall_probe(service: LeadService) -> StallProbe | None:
+    """The stall probe when ``QONNECT_LEAD_STALL_PROBE`` asks for one (see ``StallProbe``)."""
+    value = os.environ.get(STALL_PROBE_ENV)
+    if not value:
+        return None
+    try:
+        above = float(value)
+    except ValueError:
+        log.warning("stall_probe_ignored", value=value, expected="seconds")
+        return None
+    gc_pauses = service.node.gc_pauses
+    return StallProbe(above, gc_seconds=lambda: gc_pauses.total).start()

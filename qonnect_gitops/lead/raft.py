@@ -15,12 +15,19 @@ import os
 import random
 import threading
 import time
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pysyncobj.pickle as pysyncobj_pickle  # type: ignore[import-untyped]
+import pysyncobj.serializer as pysyncobj_serializer  # type: ignore[import-untyped]
+import pysyncobj.syncobj as pysyncobj_syncobj  # type: ignore[import-untyped]
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
+from pysyncobj.atomic_replace import atomicReplace  # type: ignore[import-untyped]
+from pysyncobj.config import SERIALIZER_STATE  # type: ignore[import-untyped]
+from pysyncobj.monotonic import monotonic as pysyncobj_clock  # type: ignore[import-untyped]
 
 from qonnect_gitops.kb import (
     KBReader,
@@ -67,8 +74,18 @@ class ReplicatedKB(SyncObjConsumer):
     # The full dump stores plain dicts, not pickled objects of our classes, so a
     # dump stays loadable across code changes that keep the state format.
     def _serialize(self) -> dict[str, Any]:
-        with self.lock:
-            return self.kb.to_dict()
+        # On the Raft thread, at every compaction: a plain, acyclic structure of every
+        # report, and the collections its allocations set off walked everything alive
+        # meanwhile (a 0.47 s full collection at 10,000 clusters), so the collector
+        # waits until it is built.
+        was_enabled = gc.isenabled()
+        gc.disable()
+        try:
+            with self.lock:
+                return self.kb.to_dict()
+        finally:
+            if was_enabled:
+                gc.enable()
 
     def _deserialize(self, data: dict[str, Any]) -> None:
         with self.lock:
@@ -165,6 +182,93 @@ def _fast_dump_compression() -> None:
 _fast_dump_compression()
 
 
+class _BackgroundDump(pysyncobj_serializer.Serializer):  # type: ignore[misc]
+    """pysyncobj's full dump with the compression and the file written off the Raft thread.
+
+    Without fork (``useFork=False``, see ``RaftNode``) pysyncobj pickled, compressed and
+    wrote the dump inside a tick: at 10,000 clusters every lead's Raft thread was held
+    4-12 s at a time on a busy machine (``stall_probe`` saw it in ``gzip.write``) and
+    the term moved each time. The Raft thread now only pickles the state (it must: the
+    Knowledge Base's containers change with the next entry applied); a thread compresses
+    and writes the bytes, and replaces the file the same way (zlib and file writes
+    release the interpreter lock). The file is the same gzip of the same pickle, so
+    dumps written before and after read the same. Until the thread is done pysyncobj
+    sees ``SERIALIZING``: it keeps its log, starts no other dump and sends no dump to a
+    follower; a failed write is reported as ``FAILED`` and the log kept, as before; a
+    dump arriving from the leader meanwhile waits for the write (``setTransmissionData``).
+    Anything but a plain file dump (no file, fork, a custom serializer) is pysyncobj's."""
+
+    def __init__(self, fileName: str | None, transmissionBatchSize: int, tryUseFork: bool,
+                 serializer: Any, deserializer: Any, serializeChecker: Any) -> None:
+        super().__init__(fileName, transmissionBatchSize, tryUseFork, serializer, deserializer,
+                         serializeChecker)
+        self._file = fileName
+        self._background = (fileName is not None and serializer is None and serializeChecker is None
+                            and not (tryUseFork and hasattr(os, "fork")))
+        self._writer: threading.Thread | None = None
+        self._written = False
+        self._id: Any = None
+
+    def serialize(self, data: Any, id: Any) -> None:
+        if not self._background:
+            super().serialize(data, id)
+            return
+        if self._writer is not None:
+            return
+        payload = pysyncobj_pickle.dumps(data)  # the state as of ``id``, on the Raft thread
+        self._id, self._written = id, False
+        # pysyncobj's own flag for "a dump is being written": no dump is sent meanwhile.
+        self._Serializer__pid = -3
+        self._writer = threading.Thread(target=self._write, args=(payload,), name="raft-dump",
+                                        daemon=True)
+        self._writer.start()
+
+    def _write(self, payload: bytes) -> None:
+        assert self._file is not None
+        started = time.perf_counter()
+        temporary = self._file + ".tmp"
+        try:
+            with open(temporary, "wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb",
+                                                             compresslevel=1) as packed:
+                packed.write(payload)
+            atomicReplace(temporary, self._file)
+            self._written = True
+            log.info("raft_dump_written", bytes=len(payload),
+                     seconds=round(time.perf_counter() - started, 3))
+        except Exception as exc:
+            log.error("raft_dump_failed", error=exc)
+
+    def setTransmissionData(self, data: Any) -> bool:
+        """A follower receiving the leader's dump: a dump of its own still being written
+        would replace the newer file with an older state once done, so it is finished
+        first and forgotten (pysyncobj never hears of it, and keeps its log for it)."""
+        writer = self._writer
+        if writer is not None:
+            writer.join()
+            self._writer = None
+            self._Serializer__pid = 0
+        return bool(super().setTransmissionData(data))
+
+    def checkSerializing(self) -> tuple[int, Any]:
+        if not self._background:
+            return super().checkSerializing()  # type: ignore[no-any-return]
+        writer = self._writer
+        if writer is None:
+            return SERIALIZER_STATE.NOT_SERIALIZING, None
+        if writer.is_alive():
+            return SERIALIZER_STATE.SERIALIZING, self._id
+        self._writer = None
+        self._Serializer__pid = 0
+        if not self._written:
+            return SERIALIZER_STATE.FAILED, self._id
+        self._Serializer__transmissions: dict[Any, Any] = {}  # what pysyncobj drops after a new dump
+        return SERIALIZER_STATE.SUCCESS, self._id
+
+
+# pysyncobj builds its serializer by this module-level name (pysyncobj 0.3).
+pysyncobj_syncobj.Serializer = _BackgroundDump
+
+
 class TickGaps:
     """The longest gaps between two starts of the Raft thread's tick: how long Raft was
     starved (a long entry applied, a full dump written, another thread holding the GIL
@@ -181,12 +285,13 @@ class TickGaps:
         self._minute_max = 0.0
         self._previous_max = 0.0
 
-    def mark(self) -> None:
-        """Called at the start of every tick (on the Raft thread)."""
+    def mark(self) -> float:
+        """Called at the start of every tick (on the Raft thread); returns the gap since
+        the previous start (0 for the first)."""
         now = self._clock()
         last, self._last = self._last, now
         if last is None:
-            return
+            return 0.0
         gap = now - last
         minute = int(now // 60)
         if minute != self._minute:
@@ -198,6 +303,7 @@ class TickGaps:
         if gap > self.warn_above:
             self.stalls += 1
             log.warning("raft_tick_stalled", seconds=round(gap, 3), limit=self.warn_above)
+        return gap
 
     def recent(self) -> float:
         """The longest gap within roughly the last one to two minutes."""
@@ -233,7 +339,10 @@ FREEZE_YOUNG_ABOVE = 100_000
 class GcPauses:
     """The longest pause of Python's cyclic garbage collector in this process: every
     thread (the Raft thread too) stops while it runs, for a time that grows with the
-    number of live container objects. Installed once per process (``gc.callbacks``).
+    number of live container objects. One recorder per process (``gc.callbacks``), held
+    by the Raft nodes that use it: ``install`` when a node starts, ``release`` when it
+    stops; the last release unregisters it, so it never logs after its node is gone
+    (at the end of a test run its log lines went into pytest's closed streams).
 
     It also keeps the first collection after a ``gc.disable()`` region short: the goals
     loader and the planner switch the collector off while they build a big graph, and
@@ -248,24 +357,43 @@ class GcPauses:
     cyclic garbage: measured with ``gc.DEBUG_SAVEALL``)."""
 
     _installed: GcPauses | None = None
+    _lock = threading.Lock()
 
     def __init__(self) -> None:
         self.longest = 0.0
         self.longest_generation = -1
+        self.total = 0.0  # seconds of all collections so far (the stall probe's attribution)
         self._started = 0.0
         # A pause this long is logged (a third of the leader fallback's default).
         self.log_above = 0.1
         self.young_frozen = 0  # collections that found a disabled region's graph and froze it
+        self._users = 0
+        self._thresholds = gc.get_threshold()  # restored when the last user releases it
 
     @classmethod
     def install(cls) -> GcPauses:
-        """The process's recorder, registered on first use (which also sets
-        ``GC_THRESHOLDS``)."""
-        if cls._installed is None:
-            cls._installed = cls()
-            gc.callbacks.append(cls._installed._on_gc)
-            gc.set_threshold(*GC_THRESHOLDS)
-        return cls._installed
+        """The process's recorder for one more user (a Raft node), registered on first
+        use (which also sets ``GC_THRESHOLDS``). Pair with ``release``."""
+        with cls._lock:
+            if cls._installed is None:
+                cls._installed = cls()
+                gc.callbacks.append(cls._installed._on_gc)
+                gc.set_threshold(*GC_THRESHOLDS)
+            cls._installed._users += 1
+            return cls._installed
+
+    def release(self) -> None:
+        """One user is done with the recorder; the last one unregisters it and restores
+        the collector's thresholds. Each ``install`` is released once (a node does it
+        through a ``weakref.finalize``)."""
+        with self._lock:
+            self._users -= 1
+            if self._users > 0 or GcPauses._installed is not self:
+                return
+            GcPauses._installed = None
+            if self._on_gc in gc.callbacks:
+                gc.callbacks.remove(self._on_gc)
+            gc.set_threshold(*self._thresholds)
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
@@ -279,6 +407,7 @@ class GcPauses:
             self._started = time.perf_counter()
             return
         pause = time.perf_counter() - self._started
+        self.total += pause
         if pause > self.longest:
             self.longest, self.longest_generation = pause, info.get("generation", -1)
         if pause > self.log_above:
@@ -288,10 +417,28 @@ class GcPauses:
 
 
 class _TimedSyncObj(SyncObj):  # type: ignore[misc]
-    """``SyncObj`` that measures its tick gaps (``TickGaps``)."""
+    """``SyncObj`` that measures its tick gaps (``TickGaps``) and, after a gap longer than
+    ``catch_up_after``, reads what its peers sent meanwhile before judging them.
 
-    def __init__(self, *args: Any, tick_gaps: TickGaps, **kwargs: Any) -> None:
+    pysyncobj's tick checks its deadlines (a follower's election timeout, a leader's
+    fallback) first and reads its sockets last. After a stall of its own thread (a
+    garbage collection, the process not scheduled on a busy machine, another thread
+    holding the interpreter) it judged the leader or the majority from before the stall:
+    a follower whose thread stalled past its election timeout started an election
+    although the leader's heartbeats were waiting in its socket, and a leader stalled
+    past its fallback stepped down although its followers' answers were waiting in its
+    own. Reading them first (a poll that does not wait) judges peers by what they did
+    during the stall, as an unstalled node would have. A leader also adds its stall to
+    its followers' last answer times: it sent them nothing meanwhile, so they had
+    nothing to answer. Only this node's own stall is forgiven: a follower still starts
+    an election when the leader's socket stayed silent through the stall (a leader
+    starved that long looks dead to its followers, wherever they run)."""
+
+    def __init__(self, *args: Any, tick_gaps: TickGaps, catch_up_after: float,
+                 **kwargs: Any) -> None:
         self.tick_gaps = tick_gaps  # before the tick thread starts in SyncObj.__init__
+        self.catch_up_after = catch_up_after
+        self.caught_up = 0  # ticks that read their sockets first after a stall
         self._os_named = False
         super().__init__(*args, **kwargs)
 
@@ -299,8 +446,25 @@ class _TimedSyncObj(SyncObj):  # type: ignore[misc]
         if not self._os_named:
             self._os_named = True
             name_os_thread("raft")
-        self.tick_gaps.mark()
+        gap = self.tick_gaps.mark()
+        if gap > self.catch_up_after:
+            self.caught_up += 1
+            self._poller.poll(0)
+            self._forgive_own_silence(gap)
         super()._onTick(timeToWait)
+
+    def _forgive_own_silence(self, gap: float) -> None:
+        """On the leader: followers answer only what it sends, and it sent nothing while it
+        stalled; give each the stall on top of the fallback before judging (a follower
+        silent for a whole fallback of the leader's activity still counts as gone)."""
+        if not self._isLeader():
+            return
+        answered = getattr(self, "_SyncObj__lastResponseTime", None)  # pysyncobj 0.3's name
+        if not isinstance(answered, dict):
+            return
+        now = pysyncobj_clock()  # the clock pysyncobj keeps these times in
+        for node, at in answered.items():
+            answered[node] = min(now, at + gap)
 
 
 @dataclass(frozen=True)
@@ -376,8 +540,18 @@ class RaftNode:
         # Half the fallback: a stall that long is worth a line in the log.
         self.tick_gaps = TickGaps(warn_above=timing.leader_fallback / 2)
         self.gc_pauses = GcPauses.install()
-        self.sync = _TimedSyncObj(raft_addr, others, conf=conf, consumers=[self.state],
-                                  tick_gaps=self.tick_gaps)
+        # Released by destroy, or when this node is dropped without it: the recorder
+        # never outlives its node (finalize runs its function once).
+        self._release_gc_pauses = weakref.finalize(self, self.gc_pauses.release)
+        try:
+            # A tick waits up to pysyncobj's tick period (0.05 s) for its sockets: a gap
+            # of twice that is a stall worth reading the sockets first for.
+            self.sync = _TimedSyncObj(raft_addr, others, conf=conf, consumers=[self.state],
+                                      tick_gaps=self.tick_gaps,
+                                      catch_up_after=2 * conf.autoTickPeriod)
+        except BaseException:
+            self._release_gc_pauses()
+            raise
 
     # ----------------------------------------------------------- leadership
 
@@ -482,8 +656,10 @@ class RaftNode:
             raise ProposalError(fail_name(box["err"]))
 
     def destroy(self) -> None:
-        """Stop the Raft node (closes sockets; the files stay)."""
+        """Stop the Raft node (closes sockets; the files stay) and release its garbage
+        collector recorder. Safe to call twice."""
         self.sync.destroy()
+        self._release_gc_pauses()
 
 
 def fail_name(code: int) -> str:
