@@ -439,6 +439,9 @@ class _TimedSyncObj(SyncObj):  # type: ignore[misc]
         self.tick_gaps = tick_gaps  # before the tick thread starts in SyncObj.__init__
         self.catch_up_after = catch_up_after
         self.caught_up = 0  # ticks that read their sockets first after a stall
+        # Per follower, the answer time a stall last moved: moved again only after a real
+        # answer, so a leader that keeps stalling without hearing anyone still steps down.
+        self._forgiven: dict[Any, float] = {}
         self._os_named = False
         super().__init__(*args, **kwargs)
 
@@ -456,7 +459,10 @@ class _TimedSyncObj(SyncObj):  # type: ignore[misc]
     def _forgive_own_silence(self, gap: float) -> None:
         """On the leader: followers answer only what it sends, and it sent nothing while it
         stalled; give each the stall on top of the fallback before judging (a follower
-        silent for a whole fallback of the leader's activity still counts as gone)."""
+        silent for a whole fallback of the leader's activity still counts as gone). Once
+        per answer: without one since the last stall forgiven, the silence is the
+        follower's (or the network's), and a leader whose every tick is late (a starved,
+        isolated one) must step down as it would without stalls."""
         if not self._isLeader():
             return
         answered = getattr(self, "_SyncObj__lastResponseTime", None)  # pysyncobj 0.3's name
@@ -464,7 +470,9 @@ class _TimedSyncObj(SyncObj):  # type: ignore[misc]
             return
         now = pysyncobj_clock()  # the clock pysyncobj keeps these times in
         for node, at in answered.items():
-            answered[node] = min(now, at + gap)
+            if self._forgiven.get(node) == at:
+                continue
+            answered[node] = self._forgiven[node] = min(now, at + gap)
 
 
 @dataclass(frozen=True)

@@ -79,3 +79,26 @@ def test_a_leader_stalled_past_its_fallback_keeps_leading(tmp_path: Path) -> Non
         time.sleep(0.5)
         assert leader.raft_state() == "leader"
         assert _terms(nodes) == before
+
+
+def test_an_isolated_leader_whose_every_tick_is_late_still_steps_down(tmp_path: Path) -> None:
+    timing = RaftTiming()  # fallback 0.36 s
+    with _group(tmp_path, timing) as nodes:
+        leader = next(n for n in nodes if n.is_leader())
+        gaps = leader.sync.tick_gaps
+        mark = gaps.mark
+
+        def late_mark() -> float:
+            time.sleep(0.15)  # every tick a stall past the catch-up threshold (0.1 s)
+            return mark()
+
+        gaps.mark = late_mark  # type: ignore[method-assign]
+        for n in nodes:
+            if n is not leader:
+                n.destroy()  # nobody answers any more
+        deadline = time.monotonic() + 20
+        while leader.raft_state() == "leader":
+            # Forgiving every stall moved the answer times along with the clock: it led on alone.
+            assert time.monotonic() < deadline, "an isolated leader kept leading"
+            time.sleep(0.05)
+        assert leader.sync.caught_up >= 1
