@@ -24,6 +24,10 @@ Here:
   request line too long 414, a body over the limit or chunked 400, an unknown method
   405, a request that does not arrive in time 408; a handler bug is a 500 JSON error.
 
+The loop is uvloop's where it is installed (its transports are C: the per-request
+reading and writing cost about half of the standard loop's), else asyncio's own;
+``event_loop="asyncio"`` forces the standard one.
+
 TLS: pass an ``ssl.SSLContext`` (``tls_context`` builds one from PEM files and
 reloads it when they change, so a rotated certificate needs no restart).
 """
@@ -44,7 +48,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -64,6 +68,22 @@ _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
 MAX_TARGET = 8192
 METHODS = ("GET", "HEAD", "POST")
 _HEADS_KEPT = 8192
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+
+
+def loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a server runs on: ``"auto"`` is uvloop where it is installed and
+    the standard loop elsewhere, ``"asyncio"`` always the standard loop, ``"uvloop"``
+    uvloop or ``RuntimeError``. None means asyncio's default."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise RuntimeError("event loop uvloop asked for, but uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
 
 
 @dataclass(frozen=True)
@@ -215,7 +235,11 @@ class AsyncHTTPServer:
 
     def __init__(self, host: str, port: int, handler: Handler, limits: HTTPLimits = HTTPLimits(),
                  ssl_context: ssl.SSLContext | None = None,
-                 name: str = "http", inline: InlineHandler | None = None) -> None:
+                 name: str = "http", inline: InlineHandler | None = None,
+                 event_loop: str = "auto") -> None:
+        if event_loop not in EVENT_LOOPS:
+            raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, not {event_loop!r}")
+        self.event_loop = event_loop
         self.handler = handler
         self.inline = inline
         self.limits = limits
@@ -245,7 +269,8 @@ class AsyncHTTPServer:
 
     def serve_forever(self) -> None:
         """Serve in the calling thread until ``shutdown()``."""
-        asyncio.run(self._main())
+        with asyncio.Runner(loop_factory=loop_factory(self.event_loop)) as runner:
+            runner.run(self._main())
 
     def start(self) -> threading.Thread:
         """Serve on a daemon thread; returns once the server accepts connections."""
@@ -456,16 +481,16 @@ class _Connection(asyncio.Protocol):
     # ------------------------------------------------------------ transport events
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports do not subclass asyncio.Transport, but have its methods.
+        self.transport = cast(asyncio.Transport, transport)
         server = self.server
         if server.open_connections >= self.limits.max_connections:
             server.refused_connections += 1
-            transport.write(_encode(error_response(
+            self.transport.write(_encode(error_response(
                 503, f"too many connections (limit {self.limits.max_connections}); retry",
                 {"Retry-After": "1"}, close=True), head_only=False, keep_alive=False))
             self.state = _CLOSED
-            transport.close()
+            self.transport.close()
             return
         server.open_connections += 1
         server._connections.add(self)
