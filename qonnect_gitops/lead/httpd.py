@@ -415,6 +415,16 @@ class AsyncHTTPServer:
 
 def _encode(response: Response, head_only: bool, keep_alive: bool) -> bytes:
     """The response as bytes on the wire (one write: one send on the socket)."""
+    if not response.headers:
+        # Every report's answer: the head is the same but for the length, built once.
+        key = (response.status, response.content_type, keep_alive)
+        parts = _HEAD_PARTS.get(key)
+        if parts is None:
+            parts = _head_parts(response.status, response.content_type, keep_alive)
+            if len(_HEAD_PARTS) < 64:
+                _HEAD_PARTS[key] = parts
+        head = b"%s%d%s" % (parts[0], len(response.body), parts[1])
+        return head if head_only else head + response.body
     lines = [f"HTTP/1.1 {response.status} {_phrase(response.status)}",
              f"Content-Type: {response.content_type}",
              f"Content-Length: {len(response.body)}",
@@ -423,6 +433,16 @@ def _encode(response: Response, head_only: bool, keep_alive: bool) -> bytes:
         lines.append(f"{name}: {_BAD_VALUE.sub(' ', str(value))}")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("iso-8859-1", "replace")
     return head if head_only else head + response.body
+
+
+_HEAD_PARTS: dict[tuple[int, str, bool], tuple[bytes, bytes]] = {}
+
+
+def _head_parts(status: int, content_type: str, keep_alive: bool) -> tuple[bytes, bytes]:
+    """A head without extra headers, in two parts around the Content-Length value."""
+    before = f"HTTP/1.1 {status} {_phrase(status)}\r\nContent-Type: {content_type}\r\nContent-Length: "
+    after = f"\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+    return before.encode("iso-8859-1", "replace"), after.encode("iso-8859-1", "replace")
 
 
 class _Completions:
