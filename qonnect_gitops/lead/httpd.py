@@ -67,7 +67,13 @@ _HEADER_LINE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7
 _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
 MAX_TARGET = 8192
 METHODS = ("GET", "HEAD", "POST")
-_HEADS_KEPT = 8192
+# Remembered request heads (``AsyncHTTPServer._remember_head``): every agent repeats its
+# own (path and token), so the bound must exceed the fleet, or a fleet larger than it
+# clears the memory before any head is seen twice (at 10,000 clusters, 8,192 heads missed
+# nearly always). Only heads up to ``_HEAD_KEPT_BYTES`` are kept (an agent's is about 200
+# bytes): at most about 32,768 x 2.5 KB with their parsed headers, whatever a client sends.
+_HEADS_KEPT = 32768
+_HEAD_KEPT_BYTES = 1024
 EVENT_LOOPS = ("auto", "uvloop", "asyncio")
 
 
@@ -340,6 +346,8 @@ class AsyncHTTPServer:
 
     def _remember_head(self, raw: bytes, parsed: tuple[str, str, str, str, Headers, int]) -> None:
         """Keep a head that parsed and passed (loop thread only)."""
+        if len(raw) > _HEAD_KEPT_BYTES:
+            return
         if len(self._heads) >= _HEADS_KEPT:
             self._heads.clear()  # a flood of distinct heads only misses
         self._heads[raw] = parsed
