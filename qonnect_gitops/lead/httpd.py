@@ -24,9 +24,8 @@ Here:
   request line too long 414, a body over the limit or chunked 400, an unknown method
   405, a request that does not arrive in time 408; a handler bug is a 500 JSON error.
 
-The loop is uvloop's where it is installed (its transports are C: the per-request
-reading and writing cost about half of the standard loop's), else asyncio's own;
-``event_loop="asyncio"`` forces the standard one.
+The loop is uvloop's where it is installed (its transports are C, where asyncio's
+read and write in Python), else asyncio's own; ``event_loop="asyncio"`` forces the standard one.
 
 TLS: pass an ``ssl.SSLContext`` (``tls_context`` builds one from PEM files and
 reloads it when they change, so a rotated certificate needs no restart).
