@@ -299,7 +299,8 @@ def _batch_counts(lead: Any, group: LeadGroup) -> dict[str, float]:
 
 def ingest(seconds: float, clusters: int, processes: int, threads: int,
            workdir: Path, tls: bool = True, profile: Path | None = None,
-           compaction_entries: int | None = None, fleet: bool = False) -> dict[str, Any]:
+           compaction_entries: int | None = None, fleet: bool = False,
+           event_loop: str | None = None) -> dict[str, Any]:
     """Committed reports per second from separate client processes, and the CPU the
     leader, the followers and the clients spent per committed report. ``profile`` (a
     directory) runs the leads under cProfile, keeps their statistics there and prints
@@ -329,7 +330,8 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
                                   # benchmark measures reports, not idle cycles.
                                   "--poll-seconds", "10",
                                   *(["--compaction-entries", str(compaction_entries)]
-                                    if compaction_entries else [])])
+                                    if compaction_entries else []),
+                                  *(["--event-loop", event_loop] if event_loop else [])])
     want_goals = None
     if fleet:
         from benchmarks.fleet import components_per_cluster, within_limits
@@ -417,6 +419,7 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         # The machine's 1-minute load average at the start and end: the leads share the
         # cores with the clients and whatever else runs, so figures compare only at a like load.
         "load_average": [round(load_before, 2), round(load_after, 2)],
+        "event_loop": event_loop or "auto",
         "wall_s_incl_client_start": round(elapsed, 1),
         "latency_ms": {
             "p50": round(1000 * lats[len(lats) // 2], 1) if lats else None,
@@ -555,6 +558,8 @@ def main() -> int:
     parser.add_argument("--profile", type=Path, metavar="DIR",
                         help="run the ingest leads under cProfile, keep the statistics in DIR and "
                              "print each lead's top functions")
+    parser.add_argument("--event-loop", choices=("auto", "uvloop", "asyncio"),
+                        help="the ingest leads' API event loop (default: the leads' own, auto)")
     parser.add_argument("--webhook-trials", type=int, default=10)
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     args = parser.parse_args()
@@ -570,7 +575,8 @@ def main() -> int:
                 if ("tls" if tls else "plain") in modes:
                     ing = ingest(args.seconds, args.clusters, args.processes, args.threads,
                                  Path(tmp), tls=tls, profile=args.profile,
-                                 compaction_entries=args.compaction_entries, fleet=args.fleet_goals)
+                                 compaction_entries=args.compaction_entries, fleet=args.fleet_goals,
+                                 event_loop=args.event_loop)
                     result[figure] = ing["reports_per_s"]
                     result[key] = ing
         if not args.skip_webhook:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
-from qonnect_gitops.lead.httpd import HTTPLimits
+from qonnect_gitops.lead.httpd import EVENT_LOOPS, HTTPLimits
 from qonnect_gitops.lead.raft import RaftTiming
 from qonnect_gitops.lead.service import LeadConfig
 from qonnect_gitops.logs import configure
@@ -70,6 +70,9 @@ def register(sub: Any) -> None:
                         help="seconds a request (or TLS handshake) may take to arrive (default 10)")
     parser.add_argument("--idle-timeout", type=float, default=HTTPLimits.idle_timeout,
                         help="seconds a keep-alive connection may stay idle (default 60)")
+    parser.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
+                        help="the API's event loop: uvloop where installed (auto, the default), "
+                        "or the standard asyncio loop")
     parser.add_argument("--max-clock-skew", type=float, default=300.0,
                         help="seconds an agent's clock may differ from the lead's before its reports "
                         "are flagged; they count at the lead's receipt time anyway (default 300)")
@@ -144,6 +147,7 @@ def run(args: argparse.Namespace) -> int:
         tls_key=args.tls_key,
         tls_ca=args.tls_ca,
         max_clock_skew=args.max_clock_skew,
+        event_loop=args.event_loop,
         http_limits=HTTPLimits(max_connections=args.max_connections, workers=args.http_workers,
                                read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
                                max_body_bytes=args.max_body),

@@ -202,11 +202,16 @@ class KnowledgeBase:
         that left the goals between the HTTP check and the commit is refused too.
         """
         result: list[ReportVerdict] = []
+        # Looked up once per batch: this runs on the Raft thread for every report.
+        reports, generations = self.reports, self.cluster_generations
+        gated = self.last_good is not None
+        inventory, dynamic = self.inventory, self.dynamic
+        window = self.latency_window if any(e.record.latencies for e in entries) else 0.0
         for entry in entries:
             cluster = entry.cluster
-            generation = self.cluster_generations.get(cluster, 0)
-            current = self.reports.get(cluster)
-            if self.last_good is not None and cluster not in self.inventory and cluster not in self.dynamic:
+            generation = generations.get(cluster, 0)
+            current = reports.get(cluster)
+            if gated and cluster not in inventory and cluster not in dynamic:
                 result.append(ReportVerdict(False, generation, refused="undeclared"))
                 continue
             if current is not None and entry.received_at < current.received_at:
@@ -216,14 +221,15 @@ class KnowledgeBase:
             record, ignored = self._own_claims(entry.record)
             if ignored:
                 self.ignored_claims[cluster] = self.ignored_claims.get(cluster, 0) + len(ignored)
-            self.reports[cluster] = StoredReport(
+            reports[cluster] = StoredReport(
                 record=record,
                 received_at=entry.received_at,
                 count=current.count + 1 if current else 1,
                 skew_seconds=entry.skew_seconds,
             )
-            self._record_latencies(cluster, record, entry.received_at)
-            self._record_completions(record, entry.received_at)
+            self._record_latencies(cluster, record, entry.received_at, window)
+            if record.components:
+                self._record_completions(record, entry.received_at)
             result.append(ReportVerdict(True, generation, tuple(ignored)))
         return result
 
@@ -271,8 +277,14 @@ class KnowledgeBase:
         default = LATENCY_WINDOW_REPORTS * float(self.heartbeat["intervalSeconds"])
         return float(self.heartbeat.get("latencyWindowSeconds", default))
 
-    def _record_latencies(self, cluster: str, record: ReportRecord, now: float) -> None:
+    def _record_latencies(self, cluster: str, record: ReportRecord, now: float,
+                          window: float | None = None) -> None:
+        """Add the report's latency samples; ``window``: ``latency_window`` (looked up once
+        per batch by the caller)."""
         history = self.latency_history.setdefault(cluster, {})
+        if not record.latencies and not history:
+            return
+        start = now - (self.latency_window if window is None else window)
         seen = set()
         for lat in record.latencies:
             target = lat.to
@@ -280,11 +292,11 @@ class KnowledgeBase:
             samples = history.setdefault(target, [])
             samples.append([now, lat.ms])
             # Keep the samples inside the window plus the one in force at its start.
-            start = now - self.latency_window
             while len(samples) > 1 and samples[1][0] <= start:
                 del samples[0]
-        for target in [t for t in history if t not in seen]:
-            del history[target]  # no longer measured: the declared value applies again
+        if len(history) > len(seen):
+            for target in [t for t in history if t not in seen]:
+                del history[target]  # no longer measured: the declared value applies again
 
     def sustained_latency(self, cluster: str, target: str, now: float,
                           window: float | None = None) -> float | None:

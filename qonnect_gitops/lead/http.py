@@ -622,7 +622,8 @@ def serve(service: LeadService) -> AsyncHTTPServer:
     limits = config.http_limits
     api = LeadAPI(service)
     server = AsyncHTTPServer(host.strip("[]") or "0.0.0.0", int(port), api, limits,
-                             ssl_context=context, name="lead-http", inline=api.inline)
+                             ssl_context=context, name="lead-http", inline=api.inline,
+                             event_loop=config.event_loop)
     metrics = service.metrics
     metrics.describe("qonnect_http_connections", "gauge", "Open HTTP connections.")
     metrics.describe("qonnect_http_connections_refused_total", "counter",

@@ -24,6 +24,9 @@ Here:
   request line too long 414, a body over the limit or chunked 400, an unknown method
   405, a request that does not arrive in time 408; a handler bug is a 500 JSON error.
 
+The loop is uvloop's where it is installed (its transports are C, where asyncio's
+read and write in Python), else asyncio's own; ``event_loop="asyncio"`` forces the standard one.
+
 TLS: pass an ``ssl.SSLContext`` (``tls_context`` builds one from PEM files and
 reloads it when they change, so a rotated certificate needs no restart).
 """
@@ -44,7 +47,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from http import HTTPStatus
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 
@@ -63,7 +66,29 @@ _HEADER_LINE = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+:[^\x00-\x08\x0a-\x1f\x7
 _VERSIONS = ("HTTP/1.0", "HTTP/1.1")
 MAX_TARGET = 8192
 METHODS = ("GET", "HEAD", "POST")
-_HEADS_KEPT = 8192
+# Remembered request heads (``AsyncHTTPServer._remember_head``): every agent repeats its
+# own (path and token), so the bound must exceed the fleet, or a fleet larger than it
+# clears the memory before any head is seen twice (at 10,000 clusters, 8,192 heads missed
+# nearly always). Only heads up to ``_HEAD_KEPT_BYTES`` are kept (an agent's is about 200
+# bytes): at most about 32,768 x 2.5 KB with their parsed headers, whatever a client sends.
+_HEADS_KEPT = 32768
+_HEAD_KEPT_BYTES = 1024
+EVENT_LOOPS = ("auto", "uvloop", "asyncio")
+
+
+def loop_factory(choice: str = "auto") -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """The event loop a server runs on: ``"auto"`` is uvloop where it is installed and
+    the standard loop elsewhere, ``"asyncio"`` always the standard loop, ``"uvloop"``
+    uvloop or ``RuntimeError``. None means asyncio's default."""
+    if choice == "asyncio":
+        return None
+    try:
+        import uvloop
+    except ImportError:
+        if choice == "uvloop":
+            raise RuntimeError("event loop uvloop asked for, but uvloop is not installed") from None
+        return None
+    return uvloop.new_event_loop
 
 
 @dataclass(frozen=True)
@@ -215,7 +240,11 @@ class AsyncHTTPServer:
 
     def __init__(self, host: str, port: int, handler: Handler, limits: HTTPLimits = HTTPLimits(),
                  ssl_context: ssl.SSLContext | None = None,
-                 name: str = "http", inline: InlineHandler | None = None) -> None:
+                 name: str = "http", inline: InlineHandler | None = None,
+                 event_loop: str = "auto") -> None:
+        if event_loop not in EVENT_LOOPS:
+            raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, not {event_loop!r}")
+        self.event_loop = event_loop
         self.handler = handler
         self.inline = inline
         self.limits = limits
@@ -245,7 +274,8 @@ class AsyncHTTPServer:
 
     def serve_forever(self) -> None:
         """Serve in the calling thread until ``shutdown()``."""
-        asyncio.run(self._main())
+        with asyncio.Runner(loop_factory=loop_factory(self.event_loop)) as runner:
+            runner.run(self._main())
 
     def start(self) -> threading.Thread:
         """Serve on a daemon thread; returns once the server accepts connections."""
@@ -315,6 +345,8 @@ class AsyncHTTPServer:
 
     def _remember_head(self, raw: bytes, parsed: tuple[str, str, str, str, Headers, int]) -> None:
         """Keep a head that parsed and passed (loop thread only)."""
+        if len(raw) > _HEAD_KEPT_BYTES:
+            return
         if len(self._heads) >= _HEADS_KEPT:
             self._heads.clear()  # a flood of distinct heads only misses
         self._heads[raw] = parsed
@@ -390,6 +422,16 @@ class AsyncHTTPServer:
 
 def _encode(response: Response, head_only: bool, keep_alive: bool) -> bytes:
     """The response as bytes on the wire (one write: one send on the socket)."""
+    if not response.headers:
+        # Every report's answer: the head is the same but for the length, built once.
+        key = (response.status, response.content_type, keep_alive)
+        parts = _HEAD_PARTS.get(key)
+        if parts is None:
+            parts = _head_parts(response.status, response.content_type, keep_alive)
+            if len(_HEAD_PARTS) < 64:
+                _HEAD_PARTS[key] = parts
+        head = b"%s%d%s" % (parts[0], len(response.body), parts[1])
+        return head if head_only else head + response.body
     lines = [f"HTTP/1.1 {response.status} {_phrase(response.status)}",
              f"Content-Type: {response.content_type}",
              f"Content-Length: {len(response.body)}",
@@ -398,6 +440,16 @@ def _encode(response: Response, head_only: bool, keep_alive: bool) -> bytes:
         lines.append(f"{name}: {_BAD_VALUE.sub(' ', str(value))}")
     head = ("\r\n".join(lines) + "\r\n\r\n").encode("iso-8859-1", "replace")
     return head if head_only else head + response.body
+
+
+_HEAD_PARTS: dict[tuple[int, str, bool], tuple[bytes, bytes]] = {}
+
+
+def _head_parts(status: int, content_type: str, keep_alive: bool) -> tuple[bytes, bytes]:
+    """A head without extra headers, in two parts around the Content-Length value."""
+    before = f"HTTP/1.1 {status} {_phrase(status)}\r\nContent-Type: {content_type}\r\nContent-Length: "
+    after = f"\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+    return before.encode("iso-8859-1", "replace"), after.encode("iso-8859-1", "replace")
 
 
 class _Completions:
@@ -456,16 +508,16 @@ class _Connection(asyncio.Protocol):
     # ------------------------------------------------------------ transport events
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # uvloop's transports do not subclass asyncio.Transport, but have its methods.
+        self.transport = cast(asyncio.Transport, transport)
         server = self.server
         if server.open_connections >= self.limits.max_connections:
             server.refused_connections += 1
-            transport.write(_encode(error_response(
+            self.transport.write(_encode(error_response(
                 503, f"too many connections (limit {self.limits.max_connections}); retry",
                 {"Retry-After": "1"}, close=True), head_only=False, keep_alive=False))
             self.state = _CLOSED
-            transport.close()
+            self.transport.close()
             return
         server.open_connections += 1
         server._connections.add(self)

@@ -61,6 +61,8 @@ class LeadConfig:
     report_burst: float = 10.0
     commit_timeout: float = 5.0
     batch_window: float = 0.005
+    # The API server's event loop (``lead.httpd.EVENT_LOOPS``): uvloop where installed.
+    event_loop: str = "auto"
     timing: RaftTiming = field(default_factory=RaftTiming)
     http_limits: HTTPLimits = field(default_factory=HTTPLimits)
     goals_limits: TreeLimits = field(default_factory=TreeLimits)

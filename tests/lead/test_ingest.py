@@ -245,3 +245,19 @@ def _wait_all_hold(nodes: list[RaftNode], count: int) -> None:
     while not all(len(n.state.reader().read(lambda kb: kb.reports)) == count for n in nodes):
         assert time.monotonic() < deadline, [len(n.state.kb.reports) for n in nodes]
         time.sleep(0.05)
+
+
+def test_raft_messages_are_compressed_at_our_level_and_read_at_any() -> None:
+    """pysyncobj's connections compress at ``RAFT_MESSAGE_LEVEL`` (it asks for 3), and
+    still read what a lead compressing at another level sends (mixed versions)."""
+    import zlib
+
+    import pysyncobj.tcp_connection as tcp_connection
+
+    from qonnect_gitops.lead.raft import RAFT_MESSAGE_LEVEL
+
+    message = pickle.dumps({"type": "append_entries", "entries": [json.dumps(report("edge-1")) * 20]})
+    assert tcp_connection.zlib.compress(message, 3) == zlib.compress(message, RAFT_MESSAGE_LEVEL)
+    assert RAFT_MESSAGE_LEVEL != 3
+    for level in (0, 3, 9):
+        assert tcp_connection.zlib.decompress(zlib.compress(message, level)) == message

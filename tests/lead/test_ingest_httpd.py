@@ -4,6 +4,7 @@ thread or time out, and deadlines hold without a timer per request."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import socket
 import threading
@@ -42,11 +43,20 @@ def _inline(request: Request) -> Response | Deferred | None:
     return None
 
 
-@pytest.fixture
-def server() -> Iterator[AsyncHTTPServer]:
+def _loops() -> list[str]:
+    """Both loops the server may run on (uvloop where installed; asyncio's everywhere)."""
+    try:
+        import uvloop  # noqa: F401
+    except ImportError:
+        return ["asyncio"]
+    return ["asyncio", "uvloop"]
+
+
+@pytest.fixture(params=_loops())
+def server(request: pytest.FixtureRequest) -> Iterator[AsyncHTTPServer]:
     srv = AsyncHTTPServer("127.0.0.1", 0, _handler,
                           HTTPLimits(read_timeout=0.5, idle_timeout=2.0, max_connections=5),
-                          inline=_inline)
+                          inline=_inline, event_loop=request.param)
     srv.start()
     try:
         yield srv
@@ -106,6 +116,15 @@ def test_a_remembered_head_serves_each_request_its_own_body(server: AsyncHTTPSer
             sock.sendall(b"PUT /pool HTTP/1.1\r\nContent-Length: 1\r\n\r\nx")
             assert _read_answers(sock, 1)[0][0] == 405
     assert not any(raw.startswith(b"PUT") for raw in server._heads)
+    # A long head (here a long header value) is answered but never kept: the memory's
+    # bound in bytes holds whatever heads a client sends.
+    with socket.create_connection(server.server_address, timeout=5) as sock:
+        padding = "x" * httpd._HEAD_KEPT_BYTES
+        for _ in range(2):
+            sock.sendall(f"POST /pool HTTP/1.1\r\nX-Pad: {padding}\r\nContent-Length: 1\r\n\r\nx"
+                         .encode())
+            assert _read_answers(sock, 1) == [(200, {"path": "/pool", "body": "x"})]
+    assert not any(len(raw) > httpd._HEAD_KEPT_BYTES for raw in server._heads)
 
 
 def test_a_request_split_across_packets_is_read_whole(server: AsyncHTTPServer) -> None:
@@ -175,3 +194,30 @@ def test_the_fast_header_parse_accepts_only_what_the_careful_one_accepts(lines: 
         assert outcome(srv._parse_headers) == outcome(srv._parse_headers_carefully)
     finally:
         srv._sock.close()
+
+
+def test_the_loop_asked_for_is_the_loop_served_on() -> None:
+    """``auto`` serves on uvloop where it is installed, ``asyncio`` on the standard loop;
+    an unknown choice is refused before anything binds."""
+    seen: dict[str, str] = {}
+
+    def handler(request: Request) -> Response:
+        return Response.json(200, {})
+
+    def inline(request: Request) -> Response | None:
+        seen[request.path] = type(asyncio.get_running_loop()).__module__
+        return Response.json(200, {})
+
+    for choice in ("asyncio", "auto"):
+        srv = AsyncHTTPServer("127.0.0.1", 0, handler, inline=inline, event_loop=choice)
+        srv.start()
+        try:
+            with socket.create_connection(srv.server_address, timeout=5) as sock:
+                sock.sendall(f"GET /{choice} HTTP/1.1\r\n\r\n".encode())
+                assert _read_answers(sock, 1)[0][0] == 200
+        finally:
+            srv.shutdown()
+    assert seen["/asyncio"].startswith("asyncio")
+    assert seen["/auto"].startswith("uvloop" if "uvloop" in _loops() else "asyncio")
+    with pytest.raises(ValueError, match="event_loop must be one of"):
+        AsyncHTTPServer("127.0.0.1", 0, handler, event_loop="trio")
