@@ -34,16 +34,19 @@ from qonnect_gitops.gitstore.errors import (
     StaleProposal,
     StaleRef,
 )
-from qonnect_gitops.gitstore.objects import ObjectBatch
+from qonnect_gitops.gitstore.objects import MODE_TREE, ObjectBatch
 from qonnect_gitops.gitstore.trailers import DecisionMeta
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
+    GroupedFiles,
     RepoLike,
     build_tree,
     directories_under,
     open_repo,
     read_tree_files,
     resolve_commit,
+    subtree_id,
+    tree_entries,
 )
 from qonnect_gitops.logs import get_logger
 
@@ -216,6 +219,10 @@ class GitStore:
         # it. ``catch_up`` of that commit has nothing to do; whoever moves cluster
         # branches by other means (a fetch) must reset it.
         self.fanned_out: str | None = None
+        self._branch_names: set[str] = set()  # cluster names known to make valid branch names
+        # The last plan commit this store wrote, its generation and what its trailers record
+        # of the fan-out: the next decision need not parse them back from its message.
+        self._written: tuple[str, int, _FanOutPlan] | None = None
 
     @classmethod
     def init_bare(cls, path: str | Path, **kwargs: object) -> GitStore:
@@ -301,16 +308,19 @@ class GitStore:
         commit = batch.commit(tree_id, parents, sig, sig, message)
         # The cluster commits are computed now too, so one pack holds the whole decision.
         # They are exactly what fan_out(commit) would write; the refs move in order below.
-        names = set(fan.clusters) | {p.split("/", 1)[1] for p in dirs if p.count("/") == 1 and p.startswith("clusters/")}
-        subtrees = {name: dirs.get(f"clusters/{name}") for name in names}
+        new_dirs = _directories(self.repo, dirs.get("clusters"))
+        names = set(fan.clusters) | new_dirs.keys()
+        moving = names
         if current is not None and self.fanned_out == str(current):
             # Every cluster branch follows the current plan commit: one whose directory
             # is the same in both plans needs no new commit, and no read of its branch.
+            # Both plans' clusters trees are compared entry by entry, not path by path.
             before = self.repo[current].peel(pygit2.Commit)
-            old_dirs = _cluster_subtrees(self.repo, before.tree)
-            followed = set(old_dirs) | set(_recorded_fan(before).clusters)
-            subtrees = {name: sub for name, sub in subtrees.items()
-                        if name not in followed or old_dirs.get(name) != sub}
+            old_dirs = _directories(self.repo, subtree_id(self.repo, before.tree, "clusters"))
+            differ = {name for name, _ in new_dirs.items() ^ old_dirs.items()}
+            unfollowed = names - old_dirs.keys() - set(self._recorded_fan(before).clusters)
+            moving = (differ & names) | unfollowed
+        subtrees = {name: _oid(new_dirs.get(name)) for name in moving}
         updates = self._cluster_commits(commit, summary.strip(), meta, subtrees, fan.prune_limits, timestamp, batch)
         batch.flush()
         self._update_refs({self.plan_ref: (current, commit)}, f"qonnect: plan {meta.generation}")
@@ -319,6 +329,9 @@ class GitStore:
         closed = self._close_all(open_ids, f"superseded by plan commit {commit}", timestamp)
         changes = self._move_clusters(commit, updates, len(names))
         self.fanned_out = str(commit)
+        # As _recorded_fan reads it back: a cluster with a prune limit is listed too.
+        self._written = (str(commit), meta.generation,
+                         _FanOutPlan(sorted(set(fan.clusters) | set(fan.prune_limits)), dict(fan.prune_limits)))
         return WriteResult(
             plan_head=str(commit),
             plan_commit=str(commit),
@@ -551,7 +564,12 @@ class GitStore:
     ) -> tuple[pygit2.Oid, _FanOutPlan]:
         listed = set(clusters)
         with_files: set[str] = set()
-        for path in plan_files:
+        loose: Mapping[str, bytes] = plan_files
+        if isinstance(plan_files, GroupedFiles) and plan_files.grouped_under == "clusters":
+            # Grouped by cluster already: which clusters have files, without their paths.
+            with_files = {name for name, files in plan_files.directories().items() if files}
+            loose = plan_files.loose()
+        for path in loose:
             # Every path is checked whole when its tree is built; here only where it goes.
             top, _, rest = path.partition("/")
             if top == "clusters":
@@ -559,11 +577,10 @@ class GitStore:
                 if not inside:
                     raise ValueError(f"{path!r}: cluster files live under clusters/<name>/")
                 with_files.add(name)
-        for name in listed | with_files:
-            self.cluster_ref(name)
+        self._check_cluster_names(listed | with_files)
         limits = dict(prune_limits or {})
+        self._check_cluster_names(limits)
         for name, n in limits.items():
-            self.cluster_ref(name)
             if int(n) < 0:
                 raise ValueError(f"prune limit of {name} must be >= 0")
         base = self.repo[current].peel(pygit2.Commit).tree_id if current is not None else None
@@ -571,6 +588,14 @@ class GitStore:
         # Clusters without files are recorded so fan_out(plan commit) alone can replay this.
         empty = (listed | set(limits)) - with_files
         return tree_id, _FanOutPlan(sorted(empty), {k: int(v) for k, v in limits.items()})
+
+    def _check_cluster_names(self, names: Iterable[str]) -> None:
+        """``cluster_ref`` of each name, once per name for the life of the store: a decision
+        lists every cluster of the fleet, and the names barely change between decisions."""
+        for name in names:
+            if name not in self._branch_names:
+                self.cluster_ref(name)
+                self._branch_names.add(name)
 
     def _refs_under(self, prefix: str) -> list[str]:
         """Ref names starting with ``prefix``. One listing in libgit2: iterating the
@@ -585,15 +610,24 @@ class GitStore:
     def _check_generation(self, parent: pygit2.Oid | None, meta: DecisionMeta) -> None:
         if parent is None:
             return
-        try:
-            previous = _decision_of(self.repo, self.repo[parent].peel(pygit2.Commit))
-        except ValueError:
-            return  # a plan commit without our trailers (hand-made): nothing to compare
-        if meta.generation <= previous.generation:
+        if self._written is not None and self._written[0] == str(parent):
+            generation = self._written[1]
+        else:
+            try:
+                generation = _decision_of(self.repo, self.repo[parent].peel(pygit2.Commit)).generation
+            except ValueError:
+                return  # a plan commit without our trailers (hand-made): nothing to compare
+        if meta.generation <= generation:
             raise GenerationConflict(
                 f"generation {meta.generation} does not increase over the plan head's "
-                f"generation {previous.generation} ({parent})"
+                f"generation {generation} ({parent})"
             )
+
+    def _recorded_fan(self, commit: pygit2.Commit) -> _FanOutPlan:
+        """``_recorded_fan`` of a plan commit, from memory when this store wrote it."""
+        if self._written is not None and self._written[0] == str(commit.id):
+            return self._written[2]
+        return _recorded_fan(commit)
 
     def _proposal(self, proposal_id: str) -> Proposal:
         ref = self.proposal_ref(proposal_id)
@@ -691,6 +725,18 @@ def _fan_trailers(fan: _FanOutPlan) -> list[tuple[str, str]]:
     out = [(tr.EMPTY_CLUSTER, name) for name in fan.clusters]
     out += [(tr.PRUNE_LIMIT, f"{name}={n}") for name, n in sorted(fan.prune_limits.items())]
     return out
+
+
+def _directories(repo: pygit2.Repository, tree_id: pygit2.Oid | None) -> dict[str, bytes]:
+    """Each directory of the tree ``tree_id`` (a plan's ``clusters`` tree; None: none) and
+    its raw tree id, from ``tree_entries``: no read for a tree just built or read."""
+    if tree_id is None:
+        return {}
+    return {name: raw for name, (mode, raw) in tree_entries(repo, tree_id).items() if mode == MODE_TREE}
+
+
+def _oid(raw: bytes | None) -> pygit2.Oid | None:
+    return None if raw is None else pygit2.Oid(raw=raw)
 
 
 def _cluster_subtrees(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.Oid]:

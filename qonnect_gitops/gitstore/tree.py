@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import pygit2
 
@@ -28,6 +29,27 @@ _BLOB_MODES = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE
 # enum member per entry (a tree of 10,000 clusters is walked on every decision).
 _TREE_MODE = int(pygit2.enums.FileMode.TREE)
 _BLOB_MODE = int(pygit2.enums.FileMode.BLOB)
+
+
+@runtime_checkable
+class GroupedFiles(Protocol):
+    """Files (``{path: bytes}``) that also hold the directories under one top-level
+    directory grouped, as a plan's rendering holds its clusters (``render.PlanFiles``).
+
+    Given such a mapping, the tree functions here take each directory whole: one whose
+    files are the same as in an earlier call reuses its tree id at the cost of comparing
+    its (path, bytes) pairs, with no walk over its paths, so writing or hashing a decision
+    costs the clusters that changed and one step per cluster."""
+
+    grouped_under: str
+    """The top-level directory whose directories ``directories`` holds (``clusters``)."""
+
+    def directories(self) -> Mapping[str, tuple[tuple[str, bytes], ...]]:
+        """Each directory under ``grouped_under`` and its files: (path inside it, bytes)
+        pairs in path order."""
+
+    def loose(self) -> Mapping[str, bytes]:
+        """Every file outside those directories, by its full path."""
 
 
 def open_repo(repo: RepoLike) -> pygit2.Repository:
@@ -78,18 +100,66 @@ def build_tree(
     blob and the trees above it. With ``batch`` the objects are queued there and the
     caller flushes; otherwise they are written before returning. ``trees``, when
     given, receives the id of every directory by path (``""`` is the root), except
-    below a second-level directory recalled whole (see ``tree_id_of``).
+    second-level directories recalled whole and what is below them (see ``tree_id_of``):
+    every second-level directory is an entry of its parent, which ``tree_entries``
+    reads without a lookup, written yet or not.
+
+    ``files`` grouped by directory (``GroupedFiles``) costs, for each directory whose
+    files are the ones of an earlier call, a comparison of its pairs and no walk.
     """
     root = _nest(files)
     own = batch is None
     batch = ObjectBatch(repo) if batch is None else batch
-    base_tree = repo[base] if base is not None else None
-    tree_id = _write_node(repo, batch, root, base_tree if isinstance(base_tree, pygit2.Tree) else None,
-                          "", trees if trees is not None else {})
+    base_raw = base.raw if base is not None and _is_tree(repo, base) else None
+    tree_id = _write_node(repo, batch, root, base_raw, "", trees if trees is not None else {})
     if own:
         batch.flush()
     _DIRS.end_use()
     return tree_id
+
+
+def tree_entries(repo: pygit2.Repository, tree_id: pygit2.Oid) -> Mapping[str, tuple[int, bytes]]:
+    """A tree's entries as name -> (mode, raw id). Large trees and the top two levels of
+    every tree ``build_tree`` built are remembered by id (a tree never changes), so reading
+    a plan's ``clusters`` tree, one entry per cluster, costs a lookup; those built are
+    known before their batch is written. Do not modify the result."""
+    return _ENTRIES.get(repo, tree_id.raw)
+
+
+def _is_tree(repo: pygit2.Repository, oid: pygit2.Oid) -> bool:
+    """Whether ``oid`` is a tree of ``repo``; KeyError when ``repo`` has no such object."""
+    if oid.raw in _ENTRIES.by_id and oid in repo:
+        return True
+    return isinstance(repo[oid], pygit2.Tree)
+
+
+class _EntryMemo:
+    """Entries of recently built or read trees (``tree_entries``), the last few dozen."""
+
+    LARGE = 256  # a read tree with fewer entries is read again when needed: cheap enough
+    KEEP = 32
+
+    def __init__(self) -> None:
+        self.by_id: dict[bytes, dict[str, tuple[int, bytes]]] = {}
+
+    def get(self, repo: pygit2.Repository, raw: bytes) -> dict[str, tuple[int, bytes]]:
+        found = self.by_id.get(raw)
+        if found is not None:
+            self.by_id[raw] = self.by_id.pop(raw)  # most recently used last
+            return found
+        tree = _tree(repo, pygit2.Oid(raw=raw))
+        entries = {e.name or "": (e.filemode, e.id.raw) for e in tree}
+        if len(entries) >= self.LARGE:
+            self.put(raw, entries)
+        return entries
+
+    def put(self, raw: bytes, entries: dict[str, tuple[int, bytes]]) -> None:
+        self.by_id[raw] = entries
+        while len(self.by_id) > self.KEEP:
+            del self.by_id[next(iter(self.by_id))]
+
+
+_ENTRIES = _EntryMemo()
 
 
 def tree_id_of(files: Mapping[str, bytes], path: str = "") -> pygit2.Oid | None:
@@ -179,22 +249,33 @@ _CHECKED: set[tuple[str, str]] = set()  # second-level directory names split_pat
 def _nest(files: Mapping[str, bytes]) -> dict[str, object]:
     """``files`` as nested dicts (directories) of bytes (files), paths checked; a
     second-level directory seen before with the same files becomes a ``_Known``."""
-    groups: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+    groups: dict[tuple[str, str], list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...]] = {}
     rest: list[tuple[str, bytes]] = []
-    for path, data in files.items():
+    loose = files
+    if isinstance(files, GroupedFiles):
+        top = files.grouped_under
+        split_path(top)
+        groups = {(top, name): members for name, members in files.directories().items()}
+        loose = files.loose()
+    for path, data in loose.items():
         parts = path.split("/", 2)
         if len(parts) == 3:
-            groups.setdefault((parts[0], parts[1]), []).append((parts[2], bytes(data)))
+            found = groups.setdefault((parts[0], parts[1]), [])
+            if isinstance(found, tuple):  # a loose file in a grouped directory (not expected)
+                found = groups[(parts[0], parts[1])] = list(found)
+            found.append((parts[2], bytes(data)))
         else:
             rest.append((path, data))
     root: dict[str, object] = {}
     for path, data in rest:
         _insert(root, path, data)
     for (top, name), members in groups.items():
-        key = tuple(members)
+        if not members:
+            continue  # no files, no directory
+        key = members if isinstance(members, tuple) else tuple(members)
         raw = _DIRS.get(key)
         if raw is None:
-            for sub, data in members:
+            for sub, data in key:
                 _insert(root, f"{top}/{name}/{sub}", data)
             node = root[top]
             assert isinstance(node, dict)
@@ -253,45 +334,44 @@ def _write_node(
     repo: pygit2.Repository,
     batch: ObjectBatch,
     node: Mapping[str, object],
-    base: pygit2.Tree | None,
+    base: bytes | None,
     path: str,
     trees: dict[str, pygit2.Oid],
 ) -> pygit2.Oid:
-    known = {e.name: e for e in base} if base is not None else {}
+    known = _ENTRIES.get(repo, base) if base is not None else {}
     entries: list[tuple[str, int, bytes]] = []
     for name, child in node.items():
         old = known.get(name)
-        sub_path = f"{path}/{name}" if path else name
         if isinstance(child, _Known):
-            same = old is not None and old.id.raw == child.raw and old.filemode == _TREE_MODE
-            if not same and pygit2.Oid(raw=child.raw) not in repo:
-                # Hashed before but never written here: write it out like a new directory.
-                fresh: dict[str, object] = {}
-                for sub, data in child.files:
-                    _insert(fresh, sub, data)
-                child = _Fresh(fresh, child.files)
-            else:
-                trees[sub_path] = pygit2.Oid(raw=child.raw)
+            if old is not None and old[1] == child.raw and old[0] == _TREE_MODE or pygit2.Oid(raw=child.raw) in repo:
                 entries.append((name, MODE_TREE, child.raw))
                 continue
+            # Hashed before but never written here: write it out like a new directory.
+            fresh: dict[str, object] = {}
+            for sub, data in child.files:
+                _insert(fresh, sub, data)
+            child = _Fresh(fresh, child.files)
+        sub_path = f"{path}/{name}" if path else name
         if isinstance(child, dict):
-            old_tree = repo[old.id] if old is not None and old.filemode == _TREE_MODE else None
+            old_tree = old[1] if old is not None and old[0] == _TREE_MODE else None
             written = _write_node(repo, batch, child, old_tree, sub_path, trees)  # type: ignore[arg-type]
             entries.append((name, MODE_TREE, written.raw))
         else:
             assert isinstance(child, bytes)
             raw = object_id(BLOB, child)
-            if old is None or old.id.raw != raw or old.filemode != _BLOB_MODE:
+            if old is None or old[1] != raw or old[0] != _BLOB_MODE:
                 batch.add(BLOB, child)
             entries.append((name, MODE_BLOB, raw))
     data = serialize_tree(entries)
     raw = object_id(TREE, data)
     if isinstance(node, _Fresh):
         _DIRS.put(node.files, raw)
-    if base is not None and base.id.raw == raw:
-        trees[path] = base.id  # unchanged subtree: nothing to write, nothing to check
+    if base == raw:
+        trees[path] = pygit2.Oid(raw=raw)  # unchanged subtree: nothing to write, nothing to check
     else:
         trees[path] = batch.add(TREE, data)
+    if path.count("/") < 1 or len(entries) >= _EntryMemo.LARGE:
+        _ENTRIES.put(raw, {name: (mode, oid) for name, mode, oid in entries})
     return trees[path]
 
 
@@ -309,11 +389,13 @@ def subtree_id(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> pygit2.
 
 
 def directories_under(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> dict[str, pygit2.Oid]:
-    """Each directory directly under ``path`` of ``tree`` and its tree id, in one tree read."""
+    """Each directory directly under ``path`` of ``tree`` and its tree id, in one tree read
+    (none when ``tree_entries`` remembers it)."""
     sub = subtree_id(repo, tree, path)
     if sub is None:
         return {}
-    return {e.name or "": e.id for e in _tree(repo, sub) if e.filemode == _TREE_MODE}
+    return {name: pygit2.Oid(raw=raw) for name, (mode, raw) in _ENTRIES.get(repo, sub.raw).items()
+            if mode == _TREE_MODE}
 
 
 def read_tree_files(repo: RepoLike, rev: str, prefix: str = "", skipped: list[str] | None = None) -> dict[str, bytes]:
