@@ -34,7 +34,7 @@ from qonnect_gitops.gitstore.errors import (
     StaleProposal,
     StaleRef,
 )
-from qonnect_gitops.gitstore.objects import MODE_TREE, ObjectBatch
+from qonnect_gitops.gitstore.objects import ObjectBatch
 from qonnect_gitops.gitstore.trailers import DecisionMeta
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
@@ -308,19 +308,20 @@ class GitStore:
         commit = batch.commit(tree_id, parents, sig, sig, message)
         # The cluster commits are computed now too, so one pack holds the whole decision.
         # They are exactly what fan_out(commit) would write; the refs move in order below.
-        new_dirs = _directories(self.repo, dirs.get("clusters"))
+        # The new clusters tree holds directories only (_prepare refused anything else).
+        new_dirs = _entries(self.repo, dirs.get("clusters"))
         names = set(fan.clusters) | new_dirs.keys()
         moving = names
         if current is not None and self.fanned_out == str(current):
             # Every cluster branch follows the current plan commit: one whose directory
             # is the same in both plans needs no new commit, and no read of its branch.
-            # Both plans' clusters trees are compared entry by entry, not path by path.
+            # Both plans' clusters trees are compared as two sets of entries, not by path.
             before = self.repo[current].peel(pygit2.Commit)
-            old_dirs = _directories(self.repo, subtree_id(self.repo, before.tree, "clusters"))
+            old_dirs = _entries(self.repo, subtree_id(self.repo, before.tree, "clusters"))
             differ = {name for name, _ in new_dirs.items() ^ old_dirs.items()}
             unfollowed = names - old_dirs.keys() - set(self._recorded_fan(before).clusters)
             moving = (differ & names) | unfollowed
-        subtrees = {name: _oid(new_dirs.get(name)) for name in moving}
+        subtrees = {name: pygit2.Oid(raw=new_dirs[name][1]) if name in new_dirs else None for name in moving}
         updates = self._cluster_commits(commit, summary.strip(), meta, subtrees, fan.prune_limits, timestamp, batch)
         batch.flush()
         self._update_refs({self.plan_ref: (current, commit)}, f"qonnect: plan {meta.generation}")
@@ -600,7 +601,9 @@ class GitStore:
     def _refs_under(self, prefix: str) -> list[str]:
         """Ref names starting with ``prefix``. One listing in libgit2: iterating the
         references in Python costs a call per ref, and a fleet has one per cluster."""
-        return [name for name in self.repo.listall_references() if name.startswith(prefix)]
+        wanted = prefix.encode()
+        return [name.decode(errors="replace") for name in self.repo.raw_listall_references()
+                if name.startswith(wanted)]
 
     def _update_refs(self, updates: Mapping[str, tuple[pygit2.Oid | None, pygit2.Oid | None]], message: str) -> None:
         """``cas_update_refs`` on this repository, remembering the refs in ``moved``."""
@@ -727,16 +730,9 @@ def _fan_trailers(fan: _FanOutPlan) -> list[tuple[str, str]]:
     return out
 
 
-def _directories(repo: pygit2.Repository, tree_id: pygit2.Oid | None) -> dict[str, bytes]:
-    """Each directory of the tree ``tree_id`` (a plan's ``clusters`` tree; None: none) and
-    its raw tree id, from ``tree_entries``: no read for a tree just built or read."""
-    if tree_id is None:
-        return {}
-    return {name: raw for name, (mode, raw) in tree_entries(repo, tree_id).items() if mode == MODE_TREE}
-
-
-def _oid(raw: bytes | None) -> pygit2.Oid | None:
-    return None if raw is None else pygit2.Oid(raw=raw)
+def _entries(repo: pygit2.Repository, tree_id: pygit2.Oid | None) -> Mapping[str, tuple[int, bytes]]:
+    """``tree_entries`` of a tree, none for None (a plan without cluster files)."""
+    return {} if tree_id is None else tree_entries(repo, tree_id)
 
 
 def _cluster_subtrees(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.Oid]:

@@ -148,7 +148,7 @@ class _EntryMemo:
             self.by_id[raw] = self.by_id.pop(raw)  # most recently used last
             return found
         tree = _tree(repo, pygit2.Oid(raw=raw))
-        entries = {e.name or "": (e.filemode, e.id.raw) for e in tree}
+        entries = {e.name or "": (int(e.filemode), e.id.raw) for e in tree}
         if len(entries) >= self.LARGE:
             self.put(raw, entries)
         return entries
@@ -184,24 +184,24 @@ def tree_ids_under(files: Mapping[str, bytes], path: str) -> dict[str, pygit2.Oi
     for name, child in (node or {}).items():
         if isinstance(child, _Known):
             out[name] = pygit2.Oid(raw=child.raw)
-        elif isinstance(child, dict):
+        elif isinstance(child, _Dir):
             out[name] = pygit2.Oid(raw=_hash_node(child))
     _DIRS.end_use()
     return out
 
 
-def _at(root: dict[str, object], path: str) -> dict[str, object] | None:
+def _at(root: _Dir, path: str) -> _Dir | None:
     node: object = root
     for part in split_path(path) if path else []:
-        if not isinstance(node, dict) or isinstance(node, _Known):
+        if not isinstance(node, dict):
             return None
         node = node.get(part)
     if isinstance(node, _Known):
-        known: dict[str, object] = {}
+        known = _Dir()
         for sub, data in node.files:
             _insert(known, sub, data)
         return _Fresh(known, node.files)
-    return node if isinstance(node, dict) else None
+    return node if isinstance(node, _Dir) else None
 
 
 class _Known:
@@ -224,8 +224,11 @@ class _DirectoryMemo:
     def __init__(self) -> None:
         self._ids: dict[tuple[tuple[str, bytes], ...], tuple[int, bytes]] = {}
         self._use = 0
+        self._used = False
+        self._limit = 1024
 
     def get(self, files: tuple[tuple[str, bytes], ...]) -> bytes | None:
+        self._used = True
         hit = self._ids.get(files)
         if hit is None:
             return None
@@ -236,19 +239,51 @@ class _DirectoryMemo:
         self._ids[files] = (self._use, raw)
 
     def end_use(self) -> None:
+        """One call is over; a call that asked nothing (a mapping recalled whole) does not
+        count. Pruned when it doubled since the last pruning, so a plan of 10,000 clusters
+        is not gone over on every call."""
+        if not self._used:
+            return
+        self._used = False
         self._use += 1
-        if len(self._ids) > 1024:
+        if len(self._ids) > self._limit:
             oldest = self._use - self.KEEP
             self._ids = {k: v for k, v in self._ids.items() if v[0] >= oldest}
+            self._limit = max(1024, 2 * len(self._ids))
+
+
+class _NestMemo:
+    """The nested form of the last grouped mappings, by identity: the leader hashes a
+    decision's rendering (is it the plan in force?), takes its cluster trees' ids (prune
+    limits) and writes it, and only the first of these needs to look at each cluster.
+    A ``GroupedFiles`` does not change once made, so its identity names its content."""
+
+    KEEP = 2
+
+    def __init__(self) -> None:
+        self._last: list[tuple[GroupedFiles, _Dir]] = []
+
+    def get(self, files: GroupedFiles) -> _Dir | None:
+        return next((root for seen, root in self._last if seen is files), None)
+
+    def put(self, files: GroupedFiles, root: _Dir) -> None:
+        self._last = [(files, root), *self._last[: self.KEEP - 1]]
 
 
 _DIRS = _DirectoryMemo()
+_NESTED = _NestMemo()
 _CHECKED: set[tuple[str, str]] = set()  # second-level directory names split_path accepted
 
 
-def _nest(files: Mapping[str, bytes]) -> dict[str, object]:
+def _nest(files: Mapping[str, bytes]) -> _Dir:
     """``files`` as nested dicts (directories) of bytes (files), paths checked; a
-    second-level directory seen before with the same files becomes a ``_Known``."""
+    second-level directory seen before with the same files becomes a ``_Known``. A
+    grouped mapping seen in the last calls gives the same nested form again, with what
+    hashing and writing it found out."""
+    if isinstance(files, GroupedFiles):
+        recalled = _NESTED.get(files)
+        if recalled is not None:
+            return recalled
     groups: dict[tuple[str, str], list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...]] = {}
     rest: list[tuple[str, bytes]] = []
     loose = files
@@ -266,7 +301,7 @@ def _nest(files: Mapping[str, bytes]) -> dict[str, object]:
             found.append((parts[2], bytes(data)))
         else:
             rest.append((path, data))
-    root: dict[str, object] = {}
+    root = _Dir()
     for path, data in rest:
         _insert(root, path, data)
     for (top, name), members in groups.items():
@@ -284,29 +319,49 @@ def _nest(files: Mapping[str, bytes]) -> dict[str, object]:
             if (top, name) not in _CHECKED:  # the rest was checked when it was first seen
                 split_path(f"{top}/{name}")
                 _CHECKED.add((top, name))
-            child = root.setdefault(top, {})
+            child = root.get(top)
+            if child is None:
+                child = root[top] = _Dir()
             if not isinstance(child, dict):
                 raise InvalidPath(f"{top}/{name} needs {top!r} to be a directory, but it is a file")
             if name in child:
                 raise InvalidPath(f"{top}/{name!r} is both a file and a directory")
             child[name] = _Known(raw, key)
+    if isinstance(files, GroupedFiles):
+        _NESTED.put(files, root)
     return root
 
 
-class _Fresh(dict):  # type: ignore[type-arg]
+class _Dir(dict):  # type: ignore[type-arg]
+    """A directory: name -> bytes (a file), ``_Dir`` or ``_Known``. ``hashed`` holds its
+    tree id, its tree object's content and, for a large or top-level one, its entries as
+    ``tree_entries`` gives them, once known (the same again when a mapping is recalled)."""
+
+    __slots__ = ("hashed",)
+
+    def __init__(self, entries: Mapping[str, object] | None = None) -> None:
+        super().__init__(entries or {})
+        self.hashed: tuple[bytes, bytes, dict[str, tuple[int, bytes]] | None] | None = None
+
+
+class _Fresh(_Dir):
     """A second-level directory not seen before: remembered once its id is known."""
 
-    def __init__(self, entries: dict[str, object], files: tuple[tuple[str, bytes], ...]) -> None:
+    __slots__ = ("files",)
+
+    def __init__(self, entries: Mapping[str, object], files: tuple[tuple[str, bytes], ...]) -> None:
         super().__init__(entries)
         self.files = files
 
 
-def _insert(root: dict[str, object], path: str, data: bytes) -> None:
+def _insert(root: _Dir, path: str, data: bytes) -> None:
     parts = split_path(path)
     node = root
     for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = _Dir()
+        if not isinstance(child, _Dir):
             raise InvalidPath(f"{path!r} needs {part!r} to be a directory, but it is a file")
         node = child
     if parts[-1] in node:
@@ -314,65 +369,85 @@ def _insert(root: dict[str, object], path: str, data: bytes) -> None:
     node[parts[-1]] = bytes(data)
 
 
-def _hash_node(node: Mapping[str, object]) -> bytes:
+def _hash_node(node: _Dir) -> bytes:
+    if node.hashed is not None:
+        return node.hashed[0]
     entries: list[tuple[str, int, bytes]] = []
     for name, child in node.items():
         if isinstance(child, _Known):
             entries.append((name, MODE_TREE, child.raw))
-        elif isinstance(child, dict):
+        elif isinstance(child, _Dir):
             entries.append((name, MODE_TREE, _hash_node(child)))
         else:
             assert isinstance(child, bytes)
             entries.append((name, MODE_BLOB, object_id(BLOB, child)))
-    raw = object_id(TREE, serialize_tree(entries))
+    return _hashed(node, entries, False)[0]
+
+
+def _hashed(node: _Dir, entries: list[tuple[str, int, bytes]],
+            top: bool) -> tuple[bytes, bytes, dict[str, tuple[int, bytes]] | None]:
+    """Record ``node``'s tree id and content (``_Dir.hashed``) from its entries."""
+    data = serialize_tree(entries)
+    raw = object_id(TREE, data)
+    listing = {name: (mode, oid) for name, mode, oid in entries} if top or len(entries) >= _EntryMemo.LARGE else None
+    node.hashed = (raw, data, listing)
     if isinstance(node, _Fresh):
         _DIRS.put(node.files, raw)
-    return raw
+    return node.hashed
 
 
 def _write_node(
     repo: pygit2.Repository,
     batch: ObjectBatch,
-    node: Mapping[str, object],
+    node: _Dir,
     base: bytes | None,
     path: str,
     trees: dict[str, pygit2.Oid],
 ) -> pygit2.Oid:
+    hashed = node.hashed
+    if hashed is not None and hashed[0] == base:
+        trees[path] = pygit2.Oid(raw=base)  # what base has here: written, nothing to look into
+        return trees[path]
     known = _ENTRIES.get(repo, base) if base is not None else {}
-    entries: list[tuple[str, int, bytes]] = []
-    for name, child in node.items():
-        old = known.get(name)
-        if isinstance(child, _Known):
-            if old is not None and old[1] == child.raw and old[0] == _TREE_MODE or pygit2.Oid(raw=child.raw) in repo:
-                entries.append((name, MODE_TREE, child.raw))
-                continue
-            # Hashed before but never written here: write it out like a new directory.
-            fresh: dict[str, object] = {}
-            for sub, data in child.files:
-                _insert(fresh, sub, data)
-            child = _Fresh(fresh, child.files)
-        sub_path = f"{path}/{name}" if path else name
-        if isinstance(child, dict):
-            old_tree = old[1] if old is not None and old[0] == _TREE_MODE else None
-            written = _write_node(repo, batch, child, old_tree, sub_path, trees)  # type: ignore[arg-type]
-            entries.append((name, MODE_TREE, written.raw))
-        else:
-            assert isinstance(child, bytes)
-            raw = object_id(BLOB, child)
-            if old is None or old[1] != raw or old[0] != _BLOB_MODE:
-                batch.add(BLOB, child)
-            entries.append((name, MODE_BLOB, raw))
-    data = serialize_tree(entries)
-    raw = object_id(TREE, data)
-    if isinstance(node, _Fresh):
-        _DIRS.put(node.files, raw)
+    if hashed is not None and hashed[2] is not None and known:
+        # Hashed before (a plan's clusters tree): only its entries that differ from base's
+        # may need writing; one set difference instead of a step per cluster.
+        raw, data, listing = hashed
+        for name, _ in hashed[2].items() - known.items():
+            _write_child(repo, batch, name, node[name], known.get(name), path, trees)
+    else:
+        entries = [_write_child(repo, batch, name, child, known.get(name), path, trees)
+                   for name, child in node.items()]
+        raw, data, listing = _hashed(node, entries, path.count("/") < 1)
     if base == raw:
         trees[path] = pygit2.Oid(raw=raw)  # unchanged subtree: nothing to write, nothing to check
     else:
         trees[path] = batch.add(TREE, data)
-    if path.count("/") < 1 or len(entries) >= _EntryMemo.LARGE:
-        _ENTRIES.put(raw, {name: (mode, oid) for name, mode, oid in entries})
+    if listing is not None:
+        _ENTRIES.put(raw, listing)
     return trees[path]
+
+
+def _write_child(repo: pygit2.Repository, batch: ObjectBatch, name: str, child: object,
+                 old: tuple[int, bytes] | None, path: str, trees: dict[str, pygit2.Oid]) -> tuple[str, int, bytes]:
+    """Queue what one entry of a directory needs (nothing when ``old``, the entry of the
+    same name in base, is the same) and return the entry."""
+    if isinstance(child, _Known):
+        if (old is not None and old[1] == child.raw and old[0] == _TREE_MODE) or pygit2.Oid(raw=child.raw) in repo:
+            return name, MODE_TREE, child.raw
+        # Hashed before but never written here: write it out like a new directory.
+        fresh = _Dir()
+        for sub, data in child.files:
+            _insert(fresh, sub, data)
+        child = _Fresh(fresh, child.files)
+    if isinstance(child, _Dir):
+        old_tree = old[1] if old is not None and old[0] == _TREE_MODE else None
+        return name, MODE_TREE, _write_node(repo, batch, child, old_tree, f"{path}/{name}" if path else name, trees).raw
+    assert isinstance(child, bytes)
+    raw = object_id(BLOB, child)
+    if old is None or old[1] != raw or old[0] != _BLOB_MODE:
+        batch.add(BLOB, child)
+    return name, MODE_BLOB, raw
 
 
 def subtree_id(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:

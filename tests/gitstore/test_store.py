@@ -16,7 +16,6 @@ from qonnect_gitops.gitstore import (
     StaleRef,
     read_tree_files,
 )
-
 from qonnect_gitops.render import PlanFiles
 
 from .helpers import git, plan_files, trailers_of

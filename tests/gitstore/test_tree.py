@@ -235,3 +235,27 @@ def test_grouped_files_are_checked_like_flat_ones(tmp_path: Path) -> None:
         build_tree(repo, PlanFiles({}, {"g1": (("ns/../../escape.yaml", b"x"),)}))
     with pytest.raises(InvalidPath):  # a file where the grouped directory is
         build_tree(repo, PlanFiles({"clusters/g1": b"x"}, {"g1": (("m.yaml", b"x"),)}))
+
+
+def test_a_grouped_mapping_hashed_and_written_once_is_written_whole_elsewhere(tmp_path: Path) -> None:
+    """What hashing and writing a grouped mapping found out is reused for the same mapping,
+    and never stands for objects a repository does not have."""
+    from qonnect_gitops.gitstore.tree import tree_ids_under
+    from qonnect_gitops.render import PlanFiles
+
+    clusters = {f"h{i}": tuple((f"ns/m{j}.yaml", f"h{i}/{j}/{tmp_path}".encode()) for j in range(2))
+                for i in range(300)}  # a clusters tree large enough to be remembered by id
+    grouped = PlanFiles({"placement.yaml": b"p"}, clusters)
+    flat = _flat({"placement.yaml": b"p"}, clusters)
+    hashed = tree_id_of(grouped)
+    assert tree_ids_under(grouped, "clusters")["h5"] == tree_id_of(flat, "clusters/h5")
+    first = pygit2.init_repository(str(tmp_path / "first"), bare=True)
+    assert build_tree(first, grouped) == hashed
+    again = dict(clusters, h5=(("ns/m0.yaml", b"changed"),))
+    new = build_tree(first, PlanFiles({"placement.yaml": b"p"}, again), base=hashed)
+    assert read_tree_files(first, _commit(first, new)) == _flat({"placement.yaml": b"p"}, again)
+    other = pygit2.init_repository(str(tmp_path / "other"), bare=True)
+    assert build_tree(other, grouped) == hashed
+    assert read_tree_files(other, _commit(other, hashed)) == flat
+    with pytest.raises(KeyError):  # a base this repository does not have is refused, even if remembered
+        build_tree(pygit2.init_repository(str(tmp_path / "third"), bare=True), grouped, base=new)
