@@ -34,7 +34,7 @@ from qonnect_gitops.gitstore.errors import (
     StaleProposal,
     StaleRef,
 )
-from qonnect_gitops.gitstore.objects import ObjectBatch
+from qonnect_gitops.gitstore.objects import MODE_TREE, ObjectBatch
 from qonnect_gitops.gitstore.trailers import DecisionMeta
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
@@ -45,7 +45,6 @@ from qonnect_gitops.gitstore.tree import (
     open_repo,
     read_tree_files,
     resolve_commit,
-    subtree_id,
     tree_entries,
 )
 from qonnect_gitops.logs import get_logger
@@ -127,6 +126,16 @@ class ClosedProposal:
 class _FanOutPlan:
     clusters: list[str]
     prune_limits: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A plan commit a store wrote, with what a later decision would read back from it."""
+
+    commit: str
+    tree: pygit2.Oid
+    generation: int
+    fan: _FanOutPlan  # as _recorded_fan reads it from the commit's trailers
 
 
 _CURRENT = object()
@@ -220,9 +229,8 @@ class GitStore:
         # branches by other means (a fetch) must reset it.
         self.fanned_out: str | None = None
         self._branch_names: set[str] = set()  # cluster names known to make valid branch names
-        # The last plan commit this store wrote, its generation and what its trailers record
-        # of the fan-out: the next decision need not parse them back from its message.
-        self._written: tuple[str, int, _FanOutPlan] | None = None
+        # The last plan commit this store wrote: the next decision need not read it back.
+        self._written: _Written | None = None
 
     @classmethod
     def init_bare(cls, path: str | Path, **kwargs: object) -> GitStore:
@@ -294,7 +302,7 @@ class GitStore:
         batch = ObjectBatch(self.repo)
         dirs: dict[str, pygit2.Oid] = {}
         tree_id, fan = self._prepare(plan_files, clusters, prune_limits, current, batch, dirs)
-        if current is not None and self.repo[current].peel(pygit2.Commit).tree_id == tree_id:
+        if current is not None and self._tree_of(current) == tree_id:
             log.debug("plan_unchanged", plan=str(current))
             changes = self.fan_out(str(current))
             return WriteResult(plan_head=str(current), clusters=tuple(changes))
@@ -316,10 +324,11 @@ class GitStore:
             # Every cluster branch follows the current plan commit: one whose directory
             # is the same in both plans needs no new commit, and no read of its branch.
             # Both plans' clusters trees are compared as two sets of entries, not by path.
-            before = self.repo[current].peel(pygit2.Commit)
-            old_dirs = _entries(self.repo, subtree_id(self.repo, before.tree, "clusters"))
+            old_clusters = tree_entries(self.repo, self._tree_of(current)).get("clusters")
+            old_dirs = _entries(self.repo, pygit2.Oid(raw=old_clusters[1])
+                                if old_clusters is not None and old_clusters[0] == MODE_TREE else None)
             differ = {name for name, _ in new_dirs.items() ^ old_dirs.items()}
-            unfollowed = names - old_dirs.keys() - set(self._recorded_fan(before).clusters)
+            unfollowed = names - old_dirs.keys() - set(self._recorded_fan(current).clusters)
             moving = (differ & names) | unfollowed
         subtrees = {name: pygit2.Oid(raw=new_dirs[name][1]) if name in new_dirs else None for name in moving}
         updates = self._cluster_commits(commit, summary.strip(), meta, subtrees, fan.prune_limits, timestamp, batch)
@@ -331,8 +340,8 @@ class GitStore:
         changes = self._move_clusters(commit, updates, len(names))
         self.fanned_out = str(commit)
         # As _recorded_fan reads it back: a cluster with a prune limit is listed too.
-        self._written = (str(commit), meta.generation,
-                         _FanOutPlan(sorted(set(fan.clusters) | set(fan.prune_limits)), dict(fan.prune_limits)))
+        self._written = _Written(str(commit), tree_id, meta.generation,
+                                 _FanOutPlan(sorted(set(fan.clusters) | set(fan.prune_limits)), dict(fan.prune_limits)))
         return WriteResult(
             plan_head=str(commit),
             plan_commit=str(commit),
@@ -584,7 +593,7 @@ class GitStore:
         for name, n in limits.items():
             if int(n) < 0:
                 raise ValueError(f"prune limit of {name} must be >= 0")
-        base = self.repo[current].peel(pygit2.Commit).tree_id if current is not None else None
+        base = self._tree_of(current) if current is not None else None
         tree_id = build_tree(self.repo, plan_files, base=base, batch=batch, trees=dirs)
         # Clusters without files are recorded so fan_out(plan commit) alone can replay this.
         empty = (listed | set(limits)) - with_files
@@ -613,8 +622,8 @@ class GitStore:
     def _check_generation(self, parent: pygit2.Oid | None, meta: DecisionMeta) -> None:
         if parent is None:
             return
-        if self._written is not None and self._written[0] == str(parent):
-            generation = self._written[1]
+        if self._written is not None and self._written.commit == str(parent):
+            generation = self._written.generation
         else:
             try:
                 generation = _decision_of(self.repo, self.repo[parent].peel(pygit2.Commit)).generation
@@ -626,11 +635,17 @@ class GitStore:
                 f"generation {generation} ({parent})"
             )
 
-    def _recorded_fan(self, commit: pygit2.Commit) -> _FanOutPlan:
+    def _recorded_fan(self, commit: pygit2.Oid) -> _FanOutPlan:
         """``_recorded_fan`` of a plan commit, from memory when this store wrote it."""
-        if self._written is not None and self._written[0] == str(commit.id):
-            return self._written[2]
-        return _recorded_fan(commit)
+        if self._written is not None and self._written.commit == str(commit):
+            return self._written.fan
+        return _recorded_fan(self.repo[commit].peel(pygit2.Commit))
+
+    def _tree_of(self, commit: pygit2.Oid) -> pygit2.Oid:
+        """The tree id of a commit, from memory when it is the plan commit this store wrote."""
+        if self._written is not None and self._written.commit == str(commit):
+            return self._written.tree
+        return self.repo[commit].peel(pygit2.Commit).tree_id
 
     def _proposal(self, proposal_id: str) -> Proposal:
         ref = self.proposal_ref(proposal_id)
