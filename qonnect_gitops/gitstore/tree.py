@@ -39,7 +39,8 @@ class GroupedFiles(Protocol):
     Given such a mapping, the tree functions here take each directory whole: one whose
     files are the same as in an earlier call reuses its tree id at the cost of comparing
     its (path, bytes) pairs, with no walk over its paths, so writing or hashing a decision
-    costs the clusters that changed and one step per cluster."""
+    costs the clusters that changed and one step per cluster. The same mapping given again
+    costs neither (it is recalled by identity): it must never change once made."""
 
     grouped_under: str
     """The top-level directory whose directories ``directories`` holds (``clusters``)."""

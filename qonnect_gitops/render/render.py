@@ -59,7 +59,8 @@ class PlanFiles(Mapping[str, bytes]):
 
     A reader of one cluster, or of which clusters have files, costs that cluster or the
     number of clusters, not a walk over every path of the fleet; the decision writer
-    reads it this way (``gitstore.tree.GroupedFiles``). As a mapping it is the flat tree,
+    reads it this way (``gitstore.tree.GroupedFiles``) and remembers what it derived from
+    it by identity, so it never changes once made. As a mapping it is the flat tree,
     iterated in path order (the full list is built on the first iteration)."""
 
     grouped_under = "clusters"
@@ -72,7 +73,7 @@ class PlanFiles(Mapping[str, bytes]):
         self._paths: list[str] | None = None
 
     def directories(self) -> Mapping[str, tuple[tuple[str, bytes], ...]]:
-        """Each cluster with files and its files, relative to ``clusters/<name>/``."""
+        """Each cluster with files and its files, relative to ``clusters/<name>/`` (read only)."""
         return self._clusters
 
     def loose(self) -> Mapping[str, bytes]:
