@@ -170,7 +170,8 @@ def tree_id_of(files: Mapping[str, bytes], path: str = "") -> pygit2.Oid | None:
 
     Second-level directories (a plan's ``clusters/<name>``) are remembered by their files
     from one call to the next, so hashing a decision that changed one cluster costs that
-    cluster's files and one pass over the paths, not every blob and tree again."""
+    cluster's files and one pass over the paths (one step per directory when the files
+    come grouped, ``GroupedFiles``), not every blob and tree again."""
     node = _at(_nest(files), path)
     tree_id = None if node is None else pygit2.Oid(raw=_hash_node(node))
     _DIRS.end_use()
