@@ -123,6 +123,19 @@ def _walk(ctx: Context, order: np.ndarray, allowed: np.ndarray) -> Iterator[int]
         seen = ledger.walk_starts.get(key)
         if seen is not None and seen[0] is order and seen[1] is allowed and seen[2] == ledger.generation:
             start = seen[3]
+    if start < order.size:
+        # The first cluster alone, by a few scalar reads: the walk starts past the clusters
+        # last found without room, so it mostly ends here. The same judgement as a chunk's.
+        first = int(order[start])
+        if ((allowed[first] and ledger.free_cpu[first] >= c.cpu and ledger.free_memory[first] >= c.memory
+             and (full is None or not full[first])) or (mine is not None and mine[first])):
+            if key is not None:
+                if len(ledger.walk_starts) > 4096:
+                    ledger.walk_starts.clear()
+                ledger.walk_starts[key] = (order, allowed, ledger.generation, start)
+                key = None
+            yield first
+            start += 1
     while start < order.size:
         # Consecutive chunks, each four times the last: a walk past many full clusters
         # judges each cluster once (the chunks once overlapped, judging the first clusters
@@ -152,7 +165,16 @@ def _walk(ctx: Context, order: np.ndarray, allowed: np.ndarray) -> Iterator[int]
 def _shared(*vectors: np.ndarray | None) -> bool:
     """Cached, read-only vectors (a class's masks and static scores): what is derived from
     them alone may be kept for the cycle."""
-    return all(v is None or not v.flags.writeable for v in vectors)
+    for v in vectors:  # a loop, not all(): asked once per distribution
+        if v is not None and v.flags.writeable:
+            return False
+    return True
+
+
+def _any(mask: np.ndarray) -> bool:
+    """Whether a boolean vector holds a True: ``mask.any()``, which costs several times
+    more through numpy's Python wrapper for a fleet-length mask asked once per component."""
+    return bool(mask.size) and bool(mask[mask.argmax()])
 
 
 def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterator[int]:
@@ -291,9 +313,9 @@ def _distribute(
     if new_clusters > 0 and existing and not daemon:
         first = pool.copy()
         first[list(existing)] = False  # availability asks for clusters it does not use yet
-        if not first.any():
+        if not _any(first):
             first, new_clusters = pool, 0  # none left: reported as unmet availability
-    if not first.any():
+    if not _any(first):
         result.unplaced, result.blocked = need, Blocked.NO_CLUSTER
         return result
     preferred = result.preferred = _preferred(ctx, first, allowed, wanted, total, existing, daemon, new_clusters)
@@ -510,7 +532,7 @@ def _spread(
     result = Distribution()
     qos = ctx.component.qos
     n_total = req.need + sum(existing.values())
-    if not allowed.any():
+    if not _any(allowed):
         result.unplaced, result.blocked = req.need, Blocked.NO_CLUSTER
         return result
     preferred = int(np.argmin(np.where(allowed, total, math.inf)))
