@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.model.observed import ObservedCluster
@@ -75,6 +76,9 @@ class Carry:
     # the next cycle distributes anew only where that changed (``distribute.remembered``).
     offloads: dict[str, Offload] = field(default_factory=dict)
     offloads_reused: int = 0  # how many of the last cycle's the cycle used (tests, figures)
+    # ``current.last_moved`` of the components of ``works``, in key order (the plan's
+    # ``last_moved`` before the cycle's own moves; ``explain._last_moved_base``).
+    last_moved_base: dict[str, datetime] | None = None
 
 
 def is_quiet(work: Work, healthy: list[bool]) -> bool:

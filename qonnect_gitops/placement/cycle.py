@@ -114,6 +114,7 @@ class Cycle:
         self.offloads_reused = 0
         self._settled_anew: np.ndarray | None = None
         self.changed_clusters: set[int] = set()  # health or report changed since the last cycle
+        self.last_moved_base: dict[str, datetime] | None = None  # set by ``explain.assemble``
         # Taken out: a cycle that fails half way leaves none behind (``remember`` puts it back).
         entry = self.fleet_memo.pop("carry", None)
         if isinstance(entry, Carry) and self._may_carry(entry):
@@ -212,7 +213,8 @@ class Cycle:
         dirty |= changed_keys(carry.traffic, self.traffic)
         dirty |= carry.completed ^ self.completed
         dirty |= self.components.keys() - carry.quiet.keys()
-        dirty.update(k for k, until in carry.until.items() if until <= self.now)
+        if carry.until and min(carry.until.values()) <= self.now:  # mostly none has ended
+            dirty.update(k for k, until in carry.until.items() if until <= self.now)
         # Components kept by rescheduling's bound: decided anew where their floor moved.
         ev = self.evaluator
         moved = {key for key, (floor, c, replicas) in carry.floors.items()
@@ -383,6 +385,7 @@ class Cycle:
             quiet=quiet, until=until, charges=self.charges, plans=dict(plans), bounds=bounds, floors=floors,
             carried=0 if self.decided is None else len(self.works) - len(self.decided), works=self.works,
             sums=sums, offloads=self.offloads, offloads_reused=self.offloads_reused,
+            last_moved_base=self.last_moved_base,
         )
 
     # ----- questions -----------------------------------------------------------------------
