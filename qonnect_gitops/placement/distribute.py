@@ -165,7 +165,7 @@ def _walk(ctx: Context, order: np.ndarray, allowed: np.ndarray) -> Iterator[int]
 def _shared(*vectors: np.ndarray | None) -> bool:
     """Cached, read-only vectors (a class's masks and static scores): what is derived from
     them alone may be kept for the cycle."""
-    for v in vectors:  # a loop, not all(): asked once per distribution
+    for v in vectors:  # noqa: SIM110 - a loop, not all() over a generator: asked once per distribution
         if v is not None and v.flags.writeable:
             return False
     return True
