@@ -173,7 +173,7 @@ def _shared(*vectors: np.ndarray | None) -> bool:
 
 def _any(mask: np.ndarray) -> bool:
     """Whether a boolean vector holds a True: ``mask.any()``, which costs several times
-    more through numpy's Python wrapper for a fleet-length mask asked once per component."""
+    more through numpy's Python wrapper (asked once per component and distribution)."""
     return bool(mask.size) and bool(mask[mask.argmax()])
 
 
@@ -443,7 +443,7 @@ def _offload(c: Component, ctx: Context, need: int, preferred: int, too_small: b
              now: np.ndarray, vectors: tuple[np.ndarray, np.ndarray | None, np.ndarray]) -> Offload:
     full = judged[:-1][now[:-1]]
     if not too_small:
-        full = np.append(full, preferred)
+        full = np.concatenate((full, [preferred]))  # np.append's wrapper costs more than the copy
     own = dict(ctx.own)
     return Offload(c, ctx.replicas, own, need, preferred, too_small, judged, now, full,
                    own.get(int(judged[-1]), 0) >= need, vectors)
@@ -474,8 +474,8 @@ def offload_of(ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, tot
     memo = _offload(c, ctx, req.need, preferred, bool(why.too_small), judged, allowed[judged],
                     (allowed, wanted, total))
     ledger = ctx.ledger
-    read = memo.full if memo.chose_own else np.append(memo.full, primary)
-    if ledger.taken[read].any() or ledger.returned[read].any():
+    read = memo.full if memo.chose_own else np.concatenate((memo.full, [primary]))
+    if _any(ledger.taken[read]) or _any(ledger.returned[read]):
         return None
     return memo
 
@@ -504,17 +504,17 @@ def remembered(memo: Offload, ctx: Context, allowed: np.ndarray, wanted: np.ndar
             return None
         judged = memo.judged
         order = ctx.fleet.cluster_latency.nearest_order(preferred, total)
-        if order.size < judged.size or not (order[: judged.size] == judged).all():
+        if order.size < judged.size or _any(order[: judged.size] != judged):
             return None
         now = allowed[judged]
-        if not now[-1] or (now & ~memo.allowed).any():
+        if not now[-1] or _any(now & ~memo.allowed):
             return None
         # Judged against this cycle's filters from now on: a cluster skipped as not
         # allowed was not checked, and must not count as checked when allowed again.
         memo = _offload(c, ctx, memo.need, preferred, memo.too_small, judged, now, (allowed, wanted, total))
     ledger = ctx.ledger
     full = memo.full
-    if settled_anew[full].any() or ledger.returned[full].any():
+    if _any(settled_anew[full]) or _any(ledger.returned[full]):
         return None
     primary = int(memo.judged[-1])
     if not memo.chose_own and (settled_anew[primary] or ledger.taken[primary]):
