@@ -86,20 +86,20 @@ def _regions(goals: Goals) -> tuple[str, ...]:
 
 def _fleet_of(goals: Goals) -> _FleetEntry:
     pins = (goals.clusters, goals.latencies, goals.fleet, goals.network)
-    key = (*(id(p) for p in pins), _regions(goals))
+    regions = _regions(goals)
+    key = (*(id(p) for p in pins), regions)
     entry = _FLEETS.get(key)
     if entry is not None and all(a is b for a, b in zip(entry.pins, pins)):
         return entry
     # Goals loaded again (a push that changed an app) bring new objects equal to the
     # last ones: the fleet's arrays and what cycles learnt about it still hold.
-    regions = key[-1]
     same = next((e for k, e in reversed(_FLEETS.items()) if k[-1] == regions and e.pins == pins), None)
     while len(_FLEETS) >= _STATIC_KEEP:
         del _FLEETS[next(iter(_FLEETS))]
     if same is not None:
         entry = _FLEETS[key] = _FleetEntry(pins, same.fleet, same.memo)
     else:
-        entry = _FLEETS[key] = _FleetEntry(pins, build_static(goals), {})
+        entry = _FLEETS[key] = _FleetEntry(pins, build_static(goals, regions), {})
     return entry
 
 
