@@ -3,6 +3,11 @@ and thrash under an oscillating latency.
 
     PYTHONPATH=. python benchmarks/placement.py [--json] [--seeds 30] [--quick]
     PYTHONPATH=. python benchmarks/placement.py --fleet 1000 [--fleet 3000] [--trace]
+    PYTHONPATH=. python benchmarks/placement.py --plan-hashes 1000
+
+``--plan-hashes N`` prints the SHA-256 of every plan of a sequence of cycles on the
+fleet-scale goals (``plan_hashes``): run it on two checkouts to tell whether a change
+to the planner changed any decision or explanation.
 
 ``--fleet N`` runs only the fleet-scale part: the generated goals of
 ``benchmarks/fleet.py`` (N clusters over eight regions, 10 N components; see
@@ -777,6 +782,49 @@ def fleet_scale(clusters: int, trace: bool) -> dict[str, Any]:
     return out
 
 
+def plan_hashes(clusters: int) -> dict[str, Any]:
+    """The SHA-256 of each plan's JSON over a sequence of cycles a leader meets on the
+    fleet-scale goals: the first decision, quiet cycles, failovers inside and past the
+    cooldowns, each decision applied before the next, and a failed cluster's return.
+    Equal hashes on two checkouts: the same decisions, reasons and scores."""
+    import hashlib
+
+    from qonnect_gitops.placement import evaluate
+
+    goals = fleet_scale_goals(clusters)
+    evaluate.forget()
+    out: dict[str, Any] = {"clusters": clusters}
+    current = CurrentPlacement()
+
+    def cycle(name: str, at: timedelta, apply: bool = True, **fields: Any) -> None:
+        nonlocal current
+        p = plan(goals, observed(NOW + at, **fields), current)
+        out[name] = hashlib.sha256(p.model_dump_json().encode()).hexdigest()[:16]
+        if apply:
+            current = after(p)
+
+    cycle("01_first", timedelta(0))
+    def load(n: str) -> tuple[int, str]:
+        return sum(w.get(n, 0) for w in current.placements.values()), n
+
+    busiest = max(goals.clusters, key=load)
+    other = max((n for n in goals.clusters if n != busiest), key=load)
+    cycle("02_quiet", timedelta(seconds=60), apply=False)
+    cycle("03_quiet", timedelta(seconds=60), apply=False)
+    cycle("04_failover", timedelta(seconds=90), apply=False, clusters={busiest: {"healthy": False}})
+    cycle("05_late_quiet", timedelta(hours=2))
+    cycle("06_late_quiet", timedelta(hours=2, seconds=30))
+    cycle("07_late_failover", timedelta(hours=2, seconds=60), clusters={busiest: {"healthy": False}})
+    cycle("08_after_failover", timedelta(hours=2, seconds=90), clusters={busiest: {"healthy": False}})
+    cycle("09_second_failover", timedelta(hours=2, seconds=120),
+          clusters={busiest: {"healthy": False}, other: {"healthy": False}})
+    cycle("10_both_back", timedelta(hours=2, seconds=150))
+    cycle("11_quiet", timedelta(hours=2, seconds=180))
+    cycle("12_much_later", timedelta(hours=5))
+    cycle("13_much_later", timedelta(hours=5, seconds=30))
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--json", action="store_true", help="print one JSON object")
@@ -787,7 +835,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fleet", type=int, action="append", metavar="N",
                         help="only the fleet-scale part at N clusters (repeatable)")
     parser.add_argument("--trace", action="store_true", help="with --fleet: tracemalloc peaks too")
+    parser.add_argument("--plan-hashes", type=int, metavar="N",
+                        help="only the hash of each plan of a sequence of cycles at N clusters")
     args = parser.parse_args(argv)
+    if args.plan_hashes:
+        print(json.dumps(plan_hashes(args.plan_hashes), sort_keys=True), flush=True)
+        return 0
     if args.fleet:
         for n in args.fleet:
             print(json.dumps(fleet_scale(n, args.trace), sort_keys=True), flush=True)

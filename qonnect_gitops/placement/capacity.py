@@ -114,11 +114,16 @@ class Ledger:
         goals: Goals,
         observed: Observed,
         settled: dict[tuple[int, tuple[Running, ...]], Settled] | None = None,
+        settled_last: dict[int, tuple[tuple[Running, ...], Settled]] | None = None,
     ) -> None:
         n = len(static.names)
         # Settlements of declared clusters from earlier cycles of the same goals: the
         # same running replicas on the same declared nodes settle the same way.
         self.settled = settled if settled is not None else {}
+        # Per cluster, the entry of ``settled`` last stored or found for it: a cycle that
+        # charges a cluster the very same ``Running`` objects finds it by identity, without
+        # hashing every replica group of the fleet (kept in step with ``settled``).
+        self.settled_last = settled_last if settled_last is not None else {}
         # Per replica shape (cpu, memory, architectures): clusters where ``fits`` found no
         # room for one replica, until room comes back there (a release, a settlement).
         # Distribution skips them in one vector step instead of asking each again.
@@ -418,9 +423,16 @@ class Ledger:
             return
         self._roomier(cluster)
         observed = bool(self.observed_usage[cluster])
-        memo_key = (cluster, tuple(waiting))
+        runs = tuple(waiting)
+        memo_key = (cluster, runs)
         if not observed:
-            done = self.settled.get(memo_key)
+            last = self.settled_last.get(cluster)
+            if last is not None and len(last[0]) == len(runs) and all(a is b for a, b in zip(last[0], runs)):
+                done: Settled | None = last[1]  # what ``settled`` holds for this key
+            else:
+                done = self.settled.get(memo_key)
+                if done is not None:
+                    self.settled_last[cluster] = (runs, done)
             if done is not None:
                 self.segments[cluster] = [segment.copy() for segment in done.segments]
                 self.free_cpu[cluster], self.free_memory[cluster] = done.free_cpu, done.free_memory
@@ -451,10 +463,12 @@ class Ledger:
         if not observed:
             if len(self.settled) > 2 * len(self.segments) + 16:
                 self.settled.clear()  # bounded: stale settlements go with the rest
-            self.settled[memo_key] = Settled(
+                self.settled_last.clear()
+            done = self.settled[memo_key] = Settled(
                 tuple(segment.copy() for segment in self.segments[cluster]),
                 float(self.free_cpu[cluster]), float(self.free_memory[cluster]), fitted_here,
             )
+            self.settled_last[cluster] = (runs, done)
 
     def _fits_empty(self, cluster: int, r: Running) -> int:
         """How many replicas of this size the cluster's declared nodes hold when empty."""

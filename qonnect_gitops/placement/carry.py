@@ -21,6 +21,8 @@ from __future__ import annotations
 import math
 from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass, field
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.model.observed import ObservedCluster
@@ -29,6 +31,9 @@ from qonnect_gitops.placement.capacity import Running
 from qonnect_gitops.placement.distribute import Offload
 from qonnect_gitops.placement.fleet import StaticFleet
 from qonnect_gitops.placement.records import KeepKind, Work
+
+if TYPE_CHECKING:
+    from qonnect_gitops.placement.cycle import Removal
 
 DRAINING = "#draining"  # ledger key suffix: the previous plan's draining replicas
 
@@ -75,6 +80,12 @@ class Carry:
     # the next cycle distributes anew only where that changed (``distribute.remembered``).
     offloads: dict[str, Offload] = field(default_factory=dict)
     offloads_reused: int = 0  # how many of the last cycle's the cycle used (tests, figures)
+    # ``current.last_moved`` of the components of ``works``, in key order (the plan's
+    # ``last_moved`` before the cycle's own moves; ``explain._last_moved_base``).
+    last_moved_base: dict[str, datetime] | None = None
+    # The components that left the goals or completed, with the replicas they leave
+    # (``cycle.Removal``), as the cycle found them.
+    removed: list[Removal] = field(default_factory=list)
 
 
 def is_quiet(work: Work, healthy: list[bool]) -> bool:

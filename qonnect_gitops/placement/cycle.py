@@ -82,7 +82,8 @@ class Cycle:
         self.callers = index.callers
         self.fleet = build_view(self.static, goals, observed)
         settled = self.fleet_memo.setdefault("settled", {})
-        self.ledger = Ledger(self.static, goals, observed, settled)  # type: ignore[arg-type]
+        settled_last = self.fleet_memo.setdefault("settled_last", {})
+        self.ledger = Ledger(self.static, goals, observed, settled, settled_last)  # type: ignore[arg-type]
         self.healthy: list[bool] = self.fleet.healthy.tolist()
         traffic: dict[str, dict[int, float]] = {}
         for t in sorted(observed.traffic, key=lambda t: (t.component, t.region, t.rps)):
@@ -114,6 +115,7 @@ class Cycle:
         self.offloads_reused = 0
         self._settled_anew: np.ndarray | None = None
         self.changed_clusters: set[int] = set()  # health or report changed since the last cycle
+        self.last_moved_base: dict[str, datetime] | None = None  # set by ``explain.assemble``
         # Taken out: a cycle that fails half way leaves none behind (``remember`` puts it back).
         entry = self.fleet_memo.pop("carry", None)
         if isinstance(entry, Carry) and self._may_carry(entry):
@@ -212,7 +214,8 @@ class Cycle:
         dirty |= changed_keys(carry.traffic, self.traffic)
         dirty |= carry.completed ^ self.completed
         dirty |= self.components.keys() - carry.quiet.keys()
-        dirty.update(k for k, until in carry.until.items() if until <= self.now)
+        if carry.until and min(carry.until.values()) <= self.now:  # mostly none has ended
+            dirty.update(k for k, until in carry.until.items() if until <= self.now)
         # Components kept by rescheduling's bound: decided anew where their floor moved.
         ev = self.evaluator
         moved = {key for key, (floor, c, replicas) in carry.floors.items()
@@ -251,7 +254,10 @@ class Cycle:
                 self.ledger.occupy_all(cluster, runs, sums.get(cluster))
             if runs:
                 self.charges[cluster] = list(runs)
-        self._removals()
+        if cur is old and self.components is carry.components and self.completed == carry.completed:
+            self.removed = list(carry.removed)  # the same placement in force and goals: the same removals
+        else:
+            self._removals()
         built: dict[str, Work] = {}
         for key in sorted(dirty):
             component = self.components.get(key)
@@ -349,7 +355,9 @@ class Cycle:
         else:
             # Taken over: the old carry is gone.
             quiet, until, bounds, floors = carry.quiet, carry.until, carry.bounds, carry.floors
-            gone = (carry.components.keys() - self.components.keys()) | self.completed
+            gone = set(self.completed)
+            if carry.components is not self.components:
+                gone |= carry.components.keys() - self.components.keys()
             for key in (self.decided or set()) | gone:
                 quiet.pop(key, None)
                 until.pop(key, None)
@@ -383,6 +391,7 @@ class Cycle:
             quiet=quiet, until=until, charges=self.charges, plans=dict(plans), bounds=bounds, floors=floors,
             carried=0 if self.decided is None else len(self.works) - len(self.decided), works=self.works,
             sums=sums, offloads=self.offloads, offloads_reused=self.offloads_reused,
+            last_moved_base=self.last_moved_base, removed=self.removed,
         )
 
     # ----- questions -----------------------------------------------------------------------

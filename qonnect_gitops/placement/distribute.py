@@ -123,6 +123,19 @@ def _walk(ctx: Context, order: np.ndarray, allowed: np.ndarray) -> Iterator[int]
         seen = ledger.walk_starts.get(key)
         if seen is not None and seen[0] is order and seen[1] is allowed and seen[2] == ledger.generation:
             start = seen[3]
+    if start < order.size:
+        # The first cluster alone, by a few scalar reads: the walk starts past the clusters
+        # last found without room, so it mostly ends here. The same judgement as a chunk's.
+        first = int(order[start])
+        if ((allowed[first] and ledger.free_cpu[first] >= c.cpu and ledger.free_memory[first] >= c.memory
+             and (full is None or not full[first])) or (mine is not None and mine[first])):
+            if key is not None:
+                if len(ledger.walk_starts) > 4096:
+                    ledger.walk_starts.clear()
+                ledger.walk_starts[key] = (order, allowed, ledger.generation, start)
+                key = None
+            yield first
+            start += 1
     while start < order.size:
         # Consecutive chunks, each four times the last: a walk past many full clusters
         # judges each cluster once (the chunks once overlapped, judging the first clusters
@@ -152,7 +165,16 @@ def _walk(ctx: Context, order: np.ndarray, allowed: np.ndarray) -> Iterator[int]
 def _shared(*vectors: np.ndarray | None) -> bool:
     """Cached, read-only vectors (a class's masks and static scores): what is derived from
     them alone may be kept for the cycle."""
-    return all(v is None or not v.flags.writeable for v in vectors)
+    for v in vectors:  # noqa: SIM110 - a loop, not all() over a generator: asked once per distribution
+        if v is not None and v.flags.writeable:
+            return False
+    return True
+
+
+def _any(mask: np.ndarray) -> bool:
+    """Whether a boolean vector holds a True: ``mask.any()``, which costs several times
+    more through numpy's Python wrapper (asked once per component and distribution)."""
+    return bool(mask.size) and bool(mask[mask.argmax()])
 
 
 def _lazy_order(candidates: np.ndarray, keys: tuple[np.ndarray, ...]) -> Iterator[int]:
@@ -291,9 +313,9 @@ def _distribute(
     if new_clusters > 0 and existing and not daemon:
         first = pool.copy()
         first[list(existing)] = False  # availability asks for clusters it does not use yet
-        if not first.any():
+        if not _any(first):
             first, new_clusters = pool, 0  # none left: reported as unmet availability
-    if not first.any():
+    if not _any(first):
         result.unplaced, result.blocked = need, Blocked.NO_CLUSTER
         return result
     preferred = result.preferred = _preferred(ctx, first, allowed, wanted, total, existing, daemon, new_clusters)
@@ -421,7 +443,7 @@ def _offload(c: Component, ctx: Context, need: int, preferred: int, too_small: b
              now: np.ndarray, vectors: tuple[np.ndarray, np.ndarray | None, np.ndarray]) -> Offload:
     full = judged[:-1][now[:-1]]
     if not too_small:
-        full = np.append(full, preferred)
+        full = np.concatenate((full, [preferred]))  # np.append's wrapper costs more than the copy
     own = dict(ctx.own)
     return Offload(c, ctx.replicas, own, need, preferred, too_small, judged, now, full,
                    own.get(int(judged[-1]), 0) >= need, vectors)
@@ -452,8 +474,8 @@ def offload_of(ctx: Context, allowed: np.ndarray, wanted: np.ndarray | None, tot
     memo = _offload(c, ctx, req.need, preferred, bool(why.too_small), judged, allowed[judged],
                     (allowed, wanted, total))
     ledger = ctx.ledger
-    read = memo.full if memo.chose_own else np.append(memo.full, primary)
-    if ledger.taken[read].any() or ledger.returned[read].any():
+    read = memo.full if memo.chose_own else np.concatenate((memo.full, [primary]))
+    if _any(ledger.taken[read]) or _any(ledger.returned[read]):
         return None
     return memo
 
@@ -482,17 +504,17 @@ def remembered(memo: Offload, ctx: Context, allowed: np.ndarray, wanted: np.ndar
             return None
         judged = memo.judged
         order = ctx.fleet.cluster_latency.nearest_order(preferred, total)
-        if order.size < judged.size or not (order[: judged.size] == judged).all():
+        if order.size < judged.size or _any(order[: judged.size] != judged):
             return None
         now = allowed[judged]
-        if not now[-1] or (now & ~memo.allowed).any():
+        if not now[-1] or _any(now & ~memo.allowed):
             return None
         # Judged against this cycle's filters from now on: a cluster skipped as not
         # allowed was not checked, and must not count as checked when allowed again.
         memo = _offload(c, ctx, memo.need, preferred, memo.too_small, judged, now, (allowed, wanted, total))
     ledger = ctx.ledger
     full = memo.full
-    if settled_anew[full].any() or ledger.returned[full].any():
+    if _any(settled_anew[full]) or _any(ledger.returned[full]):
         return None
     primary = int(memo.judged[-1])
     if not memo.chose_own and (settled_anew[primary] or ledger.taken[primary]):
@@ -510,7 +532,7 @@ def _spread(
     result = Distribution()
     qos = ctx.component.qos
     n_total = req.need + sum(existing.values())
-    if not allowed.any():
+    if not _any(allowed):
         result.unplaced, result.blocked = req.need, Blocked.NO_CLUSTER
         return result
     preferred = int(np.argmin(np.where(allowed, total, math.inf)))

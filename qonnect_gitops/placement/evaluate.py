@@ -86,20 +86,20 @@ def _regions(goals: Goals) -> tuple[str, ...]:
 
 def _fleet_of(goals: Goals) -> _FleetEntry:
     pins = (goals.clusters, goals.latencies, goals.fleet, goals.network)
-    key = (*(id(p) for p in pins), _regions(goals))
+    regions = _regions(goals)
+    key = (*(id(p) for p in pins), regions)
     entry = _FLEETS.get(key)
     if entry is not None and all(a is b for a, b in zip(entry.pins, pins)):
         return entry
     # Goals loaded again (a push that changed an app) bring new objects equal to the
     # last ones: the fleet's arrays and what cycles learnt about it still hold.
-    regions = key[-1]
     same = next((e for k, e in reversed(_FLEETS.items()) if k[-1] == regions and e.pins == pins), None)
     while len(_FLEETS) >= _STATIC_KEEP:
         del _FLEETS[next(iter(_FLEETS))]
     if same is not None:
         entry = _FLEETS[key] = _FleetEntry(pins, same.fleet, same.memo)
     else:
-        entry = _FLEETS[key] = _FleetEntry(pins, build_static(goals), {})
+        entry = _FLEETS[key] = _FleetEntry(pins, build_static(goals, regions), {})
     return entry
 
 
@@ -171,27 +171,32 @@ def replicas_for(rps: float, per_replica: float) -> int:
 # ----- the evaluator -----------------------------------------------------------------------
 
 
+_QOS_JSON = QoS.__pydantic_serializer__.to_json
+
+
 class QosClasses:
     """QoS objects by content: components whose QoS is equal (apps written alike, copied
     defaults) share every mask and static score, so what the evaluator keeps grows with
     the distinct QoS goals, not with the components."""
 
     def __init__(self) -> None:
-        self.by_id: dict[int, tuple[QoS, str]] = {}  # holds the object: its id stays unique
-        self.contents: dict[str, str] = {}  # one string per content, shared by the keys
+        self.by_id: dict[int, tuple[QoS, bytes]] = {}  # holds the object: its id stays unique
+        self.contents: dict[bytes, bytes] = {}  # one key per content, shared by the keys
 
-    def of(self, qos: QoS) -> str:
-        """The content key of a QoS object (computed once per object)."""
+    def of(self, qos: QoS) -> bytes:
+        """The content key of a QoS object (computed once per object): its JSON, as
+        ``model_dump_json`` writes it, from the serializer itself (a cold plan asks once
+        per component, and the method's wrapper costs a fifth of the serializing)."""
         entry = self.by_id.get(id(qos))
         if entry is not None and entry[0] is qos:
             return entry[1]
-        text = qos.model_dump_json()
+        text = _QOS_JSON(qos)
         text = self.contents.setdefault(text, text)
         self.by_id[id(qos)] = (qos, text)
         return text
 
 
-def _class_key(c: Component, replicas: int, qos: str) -> Hashable:
+def _class_key(c: Component, replicas: int, qos: bytes) -> Hashable:
     """Components with equal QoS goals, architectures and size share every goal-level and
     observed mask; the replica count matters only to the cost cap."""
     if c.qos.max_cost_per_hour is None:
@@ -199,7 +204,7 @@ def _class_key(c: Component, replicas: int, qos: str) -> Hashable:
     return (qos, c.architectures, c.cpu, c.memory, replicas)
 
 
-def _goal_key(c: Component, replicas: int, qos: str) -> Hashable:
+def _goal_key(c: Component, replicas: int, qos: bytes) -> Hashable:
     if c.qos.max_cost_per_hour is None:
         return (qos, c.architectures)
     return (qos, c.architectures, c.cpu, c.memory, replicas)

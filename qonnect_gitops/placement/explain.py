@@ -379,6 +379,23 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
     return now
 
 
+def _last_moved_base(cycle: Cycle) -> dict[str, datetime]:
+    """When each component of the cycle last moved before it, in key order: the last
+    cycle's table again when it read the same ``last_moved`` object for the same
+    components (a failover should not filter and sort the whole fleet's), else anew.
+    Kept on the cycle for the next one (never changed once made)."""
+    carried = cycle.carry
+    source = cycle.current.last_moved
+    if (carried is not None and carried.last_moved_base is not None and carried.current.last_moved is source
+            and carried.components is cycle.components and carried.completed == cycle.completed):
+        base = carried.last_moved_base
+    else:
+        works = cycle.works
+        base = dict(sorted((k, v) for k, v in source.items() if k in works))
+    cycle.last_moved_base = base
+    return base
+
+
 def assemble(cycle: Cycle) -> Plan:
     """The plan of the cycle: components, unplaced, unmet, moves, decision reason."""
     ex = Explainer(cycle)
@@ -388,10 +405,11 @@ def assemble(cycle: Cycle) -> Plan:
     unplaced: list[Unplaced] = []
     unmet: list[Unmet] = []
     moves: list[Move] = []
-    last_moved = {k: v for k, v in cycle.current.last_moved.items() if k in cycle.works}  # sorted below
     reasons: set[str] = set()
     shown = _reuse(cycle, ex)
     carried = cycle.carry
+    base = _last_moved_base(cycle)
+    moved: list[str] = []
     if carried is not None:
         components = dict(carried.plans)
         for key in carried.plans.keys() - cycle.works.keys():
@@ -424,7 +442,7 @@ def assemble(cycle: Cycle) -> Plan:
             ))
             reasons.add(m.reason)
         if work.moves:
-            last_moved[key] = now
+            moved.append(key)
     for removal in cycle.removed:
         for name, n in removal.where.items():
             moves.append(_built(Move, component=removal.key, source=name, target=None, replicas=n, reason="removed",
@@ -442,6 +460,11 @@ def assemble(cycle: Cycle) -> Plan:
     moves.sort(key=lambda m: (m.component, m.source or "", m.target or "", m.reason))
     if carried is None or len(components) != len(carried.plans) or not components.keys() <= carried.plans.keys():
         components = dict(sorted(components.items()))  # a carried table is in order already
+    last_moved = dict(base)
+    for key in moved:
+        last_moved[key] = now
+    if not base.keys() >= set(moved):
+        last_moved = dict(sorted(last_moved.items()))  # a component's first move: its place in order
     return _built(
         Plan,
         reason=decision,
@@ -449,6 +472,6 @@ def assemble(cycle: Cycle) -> Plan:
         unplaced=tuple(sorted(unplaced, key=lambda u: u.component)),
         unmet=tuple(sorted(unmet, key=lambda u: (u.component, u.goal))),
         moves=tuple(moves),
-        last_moved=dict(sorted(last_moved.items())),
+        last_moved=last_moved,
         provisioning=None,  # placement.provision adds it when the fleet has cluster pools
     )
