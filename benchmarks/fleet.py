@@ -24,7 +24,10 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   rendering; nothing written); ``idle_cycle_first_s``: the first such cycle after a
   decision (the plan in force is new: it plans, renders and compares);
   ``idle_cycle_replan_s``: a rescheduling cycle (plan and render afresh, compare, write
-  nothing), once per rescheduling interval.
+  nothing), once per rescheduling interval. The garbage collector runs as in a lead
+  (its thresholds, and what is alive frozen when a new goals commit is recorded): with
+  Python's defaults a full collection of the whole fleet's goals (1.1 s at 10,000)
+  lands in whichever cycle its allocation count falls.
 * ``one_changed_s``: a goals push changing one manifest, from fetch to every branch
   pushed; ``one_changed_write_push_s``: its write and push alone, ``one_changed_publish_s``
   the push alone, ``one_changed_write_cpu_s`` the CPU time of the write (which other load
@@ -64,6 +67,7 @@ out) keep the plain figures.
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import re
@@ -98,6 +102,7 @@ from qonnect_gitops.kb import (
 from qonnect_gitops.lead import reconcile
 from qonnect_gitops.lead.latency_hold import LatencyHold, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
+from qonnect_gitops.lead.raft import GC_THRESHOLDS, freeze_long_lived
 from qonnect_gitops.lead.reconcile import CycleHooks, reconcile_once
 from qonnect_gitops.model import (
     CurrentPlacement,
@@ -342,7 +347,17 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         out["new_leader_fetch_bytes"] = proxy.total() - before
         timer = _WriteTimer(mirror)
         memo = DecisionMemo()  # the leader's (lead/memo.py), as its loop passes it
-        hooks = CycleHooks(two_pushes=lambda: two_pushes)
+        recorded: list[str] = []
+
+        def record_goals(commit: str, goals: Goals) -> None:
+            # The lead records a new goals commit through Raft, which moves what is alive
+            # then out of the collector's reach (lead/raft.py): the cycle's collections
+            # here are then the lead's, not full walks of the whole fleet's goals.
+            if recorded[-1:] != [commit]:
+                recorded.append(commit)
+                freeze_long_lived()
+
+        hooks = CycleHooks(two_pushes=lambda: two_pushes, on_goals=record_goals)
 
         def cycle(observe: Callable[[Goals], Observed], now: datetime) -> Any:
             return reconcile_once(mirror, observe, now=now, memo=memo, hooks=hooks)
@@ -485,6 +500,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.libgit2:
         gitcli.available = lambda credentials: False  # type: ignore[assignment]
+    gc.set_threshold(*GC_THRESHOLDS)  # the collector as a lead runs it (lead/raft.py)
     sizes: dict[str, Any] = {}
     for n in args.clusters or [100]:
         with tempfile.TemporaryDirectory(prefix="qonnect-fleet-") as tmp:
