@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 
 from qonnect_gitops.model.limits import GOALS_LIMIT_OPTIONS, MAX_TREE_BYTES, MAX_TREE_FILES, TreeLimits
+from qonnect_gitops.model.parsing import size_text
 from qonnect_gitops.model.quantity import parse_quantity
 
 
@@ -37,7 +38,7 @@ def add_goals_limit_arguments(parser: argparse.ArgumentParser) -> None:
                         "fleet whose clusters and components need more")
     parser.add_argument(bytes_option, dest="goals_max_bytes", type=_size, default=MAX_TREE_BYTES, metavar="SIZE",
                         help="most bytes the files of a goals tree may hold together, a quantity such as "
-                        "256Mi (default 64Mi)")
+                        f"256Mi (default {size_text(MAX_TREE_BYTES)})")
 
 
 def goals_limits(args: argparse.Namespace) -> TreeLimits:

@@ -70,10 +70,11 @@ def _cycle(args: argparse.Namespace, cache: Path, now: datetime) -> CycleResult:
             return empty_observation(now)
         return load_observed(args.observed, raw, goals)
 
+    limits = goals_limits(args)
     for attempt in range(1, ATTEMPTS + 1):
-        mirror = open_mirror_for_goals(cache, args.repo, credentials_from_env(), goals_limits(args))
+        mirror = open_mirror_for_goals(cache, args.repo, credentials_from_env(), limits)
         try:
-            return reconcile_once(mirror, observe, now=now, goals_limits=goals_limits(args))
+            return reconcile_once(mirror, observe, now=now, goals_limits=limits)
         except StaleRef:
             if attempt == ATTEMPTS:
                 raise

@@ -45,7 +45,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -81,7 +81,7 @@ from qonnect_gitops.lead.review import TICK_SECONDS as REVIEW_TICK_SECONDS
 from qonnect_gitops.lead.review import ReviewBridge
 from qonnect_gitops.logs import get_logger, redact, redact_url
 from qonnect_gitops.model import Goals, GoalsError, Observed
-from qonnect_gitops.model.limits import TreeLimits
+from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
 from qonnect_gitops.model.observed import ObservedCluster
 from qonnect_gitops.placement.provision import fleet_record, next_deadline
 from qonnect_gitops.render.describe import plan_markdown
@@ -109,7 +109,7 @@ class LoopConfig:
     poll_seconds: float = 10.0
     reschedule_seconds: float = 60.0
     api_url: str | None = None  # this lead's advertised API URL (links in forge statuses)
-    goals_limits: TreeLimits = field(default_factory=TreeLimits)  # how large a goals tree is accepted
+    goals_limits: TreeLimits = DEFAULT_TREE_LIMITS  # how large a goals tree is accepted
 
 
 @dataclass

@@ -27,7 +27,7 @@ from qonnect_gitops.lead.raft import ProposalError, RaftNode, RaftTiming, Report
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.tokens import TokenStore
 from qonnect_gitops.logs import get_logger, redact_url
-from qonnect_gitops.model.limits import TreeLimits
+from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
 
 log = get_logger(__name__)
 
@@ -65,7 +65,7 @@ class LeadConfig:
     event_loop: str = "auto"
     timing: RaftTiming = field(default_factory=RaftTiming)
     http_limits: HTTPLimits = field(default_factory=HTTPLimits)
-    goals_limits: TreeLimits = field(default_factory=TreeLimits)
+    goals_limits: TreeLimits = DEFAULT_TREE_LIMITS
 
     @property
     def tls(self) -> bool:
