@@ -35,17 +35,17 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pysyncobj.config import SERIALIZER_STATE  # noqa: E402
+from pysyncobj.config import SERIALIZER_STATE  # type: ignore[import-untyped]
 
-from qonnect_gitops.kb import ReportEntry, ReportRecord, WorkloadRecord  # noqa: E402
-from qonnect_gitops.lead.raft import (  # noqa: E402
+from qonnect_gitops.kb import ReportEntry, ReportRecord, WorkloadRecord
+from qonnect_gitops.lead.raft import (
     GcPauses,
     ReplicatedKB,
     _BackgroundDump,
     freeze_long_lived,
 )
-from qonnect_gitops.model.report import AgentReport  # noqa: E402
-from tests.lead.harness import report  # noqa: E402
+from qonnect_gitops.model.report import AgentReport
+from tests.lead.harness import report
 
 TICK = 0.01
 BATCH = 30
