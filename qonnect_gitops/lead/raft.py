@@ -24,7 +24,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pysyncobj.pickle as pysyncobj_pickle  # type: ignore[import-untyped]
 import pysyncobj.serializer as pysyncobj_serializer  # type: ignore[import-untyped]
 import pysyncobj.syncobj as pysyncobj_syncobj  # type: ignore[import-untyped]
 from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replicated
