@@ -572,8 +572,10 @@ class KnowledgeBase:
         view.declared_since = dict(self.declared_since)
         view.heartbeat = dict(self.heartbeat)
         view.workloads = dict(self.workloads)
-        view.last_good = self.last_good
-        view.last_failed = self.last_failed
+        # Containers of its own throughout, even the small ones replaced whole: the dump's
+        # thread may empty them to free the dump gradually.
+        view.last_good = None if self.last_good is None else dict(self.last_good)
+        view.last_failed = None if self.last_failed is None else dict(self.last_failed)
         view.reports = dict(self.reports)
         view.stale_reports = self.stale_reports
         view.ignored_claims = dict(self.ignored_claims)
@@ -586,7 +588,7 @@ class KnowledgeBase:
         view.cluster_generations = dict(self.cluster_generations)
         view.goals_commit_of_plan = self.goals_commit_of_plan
         view.unmet = list(self.unmet)
-        view.leader = self.leader
+        view.leader = None if self.leader is None else dict(self.leader)
         view.members = dict(self.members)
         view.rejected_proposals = dict(self.rejected_proposals)
         view.decisions = list(self.decisions)

@@ -209,7 +209,8 @@ class StateCapture:
     into the plain dict the dump stores (``to_dict``) off the Raft thread.
 
     It stands in pysyncobj's dump data where the consumer's dict goes, and never reaches
-    the file: ``_BackgroundDump`` replaces it by ``plain()`` before pickling."""
+    the file: ``_BackgroundDump`` replaces it by ``plain()`` before pickling. It serves one
+    dump: that dump empties its containers as it frees the dict (``_drop_gradually``)."""
 
     __slots__ = ("_kb",)
 
@@ -273,12 +274,32 @@ def _pickled(data: Any) -> bytes:
     was_enabled = gc.isenabled()
     gc.disable()
     try:
-        out = io.BytesIO()
-        _YieldingPickler(out, DUMP_PICKLE_PROTOCOL).dump(_plain(data))
-        return out.getvalue()
+        plain = _plain(data)
+        try:
+            out = io.BytesIO()
+            _YieldingPickler(out, DUMP_PICKLE_PROTOCOL).dump(plain)
+            return out.getvalue()
+        finally:
+            _drop_gradually(plain[0])
     finally:
         if was_enabled:
             gc.enable()
+
+
+def _drop_gradually(consumers: Any) -> None:
+    """Empty the consumers' plain dicts of a dump a section entry at a time (one cluster's
+    report, say). Dropped at once, the state of 10,000 clusters was freed in one C call
+    of 36-200 ms with the interpreter lock held, and the Raft thread waited; between two
+    entries other threads get their turn. Only for what the dump's thread owns: the
+    dicts ``to_dict`` built from a capture (whose containers are the capture's own) and
+    the deep copy ``_detached`` made of the rest."""
+    for part in consumers if isinstance(consumers, list) else [consumers]:
+        if not isinstance(part, dict):
+            continue
+        for section in part.values():
+            if isinstance(section, dict):
+                while section:
+                    section.popitem()
 
 
 class _BackgroundDump(pysyncobj_serializer.Serializer):  # type: ignore[misc]

@@ -169,7 +169,8 @@ def test_the_dump_is_pickled_as_pysyncobj_pickles_it() -> None:
     data: tuple[Any, ...] = ([{"a": 1}, state._serialize()], ("x", 2, 1), ("x", 1, 1), set())
     assert _pickled(data) == pysyncobj_pickle.dumps(([{"a": 1}, state.kb.to_dict()],
                                                      ("x", 2, 1), ("x", 1, 1), set()))
-    assert _plain(data)[0][1] == state.kb.to_dict()
+    assert state.kb.to_dict() == filled_kb().to_dict()  # the live state is left alone
+    assert _plain(([{}, state._serialize()], (), (), set()))[0][1] == state.kb.to_dict()
     with pytest.raises(TypeError):
         pickle.dumps(data)  # a capture never reaches a file unconverted
 
