@@ -19,6 +19,7 @@ from pysyncobj.config import SERIALIZER_STATE
 
 from qonnect_gitops.kb import KnowledgeBase, ReportEntry
 from qonnect_gitops.kb.records import encode_entry, pack_entries
+from qonnect_gitops.lead import raft
 from qonnect_gitops.lead.raft import (
     RaftNode,
     RaftTiming,
@@ -42,6 +43,18 @@ def _finished(dump: _BackgroundDump) -> int:
     return int(state)
 
 
+def _lone_leader(addr: str, data_dir: Path, timing: RaftTiming) -> RaftNode:
+    """A group of one lead, once it leads."""
+    node = RaftNode(addr, [addr], data_dir, timing)
+    deadline = time.monotonic() + 20
+    while not node.is_leader():
+        if time.monotonic() > deadline:
+            node.destroy()
+            raise AssertionError("no leader")
+        time.sleep(0.05)
+    return node
+
+
 def test_the_dump_holds_the_state_as_it_was_when_taken(tmp_path: Path) -> None:
     path = str(tmp_path / "raft.dump")
     dump = _BackgroundDump(path, 1000, False, None, None, None)
@@ -54,16 +67,36 @@ def test_the_dump_holds_the_state_as_it_was_when_taken(tmp_path: Path) -> None:
     assert dump.deserialize()[0] == {"reports": {"edge-1": [1]}}
 
 
-def test_a_dump_received_from_the_leader_is_not_overwritten_by_an_older_one(tmp_path: Path) -> None:
-    """A follower may be sent the leader's dump while its own is still being written: the
-    file left behind is the leader's, and its own dump is never reported done."""
+def test_a_dump_received_from_the_leader_is_not_overwritten_by_an_older_one(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A follower may be sent the leader's dump while its own is still being made: the
+    Raft thread does not wait for it, the file left behind is the leader's, and its own
+    dump is never reported done (nor its temporary file left)."""
+    held, resume = threading.Event(), threading.Event()
+    pickled = raft._pickled
+
+    def held_pickled(data: Any) -> bytes:
+        held.set()
+        assert resume.wait(10)
+        return pickled(data)
+
+    monkeypatch.setattr(raft, "_pickled", held_pickled)
     path = str(tmp_path / "raft.dump")
     dump = _BackgroundDump(path, 1000, False, None, None, None)
     dump.serialize(({"older": "x" * 5_000_000}, (), (), set()), 3)
+    assert held.wait(10)
+    [older] = [t for t in threading.enumerate() if t.name == "raft-dump"]
     newer = gzip.compress(pysyncobj_pickle.dumps(({"newer": 1}, (), (), set())))
     assert dump.setTransmissionData((newer, True, True))
+    assert older.is_alive()  # returned without waiting for it
     assert dump.checkSerializing()[0] == SERIALIZER_STATE.NOT_SERIALIZING
     assert dump.deserialize()[0] == {"newer": 1}
+    resume.set()
+    older.join(10)
+    assert not older.is_alive()
+    assert dump.deserialize()[0] == {"newer": 1}
+    assert dump.checkSerializing()[0] == SERIALIZER_STATE.NOT_SERIALIZING
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["raft.dump"]
 
 
 def test_a_failed_write_is_reported_and_the_next_dump_is_tried(tmp_path: Path) -> None:
@@ -87,12 +120,9 @@ def test_a_lead_compacts_off_its_raft_thread_and_restarts_from_the_dump(tmp_path
     addr = f"127.0.0.1:{free_ports(1)[0]}"
     timing = RaftTiming(compaction_entries=20, compaction_seconds=3600)
     try:
-        node = RaftNode(addr, [addr], tmp_path / "n", timing)
+        node = _lone_leader(addr, tmp_path / "n", timing)
         try:
             deadline = time.monotonic() + 20
-            while not node.is_leader():
-                assert time.monotonic() < deadline, "no leader"
-                time.sleep(0.05)
             for i in range(60):
                 node.propose(node.state.member, f"lead-{i}", f"10.0.0.{i}:4321", f"10.0.0.{i}:8080",
                              f"http://10.0.0.{i}:8080", time.time())
@@ -183,12 +213,8 @@ def test_a_lead_restarts_from_dumps_made_while_reports_were_applied(tmp_path: Pa
     end; the test above is the one that holds the dump's thread where a leak would show."""
     addr = f"127.0.0.1:{free_ports(1)[0]}"
     timing = RaftTiming(compaction_entries=8, compaction_seconds=3600)
-    node = RaftNode(addr, [addr], tmp_path / "n", timing)
+    node = _lone_leader(addr, tmp_path / "n", timing)
     try:
-        deadline = time.monotonic() + 20
-        while not node.is_leader():
-            assert time.monotonic() < deadline, "no leader"
-            time.sleep(0.05)
         records = {name: rep(name) for name in ("edge-1", "edge-2", "edge-3")}
         for i in range(150):
             batch = [ReportEntry(name, T0 + i, record) for name, record in records.items()]
