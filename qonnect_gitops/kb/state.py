@@ -8,7 +8,11 @@ replica, in the same order, so they obey three rules:
 * the inputs are plain JSON-like values or the small frozen records of
   ``kb.records`` (what went through the Raft log); a full dump is a plain dict;
 * they are small: the Raft tick thread runs them, and a slow one stalls
-  heartbeats for the whole group.
+  heartbeats for the whole group;
+* they replace the values they change, never change them in place: every container
+  the state holds maps to immutable records or to plain values no transition edits
+  afterwards. So ``capture`` copies only the top-level containers, and a full dump is
+  built from that copy on another thread while the Raft thread applies the next entries.
 
 Reads (``snapshot``, ``current_placement``, ``status``) never change state.
 
@@ -54,6 +58,7 @@ from qonnect_gitops.model.report import MAX_RPS
 
 STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+LatencySamples = tuple[tuple[float, float], ...]  # ((receivedAt, ms), ...) oldest first
 MAX_UNMET = 1000  # unmet goals kept with the plan in force (one per component and goal)
 DECISION_LOG_LIMIT = 256
 DEFAULT_GRACE_SECONDS = 20.0
@@ -136,10 +141,11 @@ class KnowledgeBase:
         # Jobs that ran to completion on a cluster the plan placed them on; kept while
         # the workload is unchanged and declared.
         self.completed_jobs: dict[str, CompletedJob] = {}
-        # Measured latencies per cluster and target, [[receivedAt, ms], ...] oldest first,
+        # Measured latencies per cluster and target, ((receivedAt, ms), ...) oldest first,
         # trimmed to the latency window: the planner sees the lowest value of the window,
-        # so only a sustained breach moves anything (one slow sample does not).
-        self.latency_history: dict[str, dict[str, list[list[float]]]] = {}
+        # so only a sustained breach moves anything (one slow sample does not). A report
+        # replaces its cluster's dict (``capture`` shares them); the dump stores lists.
+        self.latency_history: dict[str, dict[str, LatencySamples]] = {}
         # Placement in force.
         self.generation = 0
         self.placements: dict[str, dict[str, int]] = {}
@@ -280,23 +286,26 @@ class KnowledgeBase:
     def _record_latencies(self, cluster: str, record: ReportRecord, now: float,
                           window: float | None = None) -> None:
         """Add the report's latency samples; ``window``: ``latency_window`` (looked up once
-        per batch by the caller)."""
-        history = self.latency_history.setdefault(cluster, {})
-        if not record.latencies and not history:
+        per batch by the caller). The cluster's history is replaced by a new dict of new
+        tuples, never changed in place: ``capture`` shares it. A target the report does not
+        measure is dropped: the declared value applies again."""
+        history = self.latency_history.get(cluster)
+        if not record.latencies:
+            if history is None or history:
+                self.latency_history[cluster] = {}
             return
         start = now - (self.latency_window if window is None else window)
-        seen = set()
+        before = history or {}
+        after: dict[str, LatencySamples] = {}
         for lat in record.latencies:
             target = lat.to
-            seen.add(target)
-            samples = history.setdefault(target, [])
-            samples.append([now, lat.ms])
+            samples = (*(after[target] if target in after else before.get(target, ())), (now, lat.ms))
             # Keep the samples inside the window plus the one in force at its start.
-            while len(samples) > 1 and samples[1][0] <= start:
-                del samples[0]
-        if len(history) > len(seen):
-            for target in [t for t in history if t not in seen]:
-                del history[target]  # no longer measured: the declared value applies again
+            drop = 0
+            while len(samples) - drop > 1 and samples[drop + 1][0] <= start:
+                drop += 1
+            after[target] = samples[drop:] if drop else samples
+        self.latency_history[cluster] = after
 
     def sustained_latency(self, cluster: str, target: str, now: float,
                           window: float | None = None) -> float | None:
@@ -548,6 +557,46 @@ class KnowledgeBase:
         nodes = entry.record.nodes
         return not nodes or any(node.ready for node in nodes)
 
+    def capture(self) -> KnowledgeBase:
+        """The whole state as it is now, in containers of its own: what a full dump stores
+        (``to_dict`` of the copy), cheap enough for the Raft thread.
+
+        Only the top-level containers are copied: their values are immutable records or
+        plain values that transitions replace, never edit (module docstring), so the
+        copy shares them safely. At 10,000 clusters it is well under a millisecond of
+        CPU where ``to_dict`` took the Raft thread about a second; ``to_dict`` of the
+        copy then runs on the dump's own thread, and entries applied meanwhile do not
+        reach it."""
+        view = KnowledgeBase(self.decision_log_limit)
+        view.inventory = dict(self.inventory)
+        view.declared_since = dict(self.declared_since)
+        view.heartbeat = dict(self.heartbeat)
+        view.workloads = dict(self.workloads)
+        # Containers of its own throughout, even the small ones replaced whole: the dump's
+        # thread may empty them to free the dump gradually.
+        view.last_good = None if self.last_good is None else dict(self.last_good)
+        view.last_failed = None if self.last_failed is None else dict(self.last_failed)
+        view.reports = dict(self.reports)
+        view.stale_reports = self.stale_reports
+        view.ignored_claims = dict(self.ignored_claims)
+        view.completed_jobs = dict(self.completed_jobs)
+        view.latency_history = dict(self.latency_history)
+        view.generation = self.generation
+        view.placements = dict(self.placements)
+        view._placed_on = self._placed_on  # rebuilt, never changed, by apply_plan
+        view.last_moved = dict(self.last_moved)
+        view.cluster_generations = dict(self.cluster_generations)
+        view.goals_commit_of_plan = self.goals_commit_of_plan
+        view.unmet = list(self.unmet)
+        view.leader = None if self.leader is None else dict(self.leader)
+        view.members = dict(self.members)
+        view.rejected_proposals = dict(self.rejected_proposals)
+        view.decisions = list(self.decisions)
+        view.decision_seq = self.decision_seq
+        view.dynamic = dict(self.dynamic)
+        view.pool_tokens = dict(self.pool_tokens)
+        return view
+
     def planner_view(self) -> KnowledgeBase:
         """A copy of what ``snapshot`` reads, cheap to take under the replica's lock
         (dict copies; records are immutable); ``snapshot`` of the copy then runs outside
@@ -562,9 +611,7 @@ class KnowledgeBase:
         view.leader = dict(self.leader) if self.leader else None
         view.completed_jobs = dict(self.completed_jobs)
         view.workloads = dict(self.workloads)
-        # Sample lists grow and shrink in place; the [at, ms] pairs are never changed.
-        view.latency_history = {cluster: {target: list(samples) for target, samples in targets.items()}
-                                for cluster, targets in self.latency_history.items()}
+        view.latency_history = dict(self.latency_history)  # per cluster: replaced, never changed
         return view
 
     def snapshot(self, now: datetime) -> Observed:
@@ -694,7 +741,10 @@ class KnowledgeBase:
             "ignoredClaims": self.ignored_claims,
             "completedJobs": {key: {"cluster": c.cluster, "at": c.at, "digest": c.digest}
                               for key, c in self.completed_jobs.items()},
-            "latencyHistory": self.latency_history,
+            # Lists of [receivedAt, ms], as dumps have always held them.
+            "latencyHistory": {cluster: {target: [list(sample) for sample in samples]
+                                         for target, samples in targets.items()}
+                               for cluster, targets in self.latency_history.items()},
             "generation": self.generation,
             "placements": self.placements,
             "lastMoved": self.last_moved,
@@ -733,7 +783,11 @@ class KnowledgeBase:
         kb.ignored_claims = d.get("ignoredClaims", {})
         kb.completed_jobs = {key: CompletedJob(c["cluster"], float(c["at"]), c["digest"])
                              for key, c in d.get("completedJobs", {}).items()}
-        kb.latency_history = d.get("latencyHistory", {})  # absent in dumps before the window
+        kb.latency_history = {  # absent in dumps before the window
+            cluster: {target: tuple((float(at), float(ms)) for at, ms in samples)
+                      for target, samples in targets.items()}
+            for cluster, targets in d.get("latencyHistory", {}).items()
+        }
         kb.generation = d["generation"]
         kb.placements = d["placements"]
         kb._placed_on = _placed_on(kb.placements)

@@ -23,6 +23,7 @@ from qonnect_gitops.model import load_goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement
 from qonnect_gitops.model.report import AgentReport
+from tests.kb.transitions import changed_fields, dump_fields, every_transition, filled_kb
 from tests.lead.harness import goals_files, report
 
 T0 = 1_800_000_000.0
@@ -440,3 +441,21 @@ def test_the_planner_view_gives_the_same_snapshot_and_shares_nothing_mutable() -
     kb.apply_reports([entry("edge-1", T0 + 7, body)])
     assert view.snapshot(at(T0 + 9)) == before  # the live KB moved on; the view did not
     assert kb.snapshot(at(T0 + 9)) != before
+
+
+def test_a_capture_keeps_the_state_it_was_taken_at_while_every_transition_moves_on() -> None:
+    """What a full dump stores is built from ``capture()`` on another thread while the
+    Raft thread applies the next entries: none of them may reach the capture."""
+    kb = filled_kb()
+    taken = pickle.dumps(kb.to_dict())
+    view = kb.capture()
+    assert pickle.dumps(view.to_dict()) == taken
+    every_transition(kb, T0 + 10)
+    live = kb.to_dict()
+    # Every part of the state moved (the test would see a leak anywhere)...
+    assert changed_fields(pickle.loads(taken), live) == set(dump_fields()) - {"version",
+                                                                              "decisionLogLimit"}
+    # ...and the capture still holds the state it was taken at, byte for byte.
+    assert pickle.dumps(view.to_dict()) == taken
+    restored = KnowledgeBase.from_dict(pickle.loads(pickle.dumps(view.to_dict())))
+    assert restored.to_dict() == pickle.loads(taken)
