@@ -18,7 +18,7 @@ from qonnect_gitops.kb import (
     inventory_from_goals,
     workloads_from_goals,
 )
-from qonnect_gitops.kb.state import saturating_add
+from qonnect_gitops.kb.state import MAX_LOGGED_MOVES, saturating_add
 from qonnect_gitops.model import load_goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement
@@ -365,6 +365,54 @@ def test_replicas_fed_the_same_log_agree(ops: list[tuple[Any, ...]]) -> None:
     assert first == second
     snaps = [kb.snapshot(at(T0 + 50)).model_dump_json() for kb in replicas]
     assert snaps[0] == snaps[1]
+
+
+_plans = st.lists(
+    st.dictionaries(
+        st.sampled_from(["a/x", "a/y", "b/x", "b/y", "c/z"]),
+        st.dictionaries(st.sampled_from(["edge-1", "edge-2", "edge-3"]), st.integers(0, 3))),
+    min_size=1, max_size=12,
+)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_plans)
+def test_a_plan_updates_only_what_changed_and_ends_where_a_rebuild_would(
+        plans: list[dict[str, dict[str, int]]]) -> None:
+    """``apply_plan`` works from what changed; after every plan its state equals what a
+    rebuild from the placement alone gives (a replica loaded from a dump), and only the
+    clusters whose components or replica counts changed get the new generation."""
+    kb = KnowledgeBase()
+    for index, plan in enumerate(plans):
+        before = {comp: dict(where) for comp, where in kb.placements.items()}
+        old_generations = dict(kb.cluster_generations)
+        generation = kb.apply_plan(plan, {}, "rescheduling", None, 0, T0 + index)
+        expected = {comp: {cl: n for cl, n in sorted(where.items()) if n > 0}
+                    for comp, where in sorted(plan.items())}
+        expected = {comp: where for comp, where in expected.items() if where}
+        assert kb.placements == expected
+        rebuilt = KnowledgeBase.from_dict(pickle.loads(pickle.dumps(kb.to_dict())))
+        assert kb._placed_on == rebuilt._placed_on
+        changed = {cl for comp in before.keys() | expected.keys()
+                   for cl in before.get(comp, {}).keys() | expected.get(comp, {}).keys()
+                   if before.get(comp, {}).get(cl) != expected.get(comp, {}).get(cl)}
+        assert {cl for cl, g in kb.cluster_generations.items() if g != old_generations.get(cl)} == (
+            changed if expected != before else set())
+        assert all(kb.cluster_generations[cl] == generation for cl in changed)
+
+
+def test_a_decision_logs_its_first_moves_and_counts_them_all() -> None:
+    kb = KnowledgeBase()
+    many = {f"app/c{i:04d}": {"edge-1": 1} for i in range(MAX_LOGGED_MOVES + 50)}
+    kb.apply_plan(many, {}, "goals-changed", None, 0, T0)
+    logged = kb.decisions[-1]
+    assert logged["movesTotal"] == MAX_LOGGED_MOVES + 50
+    assert [m["component"] for m in logged["moves"]] == sorted(many)[:MAX_LOGGED_MOVES]
+    one_more = dict(many, **{"app/c0003": {"edge-2": 1}})
+    kb.apply_plan(one_more, {"app/c0003": "edge-1 failed"}, "failover", None, 0, T0 + 1)
+    assert kb.decisions[-1]["movesTotal"] == 1
+    assert kb.decisions[-1]["moves"] == [{"component": "app/c0003", "from": {"edge-1": 1},
+                                          "to": {"edge-2": 1}, "reason": "edge-1 failed"}]
 
 
 def test_latency_counts_by_its_lowest_value_over_the_window() -> None:
