@@ -219,13 +219,14 @@ class LeadAPI:
         """Who the bearer token belongs to; 401 without a valid one."""
         header = request.headers.get("Authorization", "") or ""
         scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token.strip():
+        token = token.strip()
+        if scheme.lower() != "bearer" or not token:
             raise HTTPError(401, "a bearer token is required",
                             {"WWW-Authenticate": 'Bearer realm="qonnect"'})
-        principal = self.service.tokens.principal(token.strip())
+        principal = self.service.tokens.principal(token)
         if principal is None:
             # An agent token the leader issued to a pool cluster (cloud bursting).
-            owner = self.service.kb.pool_token_owner(hash_token(token.strip()))
+            owner = self.service.kb.pool_token_owner(hash_token(token))
             principal = Principal(TokenKind.CLUSTER, owner) if owner else None
         if principal is None:
             raise HTTPError(401, "unknown token",

@@ -58,6 +58,11 @@ class ProposalError(Exception):
         self.reason = reason
 
 
+# Report batches a lead remembers having proposed until they are applied (a batch commits
+# within a few hundred milliseconds; the batcher keeps one or two in flight).
+MAX_PROPOSED_BATCHES = 64
+
+
 class ReplicatedKB(SyncObjConsumer):
     """The Raft state machine holding a ``KnowledgeBase``."""
 
@@ -69,6 +74,11 @@ class ReplicatedKB(SyncObjConsumer):
         # Raft thread: must be cheap); the leader's loop notices reports that change the
         # picture.
         self.report_listener: Callable[[list[ReportEntry], list[ReportVerdict]], None] | None = None
+        # Batches this lead proposed and has not applied yet: their bytes -> the entries they
+        # were encoded from (``ReportBatcher``), so this lead applies them without decoding
+        # its own bytes again. Bounded: a batch whose callback never came is dropped.
+        self._proposed: dict[bytes, list[ReportEntry]] = {}
+        self._proposed_lock = threading.Lock()
 
     def reader(self) -> KBReader:
         """Typed, locked reads of this replica."""
@@ -89,11 +99,32 @@ class ReplicatedKB(SyncObjConsumer):
             self.kb = KnowledgeBase.from_dict(data)
         freeze_long_lived()
 
+    def proposing(self, packed: bytes, entries: list[ReportEntry]) -> None:
+        """``packed`` (``pack_entries`` of ``entries``) is about to be proposed by this lead:
+        when it is applied here, ``entries`` stand for it. Exact, because every entry's
+        decoding is the entry itself (``encode_entry``; tests/lead/test_report_fast.py)."""
+        with self._proposed_lock:
+            while len(self._proposed) >= MAX_PROPOSED_BATCHES:
+                del self._proposed[next(iter(self._proposed))]  # the oldest: its answer never came
+            self._proposed[packed] = entries
+
+    def settled(self, packed: bytes) -> None:
+        """The proposal of ``packed`` was answered (applied or failed): forget it."""
+        with self._proposed_lock:
+            self._proposed.pop(packed, None)
+
     @replicated
     def reports(self, batch: bytes | list[ReportEntry]) -> list[ReportVerdict]:
         # ``batch``: the entries packed by ``ReportBatcher`` (MessagePack, decoded here in
-        # C on every lead), or a list pickled by a lead from before that encoding.
-        entries = unpack_entries(batch) if isinstance(batch, bytes) else batch
+        # C on every lead), or a list pickled by a lead from before that encoding. A batch
+        # this lead proposed is applied from the entries it encoded (``proposing``).
+        if isinstance(batch, bytes):
+            with self._proposed_lock:
+                entries = self._proposed.pop(batch, None)
+            if entries is None:
+                entries = unpack_entries(batch)
+        else:
+            entries = batch
         with self.lock:
             result = self.kb.apply_reports(entries)
         listener = self.report_listener
@@ -837,8 +868,9 @@ class ReportBatcher:
     reports per entry and the run reached 3,350 reports/s.
 
     A batch travels as one MessagePack array of the entries, each encoded once by
-    ``submit`` on the caller's thread (``kb.records.encode_entry``); every lead decodes
-    the same bytes into the same records (``ReplicatedKB.reports``).
+    ``submit`` on the caller's thread (``kb.records.encode_entry``); the other leads decode
+    the bytes into the same records, and this lead applies the entries it encoded
+    (``ReplicatedKB.proposing``) instead of decoding its own bytes again.
     """
 
     def __init__(
@@ -868,7 +900,7 @@ class ReportBatcher:
         self.max_in_flight = max_in_flight
         self.max_hold = max_hold
         self._cond = threading.Condition()
-        self._pending: list[tuple[bytes, _Waiter]] = []  # encoded entries
+        self._pending: list[tuple[bytes, ReportEntry, _Waiter]] = []  # encoded entries
         self._pending_bytes = 0
         self._stopped = False
         self.in_flight_batches = 0
@@ -885,7 +917,7 @@ class ReportBatcher:
         waiter = _Waiter(on_done)
         encoded = encode_entry(entry)  # here, on the caller's thread: the batcher only joins
         with self._cond:
-            self._pending.append((encoded, waiter))
+            self._pending.append((encoded, entry, waiter))
             self._pending_bytes += len(encoded)
             # Wake the batcher only when it has something to do: the first report (it
             # waits for one) or a full batch (it stops holding). A wake-up per report
@@ -914,7 +946,7 @@ class ReportBatcher:
                 while not self._pending and not self._stopped:
                     self._cond.wait()
                 if self._stopped:
-                    for _, waiter in self._pending:
+                    for _, _, waiter in self._pending:
                         waiter.finish(None, "shutdown")
                     self._pending.clear()
                     self._pending_bytes = 0
@@ -940,11 +972,11 @@ class ReportBatcher:
             if batch:
                 self._send(batch)
 
-    def _take(self) -> list[tuple[bytes, _Waiter]]:
+    def _take(self) -> list[tuple[bytes, ReportEntry, _Waiter]]:
         """The next batch off the queue (under ``_cond``): at most ``max_batch`` reports
         and ``max_bytes`` of them, and at least one."""
         size, count = 0, 0
-        for encoded, _ in self._pending[: self.max_batch]:
+        for encoded, _, _ in self._pending[: self.max_batch]:
             if count and size + len(encoded) > self.max_bytes:
                 break
             size += len(encoded)
@@ -954,9 +986,10 @@ class ReportBatcher:
         self._pending_bytes -= size
         return batch
 
-    def _send(self, batch: list[tuple[bytes, _Waiter]]) -> None:
-        packed = pack_entries([encoded for encoded, _ in batch])
-        waiters = [waiter for _, waiter in batch]
+    def _send(self, batch: list[tuple[bytes, ReportEntry, _Waiter]]) -> None:
+        packed = pack_entries([encoded for encoded, _, _ in batch])
+        waiters = [waiter for _, _, waiter in batch]
+        state = self.node.state
         with self._cond:
             self.in_flight_batches += 1
             self.batches_sent += 1
@@ -971,6 +1004,7 @@ class ReportBatcher:
                 self._cond.notify()
 
         def on_commit(result: Any, err: int) -> None:
+            state.settled(packed)
             settled(len(waiters) if err == FAIL_REASON.SUCCESS else 0)
             if err == FAIL_REASON.SUCCESS:
                 for verdict, waiter in zip(result, waiters):
@@ -979,9 +1013,11 @@ class ReportBatcher:
                 for waiter in waiters:
                     waiter.finish(None, fail_name(err))
 
+        state.proposing(packed, [entry for _, entry, _ in batch])
         try:
-            self.node.state.reports(packed, callback=on_commit)
+            state.reports(packed, callback=on_commit)
         except Exception as exc:  # the queue refused it: fail the requests, keep running
+            state.settled(packed)
             settled(0)
             log.error("report_batch_failed", error=exc)
             for waiter in waiters:

@@ -17,9 +17,18 @@ from pathlib import Path
 import pytest
 
 from qonnect_gitops.kb import KnowledgeBase, ReportEntry, ReportRecord
+from qonnect_gitops.kb.records import encode_entry, pack_entries
 from qonnect_gitops.lead.http import parse_json, parse_report, report_record
 from qonnect_gitops.lead.httpd import HTTPError
-from qonnect_gitops.lead.raft import FREEZE_YOUNG_ABOVE, GcPauses, RaftNode, ReportBatcher, TickGaps
+from qonnect_gitops.lead.raft import (
+    FREEZE_YOUNG_ABOVE,
+    MAX_PROPOSED_BATCHES,
+    GcPauses,
+    RaftNode,
+    ReplicatedKB,
+    ReportBatcher,
+    TickGaps,
+)
 from qonnect_gitops.lead.tokens import TokenStore, create_tokens
 from qonnect_gitops.model.report import AgentReport, _quantity_units
 from tests.lead.harness import report
@@ -219,8 +228,54 @@ def test_packed_batches_leave_every_lead_with_the_same_kb(tmp_path: Path) -> Non
             restored = KnowledgeBase.from_dict(dumps[1])
             assert restored.to_dict() == dumps[1]
             assert restored.reports == nodes[1].state.kb.reports
+            # The leader applied its own entries, the followers decoded the bytes: the same.
+            assert nodes[0].state.kb.reports == nodes[1].state.kb.reports == nodes[2].state.kb.reports
+            assert not leader.state._proposed  # every proposed batch was answered and forgotten
         finally:
             batcher.stop()
+
+
+def _entries(count: int, offset: int = 0) -> list[ReportEntry]:
+    return [ReportEntry(f"edge-{i}", 2e9 + i, report_record(json.dumps(report(f"edge-{i}", 1e9 + i)).encode()),
+                        0.5) for i in range(offset, offset + count)]
+
+
+def test_a_lead_applies_a_batch_it_proposed_from_the_entries_it_encoded() -> None:
+    """The proposing lead does not decode its own batch again, and ends with the Knowledge
+    Base of a lead that decoded it; bytes it did not propose (or proposed and already
+    applied) are decoded."""
+    own, other = ReplicatedKB(), ReplicatedKB()
+    heard: list[list[ReportEntry]] = []
+    own.report_listener = lambda entries, verdicts: heard.append(entries)
+    entries = _entries(5)
+    packed = pack_entries([encode_entry(e) for e in entries])
+    own.proposing(packed, entries)
+    own.reports(packed, _doApply=True)
+    other.reports(packed, _doApply=True)
+    assert heard[0] is entries  # applied as encoded, not decoded
+    assert own.kb.to_dict() == other.kb.to_dict()
+    assert own.kb.reports == other.kb.reports
+    later = _entries(5, offset=5)
+    again = pack_entries([encode_entry(e) for e in later])
+    own.reports(again, _doApply=True)  # never proposed here: decoded
+    assert heard[1] == later and heard[1] is not later
+    own.reports(packed, _doApply=True)  # the same bytes once more: remembered only once
+    assert heard[2] == entries and heard[2] is not entries
+
+
+def test_proposed_batches_are_remembered_within_a_bound() -> None:
+    """A batch whose answer never comes does not stay: the oldest go past the bound, and an
+    answered one (applied or failed) is forgotten at once."""
+    state = ReplicatedKB()
+    entries = _entries(1)
+    batches = [pack_entries([encode_entry(ReportEntry("edge-0", 2e9 + i, entries[0].record, 0.0))])
+               for i in range(MAX_PROPOSED_BATCHES + 10)]
+    for packed in batches:
+        state.proposing(packed, entries)
+    assert len(state._proposed) == MAX_PROPOSED_BATCHES
+    assert batches[0] not in state._proposed and batches[-1] in state._proposed
+    state.settled(batches[-1])
+    assert batches[-1] not in state._proposed
 
 
 @contextmanager

@@ -12,7 +12,13 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from qonnect_gitops.kb.records import ReportEntry, ReportRecord, encode_entry
+from qonnect_gitops.kb.records import (
+    ReportEntry,
+    ReportRecord,
+    encode_entry,
+    pack_entries,
+    unpack_entries,
+)
 from qonnect_gitops.lead import report_fast
 from qonnect_gitops.lead.http import _redacted, parse_report, report_record
 from qonnect_gitops.lead.httpd import HTTPError
@@ -163,8 +169,21 @@ def _same_as_careful(body: bytes) -> bool:
     careful = _outcome(_careful, body)
     if fast is not None:
         assert careful == ("stored", encode_entry(ReportEntry(fast.cluster, 0.0, fast)))
+        _decodes_to_itself(fast)
     assert _outcome(report_record, body) == careful
+    if careful[0] == "stored":
+        _decodes_to_itself(_careful(body))
     return fast is not None
+
+
+def _decodes_to_itself(record: ReportRecord) -> None:
+    """The lead that proposed a batch applies the entries it encoded, the others decode
+    the bytes (``ReplicatedKB.proposing``): both must be the same, to the type of every
+    number (encoded again, an int and a float differ)."""
+    entry = ReportEntry(record.cluster, 1_764_590_400.123456, record, -0.25)
+    decoded = unpack_entries(pack_entries([encode_entry(entry)]))
+    assert decoded == [entry]
+    assert encode_entry(decoded[0]) == encode_entry(entry)
 
 
 @settings(max_examples=3000, deadline=None, suppress_health_check=[HealthCheck.too_slow])

@@ -12,8 +12,11 @@ from pydantic import ValidationError
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.tokens import (
     ADMIN,
+    Principal,
+    TokenKind,
     TokenStore,
     create_token,
+    create_tokens,
     hash_token,
     parse_tokens,
 )
@@ -32,6 +35,47 @@ def test_tokens_file_round_trip_and_reload(tmp_path: Path) -> None:
     store._checked = 0.0  # skip the once-a-second re-check delay
     assert store.subject(two) == ADMIN
     assert one not in path.read_text() and two not in path.read_text()
+
+
+def _rewrite(store: TokenStore, path: Path, text: str) -> None:
+    """Replace the tokens file and let the store see it at its next check."""
+    path.write_text(text)
+    os.utime(path, ns=(time.time_ns(), time.time_ns() + 10**9))  # ensure a new mtime
+    store._checked = 0.0  # skip the once-a-second re-check delay
+
+
+def test_a_remembered_token_removed_from_the_file_is_refused_at_once(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    kept, revoked, admin = (create_token(path, subject) for subject in ("edge-1", "edge-2", ADMIN))
+    store = TokenStore(path)
+    for _ in range(3):
+        assert store.subject(kept) == "edge-1" and store.subject(revoked) == "edge-2"
+    assert store.principal(admin) == Principal(TokenKind.ADMIN, "admin")
+    assert store.remembered() == 3
+    _rewrite(store, path, "".join(line + "\n" for line in path.read_text().splitlines()
+                                  if hash_token(revoked) not in line))
+    assert store.subject(revoked) is None and store.principal(revoked) is None
+    assert store.principal(kept) == Principal(TokenKind.CLUSTER, "edge-1")
+    assert store.remembered() == 1  # nothing of the previous file is kept
+    # Given to another cluster in the new file: the remembered answer does not outlive it.
+    _rewrite(store, path, f"sha256:{hash_token(kept)} edge-9\n")
+    assert store.subject(kept) == "edge-9"
+    path.unlink()
+    store._checked = 0.0
+    assert store.subject(kept) is None and store.remembered() == 0
+
+
+def test_the_token_memory_holds_only_tokens_of_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "tokens"
+    tokens = create_tokens(path, [f"edge-{i}" for i in range(20)])
+    store = TokenStore(path)
+    for i in range(5000):  # a flood of wrong tokens: refused, none remembered
+        assert store.subject(f"qnt_wrong-{i}") is None
+    assert store.remembered() == 0
+    for _ in range(3):
+        assert [store.subject(t) for t in tokens] == [f"edge-{i}" for i in range(20)]
+        assert [store.subject(" " + t) for t in tokens] == [None] * 20
+    assert store.remembered() == len(store) == 20
 
 
 def test_broken_tokens_file_keeps_previous_tokens(tmp_path: Path) -> None:
