@@ -33,6 +33,10 @@ def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LeadGroup]:
         leader = g.wait_leader()
         g.wait_until(lambda: (g.status(leader) or {}).get("goals", {}).get("lastGood"),
                      what="goals loaded")
+        # The leader's first cycle records the plan it writes: a plan a test posts before
+        # then is replaced by it (the loop plans from the plan branch, not the KB).
+        g.wait_until(lambda: ((g.status(leader) or {}).get("loop") or {}).get("cycles", 0) >= 1,
+                     what="the leader's first cycle")
         yield g
     finally:
         g.stop()
