@@ -225,9 +225,9 @@ def prune_limits(mirror: Mirror, head: str | None, rendered: RenderedPlan) -> di
     changed = {c for c, tree in old_trees.items() if c in fleet and new_trees.get(c) != tree}
     if not changed:
         return {}
-    new = {p for p in rendered.files if p.startswith("clusters/") and p.split("/", 2)[1] in changed}
     limits: dict[str, int] = {}
     for cluster in sorted(changed):
+        new = {f"clusters/{cluster}/{path}" for path in rendered.cluster_files(cluster)}
         removed = list_tree_paths(mirror.repo, head, f"clusters/{cluster}") - new  # names only
         if removed:
             limits[cluster] = len(removed)

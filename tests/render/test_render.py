@@ -157,6 +157,26 @@ def test_same_inputs_same_bytes_in_any_order(template_files, goals, rendered) ->
         assert list(again.files) == list(rendered.files)
 
 
+def test_files_grouped_by_cluster_are_the_flat_plan_tree(rendered) -> None:
+    """The rendering holds each cluster's files together (the decision writer takes them
+    so); as a mapping it is the flat plan tree, in path order."""
+    files = rendered.files
+    flat = {p: b for p, b in files.items()}
+    assert list(flat) == sorted(flat) and len(files) == len(flat)
+    assert set(files.directories()) == {c for c, n in rendered.objects.items() if n}
+    for cluster, pairs in files.directories().items():
+        assert [p for p, _ in pairs] == sorted(p for p, _ in pairs)
+        assert {f"clusters/{cluster}/{p}": b for p, b in pairs} == {
+            p: b for p, b in flat.items() if p.startswith(f"clusters/{cluster}/")}
+        assert rendered.cluster_files(cluster) == dict(pairs)
+    assert dict(files.loose()) == {p: b for p, b in flat.items() if not p.startswith("clusters/")}
+    path = next(p for p in flat if p.startswith("clusters/edge-1/"))
+    assert files[path] == flat[path] and path in files
+    assert "clusters/edge-1/nothing.yaml" not in files and "clusters/edge-1" not in files
+    with pytest.raises(KeyError):
+        files["clusters/nowhere/x.yaml"]
+
+
 def test_change_elsewhere_does_not_touch_other_clusters(template_files, goals, rendered) -> None:
     files = dict(template_files)
     path = "apps/bookinfo/manifests/reviews-v3.yaml"
