@@ -317,7 +317,7 @@ class GitStore:
         # The cluster commits are computed now too, so one pack holds the whole decision.
         # They are exactly what fan_out(commit) would write; the refs move in order below.
         # The new clusters tree holds directories only (_prepare refused anything else).
-        new_dirs = _entries(self.repo, dirs.get("clusters"))
+        new_dirs = _entries(self.repo, dirs.get("clusters"), batch)
         names = set(fan.clusters) | new_dirs.keys()
         moving = names
         if current is not None and self.fanned_out == str(current):
@@ -745,9 +745,11 @@ def _fan_trailers(fan: _FanOutPlan) -> list[tuple[str, str]]:
     return out
 
 
-def _entries(repo: pygit2.Repository, tree_id: pygit2.Oid | None) -> Mapping[str, tuple[int, bytes]]:
-    """``tree_entries`` of a tree, none for None (a plan without cluster files)."""
-    return {} if tree_id is None else tree_entries(repo, tree_id)
+def _entries(repo: pygit2.Repository, tree_id: pygit2.Oid | None,
+             batch: ObjectBatch | None = None) -> Mapping[str, tuple[int, bytes]]:
+    """``tree_entries`` of a tree (written, or queued in ``batch``), none for None (a plan
+    without cluster files)."""
+    return {} if tree_id is None else tree_entries(repo, tree_id, batch)
 
 
 def _cluster_subtrees(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.Oid]:

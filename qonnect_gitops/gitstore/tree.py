@@ -16,6 +16,7 @@ from qonnect_gitops.gitstore.objects import (
     TREE,
     ObjectBatch,
     object_id,
+    parse_tree,
     serialize_tree,
 )
 
@@ -119,23 +120,28 @@ def build_tree(
     return tree_id
 
 
-def tree_entries(repo: pygit2.Repository, tree_id: pygit2.Oid) -> Mapping[str, tuple[int, bytes]]:
+def tree_entries(repo: pygit2.Repository, tree_id: pygit2.Oid,
+                 batch: ObjectBatch | None = None) -> Mapping[str, tuple[int, bytes]]:
     """A tree's entries as name -> (mode, raw id). Large trees and the top two levels of
-    every tree ``build_tree`` built are remembered by id (a tree never changes), so reading
-    a plan's ``clusters`` tree, one entry per cluster, costs a lookup; those built are
-    known before their batch is written. Do not modify the result."""
-    return _ENTRIES.get(repo, tree_id.raw)
+    every tree ``build_tree`` built are remembered by id for this repository (a tree never
+    changes), so reading a plan's ``clusters`` tree, one entry per cluster, costs a lookup.
+    A tree still queued in ``batch`` is read from there: what this answers never depends
+    on what the memo still holds. Do not modify the result."""
+    return _entry_memo(repo).get(repo, tree_id.raw, batch)
 
 
 def _is_tree(repo: pygit2.Repository, oid: pygit2.Oid) -> bool:
     """Whether ``oid`` is a tree of ``repo``; KeyError when ``repo`` has no such object."""
-    if oid.raw in _ENTRIES.by_id and oid in repo:
+    if oid.raw in _entry_memo(repo).by_id and oid in repo:
         return True
     return isinstance(repo[oid], pygit2.Tree)
 
 
 class _EntryMemo:
-    """Entries of recently built or read trees (``tree_entries``), the last few dozen."""
+    """Entries of one repository's recently built or read trees (``tree_entries``), the
+    last few dozen. One per repository: a process that writes several (a test run, a lead
+    beside a benchmark) must not have one repository's trees push another's out, or have a
+    tree believed known in a repository that never held it."""
 
     LARGE = 256  # a read tree with fewer entries is read again when needed: cheap enough
     KEEP = 32
@@ -143,24 +149,43 @@ class _EntryMemo:
     def __init__(self) -> None:
         self.by_id: dict[bytes, dict[str, tuple[int, bytes]]] = {}
 
-    def get(self, repo: pygit2.Repository, raw: bytes) -> dict[str, tuple[int, bytes]]:
+    def get(self, repo: pygit2.Repository, raw: bytes,
+            batch: ObjectBatch | None = None) -> dict[str, tuple[int, bytes]]:
         found = self.by_id.get(raw)
         if found is not None:
             self.by_id[raw] = self.by_id.pop(raw)  # most recently used last
             return found
-        tree = _tree(repo, pygit2.Oid(raw=raw))
-        entries = {e.name or "": (int(e.filemode), e.id.raw) for e in tree}
+        queued = batch.queued(raw) if batch is not None else None
+        if queued is not None:
+            entries = parse_tree(queued)
+        else:
+            entries = {e.name or "": (int(e.filemode), e.id.raw) for e in _tree(repo, pygit2.Oid(raw=raw))}
         if len(entries) >= self.LARGE:
             self.put(raw, entries)
         return entries
 
     def put(self, raw: bytes, entries: dict[str, tuple[int, bytes]]) -> None:
+        # Popped first: assigning an existing key keeps its old place, and the oldest go.
+        self.by_id.pop(raw, None)
         self.by_id[raw] = entries
         while len(self.by_id) > self.KEEP:
             del self.by_id[next(iter(self.by_id))]
 
 
-_ENTRIES = _EntryMemo()
+_REPO_MEMOS: dict[str, _EntryMemo] = {}
+_REPO_MEMOS_KEEP = 4  # repositories whose tree memos are kept, most recently used last
+
+
+def _entry_memo(repo: pygit2.Repository) -> _EntryMemo:
+    """The tree entry memo of ``repo`` (by its git directory)."""
+    key = repo.path
+    memo = _REPO_MEMOS.pop(key, None)
+    if memo is None:
+        memo = _EntryMemo()
+        while len(_REPO_MEMOS) >= _REPO_MEMOS_KEEP:
+            del _REPO_MEMOS[next(iter(_REPO_MEMOS))]
+    _REPO_MEMOS[key] = memo
+    return memo
 
 
 def tree_id_of(files: Mapping[str, bytes], path: str = "") -> pygit2.Oid | None:
@@ -410,7 +435,8 @@ def _write_node(
     if hashed is not None and hashed[0] == base:
         trees[path] = pygit2.Oid(raw=base)  # what base has here: written, nothing to look into
         return trees[path]
-    known = _ENTRIES.get(repo, base) if base is not None else {}
+    memo = _entry_memo(repo)
+    known = memo.get(repo, base, batch) if base is not None else {}
     if hashed is not None and hashed[2] is not None and known:
         # Hashed before (a plan's clusters tree): only its entries that differ from base's
         # may need writing; one set difference instead of a step per cluster.
@@ -426,7 +452,7 @@ def _write_node(
     else:
         trees[path] = batch.add(TREE, data)
     if listing is not None:
-        _ENTRIES.put(raw, listing)
+        memo.put(raw, listing)
     return trees[path]
 
 
@@ -471,7 +497,7 @@ def directories_under(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> 
     sub = subtree_id(repo, tree, path)
     if sub is None:
         return {}
-    return {name: pygit2.Oid(raw=raw) for name, (mode, raw) in _ENTRIES.get(repo, sub.raw).items()
+    return {name: pygit2.Oid(raw=raw) for name, (mode, raw) in tree_entries(repo, sub).items()
             if mode == _TREE_MODE}
 
 

@@ -245,3 +245,37 @@ def test_fan_out_after_a_forge_merge_uses_the_merged_trailers(tmp_path: Path) ->
     t = trailers_of(tmp_path / "r.git", "cluster/c0")
     assert t["Qonnect-Plan"] == [str(merge)] and t["Qonnect-Reason"] == ["rescheduling"]
     assert read_tree_files(repo, "cluster/c1")["shop/m0.yaml"].endswith(b"tag: v2\n")
+
+
+def _eight_clusters(tag: str, changed: str, placement: str) -> PlanFiles:
+    """A plan of eight clusters (two manifests each) as render gives it, ``changed`` the
+    one whose files are tagged ``tag``."""
+    clusters = {f"c{i}": tuple((f"shop/m{m}.yaml", f"c{i} {m} {tag if f'c{i}' == changed else 'v1'}".encode())
+                               for m in range(2)) for i in range(8)}
+    return PlanFiles({"placement.yaml": placement.encode()}, clusters)
+
+
+def test_the_same_decisions_written_into_two_repositories_leave_each_whole(tmp_path: Path) -> None:
+    """The tree memos serve every repository a process writes: the same decisions (equal
+    trees) written into one repository and then into another, one changed cluster at a
+    time, must leave each holding every object its refs reach. Written first with an
+    other plan file (the same clusters trees under a new root), starting from each of the
+    first repository's decisions in turn, so whichever tree a process-wide memo held
+    longest is met again (the 303374f code raised KeyError for the new clusters tree)."""
+    clusters = [f"c{i}" for i in range(8)]
+    decisions = [(f"v{gen}", f"c{gen % 7}") for gen in range(1, 21)]  # more than a memo keeps
+    for start in range(len(decisions)):
+        first, second = (GitStore.init_bare(tmp_path / f"{start}-{n}.git") for n in ("a", "b"))
+        previous: PlanFiles = PlanFiles({}, {})
+        for gen, (tag, changed) in enumerate(decisions, start=1):
+            files = _eight_clusters(tag, changed, f"plan {tag}\n")
+            result = decide(first, files, gen, clusters)
+            moved = {change.ref.rpartition("/")[2] for change in result.clusters}
+            assert moved == {c for c in clusters if files.cluster(c) != previous.cluster(c)}
+            previous = files
+        for gen, (tag, changed) in enumerate(decisions[start:], start=1):
+            decide(second, _eight_clusters(tag, changed, f"other plan {tag}\n"), gen, clusters)
+        for store in (first, second):
+            git("-C", store.repo.path, "fsck", "--full", "--strict", "--no-dangling")
+            assert read_tree_files(store.repo, "cluster/c5") == previous.cluster("c5")
+            assert read_tree_files(store.repo, "cluster/c6") == previous.cluster("c6")
