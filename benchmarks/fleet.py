@@ -33,7 +33,9 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   the push alone, ``one_changed_write_cpu_s`` the CPU time of the write (which other load
   on the machine inflates far less than the wall-clock figures),
   ``one_changed_branches``: how many cluster branches moved and ``one_changed_pushes``
-  in how many pushes (one atomic push; two with ``--two-pushes``).
+  in how many pushes (one atomic push; two with ``--two-pushes``);
+  ``one_changed_pack_bytes``: the pack of the objects that decision added (what its push
+  sends, undeltified; the decision's files are in it when they changed).
 * ``idle_cycle_jitter_s``: a cycle after every agent measured its latency again within
   +-3 %, the leader holding latencies through jitter (``lead/latency_hold.py``);
   ``idle_cycle_jitter_unheld_s``: the same without the hold (the planner sees new
@@ -266,6 +268,15 @@ class _WriteTimer:
         return timed
 
 
+def _pack_bytes(git_dir: str, refs: Any) -> int:
+    """The size of the pack of what moving ``refs`` (RefChange) added: the objects a push
+    of them sends to a remote that has the old commits (without deltas against them)."""
+    revs = [r.new for r in refs if r.new] + [f"^{r.old}" for r in refs if r.old]
+    pack = subprocess.run(["git", "-C", git_dir, "pack-objects", "--revs", "--stdout", "-q"],
+                          input="\n".join(revs).encode() + b"\n", capture_output=True, check=True).stdout
+    return len(pack)
+
+
 def _observe(goals: Goals) -> Observed:
     return empty_observation(NOW)
 
@@ -417,6 +428,7 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         out["one_changed_write_cpu_s"] = timer.write_cpu_seconds
         out["one_changed_pushes"] = timer.pushes
         out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
+        out["one_changed_pack_bytes"] = _pack_bytes(mirror.repo.path, changed.refs)
 
         # Every agent measured its latency again, a little differently (within +-3 %):
         # with the lead's hold the planner sees last cycle's tables, without it new ones.

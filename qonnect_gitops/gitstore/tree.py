@@ -244,7 +244,10 @@ class _Known:
 class _DirectoryMemo:
     """Tree ids of second-level directories by their (relative path, bytes) pairs in the
     order given. Entries unused by the last few calls are dropped, so it holds about one
-    plan's directories; the bytes are shared with whoever made them (the render caches)."""
+    plan's directories; the bytes are shared with whoever made them (the render caches).
+    Shared by every repository of the process (it maps content to ids, true anywhere): a
+    write takes an id found here as written only when base's entry or ``oid in repo`` says
+    this repository holds it (``_write_child``)."""
 
     KEEP = 4
 
@@ -283,7 +286,9 @@ class _NestMemo:
     """The nested form of the last grouped mappings, by identity: the leader hashes a
     decision's rendering (is it the plan in force?), takes its cluster trees' ids (prune
     limits) and writes it, and only the first of these needs to look at each cluster.
-    A ``GroupedFiles`` does not change once made, so its identity names its content."""
+    A ``GroupedFiles`` does not change once made, so its identity names its content.
+    Shared by every repository of the process: a recalled directory's id stands for
+    written objects only where it equals base's entry, which this repository holds."""
 
     KEEP = 2
 

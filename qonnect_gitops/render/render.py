@@ -2,7 +2,8 @@
 
 Layout of the plan tree (the cluster branches carry the ``clusters/<name>`` subtrees)::
 
-    placement.yaml
+    placement.yaml                                             the decision (placement_file.py)
+    placement/<hh>.yaml                                        its components, in 256 shards
     clusters/<cluster>/_cluster/namespace-<ns>.yaml
     clusters/<cluster>/<ns>/<component>/<kind>-<name>.yaml     one object per file
     clusters/<cluster>/<ns>/<component>/sops-<file>            SOPS files, untouched
@@ -41,11 +42,11 @@ from qonnect_gitops.model.pool import POOL_APP
 from qonnect_gitops.model.secrets import plain_secrets
 from qonnect_gitops.render.capi import capi_objects
 from qonnect_gitops.render.nodes import constrain_pods
-from qonnect_gitops.render.placement_file import placement_yaml
+from qonnect_gitops.render.placement_file import PLACEMENT_FILE as PLACEMENT_FILE  # where readers look
+from qonnect_gitops.render.placement_file import placement_files
 from qonnect_gitops.render.shared import SharedObject, borrowed, definitions
 
 SERVICE_EXPORT_API = "multicluster.x-k8s.io/v1alpha1"
-PLACEMENT_FILE = "placement.yaml"
 
 
 class RenderError(Exception):
@@ -55,7 +56,7 @@ class RenderError(Exception):
 class PlanFiles(Mapping[str, bytes]):
     """The plan tree as ``{path: bytes}``, held grouped by cluster: each cluster's files as
     (path relative to ``clusters/<name>/``, bytes) pairs in path order, and the files
-    outside ``clusters/`` (``placement.yaml``).
+    outside ``clusters/`` (``placement.yaml`` and its shards).
 
     A reader of one cluster, or of which clusters have files, costs that cluster or the
     number of clusters, not a walk over every path of the fleet; the decision writer
@@ -127,7 +128,7 @@ class RenderedPlan:
 
 def render(goals: Goals, plan: Plan) -> RenderedPlan:
     """Render every cluster's manifests for ``plan``. Pure and deterministic."""
-    placement = placement_yaml(plan)
+    placement = placement_files(plan)
     # Each cluster's files as they are rendered (path inside clusters/<name>/ -> bytes).
     by_cluster: dict[str, dict[str, bytes]] = {}
     hosts = {key: plan.clusters_of(key) for key in sorted(plan.components)}
@@ -164,7 +165,7 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}, None, None))
         objects[cluster] = len(files)
     grouped = {cluster: tuple(sorted(by_cluster[cluster].items())) for cluster in sorted(by_cluster)}
-    return RenderedPlan(PlanFiles({PLACEMENT_FILE: placement}, grouped), tuple(goals.clusters), objects)
+    return RenderedPlan(PlanFiles(placement, grouped), tuple(goals.clusters), objects)
 
 
 def _caller_clusters(goals: Goals, hosts: Mapping[str, Mapping[str, int]]) -> dict[str, set[str]]:

@@ -12,6 +12,7 @@ from qonnect_gitops.model import load_goals
 from qonnect_gitops.model.labels import COMPONENT_LABEL, DIGEST_ANNOTATION, MANAGED_BY_LABEL
 from qonnect_gitops.model.plan import Assignment, ComponentPlan, Draining, Plan
 from qonnect_gitops.render import render
+from qonnect_gitops.render.placement_file import is_placement_path, placement_of
 
 PLACEMENT = {
     "bookinfo/productpage": {"edge-1": 1, "edge-2": 1},
@@ -71,7 +72,7 @@ def find(rendered, cluster: str, kind: str, name: str) -> dict:
 def test_every_rendered_object_passes_strict_kubernetes_validation(rendered) -> None:
     count = 0
     for path, body in rendered.files.items():
-        if path == "placement.yaml":
+        if is_placement_path(path):
             continue
         kubernetes_validate.validate(yaml.safe_load(body), "1.37.0", strict=True)
         count += 1
@@ -217,7 +218,8 @@ def test_plain_secrets_need_the_opt_in(template_files) -> None:
 
 
 def test_placement_file_records_every_component_and_reason(rendered) -> None:
-    placement = yaml.safe_load(rendered.files["placement.yaml"])
+    placement = placement_of(rendered.files)
+    assert placement is not None
     assert placement["reason"] == "goals-changed"
     assert set(placement["components"]) == set(PLACEMENT)
     assert placement["components"]["sensor-pipeline/ingest"]["assignments"][0] == {
