@@ -35,7 +35,14 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   ``one_changed_branches``: how many cluster branches moved and ``one_changed_pushes``
   in how many pushes (one atomic push; two with ``--two-pushes``);
   ``one_changed_pack_bytes``: the pack of the objects that decision added (what its push
-  sends, undeltified; the decision's files are in it when they changed).
+  sends, undeltified; the decision's files are in it when they changed). Measured on
+  the second goals change after the initial decision: the first (``first_change_s``,
+  ``first_change_pack_bytes``) also rewrites why every component is where it is (placed
+  there -> kept there), once.
+* ``failover_cycle_s``: a cycle after one hosting cluster failed (its components move,
+  the rest of the decision stays), and its ``failover_write_push_s``,
+  ``failover_publish_s``, ``failover_write_cpu_s``, ``failover_moves``,
+  ``failover_branches`` and ``failover_pack_bytes``, as for one_changed.
 * ``idle_cycle_jitter_s``: a cycle after every agent measured its latency again within
   +-3 %, the leader holding latencies through jitter (``lead/latency_hold.py``);
   ``idle_cycle_jitter_unheld_s``: the same without the hold (the planner sees new
@@ -416,11 +423,20 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         out["idle_cycle_replan_s"], idle = _timed(lambda: cycle(observe_now, NOW))
         assert not idle.changed and not timer.seconds, "the rescheduling cycle wrote something"
 
-        app = "apps/app-00000/manifests/c0.yaml"
+        # The first decision after the initial one says anew why each component is where
+        # it is (placed there -> kept there): every component's entry in the decision
+        # changes, once. Measured apart; the one_changed figures are the next change's,
+        # which is what every later one costs.
         pushed = dict(files)
-        pushed[app] = pushed[app].replace(b"image: registry.example.org/", b"image: mirror.example.org/")
-        _commit_goals(served, pushed, "one manifest changed", 1_700_000_100)
-        later = NOW + timedelta(seconds=1)
+        for app, when in (("apps/app-00001/manifests/c0.yaml", 1_700_000_090),
+                          ("apps/app-00000/manifests/c0.yaml", 1_700_000_100)):
+            pushed[app] = pushed[app].replace(b"image: registry.example.org/", b"image: mirror.example.org/")
+            _commit_goals(served, pushed, f"{app} changed", when)
+            if when == 1_700_000_090:
+                out["first_change_s"], changed = _timed(lambda: cycle(observe_later, NOW + timedelta(seconds=1)))
+                out["first_change_pack_bytes"] = _pack_bytes(mirror.repo.path, changed.refs)
+        later = NOW + timedelta(seconds=2)
+        timer.seconds, timer.pushes = 0.0, 0
         timer.publish_seconds = timer.write_cpu_seconds = 0.0
         out["one_changed_s"], changed = _timed(lambda: cycle(observe_later, later))
         out["one_changed_write_push_s"] = timer.seconds
@@ -449,6 +465,22 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
             lambda: cycle(observe_jittered(1, True), later))
         out["idle_cycle_jitter_unheld_s"], _ = _timed(
             lambda: cycle(observe_jittered(2, False), later))
+
+        # A cluster fails: its components move (repair), the rest of the decision stays.
+        def observe_failed(goals: Goals) -> Observed:
+            seen = kb.snapshot(later)
+            gone = seen.cluster(hosting[0]).model_copy(update={"healthy": False, "heartbeat_age_seconds": 3600.0})
+            return seen.model_copy(update={"clusters": {**seen.clusters, hosting[0]: gone}})
+
+        timer.seconds, timer.pushes = 0.0, 0
+        timer.publish_seconds = timer.write_cpu_seconds = 0.0
+        out["failover_cycle_s"], failover = _timed(lambda: cycle(observe_failed, later + timedelta(seconds=1)))
+        out["failover_write_push_s"] = timer.seconds
+        out["failover_publish_s"] = timer.publish_seconds
+        out["failover_write_cpu_s"] = timer.write_cpu_seconds
+        out["failover_moves"] = len(failover.plan.moves)
+        out["failover_branches"] = len([r for r in failover.refs if "/cluster/" in r.ref])
+        out["failover_pack_bytes"] = _pack_bytes(mirror.repo.path, failover.refs)
 
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # of this process so far
     return out
