@@ -284,7 +284,7 @@ class GitStore:
     ) -> WriteResult:
         """Commit a decision on the plan branch, close superseded proposals, fan out.
 
-        ``plan_files`` holds ``placement.yaml`` and ``clusters/<name>/<path>`` files.
+        ``plan_files`` holds the decision (``placement.yaml``, ``placement/``) and ``clusters/<name>/<path>`` files.
         ``clusters`` lists every cluster of the fleet; one without files gets an empty
         tree (and ``Qonnect-Allow-Empty: true``). ``prune_limits`` maps a cluster to the
         number of objects its new commit knowingly removes. ``expected_plan`` is the plan

@@ -269,7 +269,7 @@ def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: Rend
 
     The cluster trees are compared by id: the new one is hashed in memory (as the
     decision writer would build it) and the old one is one tree lookup, so an idle cycle
-    reads no blobs but ``placement.yaml`` (parsed once per commit)."""
+    reads no blobs but the decision's (parsed once per commit)."""
     if commit is None:
         return False
     old_tree = subtree_id(mirror.repo, resolve_commit(mirror.repo, commit).tree, "clusters")
@@ -449,7 +449,7 @@ def reconcile_once(
                                               prune_limits=write.prune_limits, expected_plan=write.expected_plan)
         if written.plan_commit is not None:
             generation += 1
-            # Its placement.yaml is this decision: the next cycle need not parse it back
+            # Its decision files are this decision: the next cycle need not parse it back
             # (megabytes of YAML at fleet scale; tests/render/test_placement_file.py).
             _remember_plan(written.plan_commit, decision)
             if memo is not None:

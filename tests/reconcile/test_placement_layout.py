@@ -66,7 +66,8 @@ def test_a_new_leader_reads_a_plan_branch_written_before_the_shards(goals: Goals
     later = placement_document(goals.bare, "qonnect/plan")
     assert later is not None and set(later["components"]) == set(decided["components"])
     assert all(a["cluster"] != "edge-1" for c in later["components"].values() for a in c["assignments"])
-    assert subprocess.run(["git", "-C", str(goals.bare), "cat-file", "-e", f"qonnect/plan:{PLACEMENT_DIR}"]).returncode == 0
+    shards = subprocess.run(["git", "-C", str(goals.bare), "cat-file", "-e", f"qonnect/plan:{PLACEMENT_DIR}"])
+    assert shards.returncode == 0
 
 
 def test_a_symlink_among_the_shards_is_refused(goals: GoalsRepo) -> None:
@@ -78,7 +79,7 @@ def test_a_symlink_among_the_shards_is_refused(goals: GoalsRepo) -> None:
     root = repo.TreeBuilder(commit.tree)
     root.insert(PLACEMENT_DIR, shards.write(), pygit2.enums.FileMode.TREE)
     bad = repo.create_commit(None, commit.author, commit.committer, "hand-made\n", root.write(), [commit.id])
-    with pytest.raises(PlacementFileError, match="placement/ff.yaml: not a regular file"):
+    with pytest.raises(PlacementFileError, match=r"placement/ff\.yaml: not a regular file"):
         placement_document(repo, str(bad))
 
 
