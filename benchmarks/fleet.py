@@ -39,6 +39,9 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   the second goals change after the initial decision: the first (``first_change_s``,
   ``first_change_pack_bytes``) also rewrites why every component is where it is (placed
   there -> kept there), once.
+* ``one_scaled_s``: a goals push giving one component one replica more (its entry in
+  the decision changes too), and its ``one_scaled_write_push_s``, ``one_scaled_publish_s``,
+  ``one_scaled_write_cpu_s``, ``one_scaled_branches`` and ``one_scaled_pack_bytes``.
 * ``failover_cycle_s``: a cycle after one hosting cluster failed (its components move,
   the rest of the decision stays), and its ``failover_write_push_s``,
   ``failover_publish_s``, ``failover_write_cpu_s``, ``failover_moves``,
@@ -465,6 +468,20 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
             lambda: cycle(observe_jittered(1, True), later))
         out["idle_cycle_jitter_unheld_s"], _ = _timed(
             lambda: cycle(observe_jittered(2, False), later))
+
+        # One component scaled (its manifest asks for one replica more): its entry in the
+        # decision and the branches of the clusters running it change, nothing else.
+        scaled = "apps/app-00002/manifests/c0.yaml"
+        pushed[scaled] = pushed[scaled].replace(b"spec:\n  replicas: 1\n", b"spec:\n  replicas: 2\n")
+        _commit_goals(served, pushed, f"{scaled} scaled", 1_700_000_110)
+        timer.seconds, timer.pushes = 0.0, 0
+        timer.publish_seconds = timer.write_cpu_seconds = 0.0
+        out["one_scaled_s"], rescaled = _timed(lambda: cycle(observe_later, later + timedelta(seconds=1)))
+        out["one_scaled_write_push_s"] = timer.seconds
+        out["one_scaled_publish_s"] = timer.publish_seconds
+        out["one_scaled_write_cpu_s"] = timer.write_cpu_seconds
+        out["one_scaled_branches"] = len([r for r in rescaled.refs if "/cluster/" in r.ref])
+        out["one_scaled_pack_bytes"] = _pack_bytes(mirror.repo.path, rescaled.refs)
 
         # A cluster fails: its components move (repair), the rest of the decision stays.
         def observe_failed(goals: Goals) -> Observed:
