@@ -439,15 +439,22 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
                 out["first_change_s"], changed = _timed(lambda: cycle(observe_later, NOW + timedelta(seconds=1)))
                 out["first_change_pack_bytes"] = _pack_bytes(mirror.repo.path, changed.refs)
         later = NOW + timedelta(seconds=2)
-        timer.seconds, timer.pushes = 0.0, 0
-        timer.publish_seconds = timer.write_cpu_seconds = 0.0
-        out["one_changed_s"], changed = _timed(lambda: cycle(observe_later, later))
-        out["one_changed_write_push_s"] = timer.seconds
-        out["one_changed_publish_s"] = timer.publish_seconds
-        out["one_changed_write_cpu_s"] = timer.write_cpu_seconds
-        out["one_changed_pushes"] = timer.pushes
-        out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
-        out["one_changed_pack_bytes"] = _pack_bytes(mirror.repo.path, changed.refs)
+
+        def measured_write(prefix: str, cycle_key: str, run: Callable[[], Any]) -> Any:
+            """A cycle that writes a decision: its time under ``cycle_key``, its write,
+            push, branches and pack under ``prefix``."""
+            timer.seconds, timer.pushes = 0.0, 0
+            timer.publish_seconds = timer.write_cpu_seconds = 0.0
+            out[cycle_key], result = _timed(run)
+            out[f"{prefix}_write_push_s"] = timer.seconds
+            out[f"{prefix}_publish_s"] = timer.publish_seconds
+            out[f"{prefix}_write_cpu_s"] = timer.write_cpu_seconds
+            out[f"{prefix}_pushes"] = timer.pushes
+            out[f"{prefix}_branches"] = len([r for r in result.refs if "/cluster/" in r.ref])
+            out[f"{prefix}_pack_bytes"] = _pack_bytes(mirror.repo.path, result.refs)
+            return result
+
+        measured_write("one_changed", "one_changed_s", lambda: cycle(observe_later, later))
 
         # Every agent measured its latency again, a little differently (within +-3 %):
         # with the lead's hold the planner sees last cycle's tables, without it new ones.
@@ -474,14 +481,7 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         scaled = "apps/app-00002/manifests/c0.yaml"
         pushed[scaled] = pushed[scaled].replace(b"spec:\n  replicas: 1\n", b"spec:\n  replicas: 2\n")
         _commit_goals(served, pushed, f"{scaled} scaled", 1_700_000_110)
-        timer.seconds, timer.pushes = 0.0, 0
-        timer.publish_seconds = timer.write_cpu_seconds = 0.0
-        out["one_scaled_s"], rescaled = _timed(lambda: cycle(observe_later, later + timedelta(seconds=1)))
-        out["one_scaled_write_push_s"] = timer.seconds
-        out["one_scaled_publish_s"] = timer.publish_seconds
-        out["one_scaled_write_cpu_s"] = timer.write_cpu_seconds
-        out["one_scaled_branches"] = len([r for r in rescaled.refs if "/cluster/" in r.ref])
-        out["one_scaled_pack_bytes"] = _pack_bytes(mirror.repo.path, rescaled.refs)
+        measured_write("one_scaled", "one_scaled_s", lambda: cycle(observe_later, later + timedelta(seconds=1)))
 
         # A cluster fails: its components move (repair), the rest of the decision stays.
         def observe_failed(goals: Goals) -> Observed:
@@ -489,15 +489,9 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
             gone = seen.cluster(hosting[0]).model_copy(update={"healthy": False, "heartbeat_age_seconds": 3600.0})
             return seen.model_copy(update={"clusters": {**seen.clusters, hosting[0]: gone}})
 
-        timer.seconds, timer.pushes = 0.0, 0
-        timer.publish_seconds = timer.write_cpu_seconds = 0.0
-        out["failover_cycle_s"], failover = _timed(lambda: cycle(observe_failed, later + timedelta(seconds=1)))
-        out["failover_write_push_s"] = timer.seconds
-        out["failover_publish_s"] = timer.publish_seconds
-        out["failover_write_cpu_s"] = timer.write_cpu_seconds
+        failover = measured_write("failover", "failover_cycle_s",
+                                  lambda: cycle(observe_failed, later + timedelta(seconds=1)))
         out["failover_moves"] = len(failover.plan.moves)
-        out["failover_branches"] = len([r for r in failover.refs if "/cluster/" in r.ref])
-        out["failover_pack_bytes"] = _pack_bytes(mirror.repo.path, failover.refs)
 
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # of this process so far
     return out
