@@ -29,9 +29,23 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   Python's defaults a full collection of the whole fleet's goals (1.1 s at 10,000)
   lands in whichever cycle its allocation count falls.
 * ``one_changed_s``: a goals push changing one manifest, from fetch to every branch
-  pushed; ``one_changed_write_push_s``: its write and push alone,
+  pushed; ``one_changed_write_push_s``: its write and push alone, ``one_changed_publish_s``
+  the push alone, ``one_changed_write_cpu_s`` the CPU time of the write (which other load
+  on the machine inflates far less than the wall-clock figures),
   ``one_changed_branches``: how many cluster branches moved and ``one_changed_pushes``
-  in how many pushes (one atomic push; two with ``--two-pushes``).
+  in how many pushes (one atomic push; two with ``--two-pushes``);
+  ``one_changed_pack_bytes``: the pack of the objects that decision added (what its push
+  sends, undeltified; the decision's files are in it when they changed). Measured on
+  the second goals change after the initial decision: the first (``first_change_s``,
+  ``first_change_pack_bytes``) also rewrites why every component is where it is (placed
+  there -> kept there), once.
+* ``one_scaled_s``: a goals push giving one component one replica more (its entry in
+  the decision changes too), and its ``one_scaled_write_push_s``, ``one_scaled_publish_s``,
+  ``one_scaled_write_cpu_s``, ``one_scaled_branches`` and ``one_scaled_pack_bytes``.
+* ``failover_cycle_s``: a cycle after one hosting cluster failed (its components move,
+  the rest of the decision stays), and its ``failover_write_push_s``,
+  ``failover_publish_s``, ``failover_write_cpu_s``, ``failover_moves``,
+  ``failover_branches`` and ``failover_pack_bytes``, as for one_changed.
 * ``idle_cycle_jitter_s``: a cycle after every agent measured its latency again within
   +-3 %, the leader holding latencies through jitter (``lead/latency_hold.py``);
   ``idle_cycle_jitter_unheld_s``: the same without the hold (the planner sees new
@@ -241,13 +255,14 @@ class _WriteTimer:
     def __init__(self, mirror: Mirror) -> None:
         self.seconds = 0.0
         self.publish_seconds = 0.0  # the push alone (``seconds`` has the write too)
+        self.write_cpu_seconds = 0.0  # this process's CPU in the write (robust to other load)
         self.pushes = 0
         mirror.store.write_decision = self._wrap(mirror.store.write_decision)  # type: ignore[method-assign]
         mirror.publish = self._wrap(mirror.publish, publish=True)  # type: ignore[method-assign]
 
     def _wrap(self, fn: Callable[..., Any], publish: bool = False) -> Callable[..., Any]:
         def timed(*args: Any, **kwargs: Any) -> Any:
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), time.process_time()
             try:
                 out = fn(*args, **kwargs)
                 if publish:
@@ -258,7 +273,18 @@ class _WriteTimer:
                 self.seconds += elapsed
                 if publish:
                     self.publish_seconds += elapsed
+                else:
+                    self.write_cpu_seconds += time.process_time() - cpu
         return timed
+
+
+def _pack_bytes(git_dir: str, refs: Any) -> int:
+    """The size of the pack of what moving ``refs`` (RefChange) added: the objects a push
+    of them sends to a remote that has the old commits (without deltas against them)."""
+    revs = [r.new for r in refs if r.new] + [f"^{r.old}" for r in refs if r.old]
+    pack = subprocess.run(["git", "-C", git_dir, "pack-objects", "--revs", "--stdout", "-q"],
+                          input="\n".join(revs).encode() + b"\n", capture_output=True, check=True).stdout
+    return len(pack)
 
 
 def _observe(goals: Goals) -> Observed:
@@ -400,15 +426,35 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         out["idle_cycle_replan_s"], idle = _timed(lambda: cycle(observe_now, NOW))
         assert not idle.changed and not timer.seconds, "the rescheduling cycle wrote something"
 
-        app = "apps/app-00000/manifests/c0.yaml"
+        # The first decision after the initial one says anew why each component is where
+        # it is (placed there -> kept there): every component's entry in the decision
+        # changes, once. Measured apart; the one_changed figures are the next change's,
+        # which is what every later one costs.
         pushed = dict(files)
-        pushed[app] = pushed[app].replace(b"image: registry.example.org/", b"image: mirror.example.org/")
-        _commit_goals(served, pushed, "one manifest changed", 1_700_000_100)
-        later = NOW + timedelta(seconds=1)
-        out["one_changed_s"], changed = _timed(lambda: cycle(observe_later, later))
-        out["one_changed_write_push_s"] = timer.seconds
-        out["one_changed_pushes"] = timer.pushes
-        out["one_changed_branches"] = len([r for r in changed.refs if "/cluster/" in r.ref])
+        for app, when in (("apps/app-00001/manifests/c0.yaml", 1_700_000_090),
+                          ("apps/app-00000/manifests/c0.yaml", 1_700_000_100)):
+            pushed[app] = pushed[app].replace(b"image: registry.example.org/", b"image: mirror.example.org/")
+            _commit_goals(served, pushed, f"{app} changed", when)
+            if when == 1_700_000_090:
+                out["first_change_s"], changed = _timed(lambda: cycle(observe_later, NOW + timedelta(seconds=1)))
+                out["first_change_pack_bytes"] = _pack_bytes(mirror.repo.path, changed.refs)
+        later = NOW + timedelta(seconds=2)
+
+        def measured_write(prefix: str, cycle_key: str, run: Callable[[], Any]) -> Any:
+            """A cycle that writes a decision: its time under ``cycle_key``, its write,
+            push, branches and pack under ``prefix``."""
+            timer.seconds, timer.pushes = 0.0, 0
+            timer.publish_seconds = timer.write_cpu_seconds = 0.0
+            out[cycle_key], result = _timed(run)
+            out[f"{prefix}_write_push_s"] = timer.seconds
+            out[f"{prefix}_publish_s"] = timer.publish_seconds
+            out[f"{prefix}_write_cpu_s"] = timer.write_cpu_seconds
+            out[f"{prefix}_pushes"] = timer.pushes
+            out[f"{prefix}_branches"] = len([r for r in result.refs if "/cluster/" in r.ref])
+            out[f"{prefix}_pack_bytes"] = _pack_bytes(mirror.repo.path, result.refs)
+            return result
+
+        measured_write("one_changed", "one_changed_s", lambda: cycle(observe_later, later))
 
         # Every agent measured its latency again, a little differently (within +-3 %):
         # with the lead's hold the planner sees last cycle's tables, without it new ones.
@@ -429,6 +475,23 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
             lambda: cycle(observe_jittered(1, True), later))
         out["idle_cycle_jitter_unheld_s"], _ = _timed(
             lambda: cycle(observe_jittered(2, False), later))
+
+        # One component scaled (its manifest asks for one replica more): its entry in the
+        # decision and the branches of the clusters running it change, nothing else.
+        scaled = "apps/app-00002/manifests/c0.yaml"
+        pushed[scaled] = pushed[scaled].replace(b"spec:\n  replicas: 1\n", b"spec:\n  replicas: 2\n")
+        _commit_goals(served, pushed, f"{scaled} scaled", 1_700_000_110)
+        measured_write("one_scaled", "one_scaled_s", lambda: cycle(observe_later, later + timedelta(seconds=1)))
+
+        # A cluster fails: its components move (repair), the rest of the decision stays.
+        def observe_failed(goals: Goals) -> Observed:
+            seen = kb.snapshot(later)
+            gone = seen.cluster(hosting[0]).model_copy(update={"healthy": False, "heartbeat_age_seconds": 3600.0})
+            return seen.model_copy(update={"clusters": {**seen.clusters, hosting[0]: gone}})
+
+        failover = measured_write("failover", "failover_cycle_s",
+                                  lambda: cycle(observe_failed, later + timedelta(seconds=1)))
+        out["failover_moves"] = len(failover.plan.moves)
 
     out["peak_rss_mib"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss // 1024  # of this process so far
     return out

@@ -18,16 +18,15 @@ from qonnect_gitops.forge.preview import (
 )
 from qonnect_gitops.gitstore import (
     GitStoreError,
-    read_file,
     read_tree_files,
     resolve_commit,
 )
 from qonnect_gitops.gitstore.remote import credentials_from_env, fetch_for_review
 from qonnect_gitops.gitstore.store import DEFAULT_PLAN_BRANCH
+from qonnect_gitops.lead.reconcile import placement_document
 from qonnect_gitops.model import Goals, GoalsError, Observed, load_goals
 from qonnect_gitops.model.limits import TreeLimits
 from qonnect_gitops.model.observed import empty_observation, load_observed
-from qonnect_gitops.render.render import PLACEMENT_FILE
 
 
 def register(sub: Any) -> None:
@@ -85,7 +84,7 @@ def run(args: argparse.Namespace) -> int:
                 plan_commit = str(resolve_commit(repo, branch).id)
             except GitStoreError:
                 plan_commit = None  # no plan branch yet: nothing is in force
-            current = current_from_plan_file(read_file(repo, plan_commit, PLACEMENT_FILE) if plan_commit else None)
+            current = current_from_plan_file(placement_document(repo, plan_commit) if plan_commit else None)
     except (OSError, GitStoreError, ValueError) as exc:
         print(f"qonnect preview: {exc}", file=sys.stderr)
         return 2

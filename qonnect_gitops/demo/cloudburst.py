@@ -15,11 +15,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from kubernetes import client, config
 
 from qonnect_gitops.demo.bootstrap import PoolAgents
-from qonnect_gitops.demo.stack import Stack, git
+from qonnect_gitops.demo.stack import Stack
+from qonnect_gitops.gitstore import GitStoreError
+from qonnect_gitops.lead.reconcile import placement_document
 
 POLL = 0.2
 
@@ -54,8 +55,8 @@ class Outcome:
 
 def plan_doc(stack: Stack) -> dict[str, Any]:
     try:
-        return yaml.safe_load(git("-C", stack.bare, "show", "qonnect/plan:placement.yaml")) or {}
-    except RuntimeError:
+        return placement_document(stack.bare, "qonnect/plan") or {}
+    except (GitStoreError, ValueError):  # no plan branch yet, or a decision being written
         return {}
 
 

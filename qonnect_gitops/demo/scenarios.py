@@ -29,9 +29,11 @@ from qonnect_gitops.forge import (
     connect,
 )
 from qonnect_gitops.forge.preview import MARKER
-from qonnect_gitops.gitstore import GitStore
+from qonnect_gitops.gitstore import GitStore, GitStoreError
+from qonnect_gitops.lead.reconcile import placement_document
 from qonnect_gitops.model import load_goals, read_directory
 from qonnect_gitops.model.fleet import ReviewForge
+from qonnect_gitops.render.placement_file import PlacementFileError
 from qonnect_gitops.render.render import _autoscaler_of
 
 WORKLOADS = ("Deployment", "StatefulSet")
@@ -72,7 +74,7 @@ class Demo:
         return load_goals(read_directory(self.stack.work))
 
     def plan_doc(self, ref: str = "qonnect/plan") -> dict[str, Any]:
-        return yaml.safe_load(git("-C", self.stack.bare, "show", f"{ref}:placement.yaml"))  # type: ignore[no-any-return]
+        return placement_document(self.stack.bare, ref) or {}
 
     def expected(self, ref: str = "qonnect/plan") -> dict[str, dict[str, int]]:
         """What the decision at ``ref`` says should run, per workload component and cluster
@@ -124,7 +126,7 @@ class Demo:
         while time.monotonic() < deadline:
             try:
                 value = pred()
-            except (RuntimeError, KeyError, TypeError, yaml.YAMLError):
+            except (RuntimeError, KeyError, TypeError, yaml.YAMLError, GitStoreError, PlacementFileError):
                 value = None
             if value:
                 return value

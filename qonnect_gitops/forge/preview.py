@@ -14,7 +14,6 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from qonnect_gitops.model import (
@@ -91,14 +90,15 @@ def unmet_items(p: Plan) -> tuple[dict[str, Any], ...]:
     return tuple(items)
 
 
-def current_from_plan_file(raw: bytes | None) -> CurrentPlacement:
-    """The placement in force from a plan commit's ``placement.yaml`` (empty when absent).
-    Raises ``ValueError`` for a file that cannot be read: guessing "nothing runs" is wrong."""
-    if raw is None:
+def current_from_plan_file(document: Mapping[str, Any] | None) -> CurrentPlacement:
+    """The placement in force from a plan commit's decision document (``placement.yaml``
+    and its shards as ``lead.reconcile.placement_document`` reads them; empty when absent).
+    Raises ``ValueError`` for one that cannot be read: guessing "nothing runs" is wrong."""
+    if document is None:
         return CurrentPlacement()
     try:
-        previous = Plan.model_validate(yaml.safe_load(raw))
-    except (yaml.YAMLError, ValidationError) as exc:
+        previous = Plan.model_validate(document)
+    except ValidationError as exc:
         raise ValueError(f"the plan in force is unreadable: {exc}") from exc
     return CurrentPlacement.model_validate({"placements": previous.placements(), "lastMoved": previous.last_moved})
 

@@ -62,6 +62,18 @@ def serialize_tree(entries: Iterable[tuple[str, int, bytes]]) -> bytes:
     return bytes(out)
 
 
+def parse_tree(data: bytes) -> dict[str, tuple[int, bytes]]:
+    """A tree object's entries from its content, as name -> (mode, raw id)."""
+    entries: dict[str, tuple[int, bytes]] = {}
+    at = 0
+    while at < len(data):
+        space = data.index(b" ", at)
+        nul = data.index(b"\0", space)
+        entries[data[space + 1:nul].decode()] = (int(data[at:space], 8), data[nul + 1:nul + 21])
+        at = nul + 21
+    return entries
+
+
 def serialize_commit(
     tree: bytes,
     parents: Sequence[bytes],
@@ -101,6 +113,11 @@ class ObjectBatch:
         raw = object_id(kind, data)
         self._pending.setdefault(raw, (kind, data))
         return pygit2.Oid(raw=raw)
+
+    def queued(self, raw: bytes) -> bytes | None:
+        """The content of an object queued and not yet written, by raw id (None: not queued)."""
+        found = self._pending.get(raw)
+        return None if found is None else found[1]
 
     def blob(self, data: bytes) -> pygit2.Oid:
         """Queue a blob."""

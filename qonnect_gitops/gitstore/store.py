@@ -34,16 +34,18 @@ from qonnect_gitops.gitstore.errors import (
     StaleProposal,
     StaleRef,
 )
-from qonnect_gitops.gitstore.objects import ObjectBatch
+from qonnect_gitops.gitstore.objects import MODE_TREE, ObjectBatch
 from qonnect_gitops.gitstore.trailers import DecisionMeta
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
+    GroupedFiles,
     RepoLike,
     build_tree,
     directories_under,
     open_repo,
     read_tree_files,
     resolve_commit,
+    tree_entries,
 )
 from qonnect_gitops.logs import get_logger
 
@@ -124,6 +126,16 @@ class ClosedProposal:
 class _FanOutPlan:
     clusters: list[str]
     prune_limits: dict[str, int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class _Written:
+    """A plan commit a store wrote, with what a later decision would read back from it."""
+
+    commit: str
+    tree: pygit2.Oid
+    generation: int
+    fan: _FanOutPlan  # as _recorded_fan reads it from the commit's trailers
 
 
 _CURRENT = object()
@@ -216,6 +228,9 @@ class GitStore:
         # it. ``catch_up`` of that commit has nothing to do; whoever moves cluster
         # branches by other means (a fetch) must reset it.
         self.fanned_out: str | None = None
+        self._branch_names: set[str] = set()  # cluster names known to make valid branch names
+        # The last plan commit this store wrote: the next decision need not read it back.
+        self._written: _Written | None = None
 
     @classmethod
     def init_bare(cls, path: str | Path, **kwargs: object) -> GitStore:
@@ -269,7 +284,7 @@ class GitStore:
     ) -> WriteResult:
         """Commit a decision on the plan branch, close superseded proposals, fan out.
 
-        ``plan_files`` holds ``placement.yaml`` and ``clusters/<name>/<path>`` files.
+        ``plan_files`` holds the decision (``placement.yaml``, ``placement/``) and ``clusters/<name>/<path>`` files.
         ``clusters`` lists every cluster of the fleet; one without files gets an empty
         tree (and ``Qonnect-Allow-Empty: true``). ``prune_limits`` maps a cluster to the
         number of objects its new commit knowingly removes. ``expected_plan`` is the plan
@@ -287,7 +302,7 @@ class GitStore:
         batch = ObjectBatch(self.repo)
         dirs: dict[str, pygit2.Oid] = {}
         tree_id, fan = self._prepare(plan_files, clusters, prune_limits, current, batch, dirs)
-        if current is not None and self.repo[current].peel(pygit2.Commit).tree_id == tree_id:
+        if current is not None and self._tree_of(current) == tree_id:
             log.debug("plan_unchanged", plan=str(current))
             changes = self.fan_out(str(current))
             return WriteResult(plan_head=str(current), clusters=tuple(changes))
@@ -301,16 +316,21 @@ class GitStore:
         commit = batch.commit(tree_id, parents, sig, sig, message)
         # The cluster commits are computed now too, so one pack holds the whole decision.
         # They are exactly what fan_out(commit) would write; the refs move in order below.
-        names = set(fan.clusters) | {p.split("/", 1)[1] for p in dirs if p.count("/") == 1 and p.startswith("clusters/")}
-        subtrees = {name: dirs.get(f"clusters/{name}") for name in names}
+        # The new clusters tree holds directories only (_prepare refused anything else).
+        new_dirs = _entries(self.repo, dirs.get("clusters"), batch)
+        names = set(fan.clusters) | new_dirs.keys()
+        moving = names
         if current is not None and self.fanned_out == str(current):
             # Every cluster branch follows the current plan commit: one whose directory
             # is the same in both plans needs no new commit, and no read of its branch.
-            before = self.repo[current].peel(pygit2.Commit)
-            old_dirs = _cluster_subtrees(self.repo, before.tree)
-            followed = set(old_dirs) | set(_recorded_fan(before).clusters)
-            subtrees = {name: sub for name, sub in subtrees.items()
-                        if name not in followed or old_dirs.get(name) != sub}
+            # Both plans' clusters trees are compared as two sets of entries, not by path.
+            old_clusters = tree_entries(self.repo, self._tree_of(current)).get("clusters")
+            old_dirs = _entries(self.repo, pygit2.Oid(raw=old_clusters[1])
+                                if old_clusters is not None and old_clusters[0] == MODE_TREE else None)
+            differ = {name for name, _ in new_dirs.items() ^ old_dirs.items()}
+            unfollowed = names - old_dirs.keys() - set(self._recorded_fan(current).clusters)
+            moving = (differ & names) | unfollowed
+        subtrees = {name: pygit2.Oid(raw=new_dirs[name][1]) if name in new_dirs else None for name in moving}
         updates = self._cluster_commits(commit, summary.strip(), meta, subtrees, fan.prune_limits, timestamp, batch)
         batch.flush()
         self._update_refs({self.plan_ref: (current, commit)}, f"qonnect: plan {meta.generation}")
@@ -319,6 +339,9 @@ class GitStore:
         closed = self._close_all(open_ids, f"superseded by plan commit {commit}", timestamp)
         changes = self._move_clusters(commit, updates, len(names))
         self.fanned_out = str(commit)
+        # As _recorded_fan reads it back: a cluster with a prune limit is listed too.
+        self._written = _Written(str(commit), tree_id, meta.generation,
+                                 _FanOutPlan(sorted(set(fan.clusters) | set(fan.prune_limits)), dict(fan.prune_limits)))
         return WriteResult(
             plan_head=str(commit),
             plan_commit=str(commit),
@@ -551,7 +574,12 @@ class GitStore:
     ) -> tuple[pygit2.Oid, _FanOutPlan]:
         listed = set(clusters)
         with_files: set[str] = set()
-        for path in plan_files:
+        loose: Mapping[str, bytes] = plan_files
+        if isinstance(plan_files, GroupedFiles) and plan_files.grouped_under == "clusters":
+            # Grouped by cluster already: which clusters have files, without their paths.
+            with_files = {name for name, files in plan_files.directories().items() if files}
+            loose = plan_files.loose()
+        for path in loose:
             # Every path is checked whole when its tree is built; here only where it goes.
             top, _, rest = path.partition("/")
             if top == "clusters":
@@ -559,23 +587,32 @@ class GitStore:
                 if not inside:
                     raise ValueError(f"{path!r}: cluster files live under clusters/<name>/")
                 with_files.add(name)
-        for name in listed | with_files:
-            self.cluster_ref(name)
+        self._check_cluster_names(listed | with_files)
         limits = dict(prune_limits or {})
+        self._check_cluster_names(limits)
         for name, n in limits.items():
-            self.cluster_ref(name)
             if int(n) < 0:
                 raise ValueError(f"prune limit of {name} must be >= 0")
-        base = self.repo[current].peel(pygit2.Commit).tree_id if current is not None else None
+        base = self._tree_of(current) if current is not None else None
         tree_id = build_tree(self.repo, plan_files, base=base, batch=batch, trees=dirs)
         # Clusters without files are recorded so fan_out(plan commit) alone can replay this.
         empty = (listed | set(limits)) - with_files
         return tree_id, _FanOutPlan(sorted(empty), {k: int(v) for k, v in limits.items()})
 
+    def _check_cluster_names(self, names: Iterable[str]) -> None:
+        """``cluster_ref`` of each name, once per name for the life of the store: a decision
+        lists every cluster of the fleet, and the names barely change between decisions."""
+        for name in names:
+            if name not in self._branch_names:
+                self.cluster_ref(name)
+                self._branch_names.add(name)
+
     def _refs_under(self, prefix: str) -> list[str]:
         """Ref names starting with ``prefix``. One listing in libgit2: iterating the
         references in Python costs a call per ref, and a fleet has one per cluster."""
-        return [name for name in self.repo.listall_references() if name.startswith(prefix)]
+        wanted = prefix.encode()
+        return [name.decode(errors="replace") for name in self.repo.raw_listall_references()
+                if name.startswith(wanted)]
 
     def _update_refs(self, updates: Mapping[str, tuple[pygit2.Oid | None, pygit2.Oid | None]], message: str) -> None:
         """``cas_update_refs`` on this repository, remembering the refs in ``moved``."""
@@ -585,15 +622,30 @@ class GitStore:
     def _check_generation(self, parent: pygit2.Oid | None, meta: DecisionMeta) -> None:
         if parent is None:
             return
-        try:
-            previous = _decision_of(self.repo, self.repo[parent].peel(pygit2.Commit))
-        except ValueError:
-            return  # a plan commit without our trailers (hand-made): nothing to compare
-        if meta.generation <= previous.generation:
+        if self._written is not None and self._written.commit == str(parent):
+            generation = self._written.generation
+        else:
+            try:
+                generation = _decision_of(self.repo, self.repo[parent].peel(pygit2.Commit)).generation
+            except ValueError:
+                return  # a plan commit without our trailers (hand-made): nothing to compare
+        if meta.generation <= generation:
             raise GenerationConflict(
                 f"generation {meta.generation} does not increase over the plan head's "
-                f"generation {previous.generation} ({parent})"
+                f"generation {generation} ({parent})"
             )
+
+    def _recorded_fan(self, commit: pygit2.Oid) -> _FanOutPlan:
+        """``_recorded_fan`` of a plan commit, from memory when this store wrote it."""
+        if self._written is not None and self._written.commit == str(commit):
+            return self._written.fan
+        return _recorded_fan(self.repo[commit].peel(pygit2.Commit))
+
+    def _tree_of(self, commit: pygit2.Oid) -> pygit2.Oid:
+        """The tree id of a commit, from memory when it is the plan commit this store wrote."""
+        if self._written is not None and self._written.commit == str(commit):
+            return self._written.tree
+        return self.repo[commit].peel(pygit2.Commit).tree_id
 
     def _proposal(self, proposal_id: str) -> Proposal:
         ref = self.proposal_ref(proposal_id)
@@ -691,6 +743,13 @@ def _fan_trailers(fan: _FanOutPlan) -> list[tuple[str, str]]:
     out = [(tr.EMPTY_CLUSTER, name) for name in fan.clusters]
     out += [(tr.PRUNE_LIMIT, f"{name}={n}") for name, n in sorted(fan.prune_limits.items())]
     return out
+
+
+def _entries(repo: pygit2.Repository, tree_id: pygit2.Oid | None,
+             batch: ObjectBatch | None = None) -> Mapping[str, tuple[int, bytes]]:
+    """``tree_entries`` of a tree (written, or queued in ``batch``), none for None (a plan
+    without cluster files)."""
+    return {} if tree_id is None else tree_entries(repo, tree_id, batch)
 
 
 def _cluster_subtrees(repo: pygit2.Repository, tree: pygit2.Tree) -> dict[str, pygit2.Oid]:

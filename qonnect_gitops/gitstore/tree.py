@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Protocol, runtime_checkable
 
 import pygit2
 
@@ -15,6 +16,7 @@ from qonnect_gitops.gitstore.objects import (
     TREE,
     ObjectBatch,
     object_id,
+    parse_tree,
     serialize_tree,
 )
 
@@ -28,6 +30,28 @@ _BLOB_MODES = (pygit2.enums.FileMode.BLOB, pygit2.enums.FileMode.BLOB_EXECUTABLE
 # enum member per entry (a tree of 10,000 clusters is walked on every decision).
 _TREE_MODE = int(pygit2.enums.FileMode.TREE)
 _BLOB_MODE = int(pygit2.enums.FileMode.BLOB)
+
+
+@runtime_checkable
+class GroupedFiles(Protocol):
+    """Files (``{path: bytes}``) that also hold the directories under one top-level
+    directory grouped, as a plan's rendering holds its clusters (``render.PlanFiles``).
+
+    Given such a mapping, the tree functions here take each directory whole: one whose
+    files are the same as in an earlier call reuses its tree id at the cost of comparing
+    its (path, bytes) pairs, with no walk over its paths, so writing or hashing a decision
+    costs the clusters that changed and one step per cluster. The same mapping given again
+    costs neither (it is recalled by identity): it must never change once made."""
+
+    grouped_under: str
+    """The top-level directory whose directories ``directories`` holds (``clusters``)."""
+
+    def directories(self) -> Mapping[str, tuple[tuple[str, bytes], ...]]:
+        """Each directory under ``grouped_under`` and its files: (path inside it, bytes)
+        pairs in path order."""
+
+    def loose(self) -> Mapping[str, bytes]:
+        """Every file outside those directories, by its full path."""
 
 
 def open_repo(repo: RepoLike) -> pygit2.Repository:
@@ -78,18 +102,90 @@ def build_tree(
     blob and the trees above it. With ``batch`` the objects are queued there and the
     caller flushes; otherwise they are written before returning. ``trees``, when
     given, receives the id of every directory by path (``""`` is the root), except
-    below a second-level directory recalled whole (see ``tree_id_of``).
+    second-level directories recalled whole and what is below them (see ``tree_id_of``):
+    every second-level directory is an entry of its parent, which ``tree_entries``
+    reads without a lookup, written yet or not.
+
+    ``files`` grouped by directory (``GroupedFiles``) costs, for each directory whose
+    files are the ones of an earlier call, a comparison of its pairs and no walk.
     """
     root = _nest(files)
     own = batch is None
     batch = ObjectBatch(repo) if batch is None else batch
-    base_tree = repo[base] if base is not None else None
-    tree_id = _write_node(repo, batch, root, base_tree if isinstance(base_tree, pygit2.Tree) else None,
-                          "", trees if trees is not None else {})
+    base_raw = base.raw if base is not None and _is_tree(repo, base) else None
+    tree_id = _write_node(repo, batch, root, base_raw, "", trees if trees is not None else {})
     if own:
         batch.flush()
     _DIRS.end_use()
     return tree_id
+
+
+def tree_entries(repo: pygit2.Repository, tree_id: pygit2.Oid,
+                 batch: ObjectBatch | None = None) -> Mapping[str, tuple[int, bytes]]:
+    """A tree's entries as name -> (mode, raw id). Large trees and the top two levels of
+    every tree ``build_tree`` built are remembered by id for this repository (a tree never
+    changes), so reading a plan's ``clusters`` tree, one entry per cluster, costs a lookup.
+    A tree still queued in ``batch`` is read from there: what this answers never depends
+    on what the memo still holds. Do not modify the result."""
+    return _entry_memo(repo).get(repo, tree_id.raw, batch)
+
+
+def _is_tree(repo: pygit2.Repository, oid: pygit2.Oid) -> bool:
+    """Whether ``oid`` is a tree of ``repo``; KeyError when ``repo`` has no such object."""
+    if oid.raw in _entry_memo(repo).by_id and oid in repo:
+        return True
+    return isinstance(repo[oid], pygit2.Tree)
+
+
+class _EntryMemo:
+    """Entries of one repository's recently built or read trees (``tree_entries``), the
+    last few dozen. One per repository: a process that writes several (a test run, a lead
+    beside a benchmark) must not have one repository's trees push another's out, or have a
+    tree believed known in a repository that never held it."""
+
+    LARGE = 256  # a read tree with fewer entries is read again when needed: cheap enough
+    KEEP = 32
+
+    def __init__(self) -> None:
+        self.by_id: dict[bytes, dict[str, tuple[int, bytes]]] = {}
+
+    def get(self, repo: pygit2.Repository, raw: bytes,
+            batch: ObjectBatch | None = None) -> dict[str, tuple[int, bytes]]:
+        found = self.by_id.get(raw)
+        if found is not None:
+            self.by_id[raw] = self.by_id.pop(raw)  # most recently used last
+            return found
+        queued = batch.queued(raw) if batch is not None else None
+        if queued is not None:
+            entries = parse_tree(queued)
+        else:
+            entries = {e.name or "": (int(e.filemode), e.id.raw) for e in _tree(repo, pygit2.Oid(raw=raw))}
+        if len(entries) >= self.LARGE:
+            self.put(raw, entries)
+        return entries
+
+    def put(self, raw: bytes, entries: dict[str, tuple[int, bytes]]) -> None:
+        # Popped first: assigning an existing key keeps its old place, and the oldest go.
+        self.by_id.pop(raw, None)
+        self.by_id[raw] = entries
+        while len(self.by_id) > self.KEEP:
+            del self.by_id[next(iter(self.by_id))]
+
+
+_REPO_MEMOS: dict[str, _EntryMemo] = {}
+_REPO_MEMOS_KEEP = 4  # repositories whose tree memos are kept, most recently used last
+
+
+def _entry_memo(repo: pygit2.Repository) -> _EntryMemo:
+    """The tree entry memo of ``repo`` (by its git directory)."""
+    key = repo.path
+    memo = _REPO_MEMOS.pop(key, None)
+    if memo is None:
+        memo = _EntryMemo()
+        while len(_REPO_MEMOS) >= _REPO_MEMOS_KEEP:
+            del _REPO_MEMOS[next(iter(_REPO_MEMOS))]
+    _REPO_MEMOS[key] = memo
+    return memo
 
 
 def tree_id_of(files: Mapping[str, bytes], path: str = "") -> pygit2.Oid | None:
@@ -99,7 +195,8 @@ def tree_id_of(files: Mapping[str, bytes], path: str = "") -> pygit2.Oid | None:
 
     Second-level directories (a plan's ``clusters/<name>``) are remembered by their files
     from one call to the next, so hashing a decision that changed one cluster costs that
-    cluster's files and one pass over the paths, not every blob and tree again."""
+    cluster's files and one pass over the paths (one step per directory when the files
+    come grouped, ``GroupedFiles``), not every blob and tree again."""
     node = _at(_nest(files), path)
     tree_id = None if node is None else pygit2.Oid(raw=_hash_node(node))
     _DIRS.end_use()
@@ -114,24 +211,24 @@ def tree_ids_under(files: Mapping[str, bytes], path: str) -> dict[str, pygit2.Oi
     for name, child in (node or {}).items():
         if isinstance(child, _Known):
             out[name] = pygit2.Oid(raw=child.raw)
-        elif isinstance(child, dict):
+        elif isinstance(child, _Dir):
             out[name] = pygit2.Oid(raw=_hash_node(child))
     _DIRS.end_use()
     return out
 
 
-def _at(root: dict[str, object], path: str) -> dict[str, object] | None:
+def _at(root: _Dir, path: str) -> _Dir | None:
     node: object = root
     for part in split_path(path) if path else []:
-        if not isinstance(node, dict) or isinstance(node, _Known):
+        if not isinstance(node, dict):
             return None
         node = node.get(part)
     if isinstance(node, _Known):
-        known: dict[str, object] = {}
+        known = _Dir()
         for sub, data in node.files:
             _insert(known, sub, data)
         return _Fresh(known, node.files)
-    return node if isinstance(node, dict) else None
+    return node if isinstance(node, _Dir) else None
 
 
 class _Known:
@@ -147,15 +244,21 @@ class _Known:
 class _DirectoryMemo:
     """Tree ids of second-level directories by their (relative path, bytes) pairs in the
     order given. Entries unused by the last few calls are dropped, so it holds about one
-    plan's directories; the bytes are shared with whoever made them (the render caches)."""
+    plan's directories; the bytes are shared with whoever made them (the render caches).
+    Shared by every repository of the process (it maps content to ids, true anywhere): a
+    write takes an id found here as written only when base's entry or ``oid in repo`` says
+    this repository holds it (``_write_child``)."""
 
     KEEP = 4
 
     def __init__(self) -> None:
         self._ids: dict[tuple[tuple[str, bytes], ...], tuple[int, bytes]] = {}
         self._use = 0
+        self._used = False
+        self._limit = 1024
 
     def get(self, files: tuple[tuple[str, bytes], ...]) -> bytes | None:
+        self._used = True
         hit = self._ids.get(files)
         if hit is None:
             return None
@@ -166,35 +269,80 @@ class _DirectoryMemo:
         self._ids[files] = (self._use, raw)
 
     def end_use(self) -> None:
+        """One call is over; a call that asked nothing (a mapping recalled whole) does not
+        count. Pruned when it doubled since the last pruning, so a plan of 10,000 clusters
+        is not gone over on every call."""
+        if not self._used:
+            return
+        self._used = False
         self._use += 1
-        if len(self._ids) > 1024:
+        if len(self._ids) > self._limit:
             oldest = self._use - self.KEEP
             self._ids = {k: v for k, v in self._ids.items() if v[0] >= oldest}
+            self._limit = max(1024, 2 * len(self._ids))
+
+
+class _NestMemo:
+    """The nested form of the last grouped mappings, by identity: the leader hashes a
+    decision's rendering (is it the plan in force?), takes its cluster trees' ids (prune
+    limits) and writes it, and only the first of these needs to look at each cluster.
+    A ``GroupedFiles`` does not change once made, so its identity names its content.
+    Shared by every repository of the process: a recalled directory's id stands for
+    written objects only where it equals base's entry, which this repository holds."""
+
+    KEEP = 2
+
+    def __init__(self) -> None:
+        self._last: list[tuple[GroupedFiles, _Dir]] = []
+
+    def get(self, files: GroupedFiles) -> _Dir | None:
+        return next((root for seen, root in self._last if seen is files), None)
+
+    def put(self, files: GroupedFiles, root: _Dir) -> None:
+        self._last = [(files, root), *self._last[: self.KEEP - 1]]
 
 
 _DIRS = _DirectoryMemo()
+_NESTED = _NestMemo()
 _CHECKED: set[tuple[str, str]] = set()  # second-level directory names split_path accepted
 
 
-def _nest(files: Mapping[str, bytes]) -> dict[str, object]:
+def _nest(files: Mapping[str, bytes]) -> _Dir:
     """``files`` as nested dicts (directories) of bytes (files), paths checked; a
-    second-level directory seen before with the same files becomes a ``_Known``."""
-    groups: dict[tuple[str, str], list[tuple[str, bytes]]] = {}
+    second-level directory seen before with the same files becomes a ``_Known``. A
+    grouped mapping seen in the last calls gives the same nested form again, with what
+    hashing and writing it found out."""
+    if isinstance(files, GroupedFiles):
+        recalled = _NESTED.get(files)
+        if recalled is not None:
+            return recalled
+    groups: dict[tuple[str, str], list[tuple[str, bytes]] | tuple[tuple[str, bytes], ...]] = {}
     rest: list[tuple[str, bytes]] = []
-    for path, data in files.items():
+    loose = files
+    if isinstance(files, GroupedFiles):
+        top = files.grouped_under
+        split_path(top)
+        groups = {(top, name): members for name, members in files.directories().items()}
+        loose = files.loose()
+    for path, data in loose.items():
         parts = path.split("/", 2)
         if len(parts) == 3:
-            groups.setdefault((parts[0], parts[1]), []).append((parts[2], bytes(data)))
+            found = groups.setdefault((parts[0], parts[1]), [])
+            if isinstance(found, tuple):  # a loose file in a grouped directory (not expected)
+                found = groups[(parts[0], parts[1])] = list(found)
+            found.append((parts[2], bytes(data)))
         else:
             rest.append((path, data))
-    root: dict[str, object] = {}
+    root = _Dir()
     for path, data in rest:
         _insert(root, path, data)
     for (top, name), members in groups.items():
-        key = tuple(members)
+        if not members:
+            continue  # no files, no directory
+        key = members if isinstance(members, tuple) else tuple(members)
         raw = _DIRS.get(key)
         if raw is None:
-            for sub, data in members:
+            for sub, data in key:
                 _insert(root, f"{top}/{name}/{sub}", data)
             node = root[top]
             assert isinstance(node, dict)
@@ -203,29 +351,49 @@ def _nest(files: Mapping[str, bytes]) -> dict[str, object]:
             if (top, name) not in _CHECKED:  # the rest was checked when it was first seen
                 split_path(f"{top}/{name}")
                 _CHECKED.add((top, name))
-            child = root.setdefault(top, {})
+            child = root.get(top)
+            if child is None:
+                child = root[top] = _Dir()
             if not isinstance(child, dict):
                 raise InvalidPath(f"{top}/{name} needs {top!r} to be a directory, but it is a file")
             if name in child:
                 raise InvalidPath(f"{top}/{name!r} is both a file and a directory")
             child[name] = _Known(raw, key)
+    if isinstance(files, GroupedFiles):
+        _NESTED.put(files, root)
     return root
 
 
-class _Fresh(dict):  # type: ignore[type-arg]
+class _Dir(dict):  # type: ignore[type-arg]
+    """A directory: name -> bytes (a file), ``_Dir`` or ``_Known``. ``hashed`` holds its
+    tree id, its tree object's content and, for a large or top-level one, its entries as
+    ``tree_entries`` gives them, once known (the same again when a mapping is recalled)."""
+
+    __slots__ = ("hashed",)
+
+    def __init__(self, entries: Mapping[str, object] | None = None) -> None:
+        super().__init__(entries or {})
+        self.hashed: tuple[bytes, bytes, dict[str, tuple[int, bytes]] | None] | None = None
+
+
+class _Fresh(_Dir):
     """A second-level directory not seen before: remembered once its id is known."""
 
-    def __init__(self, entries: dict[str, object], files: tuple[tuple[str, bytes], ...]) -> None:
+    __slots__ = ("files",)
+
+    def __init__(self, entries: Mapping[str, object], files: tuple[tuple[str, bytes], ...]) -> None:
         super().__init__(entries)
         self.files = files
 
 
-def _insert(root: dict[str, object], path: str, data: bytes) -> None:
+def _insert(root: _Dir, path: str, data: bytes) -> None:
     parts = split_path(path)
     node = root
     for part in parts[:-1]:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
+        child = node.get(part)
+        if child is None:
+            child = node[part] = _Dir()
+        if not isinstance(child, _Dir):
             raise InvalidPath(f"{path!r} needs {part!r} to be a directory, but it is a file")
         node = child
     if parts[-1] in node:
@@ -233,66 +401,86 @@ def _insert(root: dict[str, object], path: str, data: bytes) -> None:
     node[parts[-1]] = bytes(data)
 
 
-def _hash_node(node: Mapping[str, object]) -> bytes:
+def _hash_node(node: _Dir) -> bytes:
+    if node.hashed is not None:
+        return node.hashed[0]
     entries: list[tuple[str, int, bytes]] = []
     for name, child in node.items():
         if isinstance(child, _Known):
             entries.append((name, MODE_TREE, child.raw))
-        elif isinstance(child, dict):
+        elif isinstance(child, _Dir):
             entries.append((name, MODE_TREE, _hash_node(child)))
         else:
             assert isinstance(child, bytes)
             entries.append((name, MODE_BLOB, object_id(BLOB, child)))
-    raw = object_id(TREE, serialize_tree(entries))
+    return _hashed(node, entries, False)[0]
+
+
+def _hashed(node: _Dir, entries: list[tuple[str, int, bytes]],
+            top: bool) -> tuple[bytes, bytes, dict[str, tuple[int, bytes]] | None]:
+    """Record ``node``'s tree id and content (``_Dir.hashed``) from its entries."""
+    data = serialize_tree(entries)
+    raw = object_id(TREE, data)
+    listing = {name: (mode, oid) for name, mode, oid in entries} if top or len(entries) >= _EntryMemo.LARGE else None
+    node.hashed = (raw, data, listing)
     if isinstance(node, _Fresh):
         _DIRS.put(node.files, raw)
-    return raw
+    return node.hashed
 
 
 def _write_node(
     repo: pygit2.Repository,
     batch: ObjectBatch,
-    node: Mapping[str, object],
-    base: pygit2.Tree | None,
+    node: _Dir,
+    base: bytes | None,
     path: str,
     trees: dict[str, pygit2.Oid],
 ) -> pygit2.Oid:
-    known = {e.name: e for e in base} if base is not None else {}
-    entries: list[tuple[str, int, bytes]] = []
-    for name, child in node.items():
-        old = known.get(name)
-        sub_path = f"{path}/{name}" if path else name
-        if isinstance(child, _Known):
-            same = old is not None and old.id.raw == child.raw and old.filemode == _TREE_MODE
-            if not same and pygit2.Oid(raw=child.raw) not in repo:
-                # Hashed before but never written here: write it out like a new directory.
-                fresh: dict[str, object] = {}
-                for sub, data in child.files:
-                    _insert(fresh, sub, data)
-                child = _Fresh(fresh, child.files)
-            else:
-                trees[sub_path] = pygit2.Oid(raw=child.raw)
-                entries.append((name, MODE_TREE, child.raw))
-                continue
-        if isinstance(child, dict):
-            old_tree = repo[old.id] if old is not None and old.filemode == _TREE_MODE else None
-            written = _write_node(repo, batch, child, old_tree, sub_path, trees)  # type: ignore[arg-type]
-            entries.append((name, MODE_TREE, written.raw))
-        else:
-            assert isinstance(child, bytes)
-            raw = object_id(BLOB, child)
-            if old is None or old.id.raw != raw or old.filemode != _BLOB_MODE:
-                batch.add(BLOB, child)
-            entries.append((name, MODE_BLOB, raw))
-    data = serialize_tree(entries)
-    raw = object_id(TREE, data)
-    if isinstance(node, _Fresh):
-        _DIRS.put(node.files, raw)
-    if base is not None and base.id.raw == raw:
-        trees[path] = base.id  # unchanged subtree: nothing to write, nothing to check
+    hashed = node.hashed
+    if hashed is not None and hashed[0] == base:
+        trees[path] = pygit2.Oid(raw=base)  # what base has here: written, nothing to look into
+        return trees[path]
+    memo = _entry_memo(repo)
+    known = memo.get(repo, base, batch) if base is not None else {}
+    if hashed is not None and hashed[2] is not None and known:
+        # Hashed before (a plan's clusters tree): only its entries that differ from base's
+        # may need writing; one set difference instead of a step per cluster.
+        raw, data, listing = hashed
+        for name, _ in hashed[2].items() - known.items():
+            _write_child(repo, batch, name, node[name], known.get(name), path, trees)
+    else:
+        entries = [_write_child(repo, batch, name, child, known.get(name), path, trees)
+                   for name, child in node.items()]
+        raw, data, listing = _hashed(node, entries, path.count("/") < 1)
+    if base == raw:
+        trees[path] = pygit2.Oid(raw=raw)  # unchanged subtree: nothing to write, nothing to check
     else:
         trees[path] = batch.add(TREE, data)
+    if listing is not None:
+        memo.put(raw, listing)
     return trees[path]
+
+
+def _write_child(repo: pygit2.Repository, batch: ObjectBatch, name: str, child: object,
+                 old: tuple[int, bytes] | None, path: str, trees: dict[str, pygit2.Oid]) -> tuple[str, int, bytes]:
+    """Queue what one entry of a directory needs (nothing when ``old``, the entry of the
+    same name in base, is the same) and return the entry."""
+    if isinstance(child, _Known):
+        if (old is not None and old[1] == child.raw and old[0] == _TREE_MODE) or pygit2.Oid(raw=child.raw) in repo:
+            return name, MODE_TREE, child.raw
+        # Hashed before but never written here: write it out like a new directory.
+        fresh = _Dir()
+        for sub, data in child.files:
+            _insert(fresh, sub, data)
+        child = _Fresh(fresh, child.files)
+    if isinstance(child, _Dir):
+        old_tree = old[1] if old is not None and old[0] == _TREE_MODE else None
+        return name, MODE_TREE, _write_node(repo, batch, child, old_tree, f"{path}/{name}" if path else name, trees).raw
+    assert isinstance(child, bytes)
+    raw = object_id(BLOB, child)
+    if old is None or old[1] != raw or old[0] != _BLOB_MODE:
+        batch.add(BLOB, child)
+    return name, MODE_BLOB, raw
 
 
 def subtree_id(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> pygit2.Oid | None:
@@ -309,11 +497,13 @@ def subtree_id(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> pygit2.
 
 
 def directories_under(repo: pygit2.Repository, tree: pygit2.Tree, path: str) -> dict[str, pygit2.Oid]:
-    """Each directory directly under ``path`` of ``tree`` and its tree id, in one tree read."""
+    """Each directory directly under ``path`` of ``tree`` and its tree id, in one tree read
+    (none when ``tree_entries`` remembers it)."""
     sub = subtree_id(repo, tree, path)
     if sub is None:
         return {}
-    return {e.name or "": e.id for e in _tree(repo, sub) if e.filemode == _TREE_MODE}
+    return {name: pygit2.Oid(raw=raw) for name, (mode, raw) in tree_entries(repo, sub).items()
+            if mode == _TREE_MODE}
 
 
 def read_tree_files(repo: RepoLike, rev: str, prefix: str = "", skipped: list[str] | None = None) -> dict[str, bytes]:

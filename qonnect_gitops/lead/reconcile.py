@@ -12,8 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
-import yaml
 from pydantic import ValidationError
 
 from qonnect_gitops.gitstore import (
@@ -22,6 +22,7 @@ from qonnect_gitops.gitstore import (
     RefChange,
     WriteResult,
     read_file,
+    read_tree_files,
 )
 from qonnect_gitops.gitstore.remote import Credentials, Mirror, PublishResult
 from qonnect_gitops.gitstore.store import (
@@ -31,6 +32,7 @@ from qonnect_gitops.gitstore.store import (
 )
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
+    RepoLike,
     directories_under,
     list_tree_paths,
     resolve_commit,
@@ -54,7 +56,13 @@ from qonnect_gitops.model.plan import DecisionReason
 from qonnect_gitops.placement.provision import plan_with_pools, state_key, with_members
 from qonnect_gitops.render import RenderedPlan, render
 from qonnect_gitops.render.describe import plan_markdown
-from qonnect_gitops.render.render import PLACEMENT_FILE
+from qonnect_gitops.render.placement_file import (
+    PLACEMENT_DIR,
+    PLACEMENT_FILE,
+    PlacementFileError,
+    file_of_field,
+    load_placement,
+)
 
 log = get_logger(__name__)
 
@@ -159,27 +167,47 @@ def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials,
     return open_mirror(path, url, credentials, goals)
 
 
-_PLANS: dict[str, Plan] = {}  # placement.yaml of the last plan commits read (immutable)
+_PLANS: dict[str, Plan] = {}  # decisions of the last plan commits read (immutable)
 _PLANS_KEEP = 4
-# placement.yaml of a fleet is megabytes (every component, with reasons): libyaml reads
-# it in a second where the pure-Python loader takes tens (the same safe schema).
-_SAFE_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def placement_document(repo: RepoLike, rev: str) -> dict[str, Any] | None:
+    """The decision document of a plan commit (what ``Plan.model_validate`` takes), from
+    ``placement.yaml`` and its ``placement/`` shards, or from a ``placement.yaml`` written
+    before the shards; None when the commit has no ``placement.yaml``. Raises
+    ``PlacementFileError`` (file and field) for files that cannot be read."""
+    header = read_file(repo, rev, PLACEMENT_FILE)
+    if header is None:
+        return None
+
+    def shards() -> dict[str, bytes]:
+        odd: list[str] = []
+        files = read_tree_files(repo, rev, PLACEMENT_DIR, skipped=odd)
+        if odd:  # a symlink or submodule would be a shard silently left out
+            raise PlacementFileError(f"{odd[0]}: not a regular file")
+        return files
+
+    return load_placement(header, shards)
 
 
 def plan_in_force(mirror: Mirror, head: str) -> Plan:
-    """The decision of a plan commit (its ``placement.yaml``), parsed once per commit."""
+    """The decision of a plan commit (its ``placement.yaml`` and shards), parsed once per commit."""
     cached = _PLANS.get(head)
     if cached is not None:
         return cached
-    raw = read_file(mirror.repo, head, PLACEMENT_FILE)
-    if raw is None:
-        raise RuntimeError(f"the plan commit {head[:12]} has no {PLACEMENT_FILE}; refusing to "
-                           "plan as if nothing ran")
     try:
-        plan = Plan.model_validate(yaml.load(raw, Loader=_SAFE_LOADER))
-    except (yaml.YAMLError, ValidationError) as exc:
+        doc = placement_document(mirror.repo, head)
+        if doc is None:
+            raise RuntimeError(f"the plan commit {head[:12]} has no {PLACEMENT_FILE}; refusing to "
+                               "plan as if nothing ran")
+        plan = Plan.model_validate(doc)
+    except PlacementFileError as exc:
         # A plan we cannot read must not be mistaken for "nothing runs": refuse to plan.
-        raise RuntimeError(f"{PLACEMENT_FILE} at {head[:12]} is unreadable: {exc}") from exc
+        raise RuntimeError(f"the decision at {head[:12]} is unreadable: {exc}") from exc
+    except ValidationError as exc:
+        sharded = PLACEMENT_DIR in resolve_commit(mirror.repo, head).tree
+        files = sorted({file_of_field(tuple(error["loc"]), sharded) for error in exc.errors()})
+        raise RuntimeError(f"the decision at {head[:12]} is unreadable ({', '.join(files)}): {exc}") from exc
     if len(head) == 40:  # a commit id, never a branch name: what it names never changes
         _remember_plan(head, plan)
     return plan
@@ -225,9 +253,9 @@ def prune_limits(mirror: Mirror, head: str | None, rendered: RenderedPlan) -> di
     changed = {c for c, tree in old_trees.items() if c in fleet and new_trees.get(c) != tree}
     if not changed:
         return {}
-    new = {p for p in rendered.files if p.startswith("clusters/") and p.split("/", 2)[1] in changed}
     limits: dict[str, int] = {}
     for cluster in sorted(changed):
+        new = {f"clusters/{cluster}/{path}" for path in rendered.cluster_files(cluster)}
         removed = list_tree_paths(mirror.repo, head, f"clusters/{cluster}") - new  # names only
         if removed:
             limits[cluster] = len(removed)
@@ -241,7 +269,7 @@ def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: Rend
 
     The cluster trees are compared by id: the new one is hashed in memory (as the
     decision writer would build it) and the old one is one tree lookup, so an idle cycle
-    reads no blobs but ``placement.yaml`` (parsed once per commit)."""
+    reads no blobs but the decision's (parsed once per commit)."""
     if commit is None:
         return False
     old_tree = subtree_id(mirror.repo, resolve_commit(mirror.repo, commit).tree, "clusters")
@@ -421,7 +449,7 @@ def reconcile_once(
                                               prune_limits=write.prune_limits, expected_plan=write.expected_plan)
         if written.plan_commit is not None:
             generation += 1
-            # Its placement.yaml is this decision: the next cycle need not parse it back
+            # Its decision files are this decision: the next cycle need not parse it back
             # (megabytes of YAML at fleet scale; tests/render/test_placement_file.py).
             _remember_plan(written.plan_commit, decision)
             if memo is not None:

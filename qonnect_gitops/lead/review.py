@@ -55,7 +55,6 @@ from qonnect_gitops.forge.preview import MARKER, preview, preview_markdown, unme
 from qonnect_gitops.gitstore import (
     DecisionMeta,
     GitStoreError,
-    read_file,
     read_tree_files,
     resolve_commit,
 )
@@ -65,6 +64,7 @@ from qonnect_gitops.gitstore.remote import (
     credentials_from_env,
     fetch_for_review,
 )
+from qonnect_gitops.lead.reconcile import placement_document
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import Goals, Plan
 from qonnect_gitops.model.fleet import ReviewForge
@@ -114,12 +114,14 @@ class _Placed:
 def unmet_section(mirror: Mirror, commit: str, description: str) -> str:
     """The goals a proposed plan cannot meet (``Plan.unmet``, where the model has it), for
     a pull request body whose table does not list them yet; "" when there are none."""
-    raw = read_file(mirror.repo, commit, PLACEMENT_FILE)
-    if raw is None or "Unmet" in description:
+    if "Unmet" in description:
         return ""
     try:
-        proposed = Plan.model_validate(yaml.safe_load(raw))
-    except (yaml.YAMLError, ValueError):
+        document = placement_document(mirror.repo, commit)
+        if document is None:
+            return ""
+        proposed = Plan.model_validate(document)
+    except ValueError:  # PlacementFileError, ValidationError
         return ""
     unplaced = len(proposed.unplaced)
     items = unmet_items(proposed)[: len(unmet_items(proposed)) - unplaced]  # unplaced: already in the table
@@ -332,8 +334,8 @@ class ReviewBridge:
     def _reject(self, proposal: Any, pull: PullRequest, mirror: Mirror, term: int) -> None:
         """Closed without merging: record it in the KB, then close the proposal in Git."""
         meta = proposal.meta
-        raw = read_file(mirror.repo, proposal.commit, PLACEMENT_FILE)
-        decided = Plan.model_validate(yaml.safe_load(raw)) if raw else None
+        document = placement_document(mirror.repo, proposal.commit)
+        decided = Plan.model_validate(document) if document else None
         if decided is not None and self.loop.may_write(term):
             key = rejection_key(meta.source, proposal.base, decided)
             node = self.node

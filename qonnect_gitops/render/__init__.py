@@ -3,9 +3,10 @@
 The labels and annotations it writes are defined in ``qonnect_gitops.model.labels``.
 """
 
-from qonnect_gitops.render.render import RenderedPlan, RenderError, render
+from qonnect_gitops.render.render import PlanFiles, RenderedPlan, RenderError, render
 
 __all__ = [
+    "PlanFiles",
     "RenderError",
     "RenderedPlan",
     "render",

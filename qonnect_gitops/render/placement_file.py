@@ -1,31 +1,64 @@
-"""``placement.yaml``: the decision as the plan branch records it (and a new leader reads).
+"""The decision as the plan branch records it (and a new leader reads): ``placement.yaml``
+and the ``placement/`` shards.
 
-At fleet scale the file is megabytes (every component with its assignments and reasons)
-and is written for every decision, while a decision changes a few components. Each
-component's section is therefore dumped once per ``ComponentPlan`` content (found by the
+Layout (docs/git-layout.md)::
+
+    placement.yaml            reason, unplaced, unmet, moves, provisioning, and
+                              ``shards: placement`` (the components are in placement/)
+    placement/<hh>.yaml       ``components`` and ``lastMoved`` of the components whose
+                              name's SHA-1 starts with the two hex digits <hh>
+
+At fleet scale the decision is megabytes (every component with its assignments and
+reasons) while a decision changes a few components: one file would be rewritten and
+pushed whole on every decision, a shard costs about 1/256 of it. A plan branch written
+before the shards (one ``placement.yaml`` holding everything, no ``shards`` field) is
+still read: ``load_placement`` gives the same document either way, the one dumping the
+whole plan at once gives.
+
+Each component's section is dumped once per ``ComponentPlan`` content (found by the
 object first: the planner hands the same object to every cycle that keeps a component
-as it was, then by its JSON) and the file is put together from those sections; only the
-decision's header and lists are dumped anew.
+as it was, then by its JSON) and the files are put together from those sections; only
+the decision's header and lists are dumped anew.
 
-The YAML is what dumping the whole plan at once gives, up to layout: it loads back to
-``plan.model_dump(mode="json", by_alias=True)`` (``provisioning`` left out when there is
-none, as the file always had it). Pure: the sections are a cache of a function of the
-component plans alone.
+The YAML loads back to ``plan.model_dump(mode="json", by_alias=True)`` (``provisioning``
+left out when there is none, as the file always had it). Pure: the sections are a cache
+of a function of the component plans alone.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import yaml
 
 from qonnect_gitops.model.plan import ComponentPlan, Plan
 
-# libyaml's emitter gives the same YAML for plain data, in a fraction of the time.
+# libyaml's emitter gives the same YAML for plain data, in a fraction of the time; its
+# loader reads a fleet's decision in a second where the pure-Python one takes tens.
 _DUMPER = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
+_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+PLACEMENT_FILE = "placement.yaml"
+PLACEMENT_DIR = "placement"
+SHARDS_FIELD = "shards"
+"""The field of ``placement.yaml`` naming the directory of shards (its only value)."""
+_SHARDED = ("components", "lastMoved")  # the fields kept per component, in the shards
+_SHARD_NAME = re.compile(r"[0-9a-f]{2}\.yaml\Z")
+
+
+class PlacementFileError(ValueError):
+    """A plan commit's decision files cannot be read: the message names the file and field."""
+
+
+def shard_of(component: str) -> str:
+    """The path of the shard holding ``component``: 256 files by the first byte of the
+    SHA-1 of its name (stable whatever the fleet; measured choice, docs/git-layout.md)."""
+    return f"{PLACEMENT_DIR}/{hashlib.sha1(component.encode()).hexdigest()[:2]}.yaml"
 
 class _Sections:
     """Each component's section of ``placement.yaml``, remembered for the next plans.
@@ -70,8 +103,109 @@ class _Sections:
 _SECTIONS = _Sections()
 
 
+def placement_files(plan: Plan) -> dict[str, bytes]:
+    """The decision's files: ``placement.yaml`` and a shard for each first byte of a
+    component name's hash that ``components`` or ``lastMoved`` has (path -> bytes)."""
+    exclude: set[str] = {"components", "last_moved"} | ({"provisioning"} if plan.provisioning is None else set())
+    rest = plan.model_dump(mode="json", by_alias=True, exclude=exclude)
+    header = [_dump({"reason": rest.pop("reason")}), f"{SHARDS_FIELD}: {PLACEMENT_DIR}\n".encode()]
+    if rest:
+        header.append(_dump(rest))
+    files = {PLACEMENT_FILE: b"".join(header)}
+    sections: dict[str, list[bytes]] = {}
+    for key, component in plan.components.items():
+        sections.setdefault(shard_of(key), []).append(_SECTIONS.section(key, component))
+    if plan.components:
+        _SECTIONS.plan_done()
+    moved: dict[str, dict[str, str]] = {}
+    if plan.last_moved:
+        dumped = plan.model_dump(mode="json", by_alias=True, include={"last_moved"})["lastMoved"]
+        for key in sorted(dumped):
+            moved.setdefault(shard_of(key), {})[key] = dumped[key]
+    for path in sorted(sections.keys() | moved.keys()):
+        parts = [b"components:\n", *sections[path]] if path in sections else []
+        if path in moved:
+            parts.append(_dump({"lastMoved": moved[path]}))
+        files[path] = b"".join(parts)
+    return files
+
+
+def load_placement(header: bytes, shards: Callable[[], Mapping[str, bytes]]) -> dict[str, Any]:
+    """The decision document of a plan commit (what ``Plan.model_validate`` takes) from
+    its ``placement.yaml`` and, when that names them, its shards: ``shards()`` gives the
+    files under ``placement/`` by path, and is not called for a ``placement.yaml`` written
+    before the shards, which holds everything. Raises ``PlacementFileError`` naming the
+    file and field for anything else."""
+    doc = _load(PLACEMENT_FILE, header)
+    if SHARDS_FIELD not in doc:
+        return doc  # one file, as plan branches were written before the shards
+    where = doc.pop(SHARDS_FIELD)
+    if where != PLACEMENT_DIR:
+        raise PlacementFileError(f"{PLACEMENT_FILE}: field {SHARDS_FIELD!r}: expected {PLACEMENT_DIR!r}, "
+                                 f"found {where!r}")
+    for field in _SHARDED:
+        if field in doc:
+            raise PlacementFileError(f"{PLACEMENT_FILE}: field {field!r}: belongs in the {PLACEMENT_DIR}/ files "
+                                     f"when {SHARDS_FIELD!r} is set")
+    found: dict[str, dict[str, Any]] = {field: {} for field in _SHARDED}
+    for path, raw in sorted(shards().items()):
+        name = path.removeprefix(f"{PLACEMENT_DIR}/")
+        if name == path or not _SHARD_NAME.match(name):
+            raise PlacementFileError(f"{path}: not a shard: expected {PLACEMENT_DIR}/<two hex digits>.yaml")
+        data = _load(path, raw)
+        for field in data.keys() - set(_SHARDED):
+            raise PlacementFileError(f"{path}: field {field!r}: not expected (a shard has {', '.join(_SHARDED)})")
+        for field in _SHARDED:
+            entries = data.get(field, {})
+            if not isinstance(entries, dict):
+                raise PlacementFileError(f"{path}: field {field!r}: expected a mapping by component, "
+                                         f"found {type(entries).__name__}")
+            for key, value in entries.items():
+                if not isinstance(key, str) or shard_of(key) != path:
+                    where_ok = shard_of(key) if isinstance(key, str) else "no shard (not a string)"
+                    raise PlacementFileError(f"{path}: field {field!r}: component {key!r} belongs in {where_ok}")
+                found[field][key] = value
+    doc["components"] = dict(sorted(found["components"].items()))
+    doc["lastMoved"] = dict(sorted(found["lastMoved"].items()))
+    return doc
+
+
+def placement_of(files: Mapping[str, bytes]) -> dict[str, Any] | None:
+    """``load_placement`` of a plan tree given as files (path -> bytes, as ``render``
+    gives it); None without ``placement.yaml``."""
+    header = files.get(PLACEMENT_FILE)
+    if header is None:
+        return None
+    prefix = f"{PLACEMENT_DIR}/"
+    return load_placement(header, lambda: {path: data for path, data in files.items() if path.startswith(prefix)})
+
+
+def file_of_field(loc: tuple[str | int, ...], sharded: bool) -> str:
+    """The decision file holding the field at ``loc`` (a validation error's location in
+    the document ``load_placement`` gives), in the sharded layout or the single file."""
+    if sharded and len(loc) > 1 and loc[0] in _SHARDED and isinstance(loc[1], str):
+        return shard_of(loc[1])
+    return PLACEMENT_FILE
+
+
+def is_placement_path(path: str) -> bool:
+    """Whether ``path`` of a plan tree is one of the decision's files (not a manifest)."""
+    return path == PLACEMENT_FILE or path.startswith(f"{PLACEMENT_DIR}/")
+
+
+def _load(path: str, raw: bytes) -> dict[str, Any]:
+    try:
+        data = yaml.load(raw, Loader=_LOADER)
+    except yaml.YAMLError as exc:
+        raise PlacementFileError(f"{path}: not YAML: {exc}") from exc
+    if not isinstance(data, dict):
+        raise PlacementFileError(f"{path}: expected a mapping, found {type(data).__name__}")
+    return data
+
+
 def placement_yaml(plan: Plan) -> bytes:
-    """The text of ``placement.yaml`` for ``plan``."""
+    """The whole decision as one ``placement.yaml``, as plan branches held it before the
+    shards (``load_placement`` reads both; ``render`` writes ``placement_files``)."""
     exclude: set[str] = {"components"} | ({"provisioning"} if plan.provisioning is None else set())
     rest = plan.model_dump(mode="json", by_alias=True, exclude=exclude)
     parts = [_dump({"reason": rest.pop("reason")})]

@@ -2,7 +2,8 @@
 
 Layout of the plan tree (the cluster branches carry the ``clusters/<name>`` subtrees)::
 
-    placement.yaml
+    placement.yaml                                             the decision (placement_file.py)
+    placement/<hh>.yaml                                        its components, in 256 shards
     clusters/<cluster>/_cluster/namespace-<ns>.yaml
     clusters/<cluster>/<ns>/<component>/<kind>-<name>.yaml     one object per file
     clusters/<cluster>/<ns>/<component>/sops-<file>            SOPS files, untouched
@@ -18,7 +19,7 @@ import hashlib
 import json
 import math
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,34 +42,95 @@ from qonnect_gitops.model.pool import POOL_APP
 from qonnect_gitops.model.secrets import plain_secrets
 from qonnect_gitops.render.capi import capi_objects
 from qonnect_gitops.render.nodes import constrain_pods
-from qonnect_gitops.render.placement_file import placement_yaml
+from qonnect_gitops.render.placement_file import PLACEMENT_FILE as PLACEMENT_FILE  # where readers look
+from qonnect_gitops.render.placement_file import placement_files
 from qonnect_gitops.render.shared import SharedObject, borrowed, definitions
 
 SERVICE_EXPORT_API = "multicluster.x-k8s.io/v1alpha1"
-PLACEMENT_FILE = "placement.yaml"
 
 
 class RenderError(Exception):
     """The plan cannot be rendered as asked (e.g. plain secret data without the opt-in)."""
 
 
+class PlanFiles(Mapping[str, bytes]):
+    """The plan tree as ``{path: bytes}``, held grouped by cluster: each cluster's files as
+    (path relative to ``clusters/<name>/``, bytes) pairs in path order, and the files
+    outside ``clusters/`` (``placement.yaml`` and its shards).
+
+    A reader of one cluster, or of which clusters have files, costs that cluster or the
+    number of clusters, not a walk over every path of the fleet; the decision writer
+    reads it this way (``gitstore.tree.GroupedFiles``) and remembers what it derived from
+    it by identity, so it never changes once made. As a mapping it is the flat tree,
+    iterated in path order (the full list is built on the first iteration)."""
+
+    grouped_under = "clusters"
+
+    def __init__(self, loose: Mapping[str, bytes],
+                 clusters: Mapping[str, tuple[tuple[str, bytes], ...]]) -> None:
+        self._loose = dict(loose)
+        self._clusters = {name: files for name, files in clusters.items() if files}
+        self._dicts: dict[str, dict[str, bytes]] = {}
+        self._paths: list[str] | None = None
+
+    def directories(self) -> Mapping[str, tuple[tuple[str, bytes], ...]]:
+        """Each cluster with files and its files, relative to ``clusters/<name>/`` (read only)."""
+        return self._clusters
+
+    def loose(self) -> Mapping[str, bytes]:
+        """The files outside ``clusters/``."""
+        return self._loose
+
+    def cluster(self, name: str) -> dict[str, bytes]:
+        """One cluster's files, relative to its directory (a new dict each call)."""
+        return dict(self._clusters.get(name, ()))
+
+    def __getitem__(self, path: str) -> bytes:
+        top, _, rest = path.partition("/")
+        if top == self.grouped_under and rest:
+            name, _, inside = rest.partition("/")
+            files = self._dicts.get(name)
+            if files is None:
+                files = self._dicts[name] = dict(self._clusters.get(name, ()))
+            return files[inside]
+        return self._loose[path]
+
+    def __contains__(self, path: object) -> bool:
+        try:
+            self[path]  # type: ignore[index]
+        except (KeyError, TypeError):
+            return False
+        return True
+
+    def __iter__(self) -> Iterator[str]:
+        if self._paths is None:
+            prefix = self.grouped_under
+            self._paths = sorted([*self._loose, *(f"{prefix}/{name}/{path}" for name, files in self._clusters.items()
+                                                  for path, _ in files)])
+        return iter(self._paths)
+
+    def __len__(self) -> int:
+        return len(self._loose) + sum(len(files) for files in self._clusters.values())
+
+
 @dataclass(frozen=True)
 class RenderedPlan:
-    """The plan tree as ``{path: bytes}`` and the clusters it covers."""
+    """The plan tree (``files``: ``{path: bytes}``, grouped by cluster) and the clusters it covers."""
 
-    files: Mapping[str, bytes]
+    files: PlanFiles
     clusters: tuple[str, ...]  # every cluster of the fleet, hosting something or not
     objects: Mapping[str, int] = field(default_factory=dict)  # files per cluster
 
     def cluster_files(self, cluster: str) -> dict[str, bytes]:
         """The files of one cluster branch, relative to its root."""
-        prefix = f"clusters/{cluster}/"
-        return {p[len(prefix):]: b for p, b in self.files.items() if p.startswith(prefix)}
+        return self.files.cluster(cluster)
 
 
 def render(goals: Goals, plan: Plan) -> RenderedPlan:
     """Render every cluster's manifests for ``plan``. Pure and deterministic."""
-    files: dict[str, bytes] = {PLACEMENT_FILE: placement_yaml(plan)}
+    placement = placement_files(plan)
+    # Each cluster's files as they are rendered (path inside clusters/<name>/ -> bytes).
+    by_cluster: dict[str, dict[str, bytes]] = {}
     hosts = {key: plan.clusters_of(key) for key in sorted(plan.components)}
     callers_on = _caller_clusters(goals, hosts)
     app_hosts: dict[str, set[str]] = {}
@@ -77,40 +139,33 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
     defined = {name: definitions(app) for name, app in goals.apps.items()}
     for component in goals.components():
         for cluster, replicas in hosts.get(component.key, {}).items():
+            files = by_cluster.setdefault(cluster, {})
             for path, body in _component_files_cached(goals, component, cluster, hosts[component.key], replicas):
-                files[f"clusters/{cluster}/{path}"] = body
+                files[path] = body
             for shared in borrowed(component, defined[component.app]):
                 path, body = _shared_file(goals, shared)
-                files[f"clusters/{cluster}/{path}"] = body
+                files[path] = body
         consumers = app_hosts.get(component.app, set())
         for cluster, path, body in _service_files(goals, component, hosts, callers_on, consumers):
-            files[f"clusters/{cluster}/{path}"] = body
+            by_cluster.setdefault(cluster, {})[path] = body
     for cluster, folder, obj in capi_objects(goals, plan):
         where = obj["metadata"]
-        path = f"clusters/{cluster}/{where['namespace']}/{folder}/{obj['kind'].lower()}-{where['name']}.yaml"
-        files[path] = _dump(_owned(obj, POOL_APP, folder))
-    # Per cluster, its paths (without the clusters/<name>/ prefix): one pass, not one per cluster.
-    by_cluster: dict[str, list[str]] = {}
-    for path in files:
-        if path.startswith("clusters/"):
-            _, cluster, rest = path.split("/", 2)
-            by_cluster.setdefault(cluster, []).append(rest)
+        path = f"{where['namespace']}/{folder}/{obj['kind'].lower()}-{where['name']}.yaml"
+        by_cluster.setdefault(cluster, {})[path] = _dump(_owned(obj, POOL_APP, folder))
     objects: dict[str, int] = {}
     adopted = {app.namespace for app in goals.apps.values() if app.document.spec.adopt_namespace}
     for cluster in goals.clusters:
-        prefix = f"clusters/{cluster}/"
-        paths = set(by_cluster.get(cluster, ()))
-        namespaces = sorted({p.split("/")[0] for p in paths if p.split("/")[0] != "_cluster"})
+        files = by_cluster.get(cluster, {})
+        namespaces = sorted({p.split("/", 1)[0] for p in files} - {"_cluster"})
         for ns in namespaces:
             meta: dict[str, Any] = {"name": ns}
             if ns in adopted:
                 meta["annotations"] = {ADOPT_ANNOTATION: ENABLED}
-            path = f"_cluster/namespace-{ns}.yaml"
-            files[prefix + path] = _dump(_owned(
+            files[f"_cluster/namespace-{ns}.yaml"] = _dump(_owned(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}, None, None))
-            paths.add(path)
-        objects[cluster] = len(paths)
-    return RenderedPlan(dict(sorted(files.items())), tuple(goals.clusters), objects)
+        objects[cluster] = len(files)
+    grouped = {cluster: tuple(sorted(by_cluster[cluster].items())) for cluster in sorted(by_cluster)}
+    return RenderedPlan(PlanFiles(placement, grouped), tuple(goals.clusters), objects)
 
 
 def _caller_clusters(goals: Goals, hosts: Mapping[str, Mapping[str, int]]) -> dict[str, set[str]]:

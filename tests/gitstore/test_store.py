@@ -16,6 +16,7 @@ from qonnect_gitops.gitstore import (
     StaleRef,
     read_tree_files,
 )
+from qonnect_gitops.render import PlanFiles
 
 from .helpers import git, plan_files, trailers_of
 
@@ -116,6 +117,63 @@ def test_same_inputs_same_ids_whatever_the_order(tmp_path: Path) -> None:
     assert d.repo[r.plan_commit].tree_id == GitStore(tmp_path / "a.git").repo[a.plan_commit].tree_id
 
 
+class _Untouchable(tuple):  # type: ignore[type-arg]
+    """A cluster's (path, bytes) pairs that fail the test when anything walks them."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("the paths of a cluster that did not change were walked")
+
+
+def _grouped(files: dict[str, bytes], untouched: tuple[str, ...] = ()) -> PlanFiles:
+    """``files`` grouped by cluster as render gives them; ``untouched`` clusters must not be walked."""
+    clusters: dict[str, list[tuple[str, bytes]]] = {}
+    for path, data in files.items():
+        if path.startswith("clusters/"):
+            _, name, inside = path.split("/", 2)
+            clusters.setdefault(name, []).append((inside, data))
+    return PlanFiles({p: b for p, b in files.items() if not p.startswith("clusters/")},
+                     {name: (_Untouchable if name in untouched else tuple)(sorted(pairs))
+                      for name, pairs in clusters.items()})
+
+
+def test_decisions_from_grouped_files_are_the_commits_of_flat_files(tmp_path: Path) -> None:
+    """The leader writes render's files grouped by cluster: the same commits and refs as the
+    same files given flat, and a decision that changes one cluster does not walk the
+    paths of the others."""
+    flat, grouped = GitStore.init_bare(tmp_path / "flat.git"), GitStore.init_bare(tmp_path / "grouped.git")
+    names = [f"c{i}" for i in range(6)]
+
+    def both(files: dict[str, bytes], gen: int, clusters: list[str], untouched: tuple[str, ...] = (),
+             **kw: object) -> tuple[object, object]:
+        a = decide(flat, files, gen, clusters, **kw)
+        b = decide(grouped, _grouped(files, untouched), gen, clusters, **kw)  # type: ignore[arg-type]
+        assert a == b
+        refs = {r: str(flat.repo.references[r].target) for r in flat.repo.references}
+        assert refs == {r: str(grouped.repo.references[r].target) for r in grouped.repo.references}
+        return a, b
+
+    files = plan_files(6, manifests=3)
+    both(files, 1, names)
+    files["clusters/c3/shop/m1.yaml"] = b"changed\n"
+    files["placement.yaml"] = b"c3 changed\n"
+    second, _ = both(files, 2, names, untouched=("c0", "c1", "c2", "c4", "c5"))
+    assert [c.ref for c in second.clusters] == ["refs/heads/cluster/c3"]  # type: ignore[attr-defined]
+    assert git("-C", tmp_path / "grouped.git", "show", "cluster/c3:shop/m1.yaml") == "changed\n"
+    # c1 emptied (with a prune limit), c9 new and empty, c7 new with files.
+    files = {p: b for p, b in files.items() if not p.startswith("clusters/c1/")}
+    files["clusters/c7/shop/m0.yaml"] = b"new\n"
+    third, _ = both(files, 3, [*names, "c7", "c9"], untouched=("c0", "c2", "c3", "c4", "c5"),
+                    prune_limits={"c1": 3})
+    assert {c.ref.rsplit("/", 1)[1] for c in third.clusters} == {"c1", "c7", "c9"}  # type: ignore[attr-defined]
+    # A store that did not write the plan in force (a new leader) reads it back: the same commits.
+    flat, grouped = GitStore(tmp_path / "flat.git"), GitStore(tmp_path / "grouped.git")
+    files["clusters/c9/shop/m0.yaml"] = b"now hosting\n"
+    fourth, _ = both(files, 4, [*names, "c7", "c9"])
+    assert [c.ref for c in fourth.clusters] == ["refs/heads/cluster/c9"]  # type: ignore[attr-defined]
+    with pytest.raises(GenerationConflict):
+        decide(grouped, _grouped(plan_files(2, tag="v9")), 4, names)  # type: ignore[arg-type]
+
+
 def test_generation_must_increase(tmp_path: Path) -> None:
     store = GitStore.init_bare(tmp_path / "r.git")
     decide(store, plan_files(1), 5, ["c0"])
@@ -187,3 +245,37 @@ def test_fan_out_after_a_forge_merge_uses_the_merged_trailers(tmp_path: Path) ->
     t = trailers_of(tmp_path / "r.git", "cluster/c0")
     assert t["Qonnect-Plan"] == [str(merge)] and t["Qonnect-Reason"] == ["rescheduling"]
     assert read_tree_files(repo, "cluster/c1")["shop/m0.yaml"].endswith(b"tag: v2\n")
+
+
+def _eight_clusters(tag: str, changed: str, placement: str) -> PlanFiles:
+    """A plan of eight clusters (two manifests each) as render gives it, ``changed`` the
+    one whose files are tagged ``tag``."""
+    clusters = {f"c{i}": tuple((f"shop/m{m}.yaml", f"c{i} {m} {tag if f'c{i}' == changed else 'v1'}".encode())
+                               for m in range(2)) for i in range(8)}
+    return PlanFiles({"placement.yaml": placement.encode()}, clusters)
+
+
+def test_the_same_decisions_written_into_two_repositories_leave_each_whole(tmp_path: Path) -> None:
+    """The tree memos serve every repository a process writes: the same decisions (equal
+    trees) written into one repository and then into another, one changed cluster at a
+    time, must leave each holding every object its refs reach. Written first with an
+    other plan file (the same clusters trees under a new root), starting from each of the
+    first repository's decisions in turn, so whichever tree a process-wide memo held
+    longest is met again (the 303374f code raised KeyError for the new clusters tree)."""
+    clusters = [f"c{i}" for i in range(8)]
+    decisions = [(f"v{gen}", f"c{gen % 7}") for gen in range(1, 21)]  # more than a memo keeps
+    for start in range(len(decisions)):
+        first, second = (GitStore.init_bare(tmp_path / f"{start}-{n}.git") for n in ("a", "b"))
+        previous: PlanFiles = PlanFiles({}, {})
+        for gen, (tag, changed) in enumerate(decisions, start=1):
+            files = _eight_clusters(tag, changed, f"plan {tag}\n")
+            result = decide(first, files, gen, clusters)
+            moved = {change.ref.rpartition("/")[2] for change in result.clusters}
+            assert moved == {c for c in clusters if files.cluster(c) != previous.cluster(c)}
+            previous = files
+        for gen, (tag, changed) in enumerate(decisions[start:], start=1):
+            decide(second, _eight_clusters(tag, changed, f"other plan {tag}\n"), gen, clusters)
+        for store in (first, second):
+            git("-C", store.repo.path, "fsck", "--full", "--strict", "--no-dangling")
+            assert read_tree_files(store.repo, "cluster/c5") == previous.cluster("c5")
+            assert read_tree_files(store.repo, "cluster/c6") == previous.cluster("c6")

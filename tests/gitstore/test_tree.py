@@ -179,3 +179,83 @@ def test_read_goals_that_plain_git_committed(tmp_path: Path) -> None:
     assert read_tree_files(bare, "main", prefix="nope") == {}
     with pytest.raises(RevisionNotFound):
         read_tree_files(bare, "no-such-branch")
+
+
+class _Untouchable(tuple):  # type: ignore[type-arg]
+    """A directory's (path, bytes) pairs that fail the test when anything walks them."""
+
+    def __iter__(self):  # type: ignore[no-untyped-def]
+        raise AssertionError("the paths of a directory that did not change were walked")
+
+
+def _flat(loose: dict[str, bytes], clusters: dict[str, tuple[tuple[str, bytes], ...]]) -> dict[str, bytes]:
+    return {**loose, **{f"clusters/{name}/{path}": data for name, files in clusters.items()
+                        for path, data in tuple.__iter__(files)}}
+
+
+def test_grouped_files_reuse_an_unchanged_directory_without_walking_it(tmp_path: Path) -> None:
+    """A plan grouped by cluster (as render gives it): a cluster whose files are the ones of
+    the last build keeps its tree id without a walk over its paths, a changed file is
+    written, and every id is the one the flat mapping and libgit2 give."""
+    from qonnect_gitops.gitstore.tree import tree_ids_under
+    from qonnect_gitops.render import PlanFiles
+
+    repo = pygit2.init_repository(str(tmp_path / "r"), bare=True)
+    clusters = {f"g{i}": tuple((f"ns/m{j}.yaml", f"g{i}/{j}".encode()) for j in range(3)) for i in range(40)}
+    base = build_tree(repo, PlanFiles({"placement.yaml": b"v1"}, clusters))
+    flat_repo = pygit2.init_repository(str(tmp_path / "flat"), bare=True)
+    assert base == build_tree(flat_repo, _flat({"placement.yaml": b"v1"}, clusters))
+    assert base == _reference_tree(pygit2.init_repository(str(tmp_path / "ref"), bare=True),
+                                   _flat({"placement.yaml": b"v1"}, clusters))
+
+    changed = {name: _Untouchable(files) for name, files in clusters.items()}
+    changed["g7"] = (("ns/m0.yaml", b"g7/0"), ("ns/m1.yaml", b"changed"), ("ns/m2.yaml", b"g7/2"))
+    grouped = PlanFiles({"placement.yaml": b"v2"}, changed)
+    batch = ObjectBatch(repo)
+    new = build_tree(repo, grouped, base=base, batch=batch)
+    # The new blobs (placement.yaml, g7's m1) and the trees above m1: g7/ns, g7, clusters, root.
+    assert len(batch) == 6
+    assert tree_id_of(grouped) == new
+    assert tree_ids_under(grouped, "clusters")["g3"] == tree_ids_under(
+        PlanFiles({}, clusters), "clusters")["g3"]
+    batch.flush()
+    flat = _flat({"placement.yaml": b"v2"}, changed)
+    assert new == build_tree(flat_repo, flat)
+    assert new == _reference_tree(pygit2.init_repository(str(tmp_path / "ref2"), bare=True), flat)
+    assert read_tree_files(repo, _commit(repo, new)) == flat
+
+
+def test_grouped_files_are_checked_like_flat_ones(tmp_path: Path) -> None:
+    from qonnect_gitops.render import PlanFiles
+
+    repo = pygit2.init_repository(str(tmp_path), bare=True)
+    with pytest.raises(InvalidPath):
+        build_tree(repo, PlanFiles({}, {"..": (("m.yaml", b"x"),)}))
+    with pytest.raises(InvalidPath):
+        build_tree(repo, PlanFiles({}, {"g1": (("ns/../../escape.yaml", b"x"),)}))
+    with pytest.raises(InvalidPath):  # a file where the grouped directory is
+        build_tree(repo, PlanFiles({"clusters/g1": b"x"}, {"g1": (("m.yaml", b"x"),)}))
+
+
+def test_a_grouped_mapping_hashed_and_written_once_is_written_whole_elsewhere(tmp_path: Path) -> None:
+    """What hashing and writing a grouped mapping found out is reused for the same mapping,
+    and never stands for objects a repository does not have."""
+    from qonnect_gitops.gitstore.tree import tree_ids_under
+    from qonnect_gitops.render import PlanFiles
+
+    clusters = {f"h{i}": tuple((f"ns/m{j}.yaml", f"h{i}/{j}/{tmp_path}".encode()) for j in range(2))
+                for i in range(300)}  # a clusters tree large enough to be remembered by id
+    grouped = PlanFiles({"placement.yaml": b"p"}, clusters)
+    flat = _flat({"placement.yaml": b"p"}, clusters)
+    hashed = tree_id_of(grouped)
+    assert tree_ids_under(grouped, "clusters")["h5"] == tree_id_of(flat, "clusters/h5")
+    first = pygit2.init_repository(str(tmp_path / "first"), bare=True)
+    assert build_tree(first, grouped) == hashed
+    again = dict(clusters, h5=(("ns/m0.yaml", b"changed"),))
+    new = build_tree(first, PlanFiles({"placement.yaml": b"p"}, again), base=hashed)
+    assert read_tree_files(first, _commit(first, new)) == _flat({"placement.yaml": b"p"}, again)
+    other = pygit2.init_repository(str(tmp_path / "other"), bare=True)
+    assert build_tree(other, grouped) == hashed
+    assert read_tree_files(other, _commit(other, hashed)) == flat
+    with pytest.raises(KeyError):  # a base this repository does not have is refused, even if remembered
+        build_tree(pygit2.init_repository(str(tmp_path / "third"), bare=True), grouped, base=new)

@@ -12,8 +12,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-import yaml
-
+from qonnect_gitops.lead.reconcile import placement_document
 from tests.goals_repo import GoalsRepo
 from tests.lead.harness import Lead, LeadGroup, http
 
@@ -100,7 +99,7 @@ def git(goals: GoalsRepo, *args: str) -> str:
 
 def placement(goals: GoalsRepo, rev: str = "qonnect/plan") -> dict[str, dict[str, int]]:
     """``{component: {cluster: replicas}}`` of the plan commit at ``rev``."""
-    doc = yaml.safe_load(git(goals, "show", f"{rev}:placement.yaml"))
+    doc = placement_document(goals.bare, goals.rev(rev))
     return {key: {a["cluster"]: a["replicas"] for a in comp["assignments"] if a["replicas"]}
             for key, comp in doc["components"].items()}
 

@@ -14,6 +14,7 @@ from qonnect_gitops.model import load_goals
 from qonnect_gitops.model.plan import Plan
 from qonnect_gitops.render import render
 from qonnect_gitops.render.capi import cluster_objects
+from qonnect_gitops.render.placement_file import placement_of
 from qonnect_gitops.sim.crdvalidation import apply_defaults, validate
 from tests.provision.cycles import Fleet
 from tests.provision.fleet import POOL, goals_files
@@ -84,7 +85,8 @@ def test_rendered_on_the_management_branch_in_the_pool_namespace_and_removed_wit
     cluster = yaml.safe_load(files[prefix + "cluster-burst-1.yaml"])
     assert cluster["metadata"]["labels"]["app.kubernetes.io/managed-by"] == "qonnect"
     assert cluster["metadata"]["namespace"] == "qonnect-pools"
-    placement = yaml.safe_load(files["placement.yaml"])
+    placement = placement_of(files)
+    assert placement is not None
     assert placement["provisioning"]["clusters"][0]["name"] == "burst-1"
     # Same inputs, same bytes.
     assert render(f.goals, plan).files == files
@@ -97,4 +99,4 @@ def test_rendered_on_the_management_branch_in_the_pool_namespace_and_removed_wit
 def test_a_plan_without_pools_renders_as_before() -> None:
     goals = load_goals(goals_files(12, pool=None))
     plan = Fleet(goals).cycle(0)
-    assert b"provisioning" not in render(goals, plan).files["placement.yaml"]
+    assert "provisioning" not in (placement_of(render(goals, plan).files) or {})

@@ -8,8 +8,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-import yaml
 
+from qonnect_gitops.lead.reconcile import placement_document
 from tests.conftest import ROOT
 from tests.goals_repo import GoalsRepo, served_goals
 
@@ -35,9 +35,8 @@ def test_first_cycle_writes_plan_and_cluster_branches_second_writes_nothing(goal
     trailers = goals.trailers("qonnect/plan")
     assert trailers["Qonnect-Source"] == [goals.rev("main")]
     assert trailers["Qonnect-Generation"] == ["1"] and trailers["Qonnect-Reason"] == ["initial"]
-    placement = yaml.safe_load(subprocess.run(
-        ["git", "-C", str(goals.bare), "show", f"{plan}:placement.yaml"],
-        capture_output=True, text=True, check=True).stdout)
+    placement = placement_document(goals.bare, plan)
+    assert placement is not None
     hosting = sorted({a["cluster"] for c in placement["components"].values() for a in c["assignments"]})
     assert hosting, "nothing placed"
     for cluster in hosting:
@@ -126,8 +125,7 @@ def test_decision_commits_carry_the_readable_table(goals: GoalsRepo) -> None:
 
 
 def _placement(goals: GoalsRepo, ref: str) -> dict[str, object]:
-    return yaml.safe_load(subprocess.run(["git", "-C", str(goals.bare), "show", f"{ref}:placement.yaml"],
-                                         capture_output=True, text=True, check=True).stdout)
+    return placement_document(goals.bare, ref) or {}
 
 
 def _proposals(goals: GoalsRepo) -> list[str]:

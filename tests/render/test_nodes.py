@@ -9,6 +9,7 @@ from kubernetes import utils
 
 from qonnect_gitops.model import load_goals
 from qonnect_gitops.render import render
+from qonnect_gitops.render.placement_file import is_placement_path
 from tests.render.test_render import find, make_plan
 from tests.sim.kubelet_helpers import clients, make_sim, ready, wait_for
 
@@ -54,7 +55,7 @@ def test_amd64_only_components_are_pinned_on_mixed_clusters_only(template_files)
     # A component built for both architectures needs no pin on a mixed cluster.
     assert _terms(find(out, "fog-2", "Deployment", "productpage-v1")) is None
     for path, body in out.files.items():
-        if path != "placement.yaml":
+        if not is_placement_path(path):
             kubernetes_validate.validate(yaml.safe_load(body), "1.37.0", strict=True)
 
 

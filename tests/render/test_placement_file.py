@@ -1,5 +1,7 @@
-"""placement.yaml put together from per-component sections loads back to exactly the plan,
-and a decision that keeps a component's plan object does not dump that component again."""
+"""placement.yaml and its shards, put together from per-component sections, load back to
+exactly the plan (as does a placement.yaml written before the shards); a decision that
+keeps a component's plan object does not dump that component again, and one that changes
+a component changes its shard alone."""
 
 from __future__ import annotations
 
@@ -17,7 +19,16 @@ from qonnect_gitops.model.observed import empty_observation
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
 from qonnect_gitops.placement import plan as make_plan
 from qonnect_gitops.render import placement_file
-from qonnect_gitops.render.placement_file import placement_yaml, plain_yaml
+from qonnect_gitops.render.placement_file import (
+    PLACEMENT_FILE,
+    PlacementFileError,
+    load_placement,
+    placement_files,
+    placement_of,
+    placement_yaml,
+    plain_yaml,
+    shard_of,
+)
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -45,6 +56,60 @@ def test_the_file_loads_back_to_the_plan(planned: Plan) -> None:
     assert "é é" in yaml.safe_load(placement_yaml(awkward))["components"][key]["assignments"][0]["reason"]
 
 
+def test_the_shards_load_back_to_the_plan_as_the_single_file_does(planned: Plan) -> None:
+    files = placement_files(planned)
+    assert placement_of(files) == _as_dumped(planned)
+    assert Plan.model_validate(placement_of(files)) == planned
+    # A plan branch written before the shards: one placement.yaml, read the same way.
+    assert placement_of({PLACEMENT_FILE: placement_yaml(planned)}) == _as_dumped(planned)
+    header = yaml.safe_load(files[PLACEMENT_FILE])
+    assert "components" not in header and header["shards"] == "placement"
+    for path, data in files.items():
+        if path != PLACEMENT_FILE:
+            assert all(shard_of(key) == path for key in yaml.safe_load(data)["components"])
+
+
+def test_identical_plans_give_identical_files_and_a_change_touches_its_shard(planned: Plan) -> None:
+    files = placement_files(planned)
+    again = planned.model_copy(update={"components": {k: c.model_copy(deep=True)
+                                                      for k, c in planned.components.items()}})
+    assert placement_files(again) == files
+    key = next(k for k, c in sorted(planned.components.items()) if c.assignments)
+    later = planned.model_copy(update={
+        "components": {**planned.components, key: _reworded(planned, key, "moved for the test")},
+        "last_moved": {**planned.last_moved, key: NOW}})
+    changed = placement_files(later)
+    assert {p for p in files.keys() | changed.keys() if files.get(p) != changed.get(p)} == {shard_of(key)}
+    assert Plan.model_validate(placement_of(changed)) == later
+
+
+@pytest.mark.parametrize(("files", "message"), [
+    ({"placement/zz.yaml": b"components: {}\n"}, "placement/zz.yaml: not a shard"),
+    ({"placement/00.yaml": b"components: [\n"}, "placement/00.yaml: not YAML"),
+    ({"placement/00.yaml": b"- a\n"}, "placement/00.yaml: expected a mapping"),
+    ({"placement/00.yaml": b"reason: failover\n"}, "placement/00.yaml: field 'reason': not expected"),
+    ({"placement/00.yaml": b"components: [a]\n"}, "placement/00.yaml: field 'components': expected a mapping"),
+    ({"placement/00.yaml": b"lastMoved:\n  shop/web: x\n"},
+     f"placement/00.yaml: field 'lastMoved': component 'shop/web' belongs in {shard_of('shop/web')}"),
+    ({"placement/00.yaml": b"components:\n  7: {}\n"}, "placement/00.yaml: field 'components': component 7"),
+])
+def test_a_malformed_shard_is_refused_naming_file_and_field(files: dict[str, bytes], message: str) -> None:
+    header = b"reason: goals-changed\nshards: placement\n"
+    with pytest.raises(PlacementFileError, match=f"^{message}".replace("[", "\\[")):
+        load_placement(header, lambda: files)
+
+
+@pytest.mark.parametrize(("header", "message"), [
+    (b"reason: x\nshards: ../etc\n", "placement.yaml: field 'shards': expected 'placement'"),
+    (b"reason: x\nshards: placement\ncomponents: {}\n", "placement.yaml: field 'components': belongs in"),
+    (b"reason: x\nshards: placement\nlastMoved: {}\n", "placement.yaml: field 'lastMoved': belongs in"),
+    (b"just text\n", "placement.yaml: expected a mapping"),
+])
+def test_a_malformed_header_is_refused_naming_its_field(header: bytes, message: str) -> None:
+    with pytest.raises(PlacementFileError, match=f"^{message}"):
+        load_placement(header, dict)
+
+
 def _reworded(plan: Plan, key: str, reason: str):  # type: ignore[no-untyped-def]
     component = plan.components[key]
     first = component.assignments[0].model_copy(update={"reason": reason})
@@ -54,6 +119,8 @@ def _reworded(plan: Plan, key: str, reason: str):  # type: ignore[no-untyped-def
 def test_an_empty_decision_is_a_valid_file() -> None:
     empty = Plan(reason="initial", components={})
     assert yaml.safe_load(placement_yaml(empty)) == _as_dumped(empty)
+    assert list(placement_files(empty)) == [PLACEMENT_FILE]
+    assert placement_of(placement_files(empty)) == _as_dumped(empty)
 
 
 def test_a_kept_component_plan_is_not_dumped_again(planned: Plan, monkeypatch: pytest.MonkeyPatch) -> None:

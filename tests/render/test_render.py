@@ -12,6 +12,7 @@ from qonnect_gitops.model import load_goals
 from qonnect_gitops.model.labels import COMPONENT_LABEL, DIGEST_ANNOTATION, MANAGED_BY_LABEL
 from qonnect_gitops.model.plan import Assignment, ComponentPlan, Draining, Plan
 from qonnect_gitops.render import render
+from qonnect_gitops.render.placement_file import is_placement_path, placement_of
 
 PLACEMENT = {
     "bookinfo/productpage": {"edge-1": 1, "edge-2": 1},
@@ -71,7 +72,7 @@ def find(rendered, cluster: str, kind: str, name: str) -> dict:
 def test_every_rendered_object_passes_strict_kubernetes_validation(rendered) -> None:
     count = 0
     for path, body in rendered.files.items():
-        if path == "placement.yaml":
+        if is_placement_path(path):
             continue
         kubernetes_validate.validate(yaml.safe_load(body), "1.37.0", strict=True)
         count += 1
@@ -157,6 +158,26 @@ def test_same_inputs_same_bytes_in_any_order(template_files, goals, rendered) ->
         assert list(again.files) == list(rendered.files)
 
 
+def test_files_grouped_by_cluster_are_the_flat_plan_tree(rendered) -> None:
+    """The rendering holds each cluster's files together (the decision writer takes them
+    so); as a mapping it is the flat plan tree, in path order."""
+    files = rendered.files
+    flat = {p: b for p, b in files.items()}
+    assert list(flat) == sorted(flat) and len(files) == len(flat)
+    assert set(files.directories()) == {c for c, n in rendered.objects.items() if n}
+    for cluster, pairs in files.directories().items():
+        assert [p for p, _ in pairs] == sorted(p for p, _ in pairs)
+        assert {f"clusters/{cluster}/{p}": b for p, b in pairs} == {
+            p: b for p, b in flat.items() if p.startswith(f"clusters/{cluster}/")}
+        assert rendered.cluster_files(cluster) == dict(pairs)
+    assert dict(files.loose()) == {p: b for p, b in flat.items() if not p.startswith("clusters/")}
+    path = next(p for p in flat if p.startswith("clusters/edge-1/"))
+    assert files[path] == flat[path] and path in files
+    assert "clusters/edge-1/nothing.yaml" not in files and "clusters/edge-1" not in files
+    with pytest.raises(KeyError):
+        files["clusters/nowhere/x.yaml"]
+
+
 def test_change_elsewhere_does_not_touch_other_clusters(template_files, goals, rendered) -> None:
     files = dict(template_files)
     path = "apps/bookinfo/manifests/reviews-v3.yaml"
@@ -197,7 +218,8 @@ def test_plain_secrets_need_the_opt_in(template_files) -> None:
 
 
 def test_placement_file_records_every_component_and_reason(rendered) -> None:
-    placement = yaml.safe_load(rendered.files["placement.yaml"])
+    placement = placement_of(rendered.files)
+    assert placement is not None
     assert placement["reason"] == "goals-changed"
     assert set(placement["components"]) == set(PLACEMENT)
     assert placement["components"]["sensor-pipeline/ingest"]["assignments"][0] == {
