@@ -13,7 +13,7 @@ import numpy as np
 from qonnect_gitops.model.goals import Component, Goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import ComponentPlan, CurrentPlacement, ReplicaRequest
-from qonnect_gitops.placement.capacity import Ledger, Running, held
+from qonnect_gitops.placement.capacity import DeclaredCapacity, Ledger, Running, held
 from qonnect_gitops.placement.carry import (
     DRAINING,
     Carry,
@@ -83,7 +83,10 @@ class Cycle:
         self.fleet = build_view(self.static, goals, observed)
         settled = self.fleet_memo.setdefault("settled", {})
         settled_last = self.fleet_memo.setdefault("settled_last", {})
-        self.ledger = Ledger(self.static, goals, observed, settled, settled_last)  # type: ignore[arg-type]
+        declared = self.fleet_memo.get("declared")
+        if not isinstance(declared, DeclaredCapacity):
+            declared = self.fleet_memo["declared"] = DeclaredCapacity.of(self.static)
+        self.ledger = Ledger(self.static, goals, observed, settled, settled_last, declared)  # type: ignore[arg-type]
         self.healthy: list[bool] = self.fleet.healthy.tolist()
         traffic: dict[str, dict[int, float]] = {}
         for t in sorted(observed.traffic, key=lambda t: (t.component, t.region, t.rps)):
