@@ -219,11 +219,11 @@ class Ledger:
         # tell "no node is ever large enough" from "no node has room left".
         self.shapes = list(base.shapes)
         self.archs = list(base.archs)
-        self.total_cpu = base.total_cpu.copy()
-        self.free_cpu = base.free_cpu.copy()
-        self.free_memory = base.free_memory.copy()
-        self.capacity_cpu = base.free_cpu.copy()
-        self.capacity_memory = base.free_memory.copy()
+        self.total_cpu: np.ndarray = base.total_cpu.copy()
+        self.free_cpu: np.ndarray = base.free_cpu.copy()
+        self.free_memory: np.ndarray = base.free_memory.copy()
+        self.capacity_cpu: np.ndarray = base.free_cpu.copy()
+        self.capacity_memory: np.ndarray = base.free_memory.copy()
         index = static.index
         reported = sorted((i, oc) for name, oc in observed.clusters.items() if (i := index.get(name)) is not None)
         for i, oc in reported:
