@@ -255,7 +255,8 @@ class Ledger:
 
     def utilisation(self) -> np.ndarray:
         """Used fraction of each cluster's CPU, in [0, 1]."""
-        return np.clip(1.0 - self.free_cpu / self.total_cpu, 0.0, 1.0)
+        used: np.ndarray = np.clip(1.0 - self.free_cpu / self.total_cpu, 0.0, 1.0)
+        return used
 
     def holds_vector(self, cpu: int, memory: int, archs: frozenset[str]) -> np.ndarray:
         """Per cluster: whether an empty node of it could hold one replica of this size."""
