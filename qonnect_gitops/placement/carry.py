@@ -86,6 +86,10 @@ class Carry:
     # The components that left the goals or completed, with the replicas they leave
     # (``cycle.Removal``), as the cycle found them.
     removed: list[Removal] = field(default_factory=list)
+    # Every component's target at the end of the cycle (``works[key].target``, the same
+    # objects): the next cycle's placement map starts from it for what it carries,
+    # instead of walking every component (``Cycle.carried_placement``).
+    targets: dict[str, dict[int, int]] = field(default_factory=dict)
 
 
 def is_quiet(work: Work, healthy: list[bool]) -> bool:

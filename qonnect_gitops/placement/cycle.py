@@ -355,9 +355,11 @@ class Cycle:
             bounds: dict[str, Hashable] = {}
             floors: dict[Hashable, tuple[float, Component, int]] = {}
             decided: Iterable[Work] = self.works.values()
+            targets = {}
         else:
             # Taken over: the old carry is gone.
             quiet, until, bounds, floors = carry.quiet, carry.until, carry.bounds, carry.floors
+            targets = carry.targets
             gone = set(self.completed)
             if carry.components is not self.components:
                 gone |= carry.components.keys() - self.components.keys()
@@ -365,10 +367,12 @@ class Cycle:
                 quiet.pop(key, None)
                 until.pop(key, None)
                 bounds.pop(key, None)
+                targets.pop(key, None)
             decided = self.decided_works()
         healthy = self.healthy
         ev = self.evaluator
         for work in decided:
+            targets[work.key] = work.target
             if is_quiet(work, healthy):
                 quiet[work.key] = work
                 until[work.key] = quiet_until(work)
@@ -394,10 +398,25 @@ class Cycle:
             quiet=quiet, until=until, charges=self.charges, plans=dict(plans), bounds=bounds, floors=floors,
             carried=0 if self.decided is None else len(self.works) - len(self.decided), works=self.works,
             sums=sums, offloads=self.offloads, offloads_reused=self.offloads_reused,
-            last_moved_base=self.last_moved_base, removed=self.removed,
+            last_moved_base=self.last_moved_base, removed=self.removed, targets=targets,
         )
 
     # ----- questions -----------------------------------------------------------------------
+
+    def carried_placement(self) -> dict[str, dict[int, int]]:
+        """The placement map of the components this cycle carries (not decided in it):
+        each one's target as the last cycle left it, taken from ``Carry.targets``
+        rather than from every ``Work`` of the fleet. Only for a carried cycle."""
+        assert self.carry is not None and self.decided is not None
+        targets = dict(self.carry.targets)
+        for key in self.decided:
+            targets.pop(key, None)
+        if len(targets) != len(self.works) - len(self.decided):
+            # Components left the goals or completed (new ones are all decided).
+            works = self.works
+            for key in [k for k in targets if k not in works]:
+                del targets[key]
+        return targets
 
     def settled_anew(self) -> np.ndarray:
         """Per cluster: whether this cycle's ledger may have started differently there than

@@ -1,0 +1,167 @@
+"""What a cycle keeps from earlier cycles to start without walking the whole fleet:
+the fleet's declared capacity (``capacity.DeclaredCapacity``), made into node segments
+only for the clusters a cycle looks at, and the last cycle's targets
+(``Carry.targets``), from which a carried cycle fills the placement map of what it
+carries (``planner._classify_decided``). Each must give exactly what the walk gave."""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import timedelta
+from typing import Any
+
+import pytest
+
+from qonnect_gitops.model.goals import Goals
+from qonnect_gitops.model.observed import Observed
+from qonnect_gitops.model.plan import CurrentPlacement
+from qonnect_gitops.placement import evaluate, plan, planner
+from qonnect_gitops.placement.capacity import DeclaredCapacity, Ledger
+from qonnect_gitops.placement.carry import Carry
+from qonnect_gitops.placement.cycle import Cycle
+from qonnect_gitops.placement.fleet import build_static
+from qonnect_gitops.render.describe import plan_json
+from tests.placement.builders import NOW, cluster, component, current, goals, observed
+from tests.placement.test_carry import _nothing_kept
+
+
+def _ledger_state(ledger: Ledger) -> tuple[object, ...]:
+    return (
+        ledger.free_cpu.tolist(), ledger.free_memory.tolist(), ledger.total_cpu.tolist(),
+        ledger.capacity_cpu.tolist(), ledger.capacity_memory.tolist(), ledger.observed_usage.tolist(),
+        ledger.shapes, ledger.archs, sorted(ledger.allocatable.items()), sorted(ledger.segments_observed),
+        [[(s.nodes, None if s.pool is None else (s.pool.cpu, s.pool.memory, s.pool.pods, s.pool.arch, s.pool.count))
+          for s in ledger.segments[i]] for i in range(ledger.n)],
+    )
+
+
+def _two_shapes() -> Goals:
+    return goals([
+        cluster("a", cpu="4", memory="8Gi", count=3),
+        cluster("b", nodes=[{"count": 2, "cpu": "2", "memory": "4Gi", "arch": "arm64"},
+                            {"count": 1, "cpu": "8", "memory": "16Gi", "arch": "amd64"}]),
+        cluster("c", cpu="16", memory="64Gi", count=1),
+    ], [component("web")])
+
+
+def test_a_cluster_s_declared_nodes_become_segments_only_when_asked_for() -> None:
+    g = _two_shapes()
+    static = build_static(g)
+    ledger = Ledger(static, g, observed())
+    assert dict(ledger.segments) == {}  # nothing made yet
+    assert ledger.fits(1, 1000, 2**30, frozenset({"arm64"}), 4) == 4
+    assert set(ledger.segments) == {1}
+    # Made from the declared pools, in declared order.
+    ledger2 = Ledger(static, g, observed())
+    segs = ledger2.segments[1]
+    assert [(s.nodes, s.pool.cpu, s.pool.arch, s.pool.count) for s in segs if s.pool] == [
+        ([], 2000, "arm64", 2), ([], 8000, "amd64", 1)]
+
+
+def test_a_ledger_from_kept_declared_capacity_is_the_ledger_made_anew_reports_included() -> None:
+    g = _two_shapes()
+    static = build_static(g)
+    declared = DeclaredCapacity.of(static)
+    reports: dict[str, Any] = {
+        "a": {"free": {"cpu": "1500m", "memory": "3Gi"}},
+        "c": {"nodes": [{"name": "n1", "ready": True, "arch": "amd64", "free": {"cpu": "2", "memory": "4Gi"},
+                         "allocatable": {"cpu": "15", "memory": "60Gi"}},
+                        {"name": "n2", "ready": False, "arch": "amd64", "free": {"cpu": "8", "memory": "8Gi"}}]},
+    }
+    obs = observed(clusters=reports)
+    kept = Ledger(static, g, obs, declared=declared)
+    anew = Ledger(static, g, obs)
+    assert _ledger_state(kept) == _ledger_state(anew)
+    assert kept.observed_usage.tolist() == [True, False, True]
+    assert kept.capacity_cpu.tolist()[2] == 15000 and kept.free_cpu.tolist()[2] == 2000
+    # The kept capacity is read only: a ledger changes its own copy.
+    kept.take(0, 500, 2**20, frozenset({"amd64"}), 1)
+    assert declared.free_cpu.tolist() == [12000, 12000, 16000]
+    with pytest.raises(ValueError):
+        declared.free_cpu[0] = 1.0
+
+
+def test_the_declared_capacity_kept_for_a_fleet_is_made_anew_when_a_cluster_s_capacity_changes() -> None:
+    evaluate.forget()
+    small = goals([cluster("a", cpu="2", memory="4Gi"), cluster("b", cpu="2", memory="4Gi")],
+                  [component("web", cpu=3000, memory=2**30)])
+    first = Cycle(small, observed(), CurrentPlacement())
+    kept = first.fleet_memo["declared"]
+    assert first.ledger.free_cpu.tolist() == [2000, 2000]
+    # The same goals again: the same object is used.
+    assert Cycle(small, observed(), CurrentPlacement()).fleet_memo["declared"] is kept
+    p = plan(small, observed(), CurrentPlacement())
+    assert p.placements()["shop/web"] == {}  # no node holds 3 CPUs
+    # Cluster b grows: goals loaded again with it see the new nodes, never the kept ones.
+    bigger = dataclasses.replace(small, clusters={**small.clusters, "b": cluster("b", cpu="8", memory="16Gi")})
+    again = Cycle(bigger, observed(), CurrentPlacement())
+    assert again.fleet_memo["declared"] is not kept
+    assert again.ledger.free_cpu.tolist() == [2000, 8000]
+    assert plan(bigger, observed(), CurrentPlacement()).placements()["shop/web"] == {"b": 1}
+
+
+def _carry(g: Goals) -> Carry:
+    entry = evaluate.goal_index(g).fleet_memo["carry"]
+    assert isinstance(entry, Carry)
+    return entry
+
+
+def test_the_targets_kept_are_every_component_s_target_object_cycle_after_cycle() -> None:
+    evaluate.forget()
+    clusters = [cluster(f"fog-{i}", tier="fog", cpu="8", memory="32Gi") for i in range(4)]
+    comps = [component(f"c{j}", replicas=1 + j % 2, cpu=250, calls=(f"shop/c{j + 1}",) if j % 3 == 0 else (),
+                       cooldown=120.0) for j in range(12)]
+    g = goals(clusters, comps)
+    obs = Observed.model_validate({"now": NOW.isoformat()})
+    p = plan(g, obs, CurrentPlacement())
+    steps = [
+        (g, {}, timedelta(seconds=30)),
+        (g, {"fog-1": {"healthy": False}}, timedelta(seconds=60)),
+        (g, {"fog-1": {"healthy": False}}, timedelta(seconds=300)),
+        # A component left the goals: its target goes too.
+        (dataclasses.replace(g, apps={"shop": dataclasses.replace(g.apps["shop"], components=tuple(comps[1:]))}),
+         {}, timedelta(seconds=600)),
+    ]
+    for step_goals, clusters_seen, at in steps:
+        obs = Observed.model_validate({"now": (NOW + at).isoformat(), "clusters": clusters_seen})
+        p = plan(step_goals, obs, p.current())
+        carry = _carry(step_goals)
+        assert carry.targets.keys() == carry.works.keys()
+        assert all(carry.targets[k] is w.target for k, w in carry.works.items())
+    assert "shop/c0" not in _carry(steps[-1][0]).targets
+
+
+def _envelope() -> Goals:
+    clusters = [cluster("a", region="us", cpu="16"), cluster("b", region="us", cpu="16"),
+                cluster("c", region="us", cpu="16")]
+    comps = [component("web", replicas=2, calls=("shop/api",), qos={"latency": [{"region": "eu", "maxMs": 50}]}),
+             component("api", calls=("shop/db",)), component("db"), component("zz", calls=("shop/web",))]
+    return goals(clusters, comps, links=[("a", "eu", 40), ("b", "eu", 9), ("c", "eu", 30)], regions=("eu", "us"))
+
+
+def test_a_waiting_component_in_a_carried_cycle_is_classified_in_key_order(monkeypatch: Any) -> None:
+    """A measured breach inside the cooldown waits, and its repair reads the placement
+    map as far as key order filled it: a carried cycle with a waiting component takes
+    the walk in key order (``_classify``), and plans what a cycle from nothing plans."""
+    evaluate.forget()
+    g = _envelope()
+    cur = current({"shop/web": {"b": 2}, "shop/api": {"b": 1}, "shop/db": {"a": 1}, "shop/zz": {"c": 1}},
+                  {k: NOW for k in ("shop/web", "shop/api", "shop/db", "shop/zz")})
+    measured = [{"from": "b", "to": "eu", "ms": 60}]
+    walks: list[str] = []
+    real = planner._classify
+    monkeypatch.setattr(planner, "_classify", lambda *a: (walks.append("key order"), real(*a))[1])
+    plans = []
+    for k in range(3):
+        obs = observed(now=(NOW + timedelta(seconds=30 + k)).isoformat(), latencies=measured)
+        plans.append(plan(g, obs, cur))
+        assert "measured latency" in {u.goal: u.message for u in plans[-1].unmet}["latency"]
+    assert plans[0].placements()["shop/web"] == {"b": 2} and plans[0].moves == ()
+    assert len(walks) == 3  # the first from nothing, the next two carried with a waiting component
+    assert _carry(g).carried > 0
+    with _nothing_kept():
+        cold = plan(dataclasses.replace(g), observed(now=(NOW + timedelta(seconds=32)).isoformat(),
+                                                     latencies=measured), cur)
+    assert plan_json(plans[-1]) == plan_json(cold)
+
+
