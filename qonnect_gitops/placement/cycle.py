@@ -327,12 +327,20 @@ class Cycle:
 
     def _evaluator_caches(self) -> EvalCaches:
         """The evaluator's caches of the last cycle when it saw the same health,
-        latencies and nodes (masks and static scores depend on nothing else)."""
+        latencies and nodes (masks and static scores depend on nothing else); where
+        only health differs, those of them that do not read it."""
         seen = (self.fleet.healthy.tobytes(), self.latency_token, tuple(self.ledger.shapes))
         entry = self.fleet_memo.get("evaluator")
-        if isinstance(entry, tuple) and entry[0] == seen and len(entry[1].pins) <= 4 * len(self.components) + 64:
+        if isinstance(entry, tuple) and len(entry[1].pins) <= 4 * len(self.components) + 64:
             cached: EvalCaches = entry[1]
-            return cached
+            if entry[0] == seen:
+                return cached
+            if entry[0][1:] == seen[1:]:
+                # Only health changed (a failover, a return): what does not read it is kept.
+                before = np.frombuffer(entry[0][0], dtype=bool)
+                caches = cached.after_failures(before, self.fleet.healthy)
+                self.fleet_memo["evaluator"] = (seen, caches)
+                return caches
         caches = EvalCaches()
         self.fleet_memo["evaluator"] = (seen, caches)
         return caches

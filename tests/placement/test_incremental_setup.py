@@ -165,3 +165,72 @@ def test_a_waiting_component_in_a_carried_cycle_is_classified_in_key_order(monke
     assert plan_json(plans[-1]) == plan_json(cold)
 
 
+
+
+# ----- evaluator caches across a change of health ------------------------------------------------
+
+
+def _scored_fleet() -> Goals:
+    clusters = [cluster(f"c{i}", tier=("cloud", "fog", "edge")[i % 3], cpu="8", memory="16Gi", cpu_hour=0.01 * (i + 1))
+                for i in range(6)]
+    comps = [component("cheap", qos={"objective": "cost"}), component("near", qos={"tiers": ["fog", "edge"]}),
+             component("big", cpu=6000, qos={"objective": "energy"})]
+    return goals(clusters, comps)
+
+
+def _floors(cycle: Cycle) -> dict[str, float]:
+    ev = cycle.evaluator
+    return {key: ev.static_floor(ev.context(c, 1)) for key, c in cycle.components.items()}
+
+
+def _fresh_floors(g: Goals, obs: Observed) -> dict[str, float]:
+    with _nothing_kept():
+        return _floors(Cycle(dataclasses.replace(g), obs, CurrentPlacement()))
+
+
+def test_after_failures_the_caches_keep_what_does_not_read_health_and_floors_held_elsewhere() -> None:
+    evaluate.forget()
+    g = _scored_fleet()
+    healthy = Cycle(g, observed(), CurrentPlacement())
+    floors = _floors(healthy)
+    caches = healthy.fleet_memo["evaluator"][1]  # type: ignore[index]
+    at = dict(caches.floor_at)
+    assert len(at) == len(caches.floors) == 3
+    # The cluster holding the cheapest floor fails: that floor is found again, the
+    # others are kept as they were.
+    cheap_key = next(k for k, c in healthy.components.items() if c.name == "cheap")
+    ev = healthy.evaluator
+    held_by = at[ev.floor_key(ev.context(healthy.components[cheap_key], 1))]
+    failed = {sorted(g.clusters)[held_by]: {"healthy": False}}
+    obs = observed(clusters=failed)
+    after = Cycle(g, obs, CurrentPlacement())
+    derived = after.fleet_memo["evaluator"][1]  # type: ignore[index]
+    assert derived is not caches
+    assert derived.goal is caches.goal and derived.static_scores is caches.static_scores
+    assert ("health", ()) not in derived.masks
+    kept = {k for k in caches.floors if k in derived.floors}
+    assert kept and len(kept) < len(caches.floors)  # the failed cluster's floor is gone
+    assert all(derived.floors[k] == caches.floors[k] for k in kept)
+    assert _floors(after) == _fresh_floors(g, obs)
+    assert _floors(after)[cheap_key] > floors[cheap_key]
+    # The cluster returns: every floor is found again (one may be lower now).
+    back = Cycle(g, observed(), CurrentPlacement())
+    assert back.fleet_memo["evaluator"][1].floors == {}  # type: ignore[index]
+    assert _floors(back) == floors
+
+
+def test_reported_nodes_of_another_size_start_the_evaluator_caches_anew() -> None:
+    """The node-size masks read each cluster's node shapes: a report that changes a
+    cluster's capacity must not find the caches of the declared nodes."""
+    evaluate.forget()
+    g = _scored_fleet()
+    first = Cycle(g, observed(), CurrentPlacement())
+    caches = first.fleet_memo["evaluator"][1]  # type: ignore[index]
+    assert _floors(first)["shop/big"] < float("inf")
+    grown = {"c0": {"nodes": [{"name": "n", "ready": True, "arch": "amd64", "free": {"cpu": "2", "memory": "4Gi"},
+                               "allocatable": {"cpu": "2", "memory": "4Gi"}}]}}
+    obs = observed(clusters=grown)
+    again = Cycle(g, obs, CurrentPlacement())
+    fresh = again.fleet_memo["evaluator"][1]  # type: ignore[index]
+    assert fresh is not caches and fresh.goal is not caches.goal
+    assert _floors(again) == _fresh_floors(g, obs)
