@@ -234,3 +234,46 @@ def test_reported_nodes_of_another_size_start_the_evaluator_caches_anew() -> Non
     fresh = again.fleet_memo["evaluator"][1]  # type: ignore[index]
     assert fresh is not caches and fresh.goal is not caches.goal
     assert _floors(again) == _fresh_floors(g, obs)
+
+
+# ----- the cycle after a decision ---------------------------------------------------------------
+
+
+def test_the_cycle_after_a_decision_writes_new_reasons_with_the_scores_it_placed_with(monkeypatch: Any) -> None:
+    """Every component the decision placed is kept in the next cycle: its reason changes
+    (kept, cooling down), its scores do not, and are not computed again; the plan is the
+    plan of a cycle from nothing. Where a component's neighbour moved, it is scored anew."""
+    from qonnect_gitops.placement.evaluate import Evaluator
+
+    evaluate.forget()
+    clusters = [cluster(f"fog-{i}", tier="fog", cpu="8", memory="32Gi", cpu_hour=0.01 * (i + 1)) for i in range(4)]
+    comps = [component(f"c{j}", replicas=1 + j % 2, cpu=250, calls=(f"shop/c{j + 1}",) if j % 3 == 0 else (),
+                       cooldown=120.0) for j in range(9)]
+    g = goals(clusters, comps)
+    first = plan(g, observed(), CurrentPlacement())
+    scored: list[int] = []
+    real = Evaluator.terms_at
+    monkeypatch.setattr(Evaluator, "terms_at", lambda self, ctx, at: (scored.append(len(at)), real(self, ctx, at))[1])
+    obs = observed(now=(NOW + timedelta(seconds=30)).isoformat())
+    then = plan(g, obs, first.current())
+    assert scored == []
+    assert plan_json(then) == plan_json(_cold(g, obs, first.current()))
+    reasons = {a.reason for cp in then.components.values() for a in cp.assignments}
+    assert reasons != {a.reason for cp in first.components.values() for a in cp.assignments}
+    # c1 moved by hand since: c0 (its caller) is explained with scores made anew.
+    moved = first.current()
+    where = dict(moved.placements["shop/c1"])
+    name = next(iter(where))
+    other = next(n for n in sorted(g.clusters) if n not in where)
+    placements = {**moved.placements, "shop/c1": {other if n == name else n: k for n, k in where.items()}}
+    edited = moved.model_copy(update={"placements": placements})
+    plan(g, obs, first.current())
+    scored.clear()
+    later = plan(g, obs, edited)
+    assert scored  # c1 and its neighbours
+    assert plan_json(later) == plan_json(_cold(g, obs, edited))
+
+
+def _cold(g: Goals, obs: Observed, cur: CurrentPlacement) -> Any:
+    with _nothing_kept():
+        return plan(dataclasses.replace(g), obs, cur)
