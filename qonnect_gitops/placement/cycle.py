@@ -240,6 +240,12 @@ class Cycle:
                     changed_clusters.add(index[name])
         for i in changed_clusters:
             dirty.update(owner(r.key) for r in carry.charges.get(i, ()))
+        if self.components.keys() <= dirty:
+            # Every component is decided anew (the cycle after a decision that placed them
+            # all): a cycle from nothing plans the same (``carry.py``) without the work of
+            # telling the carried from the rest.
+            self._build_works()
+            return
         self.changed_clusters = changed_clusters
         # 2. The ledger: the quiet components' replicas as charged last cycle, the others'
         # charged anew. Clusters where a charge changed are settled anew.
