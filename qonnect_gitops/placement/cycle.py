@@ -216,7 +216,7 @@ class Cycle:
             dirty |= changed_keys(old_table, new_table)
         dirty |= changed_keys(carry.traffic, self.traffic)
         dirty |= carry.completed ^ self.completed
-        dirty |= self.components.keys() - carry.quiet.keys()
+        dirty |= carry.unquiet if carry.components is self.components else self.components.keys() - carry.quiet.keys()
         if carry.until and min(carry.until.values()) <= self.now:  # mostly none has ended
             dirty.update(k for k, until in carry.until.items() if until <= self.now)
         # Components kept by rescheduling's bound: decided anew where their floor moved.
@@ -303,8 +303,9 @@ class Cycle:
         if built.keys() <= carry.works.keys():
             # The last cycle's table (in key order) with what was decided anew put in.
             works = dict(carry.works)
-            for key in (carry.works.keys() - self.components.keys()) | (carry.works.keys() & self.completed):
-                del works[key]
+            if carry.components is not self.components or carry.completed != self.completed:
+                for key in (carry.works.keys() - self.components.keys()) | (carry.works.keys() & self.completed):
+                    del works[key]
             works.update(built)
             self.works = works
         else:
@@ -385,9 +386,16 @@ class Cycle:
             decided = self.decided_works()
         healthy = self.healthy
         ev = self.evaluator
+        same = carry is not None and carry.components is self.components
+        unquiet = carry.unquiet if carry is not None and same else set()
+        if same:
+            unquiet.update(self.completed & self.components.keys())  # taken out of quiet above
         for work in decided:
             targets[work.key] = work.target
+            if same:
+                unquiet.add(work.key)  # taken out below if it is quiet
             if is_quiet(work, healthy):
+                unquiet.discard(work.key)
                 quiet[work.key] = work
                 until[work.key] = quiet_until(work)
                 if work.keep is not None and work.keep.kind == KeepKind.NO_GAIN_BOUND:
@@ -413,6 +421,7 @@ class Cycle:
             carried=0 if self.decided is None else len(self.works) - len(self.decided), works=self.works,
             sums=sums, offloads=self.offloads, offloads_reused=self.offloads_reused,
             last_moved_base=self.last_moved_base, removed=self.removed, targets=targets,
+            unquiet=unquiet if same else set(self.components.keys() - quiet.keys()),
         )
 
     # ----- questions -----------------------------------------------------------------------
@@ -449,6 +458,13 @@ class Cycle:
                 self._settled_anew = np.zeros(n, dtype=bool)
                 self._settled_anew[sorted(anew)] = True
         return self._settled_anew
+
+    def same_works_as_carry(self) -> bool:
+        """Whether this cycle works on the very components of the last one (the same goals
+        object, the same completed Jobs): then its ``works`` and the last cycle's have the
+        same keys, and no fleet-wide comparison of them is needed."""
+        carry = self.carry
+        return carry is not None and carry.components is self.components and carry.completed == self.completed
 
     def decided_works(self) -> list[Work]:
         """The components decided in this cycle, in key order (every one in a cycle from

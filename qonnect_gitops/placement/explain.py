@@ -358,7 +358,9 @@ def _reuse(cycle: Cycle, ex: Explainer) -> tuple[dict[str, _Shown], dict[str, Co
                if (prev := last.get(work.key)) is None or prev.target != work.target
                or prev.placed != placement.get(work.key) or not _same(prev.component, work.component)]
     # A component gone since (edited out, or a Job completed) no longer calls anyone.
-    gone = last.keys() - cycle.works.keys()
+    # The last cycle's table holds only components of its works: none is gone when this
+    # cycle works on the same ones (its carry and this table were left by that cycle).
+    gone = set() if cycle.same_works_as_carry() else last.keys() - cycle.works.keys()
     changed.extend(sorted(gone))
     dirty = set(changed)
     for key in changed:
@@ -427,8 +429,9 @@ def assemble(cycle: Cycle) -> Plan:
     moved: list[str] = []
     if carried is not None:
         components = dict(carried.plans)
-        for key in carried.plans.keys() - cycle.works.keys():
-            del components[key]
+        if not cycle.same_works_as_carry():
+            for key in carried.plans.keys() - cycle.works.keys():
+                del components[key]
     for work in cycle.decided_works():
         key = work.key
         plan = shown[key].plan
@@ -473,7 +476,8 @@ def assemble(cycle: Cycle) -> Plan:
     elif "rescheduling" in reasons:
         decision = "rescheduling"
     moves.sort(key=lambda m: (m.component, m.source or "", m.target or "", m.reason))
-    if carried is None or len(components) != len(carried.plans) or not components.keys() <= carried.plans.keys():
+    if carried is None or (not cycle.same_works_as_carry() and (
+            len(components) != len(carried.plans) or not components.keys() <= carried.plans.keys())):
         components = dict(sorted(components.items()))  # a carried table is in order already
     last_moved = dict(base)
     for key in moved:

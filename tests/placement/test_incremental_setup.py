@@ -114,21 +114,27 @@ def test_the_targets_kept_are_every_component_s_target_object_cycle_after_cycle(
     g = goals(clusters, comps)
     obs = Observed.model_validate({"now": NOW.isoformat()})
     p = plan(g, obs, CurrentPlacement())
-    steps = [
-        (g, {}, timedelta(seconds=30)),
-        (g, {"fog-1": {"healthy": False}}, timedelta(seconds=60)),
-        (g, {"fog-1": {"healthy": False}}, timedelta(seconds=300)),
+    fewer = dataclasses.replace(g, apps={"shop": dataclasses.replace(g.apps["shop"], components=tuple(comps[1:]))})
+    steps: list[tuple[Goals, dict[str, Any], timedelta, list[str]]] = [
+        (g, {}, timedelta(seconds=30), []),
+        (g, {"fog-1": {"healthy": False}}, timedelta(seconds=60), []),
+        (g, {"fog-1": {"healthy": False}}, timedelta(seconds=300), []),
+        (g, {}, timedelta(seconds=330), ["shop/c5"]),  # reported completed: it goes
+        (g, {}, timedelta(seconds=360), ["shop/c5"]),
+        (g, {}, timedelta(seconds=390), []),  # back in the goals
         # A component left the goals: its target goes too.
-        (dataclasses.replace(g, apps={"shop": dataclasses.replace(g.apps["shop"], components=tuple(comps[1:]))}),
-         {}, timedelta(seconds=600)),
+        (fewer, {}, timedelta(seconds=600), []),
+        (fewer, {"fog-2": {"healthy": False}}, timedelta(seconds=630), []),
     ]
-    for step_goals, clusters_seen, at in steps:
-        obs = Observed.model_validate({"now": (NOW + at).isoformat(), "clusters": clusters_seen})
+    for step_goals, clusters_seen, at, completed in steps:
+        obs = Observed.model_validate({"now": (NOW + at).isoformat(), "clusters": clusters_seen,
+                                       "completedJobs": completed})
         p = plan(step_goals, obs, p.current())
         carry = _carry(step_goals)
         assert carry.targets.keys() == carry.works.keys()
         assert all(carry.targets[k] is w.target for k, w in carry.works.items())
-    assert "shop/c0" not in _carry(steps[-1][0]).targets
+        assert carry.unquiet == carry.components.keys() - carry.quiet.keys()
+    assert "shop/c0" not in _carry(fewer).targets
 
 
 def _envelope() -> Goals:
@@ -150,7 +156,11 @@ def test_a_waiting_component_in_a_carried_cycle_is_classified_in_key_order(monke
     measured = [{"from": "b", "to": "eu", "ms": 60}]
     walks: list[str] = []
     real = planner._classify
-    monkeypatch.setattr(planner, "_classify", lambda *a: (walks.append("key order"), real(*a))[1])
+    def counted(*args: Any) -> None:
+        walks.append("key order")
+        real(*args)
+
+    monkeypatch.setattr(planner, "_classify", counted)
     plans = []
     for k in range(3):
         obs = observed(now=(NOW + timedelta(seconds=30 + k)).isoformat(), latencies=measured)
@@ -253,7 +263,11 @@ def test_the_cycle_after_a_decision_writes_new_reasons_with_the_scores_it_placed
     first = plan(g, observed(), CurrentPlacement())
     scored: list[int] = []
     real = Evaluator.terms_at
-    monkeypatch.setattr(Evaluator, "terms_at", lambda self, ctx, at: (scored.append(len(at)), real(self, ctx, at))[1])
+    def counted(self: Evaluator, ctx: Any, at: list[int]) -> Any:
+        scored.append(len(at))
+        return real(self, ctx, at)
+
+    monkeypatch.setattr(Evaluator, "terms_at", counted)
     obs = observed(now=(NOW + timedelta(seconds=30)).isoformat())
     then = plan(g, obs, first.current())
     assert scored == []
