@@ -105,6 +105,56 @@ class Settled:
     fitted: dict[tuple[int, str], int]
 
 
+@dataclass(frozen=True)
+class DeclaredCapacity:
+    """What a fleet's declared nodes offer, per cluster, before anything runs: the same
+    for every cycle of the same ``StaticFleet`` (kept in its ``fleet_memo``), so a cycle
+    starts its ledger by copying arrays instead of walking every cluster's nodes. Read
+    only: a ledger copies what it changes."""
+
+    pools: tuple[tuple[tuple[int, int, int, str, int], ...], ...]  # per cluster: (cpu, memory, pods, arch, count)
+    shapes: tuple[tuple[tuple[str, int, int], ...], ...]
+    archs: tuple[frozenset[str], ...]
+    total_cpu: np.ndarray  # at least 1 (a divisor)
+    free_cpu: np.ndarray  # every declared node empty
+    free_memory: np.ndarray
+
+    @staticmethod
+    def of(static: StaticFleet) -> DeclaredCapacity:
+        pools = []
+        shapes = []
+        archs = []
+        n = len(static.clusters)
+        total_cpu, free_cpu, free_memory = np.zeros(n), np.zeros(n), np.zeros(n)
+        for i, cluster in enumerate(static.clusters):
+            nodes = cluster.spec.nodes
+            pools.append(tuple((shape.cpu, shape.memory, shape.pods, shape.arch, shape.count) for shape in nodes))
+            sizes = {(shape.arch, shape.cpu, shape.memory) for shape in nodes}
+            shapes.append(tuple(sorted(sizes)))
+            archs.append(frozenset(arch for arch, _, _ in sizes))
+            total = sum(shape.cpu * shape.count for shape in nodes)
+            total_cpu[i] = max(total, 1)
+            free_cpu[i] = total
+            free_memory[i] = sum(shape.memory * shape.count for shape in nodes)
+        for array in (total_cpu, free_cpu, free_memory):
+            array.setflags(write=False)
+        return DeclaredCapacity(tuple(pools), tuple(shapes), tuple(archs), total_cpu, free_cpu, free_memory)
+
+
+class _DeclaredSegments(dict[int, list[Segment]]):
+    """A ledger's segments per cluster: a cluster's declared node pools, untouched, are
+    made the first time the cycle asks for them (a cycle that looks at few clusters
+    does not make ten thousand)."""
+
+    def __init__(self, pools: tuple[tuple[tuple[int, int, int, str, int], ...], ...]) -> None:
+        super().__init__()
+        self.pools = pools
+
+    def __missing__(self, cluster: int) -> list[Segment]:
+        segments = self[cluster] = [Segment([], Pool(*pool)) for pool in self.pools[cluster]]
+        return segments
+
+
 class Ledger:
     """Node-level and cluster-level free capacity of the whole fleet."""
 
@@ -115,7 +165,10 @@ class Ledger:
         observed: Observed,
         settled: dict[tuple[int, tuple[Running, ...]], Settled] | None = None,
         settled_last: dict[int, tuple[tuple[Running, ...], Settled]] | None = None,
+        declared: DeclaredCapacity | None = None,
     ) -> None:
+        """``declared``: ``DeclaredCapacity.of(static)`` kept from an earlier cycle of the
+        same fleet (made anew without it)."""
         n = len(static.names)
         # Settlements of declared clusters from earlier cycles of the same goals: the
         # same running replicas on the same declared nodes settle the same way.
@@ -128,14 +181,6 @@ class Ledger:
         # room for one replica, until room comes back there (a release, a settlement).
         # Distribution skips them in one vector step instead of asking each again.
         self.full: dict[tuple[int, int, frozenset[str]], np.ndarray] = {}
-        self.segments: list[list[Segment]] = []
-        # Per cluster: the allocatable (arch, cpu, memory) of each distinct node shape, to
-        # tell "no node is ever large enough" from "no node has room left".
-        self.shapes: list[tuple[tuple[str, int, int], ...]] = []
-        self.archs: list[frozenset[str]] = []
-        self.free_cpu = np.zeros(n)
-        self.free_memory = np.zeros(n)
-        self.total_cpu = np.zeros(n)
         # True where the free capacity was observed, i.e. already net of what runs there.
         self.observed_usage = np.zeros(n, dtype=bool)
         # Replicas already running, charged to the cluster totals but not yet to nodes.
@@ -161,18 +206,30 @@ class Ledger:
         # force puts there (at today's size). Reports lag behind decisions (replicas a plan
         # put there may not run yet, so they are not in the free capacity reported): the
         # free capacity counted is never more than the first minus the second.
-        self.capacity_cpu = np.zeros(n)
-        self.capacity_memory = np.zeros(n)
         self.planned_cpu = np.zeros(n)
         self.planned_memory = np.zeros(n)
         self.running_on: dict[int, list[Running]] = {}  # observed clusters: what the plan runs there
         self.segments_observed: set[int] = set()  # clusters whose nodes were reported
-        for i, cluster in enumerate(static.clusters):
-            oc = observed.clusters.get(static.names[i])
-            segments: list[Segment]
-            if oc is not None and oc.nodes is not None:
+        # What the goals declare, the same every cycle of this fleet: copied, and the
+        # declared nodes made into segments only for the clusters a cycle looks at.
+        base = declared if declared is not None else DeclaredCapacity.of(static)
+        self.n = n
+        self.segments: dict[int, list[Segment]] = _DeclaredSegments(base.pools)
+        # Per cluster: the allocatable (arch, cpu, memory) of each distinct node shape, to
+        # tell "no node is ever large enough" from "no node has room left".
+        self.shapes = list(base.shapes)
+        self.archs = list(base.archs)
+        self.total_cpu: np.ndarray = base.total_cpu.copy()
+        self.free_cpu: np.ndarray = base.free_cpu.copy()
+        self.free_memory: np.ndarray = base.free_memory.copy()
+        self.capacity_cpu: np.ndarray = base.free_cpu.copy()
+        self.capacity_memory: np.ndarray = base.free_memory.copy()
+        index = static.index
+        reported = sorted((i, oc) for name, oc in observed.clusters.items() if (i := index.get(name)) is not None)
+        for i, oc in reported:
+            if oc.nodes is not None:
                 ready = [nd for nd in oc.nodes if nd.ready]
-                segments = [Segment([[nd.free.cpu, nd.free.memory, UNLIMITED, nd.arch] for nd in ready])]
+                self.segments[i] = [Segment([[nd.free.cpu, nd.free.memory, UNLIMITED, nd.arch] for nd in ready])]
                 self.allocatable[i] = [
                     (nd.allocatable.cpu, nd.allocatable.memory) if nd.allocatable else (nd.free.cpu, nd.free.memory)
                     for nd in ready
@@ -182,36 +239,24 @@ class Ledger:
                 )) for nd in ready}
                 total = sum((nd.allocatable.cpu if nd.allocatable else nd.free.cpu) for nd in oc.nodes)
                 self.observed_usage[i] = True
-                free_cpu = sum(nd.free.cpu for nd in ready)
-                free_memory = sum(nd.free.memory for nd in ready)
+                self.free_cpu[i] = sum(nd.free.cpu for nd in ready)
+                self.free_memory[i] = sum(nd.free.memory for nd in ready)
                 self.segments_observed.add(i)
                 self.capacity_cpu[i] = sum(c for c, _ in self.allocatable[i])
                 self.capacity_memory[i] = sum(m for _, m in self.allocatable[i])
-            else:
-                segments = [
-                    Segment([], Pool(shape.cpu, shape.memory, shape.pods, shape.arch, shape.count))
-                    for shape in cluster.spec.nodes
-                ]
-                sizes = {(shape.arch, shape.cpu, shape.memory) for shape in cluster.spec.nodes}
-                total = sum(shape.cpu * shape.count for shape in cluster.spec.nodes)
-                free_cpu = total
-                free_memory = sum(shape.memory * shape.count for shape in cluster.spec.nodes)
-                self.capacity_cpu[i], self.capacity_memory[i] = free_cpu, free_memory
-            self.segments.append(segments)
-            self.shapes.append(tuple(sorted(sizes)))
-            self.archs.append(frozenset(arch for arch, _, _ in sizes))
-            self.total_cpu[i] = max(total, 1)
-            if oc is not None and oc.free is not None:
-                free_cpu, free_memory = oc.free.cpu, oc.free.memory
+                self.shapes[i] = tuple(sorted(sizes))
+                self.archs[i] = frozenset(arch for arch, _, _ in sizes)
+                self.total_cpu[i] = max(total, 1)
+            if oc.free is not None:
+                self.free_cpu[i], self.free_memory[i] = oc.free.cpu, oc.free.memory
                 self.observed_usage[i] = True
-            self.free_cpu[i] = free_cpu
-            self.free_memory[i] = free_memory
 
     # ----- questions ------------------------------------------------------------------------
 
     def utilisation(self) -> np.ndarray:
         """Used fraction of each cluster's CPU, in [0, 1]."""
-        return np.clip(1.0 - self.free_cpu / self.total_cpu, 0.0, 1.0)
+        used: np.ndarray = np.clip(1.0 - self.free_cpu / self.total_cpu, 0.0, 1.0)
+        return used
 
     def holds_vector(self, cpu: int, memory: int, archs: frozenset[str]) -> np.ndarray:
         """Per cluster: whether an empty node of it could hold one replica of this size."""
@@ -270,7 +315,7 @@ class Ledger:
     def _full(self, cluster: int, cpu: int, memory: int, archs: frozenset[str]) -> None:
         vector = self.full.get((cpu, memory, archs))
         if vector is None:
-            vector = self.full[(cpu, memory, archs)] = np.zeros(len(self.segments), dtype=bool)
+            vector = self.full[(cpu, memory, archs)] = np.zeros(self.n, dtype=bool)
         vector[cluster] = True
 
     def _roomier(self, cluster: int) -> None:
@@ -461,7 +506,7 @@ class Ledger:
             fitted_here[(cluster, r.key)] = fitted
         self.fitted.update(fitted_here)
         if not observed:
-            if len(self.settled) > 2 * len(self.segments) + 16:
+            if len(self.settled) > 2 * self.n + 16:
                 self.settled.clear()  # bounded: stale settlements go with the rest
                 self.settled_last.clear()
             done = self.settled[memo_key] = Settled(

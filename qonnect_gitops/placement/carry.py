@@ -86,6 +86,13 @@ class Carry:
     # The components that left the goals or completed, with the replicas they leave
     # (``cycle.Removal``), as the cycle found them.
     removed: list[Removal] = field(default_factory=list)
+    # Every component's target at the end of the cycle (``works[key].target``, the same
+    # objects): the next cycle's placement map starts from it for what it carries,
+    # instead of walking every component (``Cycle.carried_placement``).
+    targets: dict[str, dict[int, int]] = field(default_factory=dict)
+    # The components of ``components`` that are not quiet (every one of them is decided
+    # in the next cycle), kept in step with ``quiet`` instead of compared with it.
+    unquiet: set[str] = field(default_factory=set)
 
 
 def is_quiet(work: Work, healthy: list[bool]) -> bool:

@@ -13,7 +13,7 @@ import numpy as np
 from qonnect_gitops.model.goals import Component, Goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import ComponentPlan, CurrentPlacement, ReplicaRequest
-from qonnect_gitops.placement.capacity import Ledger, Running, held
+from qonnect_gitops.placement.capacity import DeclaredCapacity, Ledger, Running, held
 from qonnect_gitops.placement.carry import (
     DRAINING,
     Carry,
@@ -83,7 +83,10 @@ class Cycle:
         self.fleet = build_view(self.static, goals, observed)
         settled = self.fleet_memo.setdefault("settled", {})
         settled_last = self.fleet_memo.setdefault("settled_last", {})
-        self.ledger = Ledger(self.static, goals, observed, settled, settled_last)  # type: ignore[arg-type]
+        declared = self.fleet_memo.get("declared")
+        if not isinstance(declared, DeclaredCapacity):
+            declared = self.fleet_memo["declared"] = DeclaredCapacity.of(self.static)
+        self.ledger = Ledger(self.static, goals, observed, settled, settled_last, declared)  # type: ignore[arg-type]
         self.healthy: list[bool] = self.fleet.healthy.tolist()
         traffic: dict[str, dict[int, float]] = {}
         for t in sorted(observed.traffic, key=lambda t: (t.component, t.region, t.rps)):
@@ -213,7 +216,7 @@ class Cycle:
             dirty |= changed_keys(old_table, new_table)
         dirty |= changed_keys(carry.traffic, self.traffic)
         dirty |= carry.completed ^ self.completed
-        dirty |= self.components.keys() - carry.quiet.keys()
+        dirty |= carry.unquiet if carry.components is self.components else self.components.keys() - carry.quiet.keys()
         if carry.until and min(carry.until.values()) <= self.now:  # mostly none has ended
             dirty.update(k for k, until in carry.until.items() if until <= self.now)
         # Components kept by rescheduling's bound: decided anew where their floor moved.
@@ -237,6 +240,12 @@ class Cycle:
                     changed_clusters.add(index[name])
         for i in changed_clusters:
             dirty.update(owner(r.key) for r in carry.charges.get(i, ()))
+        if self.components.keys() <= dirty:
+            # Every component is decided anew (the cycle after a decision that placed them
+            # all): a cycle from nothing plans the same (``carry.py``) without the work of
+            # telling the carried from the rest.
+            self._build_works()
+            return
         self.changed_clusters = changed_clusters
         # 2. The ledger: the quiet components' replicas as charged last cycle, the others'
         # charged anew. Clusters where a charge changed are settled anew.
@@ -294,8 +303,9 @@ class Cycle:
         if built.keys() <= carry.works.keys():
             # The last cycle's table (in key order) with what was decided anew put in.
             works = dict(carry.works)
-            for key in (carry.works.keys() - self.components.keys()) | (carry.works.keys() & self.completed):
-                del works[key]
+            if carry.components is not self.components or carry.completed != self.completed:
+                for key in (carry.works.keys() - self.components.keys()) | (carry.works.keys() & self.completed):
+                    del works[key]
             works.update(built)
             self.works = works
         else:
@@ -324,12 +334,20 @@ class Cycle:
 
     def _evaluator_caches(self) -> EvalCaches:
         """The evaluator's caches of the last cycle when it saw the same health,
-        latencies and nodes (masks and static scores depend on nothing else)."""
+        latencies and nodes (masks and static scores depend on nothing else); where
+        only health differs, those of them that do not read it."""
         seen = (self.fleet.healthy.tobytes(), self.latency_token, tuple(self.ledger.shapes))
         entry = self.fleet_memo.get("evaluator")
-        if isinstance(entry, tuple) and entry[0] == seen and len(entry[1].pins) <= 4 * len(self.components) + 64:
+        if isinstance(entry, tuple) and len(entry[1].pins) <= 4 * len(self.components) + 64:
             cached: EvalCaches = entry[1]
-            return cached
+            if entry[0] == seen:
+                return cached
+            if entry[0][1:] == seen[1:]:
+                # Only health changed (a failover, a return): what does not read it is kept.
+                before = np.frombuffer(entry[0][0], dtype=bool)
+                caches = cached.after_failures(before, self.fleet.healthy)
+                self.fleet_memo["evaluator"] = (seen, caches)
+                return caches
         caches = EvalCaches()
         self.fleet_memo["evaluator"] = (seen, caches)
         return caches
@@ -352,9 +370,11 @@ class Cycle:
             bounds: dict[str, Hashable] = {}
             floors: dict[Hashable, tuple[float, Component, int]] = {}
             decided: Iterable[Work] = self.works.values()
+            targets = {}
         else:
             # Taken over: the old carry is gone.
             quiet, until, bounds, floors = carry.quiet, carry.until, carry.bounds, carry.floors
+            targets = carry.targets
             gone = set(self.completed)
             if carry.components is not self.components:
                 gone |= carry.components.keys() - self.components.keys()
@@ -362,11 +382,20 @@ class Cycle:
                 quiet.pop(key, None)
                 until.pop(key, None)
                 bounds.pop(key, None)
+                targets.pop(key, None)
             decided = self.decided_works()
         healthy = self.healthy
         ev = self.evaluator
+        same = carry is not None and carry.components is self.components
+        unquiet = carry.unquiet if carry is not None and same else set()
+        if same:
+            unquiet.update(self.completed & self.components.keys())  # taken out of quiet above
         for work in decided:
+            targets[work.key] = work.target
+            if same:
+                unquiet.add(work.key)  # taken out below if it is quiet
             if is_quiet(work, healthy):
+                unquiet.discard(work.key)
                 quiet[work.key] = work
                 until[work.key] = quiet_until(work)
                 if work.keep is not None and work.keep.kind == KeepKind.NO_GAIN_BOUND:
@@ -391,10 +420,26 @@ class Cycle:
             quiet=quiet, until=until, charges=self.charges, plans=dict(plans), bounds=bounds, floors=floors,
             carried=0 if self.decided is None else len(self.works) - len(self.decided), works=self.works,
             sums=sums, offloads=self.offloads, offloads_reused=self.offloads_reused,
-            last_moved_base=self.last_moved_base, removed=self.removed,
+            last_moved_base=self.last_moved_base, removed=self.removed, targets=targets,
+            unquiet=unquiet if same else set(self.components.keys() - quiet.keys()),
         )
 
     # ----- questions -----------------------------------------------------------------------
+
+    def carried_placement(self) -> dict[str, dict[int, int]]:
+        """The placement map of the components this cycle carries (not decided in it):
+        each one's target as the last cycle left it, taken from ``Carry.targets``
+        rather than from every ``Work`` of the fleet. Only for a carried cycle."""
+        assert self.carry is not None and self.decided is not None
+        targets = dict(self.carry.targets)
+        for key in self.decided:
+            targets.pop(key, None)
+        if len(targets) != len(self.works) - len(self.decided):
+            # Components left the goals or completed (new ones are all decided).
+            works = self.works
+            for key in [k for k in targets if k not in works]:
+                del targets[key]
+        return targets
 
     def settled_anew(self) -> np.ndarray:
         """Per cluster: whether this cycle's ledger may have started differently there than
@@ -413,6 +458,13 @@ class Cycle:
                 self._settled_anew = np.zeros(n, dtype=bool)
                 self._settled_anew[sorted(anew)] = True
         return self._settled_anew
+
+    def same_works_as_carry(self) -> bool:
+        """Whether this cycle works on the very components of the last one (the same goals
+        object, the same completed Jobs): then its ``works`` and the last cycle's have the
+        same keys, and no fleet-wide comparison of them is needed."""
+        carry = self.carry
+        return carry is not None and carry.components is self.components and carry.completed == self.completed
 
     def decided_works(self) -> list[Work]:
         """The components decided in this cycle, in key order (every one in a cycle from

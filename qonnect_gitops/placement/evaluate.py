@@ -30,6 +30,7 @@ from qonnect_gitops.placement.plugins import (
     OBSERVED_FILTERS,
     STATIC_SCORES,
 )
+from qonnect_gitops.placement.plugins.health import HealthFilter
 from qonnect_gitops.placement.plugins.latency import (
     LatencyEnvelopeFilter,
     envelope_mask,
@@ -41,6 +42,7 @@ ALL_FILTERS: tuple[Filter, ...] = (*STATIC_FILTERS, *DYNAMIC_FILTERS)
 FILTERS_BY_NAME: dict[str, Filter] = {f.name: f for f in ALL_FILTERS}
 LATENCY_FILTER = next(f for f in OBSERVED_FILTERS if isinstance(f, LatencyEnvelopeFilter))
 NODE_SIZE = "node-size"
+HEALTH = HealthFilter.name  # the one filter that reads health
 
 
 # ----- what the goals alone derive to --------------------------------------------------------
@@ -230,6 +232,34 @@ class EvalCaches:
     cells: dict[tuple[Hashable, int], tuple[float, dict[str, float]]] = field(default_factory=dict)
     # Every QoS object seen (contexts refer to them): counts what the caches have seen.
     pins: dict[int, object] = field(default_factory=dict)
+    # Per floor: the cluster holding it (the first at the lowest score; -1: none is
+    # allowed), so a cycle where clusters only failed keeps every floor held elsewhere
+    # (``after_failures``).
+    floor_at: dict[tuple[Hashable, Hashable], int] = field(default_factory=dict)
+
+    def after_failures(self, before: np.ndarray, now: np.ndarray) -> EvalCaches:
+        """The caches for a cycle that sees the same latencies and nodes as the one these
+        were filled in, and another health (``before`` and ``now``: per cluster, healthy).
+        Health enters only through the health filter: every mask but it, the goal masks,
+        the declared envelopes and every score are kept (shared, read only); the masks
+        combining health are made anew as asked for. A floor (the lowest static score
+        over the allowed clusters) is kept where clusters only failed and the cluster
+        holding it did not: the allowed clusters lost some others, which cannot lower
+        the minimum nor raise it."""
+        only_failed = not bool(np.any(now & ~before))
+        floors: dict[tuple[Hashable, Hashable], float] = {}
+        floor_at: dict[tuple[Hashable, Hashable], int] = {}
+        if only_failed:
+            healthy = now.tolist()
+            for key, at in self.floor_at.items():
+                if at < 0 or healthy[at]:
+                    floors[key] = self.floors[key]
+                    floor_at[key] = at
+        return EvalCaches(
+            masks={k: v for k, v in self.masks.items() if k[0] != HEALTH},
+            scores=self.scores, goal=self.goal, declared=self.declared, static_scores=self.static_scores,
+            rows=self.rows, cells=self.cells, pins=self.pins, floors=floors, floor_at=floor_at,
+        )
 
 
 def _frozen(array: np.ndarray) -> np.ndarray:
@@ -270,6 +300,7 @@ class Evaluator:
         self.static_lists = c.lists
         self.static_scores = c.static_scores
         self.floor_cache = c.floors
+        self.floor_at = c.floor_at
         self.static_rows = c.rows
         self.static_cells = c.cells
         self.pins = c.pins
@@ -458,7 +489,14 @@ class Evaluator:
         if floor is None:
             allowed = self.static_mask(ctx)
             total = self.static_total(ctx)
-            floor = float(total[allowed].min()) if allowed.any() else math.inf
+            if allowed.any():
+                values = total[allowed]
+                lowest = int(values.argmin())
+                floor = float(values[lowest])
+                self.floor_at[key] = int(np.flatnonzero(allowed)[lowest])
+            else:
+                floor = math.inf
+                self.floor_at[key] = -1  # no cluster allowed: failures cannot change that
             self.floor_cache[key] = floor
         return floor
 

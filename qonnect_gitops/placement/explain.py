@@ -241,14 +241,23 @@ class Explainer:
 
     # ----- the plan -----------------------------------------------------------------------
 
-    def component_plan(self, work: Work) -> ComponentPlan:
-        """Every assignment scored at the final state, reasons from the records."""
+    def component_plan(self, work: Work, scored: ComponentPlan | None = None) -> ComponentPlan:
+        """Every assignment scored at the final state, reasons from the records.
+        ``scored``: the last cycle's plan of the component where its assignments' scores
+        still hold (``_reuse``: the same clusters, neighbours, latencies and traffic)."""
         c = work.component
         used = [(i, n) for i, n in sorted(work.target.items()) if n > 0]
         reasons = self.reasons(work, used)
-        ev = self.cycle.evaluator
-        terms = ev.terms_at(ev.context(c, work.replicas), [i for i, _ in used])
         names = self.names
+        terms: list[tuple[float, dict[str, float]]] | None = None
+        if scored is not None:
+            last = scored.assignments
+            if len(last) == len(used) and all(a.cluster == names[i] and a.score is not None
+                                              for a, (i, _) in zip(last, used)):
+                terms = [(float(a.score or 0.0), a.breakdown) for a in last]
+        if terms is None:
+            ev = self.cycle.evaluator
+            terms = ev.terms_at(ev.context(c, work.replicas), [i for i, _ in used])
         return _built(
             ComponentPlan,
             component=work.key,
@@ -331,12 +340,14 @@ def _same(a: Component, b: Component) -> bool:
     return a is b or a == b
 
 
-def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
+def _reuse(cycle: Cycle, ex: Explainer) -> tuple[dict[str, _Shown], dict[str, ComponentPlan]]:
     """Plans of the last cycle that still hold: a component kept as it was, with the same
     reason, whose neighbours all run where they ran then (its closeness is the same),
     under the same latencies and traffic. A steady fleet rebuilds almost nothing. Only
     the components decided in this cycle are looked at: the others were carried with
-    their plans (``carry.py``)."""
+    their plans (``carry.py``). Second: the plans whose scores still hold where only the
+    reason changed (the cycle after a decision keeps what it placed: "kept" now, not
+    "placed"), so only the reasons are written anew."""
     entry = cycle.fleet_memo.get("shown")
     last: dict[str, _Shown] = {}
     if isinstance(entry, tuple) and entry[0] is ex.latencies:
@@ -347,7 +358,9 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
                if (prev := last.get(work.key)) is None or prev.target != work.target
                or prev.placed != placement.get(work.key) or not _same(prev.component, work.component)]
     # A component gone since (edited out, or a Job completed) no longer calls anyone.
-    gone = last.keys() - cycle.works.keys()
+    # The last cycle's table holds only components of its works: none is gone when this
+    # cycle works on the same ones (its carry and this table were left by that cycle).
+    gone = set() if cycle.same_works_as_carry() else last.keys() - cycle.works.keys()
     changed.extend(sorted(gone))
     dirty = set(changed)
     for key in changed:
@@ -362,6 +375,7 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
         now = dict(last)
         for key in gone:
             del now[key]
+    scored: dict[str, ComponentPlan] = {}
     for work in works:
         key = work.key
         traffic = cycle.traffic.get(key)
@@ -369,14 +383,17 @@ def _reuse(cycle: Cycle, ex: Explainer) -> dict[str, _Shown]:
         short = work.keep is not None and not work.touched and not work.shortfalls and not work.drains
         plan = None
         if (short and key not in dirty and prev is not None and prev.plan is not None
-                and _same(prev.component, work.component) and prev.keep == work.keep and prev.traffic == traffic
+                and _same(prev.component, work.component) and prev.traffic == traffic
                 and work.component.qos.placement.policy not in ("best-fit", "worst-fit")):
-            plan = prev.plan
+            if prev.keep == work.keep:
+                plan = prev.plan
+            else:
+                scored[key] = prev.plan
         placed = placement.get(key)
         now[key] = _Shown(work.component, work.target, None if placed is None else dict(placed), work.keep, traffic,
                           plan)
     cycle.fleet_memo["shown"] = (ex.latencies, now)  # filled in as the plans are built
-    return now
+    return now, scored
 
 
 def _last_moved_base(cycle: Cycle) -> dict[str, datetime]:
@@ -406,19 +423,20 @@ def assemble(cycle: Cycle) -> Plan:
     unmet: list[Unmet] = []
     moves: list[Move] = []
     reasons: set[str] = set()
-    shown = _reuse(cycle, ex)
+    shown, scored = _reuse(cycle, ex)
     carried = cycle.carry
     base = _last_moved_base(cycle)
     moved: list[str] = []
     if carried is not None:
         components = dict(carried.plans)
-        for key in carried.plans.keys() - cycle.works.keys():
-            del components[key]
+        if not cycle.same_works_as_carry():
+            for key in carried.plans.keys() - cycle.works.keys():
+                del components[key]
     for work in cycle.decided_works():
         key = work.key
         plan = shown[key].plan
         if plan is None:
-            plan = ex.component_plan(work)
+            plan = ex.component_plan(work, scored.get(key))
             shown[key] = _Shown(work.component, work.target, shown[key].placed, work.keep, cycle.traffic.get(key),
                                 plan)
         components[key] = plan
@@ -458,7 +476,8 @@ def assemble(cycle: Cycle) -> Plan:
     elif "rescheduling" in reasons:
         decision = "rescheduling"
     moves.sort(key=lambda m: (m.component, m.source or "", m.target or "", m.reason))
-    if carried is None or len(components) != len(carried.plans) or not components.keys() <= carried.plans.keys():
+    if carried is None or (not cycle.same_works_as_carry() and (
+            len(components) != len(carried.plans) or not components.keys() <= carried.plans.keys())):
         components = dict(sorted(components.items()))  # a carried table is in order already
     last_moved = dict(base)
     for key in moved:

@@ -59,6 +59,31 @@ def _run(cycle: Cycle) -> Plan:
     fresh: list[Work] = []
     candidates: list[Work] = []
     followers: list[Work] = []
+    if not _classify_decided(cycle, broken, fresh, candidates, followers):
+        _classify(cycle, broken, fresh, candidates, followers)
+    # 2. Repair: whatever breaks a hard goal, biggest first (they are the hardest to fit).
+    for work in biggest_first(broken):
+        repair(cycle, work)
+    # 3. Optimise: new components, then running ones under the stability rules.
+    place_fresh(cycle, biggest_first(fresh))
+    for work in candidates:
+        reschedule(cycle, work)
+    # 3b. colocateWith: components go (or stay) where what they follow runs now.
+    for work in _anchors_first(followers):
+        follow(cycle, work)
+    # 4. Explain.
+    for work in cycle.decided_works():
+        carry_drains(cycle, work)
+        verify(cycle, work)
+    result = assemble(cycle)
+    cycle.remember(result.components)
+    return result
+
+
+def _classify(cycle: Cycle, broken: list[Work], fresh: list[Work], candidates: list[Work],
+              followers: list[Work]) -> None:
+    """Sort every component into its stage (in key order: a waiting component's repair
+    reads the placement map as far as it was filled)."""
     decided = cycle.decided
     for key, work in cycle.works.items():
         if decided is not None and key not in decided:
@@ -77,23 +102,38 @@ def _run(cycle: Cycle) -> Plan:
             repair(cycle, work)  # keeps it where it is, and says which goal waits
         else:
             _keep(cycle, work, candidates)
-    # 2. Repair: whatever breaks a hard goal, biggest first (they are the hardest to fit).
-    for work in biggest_first(broken):
-        repair(cycle, work)
-    # 3. Optimise: new components, then running ones under the stability rules.
-    place_fresh(cycle, biggest_first(fresh))
-    for work in candidates:
-        reschedule(cycle, work)
-    # 3b. colocateWith: components go (or stay) where what they follow runs now.
-    for work in _anchors_first(followers):
-        follow(cycle, work)
-    # 4. Explain.
-    for work in cycle.decided_works():
-        carry_drains(cycle, work)
-        verify(cycle, work)
-    result = assemble(cycle)
-    cycle.remember(result.components)
-    return result
+
+
+def _classify_decided(cycle: Cycle, broken: list[Work], fresh: list[Work], candidates: list[Work],
+                      followers: list[Work]) -> bool:
+    """``_classify`` for a carried cycle, looking at the decided components only: the
+    carried ones' placement is put in the map at once. Exactly ``_classify`` where no
+    component waits: nothing else in it reads the map (``inspect`` and ``_keep`` do not),
+    so when it is filled makes no difference. False (nothing done but ``inspect``, which
+    changes nothing) where a component waits: ``_classify`` then does it in key order."""
+    if cycle.decided is None:
+        return False
+    works = cycle.decided_works()
+    verdicts: list[Verdict | None] = []
+    for work in works:
+        if work.component.colocate_with or work.fresh:
+            verdicts.append(None)
+            continue
+        seen = inspect(cycle, work)
+        if seen == Verdict.WAITING:
+            return False
+        verdicts.append(seen)
+    cycle.placement.update(cycle.carried_placement())
+    for work, verdict in zip(works, verdicts):
+        if work.component.colocate_with:
+            followers.append(work)
+        elif work.fresh:
+            fresh.append(work)
+        elif verdict == Verdict.REPAIR:
+            broken.append(work)
+        else:
+            _keep(cycle, work, candidates)
+    return True
 
 
 def _anchors_first(followers: list[Work]) -> list[Work]:

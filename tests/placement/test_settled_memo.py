@@ -21,7 +21,8 @@ def _state(ledger: Ledger) -> tuple[object, ...]:
     return (
         ledger.free_cpu.tolist(),
         ledger.free_memory.tolist(),
-        [[(s.nodes, None if s.pool is None else (s.pool.count, s.pool.cpu)) for s in segs] for segs in ledger.segments],
+        [[(s.nodes, None if s.pool is None else (s.pool.count, s.pool.cpu)) for s in ledger.segments[i]]
+         for i in range(ledger.n)],
         sorted(ledger.fitted.items()),
     )
 
