@@ -49,7 +49,7 @@ class KBReader:
     def snapshot(self, now: datetime) -> Observed:
         """The planner's frozen view of the fleet at ``now``: the inputs are copied under
         the lock, the view is built outside it (the Raft thread waits for the lock)."""
-        return self.read(lambda kb: kb.planner_view()).snapshot(now)
+        return self.read(lambda kb: kb.capture()).snapshot(now)
 
     def current_placement(self) -> CurrentPlacement:
         """The placement in force as the planner's ``current`` input."""

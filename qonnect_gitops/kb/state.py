@@ -285,7 +285,7 @@ class KnowledgeBase:
         return float(self.heartbeat.get("latencyWindowSeconds", default))
 
     def _record_latencies(self, cluster: str, record: ReportRecord, now: float,
-                          window: float | None = None) -> None:
+                          window: float) -> None:
         """Add the report's latency samples; ``window``: ``latency_window`` (looked up once
         per batch by the caller). The cluster's history is replaced by a new dict of new
         tuples, never changed in place: ``capture`` shares it. A target the report does not
@@ -295,7 +295,7 @@ class KnowledgeBase:
             if history is None or history:
                 self.latency_history[cluster] = {}
             return
-        start = now - (self.latency_window if window is None else window)
+        start = now - window
         before = history or {}
         after: dict[str, LatencySamples] = {}
         for lat in record.latencies:
@@ -584,7 +584,9 @@ class KnowledgeBase:
 
     def capture(self) -> KnowledgeBase:
         """The whole state as it is now, in containers of its own: what a full dump stores
-        (``to_dict`` of the copy), cheap enough for the Raft thread.
+        (``to_dict`` of the copy) and what the planner's ``snapshot`` is built from, cheap
+        enough to take on the Raft thread or under the replica's lock (the snapshot of
+        10,000 clusters, built under the lock, held it for 1.9 s).
 
         Only the top-level containers are copied: their values are immutable records or
         plain values that transitions replace, never edit (module docstring), so the
@@ -620,23 +622,6 @@ class KnowledgeBase:
         view.decision_seq = self.decision_seq
         view.dynamic = dict(self.dynamic)
         view.pool_tokens = dict(self.pool_tokens)
-        return view
-
-    def planner_view(self) -> KnowledgeBase:
-        """A copy of what ``snapshot`` reads, cheap to take under the replica's lock
-        (dict copies; records are immutable); ``snapshot`` of the copy then runs outside
-        it. Built under the lock, the snapshot of 10,000 clusters held it for 1.9 s, and
-        the Raft thread applying reports waits for that lock."""
-        view = KnowledgeBase(self.decision_log_limit)
-        view.inventory = dict(self.inventory)
-        view.dynamic = dict(self.dynamic)
-        view.reports = dict(self.reports)
-        view.declared_since = dict(self.declared_since)
-        view.heartbeat = dict(self.heartbeat)
-        view.leader = dict(self.leader) if self.leader else None
-        view.completed_jobs = dict(self.completed_jobs)
-        view.workloads = dict(self.workloads)
-        view.latency_history = dict(self.latency_history)  # per cluster: replaced, never changed
         return view
 
     def snapshot(self, now: datetime) -> Observed:
