@@ -421,24 +421,19 @@ class AsyncHTTPServer:
 
 
 def _encode(response: Response, head_only: bool, keep_alive: bool) -> bytes:
-    """The response as bytes on the wire (one write: one send on the socket)."""
-    if not response.headers:
-        # Every report's answer: the head is the same but for the length, built once.
-        key = (response.status, response.content_type, keep_alive)
-        parts = _HEAD_PARTS.get(key)
-        if parts is None:
-            parts = _head_parts(response.status, response.content_type, keep_alive)
-            if len(_HEAD_PARTS) < 64:
-                _HEAD_PARTS[key] = parts
-        head = b"%s%d%s" % (parts[0], len(response.body), parts[1])
-        return head if head_only else head + response.body
-    lines = [f"HTTP/1.1 {response.status} {_phrase(response.status)}",
-             f"Content-Type: {response.content_type}",
-             f"Content-Length: {len(response.body)}",
-             f"Connection: {'keep-alive' if keep_alive else 'close'}"]
-    for name, value in response.headers.items():
-        lines.append(f"{name}: {_BAD_VALUE.sub(' ', str(value))}")
-    head = ("\r\n".join(lines) + "\r\n\r\n").encode("iso-8859-1", "replace")
+    """The response as bytes on the wire (one write: one send on the socket). The head
+    but for its length and extra headers is built once per status, type and connection:
+    every report's answer has the same."""
+    key = (response.status, response.content_type, keep_alive)
+    parts = _HEAD_PARTS.get(key)
+    if parts is None:
+        parts = _head_parts(response.status, response.content_type, keep_alive)
+        if len(_HEAD_PARTS) < 64:
+            _HEAD_PARTS[key] = parts
+    extra = "".join(f"{name}: {_BAD_VALUE.sub(' ', str(value))}\r\n"
+                    for name, value in response.headers.items()).encode("iso-8859-1", "replace") \
+        if response.headers else b""
+    head = b"%s%d%s%s\r\n" % (parts[0], len(response.body), parts[1], extra)
     return head if head_only else head + response.body
 
 
@@ -446,9 +441,10 @@ _HEAD_PARTS: dict[tuple[int, str, bool], tuple[bytes, bytes]] = {}
 
 
 def _head_parts(status: int, content_type: str, keep_alive: bool) -> tuple[bytes, bytes]:
-    """A head without extra headers, in two parts around the Content-Length value."""
+    """The head's first lines in two parts around the Content-Length value; the second
+    ends with the Connection line (extra headers and the blank line follow)."""
     before = f"HTTP/1.1 {status} {_phrase(status)}\r\nContent-Type: {content_type}\r\nContent-Length: "
-    after = f"\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n\r\n"
+    after = f"\r\nConnection: {'keep-alive' if keep_alive else 'close'}\r\n"
     return before.encode("iso-8859-1", "replace"), after.encode("iso-8859-1", "replace")
 
 
