@@ -31,8 +31,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
-import yaml
-
 from qonnect_gitops.forge import (
     CommitState,
     CommitStatus,
@@ -69,7 +67,7 @@ from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import Goals, Plan
 from qonnect_gitops.model.fleet import ReviewForge
 from qonnect_gitops.model.status import HealthReason
-from qonnect_gitops.render.render import PLACEMENT_FILE
+from qonnect_gitops.render.placement_file import placement_files
 
 if TYPE_CHECKING:
     from qonnect_gitops.kb import KBReader
@@ -268,8 +266,7 @@ class ReviewBridge:
         if not self.loop.may_write(term):
             return False
         empty = Plan(reason="initial", components={})
-        files = {PLACEMENT_FILE: yaml.safe_dump(empty.model_dump(mode="json", by_alias=True)).encode()}
-        store.write_decision(files, summary="qonnect: plan branch created, nothing placed yet",
+        store.write_decision(placement_files(empty), summary="qonnect: plan branch created, nothing placed yet",
                              body="Review mode with a forge: pull requests of proposals need a base branch. "
                                   "This commit places nothing; the first proposal follows as a pull request.",
                              meta=DecisionMeta(result.goals_commit, term, 0, "initial"), clusters=(),
