@@ -14,16 +14,19 @@ from qonnect_gitops.kb import (
     KnowledgeBase,
     ReportEntry,
     ReportRecord,
-    heartbeat_from_goals,
-    inventory_from_goals,
-    workloads_from_goals,
 )
 from qonnect_gitops.kb.state import MAX_LOGGED_MOVES, saturating_add
-from qonnect_gitops.model import load_goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement
 from qonnect_gitops.model.report import AgentReport
-from tests.kb.transitions import changed_fields, dump_fields, every_transition, filled_kb
+from tests.kb.transitions import (
+    apply_goals,
+    changed_fields,
+    dump_fields,
+    every_transition,
+    filled_kb,
+    report_entry,
+)
 from tests.lead.harness import goals_files, report
 
 T0 = 1_800_000_000.0
@@ -41,15 +44,7 @@ def rep(cluster: str, **kw: Any) -> ReportRecord:
 def entry(cluster: str, received_at: float, body: dict[str, Any] | None = None,
           **kw: Any) -> ReportEntry:
     """A log entry of a report received at ``received_at`` (the lead's clock)."""
-    record = (ReportRecord.from_report(AgentReport.model_validate(body)) if body is not None
-              else rep(cluster, **kw))
-    return ReportEntry(cluster, received_at, record)
-
-
-def apply_goals(kb: KnowledgeBase, commit: str, files: dict[str, bytes], now: float) -> bool:
-    goals = load_goals(files)
-    return kb.apply_goals(commit, inventory_from_goals(goals), heartbeat_from_goals(goals),
-                          workloads_from_goals(goals), now)
+    return report_entry(cluster, received_at, body if body is not None else report(cluster, **kw))
 
 
 def kb_with_goals(clusters: tuple[str, ...] = ("edge-1", "edge-2"), grace: float = 10.0,
@@ -470,7 +465,7 @@ def test_unschedulable_components_show_in_the_cluster_rows_and_status() -> None:
     assert "edge-1" in section and "shop/web" in section and "0/1" in section and "Unschedulable" in section
 
 
-def test_the_planner_view_gives_the_same_snapshot_and_shares_nothing_mutable() -> None:
+def test_a_capture_gives_the_planner_the_same_snapshot_and_shares_nothing_mutable() -> None:
     kb = kb_with_goals(shop=True, grace=100.0)
     kb.apply_leader("lead-1", 1, T0)
     kb.apply_plan({"shop/web": {"edge-1": 1}, "shop/migrate": {"edge-1": 1}}, {}, "goals-changed",
@@ -480,7 +475,7 @@ def test_the_planner_view_gives_the_same_snapshot_and_shares_nothing_mutable() -
         body["latencies"] = [{"to": "eu-central", "ms": 20.0 + i}]
         body["components"].append(completion("shop/migrate"))
         kb.apply_reports([entry("edge-1", T0 + i, body), entry("edge-2", T0 + i)])
-    view = kb.planner_view()
+    view = kb.capture()
     for ts in (T0 + 5.5, T0 + 200):  # in the grace, and long after it
         assert view.snapshot(at(ts)) == kb.snapshot(at(ts))
     before = view.snapshot(at(T0 + 9))

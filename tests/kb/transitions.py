@@ -32,14 +32,25 @@ def _entry(cluster: str, at: float, latency_ms: float | None = 20.0,
                                    "desiredReplicas": 0, "completed": True})
     if claim:  # about a component not placed on this cluster: ignored and counted
         body["traffic"].append({"component": claim, "region": "eu-central", "rps": 1.0})
-    return ReportEntry(cluster, at, ReportRecord.from_report(AgentReport.model_validate(body)))
+    return report_entry(cluster, at, body)
+
+
+def report_entry(cluster: str, received_at: float, body: dict[str, Any]) -> ReportEntry:
+    """The log entry of the agent report ``body`` received at ``received_at`` (the lead's
+    clock): validated and typed as it travels through the log."""
+    return ReportEntry(cluster, received_at, ReportRecord.from_report(AgentReport.model_validate(body)))
+
+
+def apply_goals(kb: KnowledgeBase, commit: str, files: dict[str, bytes], now: float) -> bool:
+    """Record the goals ``files`` as ``commit``, as a lead's goals entry does."""
+    goals = load_goals(files)
+    return kb.apply_goals(commit, inventory_from_goals(goals), heartbeat_from_goals(goals),
+                          workloads_from_goals(goals), now)
 
 
 def _goals(kb: KnowledgeBase, commit: str, clusters: list[str], now: float, job_tag: str = "1",
            grace: float = 100.0) -> None:
-    goals = load_goals(goals_files(clusters, grace=grace, shop=True, job_tag=job_tag))
-    kb.apply_goals(commit, inventory_from_goals(goals), heartbeat_from_goals(goals),
-                   workloads_from_goals(goals), now)
+    apply_goals(kb, commit, goals_files(clusters, grace=grace, shop=True, job_tag=job_tag), now)
 
 
 def filled_kb() -> KnowledgeBase:
