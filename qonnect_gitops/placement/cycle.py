@@ -263,7 +263,7 @@ class Cycle:
                 self.ledger.occupy_all(cluster, runs, sums.get(cluster))
             if runs:
                 self.charges[cluster] = list(runs)
-        if cur is old and self.components is carry.components and self.completed == carry.completed:
+        if cur is old and self._same_works(carry):
             self.removed = list(carry.removed)  # the same placement in force and goals: the same removals
         else:
             self._removals()
@@ -303,7 +303,7 @@ class Cycle:
         if built.keys() <= carry.works.keys():
             # The last cycle's table (in key order) with what was decided anew put in.
             works = dict(carry.works)
-            if carry.components is not self.components or carry.completed != self.completed:
+            if not self._same_works(carry):
                 for key in (carry.works.keys() - self.components.keys()) | (carry.works.keys() & self.completed):
                     del works[key]
             works.update(built)
@@ -463,8 +463,11 @@ class Cycle:
         """Whether this cycle works on the very components of the last one (the same goals
         object, the same completed Jobs): then its ``works`` and the last cycle's have the
         same keys, and no fleet-wide comparison of them is needed."""
-        carry = self.carry
-        return carry is not None and carry.components is self.components and carry.completed == self.completed
+        return self.carry is not None and self._same_works(self.carry)
+
+    def _same_works(self, carry: Carry) -> bool:
+        """``same_works_as_carry`` against ``carry`` (also while it is being taken over)."""
+        return carry.components is self.components and carry.completed == self.completed
 
     def decided_works(self) -> list[Work]:
         """The components decided in this cycle, in key order (every one in a cycle from
