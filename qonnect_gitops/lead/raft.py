@@ -31,6 +31,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.atomic_replace import atomicReplace  # type: ignore[import-untyped]
 from pysyncobj.config import SERIALIZER_STATE  # type: ignore[import-untyped]
 from pysyncobj.monotonic import monotonic as pysyncobj_clock  # type: ignore[import-untyped]
+from pysyncobj.utility import TcpUtility, UtilityException  # type: ignore[import-untyped]
 
 from qonnect_gitops.kb import (
     KBReader,
@@ -57,6 +58,9 @@ class ProposalError(Exception):
         super().__init__(reason)
         self.reason = reason
 
+
+# The pysyncobj code version that brought ``ReplicatedKB.branch_heads`` (see there).
+BRANCH_HEADS_VERSION = 1
 
 # Report batches a lead remembers having proposed until they are applied (a batch commits
 # within a few hundred milliseconds; the batcher keeps one or two in flight).
@@ -185,6 +189,17 @@ class ReplicatedKB(SyncObjConsumer):
     def member_removed(self, raft: str, now: float) -> bool:
         with self.lock:
             return self.kb.apply_member_removed(raft, now)
+
+    # pysyncobj numbers the replicated methods in the order of (ver, consumer, name) and the
+    # log stores the number: a new method of version 0 would take a number between the
+    # existing ones and every older journal and dump would replay the wrong method. Added
+    # at a new code version it comes after all of them (tests/lead/test_raft_versions.py
+    # pins the numbers). A lead only proposes it once the group enabled that version
+    # (``RaftNode.heads_enabled``): a lead of older code could not apply it.
+    @replicated(ver=BRANCH_HEADS_VERSION)
+    def branch_heads(self, changes: dict[str, str | None], term: int) -> bool:
+        with self.lock:
+            return self.kb.apply_branch_heads(changes, term)
 
 
 def _fast_dump_compression() -> None:
@@ -835,6 +850,48 @@ class RaftNode:
             raise ProposalError("timeout")
         if box["err"] != FAIL_REASON.SUCCESS:
             raise ProposalError(fail_name(box["err"]))
+
+    # ---------------------------------------------------------- code version
+
+    def heads_enabled(self) -> bool:
+        """Whether the group's code version has ``ReplicatedKB.branch_heads`` (the leader may
+        propose it: every lead applies it)."""
+        return int(self.sync.getCodeVersion()) >= BRANCH_HEADS_VERSION
+
+    def enable_heads(self, timeout: float = 2.0) -> bool:
+        """On the leader: enable the code version of ``branch_heads`` once every other member
+        of the configuration runs code that has it, as each says over pysyncobj's admin
+        protocol (``status``: ``self_code_version``, what ``syncobj_admin -status`` shows).
+        A member that does not answer keeps it off: during a rolling upgrade an older lead
+        would fail on the new entries. True when enabled, now or before."""
+        if self.heads_enabled():
+            return True
+        if not self.is_leader():
+            return False
+        for node in sorted(self.sync.otherNodes, key=lambda n: n.address):
+            try:
+                status = TcpUtility(timeout=timeout).executeCommand(node.address, ["status"])
+            except UtilityException as exc:
+                log.info("raft_code_version_unknown", member=node.address, error=str(exc))
+                return False
+            version = status.get("self_code_version", 0) if isinstance(status, dict) else None
+            if not isinstance(version, int) or version < BRANCH_HEADS_VERSION:
+                log.info("raft_code_version_behind", member=node.address, version=version)
+                return False
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def on_result(result: Any, err: int) -> None:
+            box["err"] = err
+            done.set()
+
+        self.sync.setCodeVersion(BRANCH_HEADS_VERSION, callback=on_result)
+        if not done.wait(timeout) or box["err"] != FAIL_REASON.SUCCESS:
+            log.warning("raft_code_version_not_enabled", version=BRANCH_HEADS_VERSION,
+                        error=fail_name(box.get("err", -1)) if done.is_set() else "timeout")
+            return False
+        log.info("raft_code_version_enabled", version=BRANCH_HEADS_VERSION)
+        return True
 
     def destroy(self) -> None:
         """Stop the Raft node (closes sockets; the files stay) and release its garbage
