@@ -38,9 +38,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from qonnect_gitops.kb import KBReader, KnowledgeBase  # noqa: E402
-from qonnect_gitops.lead.loop import heads_changes, heads_chunks  # noqa: E402
-from qonnect_gitops.lead.raft import DUMP_PICKLE_PROTOCOL  # noqa: E402
+from qonnect_gitops.kb import KBReader, KnowledgeBase
+from qonnect_gitops.lead.loop import heads_changes, heads_chunks
+from qonnect_gitops.lead.raft import DUMP_PICKLE_PROTOCOL
 
 
 def _commit(i: int, salt: str = "") -> str:

@@ -7,14 +7,15 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterator
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from qonnect_gitops.lead.loop import MIRROR_DIR
-from tests.goals_repo import GoalsRepo, served_goals
 from tests.gitstore.helpers import git
+from tests.goals_repo import GoalsRepo, served_goals
 from tests.lead.fleet import TEMPLATE_CLUSTERS, Agents, agent_report, consistent_at, wait_for
 from tests.lead.harness import Lead, LeadGroup, http
 from tests.ports import free_ports
@@ -61,17 +62,17 @@ def test_the_leaders_answer_names_the_branch_head_it_pushed(
 
         # Followers name them too, from the KB.
         for follower in (lead for lead in group.leads if lead is not leader):
-            wait_for(lambda f=follower: answers_name(group, f, first), 10, "a follower's answers", group)
+            wait_for(partial(answers_name, group, follower, first), 10, "a follower's answers", group)
 
         # A manifest change moves the branches of the clusters that run it (and only those):
-        # the leader's answers follow the push.
+        # every lead's answers follow the push.
         new = goals.edit("apps/bookinfo/manifests/details.yaml", "details-v1:1.20.2", "details-v1:1.20.3",
                          "details")
         wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, new), 30, "second decision", group)
         second = heads(goals)
         assert second != first
         for lead in group.leads:
-            wait_for(lambda lead=lead: answers_name(group, lead, second), 10, "answers name the new heads", group)
+            wait_for(partial(answers_name, group, lead, second), 10, "answers name the new heads", group)
 
         # A new leader names the heads once it has fetched them in its own term.
         group.kill(leader)
