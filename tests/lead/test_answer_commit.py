@@ -89,6 +89,15 @@ def every_lead_names(group: LeadGroup, expected: dict[str, str]) -> bool:
     return all(answers_name(group, lead, expected) for lead in group.leads if lead.alive())
 
 
+def first_decision_named(group: LeadGroup, goals: GoalsRepo) -> dict[str, str]:
+    """Wait until the first decision is out and every lead names its heads; return them."""
+    group.wait_leader()
+    wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 30, "first decision", group)
+    first = heads(goals)
+    wait_for(lambda: every_lead_names(group, first), 15, "every lead names the heads", group)
+    return first
+
+
 def test_a_restarted_group_names_the_recorded_heads_before_it_reaches_git(
         make_group: Callable[..., LeadGroup], goals: GoalsRepo) -> None:
     """The heads are in the KB's journal and dump: a group restarted with its Git server out
@@ -96,10 +105,7 @@ def test_a_restarted_group_names_the_recorded_heads_before_it_reaches_git(
     group = make_group(clusters=TEMPLATE_CLUSTERS, repo_url=goals.url,
                        extra_args=["--poll-seconds", "1", "--reschedule-seconds", "60"])
     with Agents(group, TEMPLATE_CLUSTERS, interval=1.0):
-        group.wait_leader()
-        wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 30, "first decision", group)
-        first = heads(goals)
-        wait_for(lambda: every_lead_names(group, first), 15, "every lead names the heads", group)
+        first = first_decision_named(group, goals)
         group.stop()
         group.repo_url = f"git://127.0.0.1:{free_ports(1)[0]}/goals.git"  # nothing listens there
         group.start_all()
@@ -118,10 +124,7 @@ def test_an_unpublished_decision_is_never_named(make_group: Callable[..., LeadGr
     group = make_group(clusters=TEMPLATE_CLUSTERS, repo_url=goals.url, env={"QONNECT_FAULT_FILE": str(fault)},
                        extra_args=["--poll-seconds", "1", "--reschedule-seconds", "60"])
     with Agents(group, TEMPLATE_CLUSTERS, interval=1.0):
-        group.wait_leader()
-        wait_for(lambda: consistent_at(goals, TEMPLATE_CLUSTERS, goals.rev("main")), 30, "first decision", group)
-        first = heads(goals)
-        wait_for(lambda: every_lead_names(group, first), 15, "every lead names the heads", group)
+        first = first_decision_named(group, goals)
 
         # 1. The leader stops after recording the decision, before its push.
         fault.write_text("before-publish")
