@@ -29,6 +29,11 @@ leadership pauses the scheduler and aborts a cycle in flight before its push. Th
 push itself is a compare-and-swap on every ref, so a write from a deposed leader
 that slipped past both checks is refused by the Git server.
 
+Branch heads: after each cycle the leader records in the KB the cluster branch heads its
+mirror knows from the remote (fetched or accepted by a push, never a local write) where
+they differ from the recorded ones, so every lead's report answer names them
+(``_record_heads``; docs/git-layout.md).
+
 Degraded planning: when planning with everything the agents measured fails (a bug,
 or a value the planner cannot take), the cycle plans again from liveness alone
 (health and heartbeat ages, declared capacity and latency), so failover of the
