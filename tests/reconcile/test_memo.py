@@ -15,8 +15,8 @@ from qonnect_gitops.lead import reconcile
 from qonnect_gitops.lead.memo import DecisionMemo, observation_key, renders_alike, same_outcome
 from qonnect_gitops.lead.reconcile import open_mirror_for_goals, reconcile_once
 from qonnect_gitops.model import Goals, Observed, ParseCache, Plan
-from qonnect_gitops.model.plan import Assignment, ComponentPlan, Draining
 from qonnect_gitops.model.observed import ObservedCluster, empty_observation
+from qonnect_gitops.model.plan import Assignment, ComponentPlan, Draining
 from tests.goals_repo import GoalsRepo, served_goals
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
