@@ -55,19 +55,21 @@ from apscheduler.schedulers.background import BackgroundScheduler  # type: ignor
 from qonnect_gitops.gitstore import GitStoreError, StaleRef
 from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
 from qonnect_gitops.kb import (
+    PLAN_BASE_MOVED,
     KBReader,
     ReportEntry,
     ReportRecord,
     ReportVerdict,
     heartbeat_from_goals,
     inventory_from_goals,
+    placement_changes,
     workloads_from_goals,
 )
 from qonnect_gitops.lead.faults import armed, fault_point
 from qonnect_gitops.lead.latency_hold import LatencyHold, envelopes_broken, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.metrics import Metrics
-from qonnect_gitops.lead.raft import ProposalError, RaftNode
+from qonnect_gitops.lead.raft import PLAN_CHANGES_VERSION, ProposalError, RaftNode
 from qonnect_gitops.lead.reconcile import (
     CycleHooks,
     CycleResult,
@@ -80,7 +82,7 @@ from qonnect_gitops.lead.reconcile import (
 from qonnect_gitops.lead.review import TICK_SECONDS as REVIEW_TICK_SECONDS
 from qonnect_gitops.lead.review import ReviewBridge
 from qonnect_gitops.logs import get_logger, redact, redact_url
-from qonnect_gitops.model import Goals, GoalsError, Observed
+from qonnect_gitops.model import Goals, GoalsError, Observed, Plan
 from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
 from qonnect_gitops.model.observed import ObservedCluster
 from qonnect_gitops.placement.provision import fleet_record, next_deadline
@@ -149,6 +151,9 @@ class ReconcileLoop:
         self._envelopes: dict[str, list[float]] = {}
         self._goals: Goals | None = None  # the goals of the last cycle (pool rules)
         self._dynamic: set[str] = set()  # pool clusters of the last decision
+        # The generation and placement of the last decision this leader recorded in the KB
+        # in this term (``_record_plan``); None when unknown.
+        self._recorded: tuple[int, dict[str, dict[str, int]]] | None = None
         # The last decision, reused while its inputs hold (lead/memo.py); time-driven rules
         # get a fresh plan at least every rescheduling interval.
         self.memo = DecisionMemo(max_age_seconds=config.reschedule_seconds)
@@ -181,6 +186,7 @@ class ReconcileLoop:
                 self._mirror.distrust()
             self._leading, self._leading_term = True, term
             self._signatures.clear()  # judge reports afresh: another lead saw the ones before
+            self._recorded = None  # other leaders recorded decisions meanwhile
             self.memo.forget()
             self.latency_hold.refresh()
             self._seen_head = _UNKNOWN
@@ -414,12 +420,8 @@ class ReconcileLoop:
         if not self.may_write(term):
             raise Fenced("not leader with a quorum in the cycle's term")
         if result.written is not None and result.written.plan_commit is not None:
-            plan = result.plan
-            reasons = {move.component: move.reason for move in plan.moves}
             try:
-                generation = self.node.propose(
-                    self.node.state.plan, plan.placements(), reasons, plan.reason,
-                    result.goals_commit, term, now.timestamp(), unmet_of(plan))
+                generation = self._record_plan(result.plan, result.goals_commit, term, now)
             except ProposalError as exc:
                 raise Fenced(f"decision not recorded: {exc.reason}") from exc
             if generation == -1:
@@ -431,6 +433,32 @@ class ReconcileLoop:
             return
         if not self.may_write(term):
             raise Fenced("lost leadership while recording the decision")
+
+    def _record_plan(self, plan: Plan, goals_commit: str, term: int, now: datetime) -> int:
+        """Record a decision in the KB; returns the new generation (-1: refused, stale term).
+
+        Recorded as what it changed against the decision this leader recorded last
+        (``plan_changes``: one moved component among 100,000 is a few hundred bytes where
+        the whole placement is megabytes pickled, compressed, sent and applied on every
+        lead's Raft thread), unless that is not the one in force any more (an operator's
+        plan, a merged proposal, a proposal that timed out and committed later: the KB
+        refuses the change) or the group runs code without that entry; then whole."""
+        placements = plan.placements()
+        reasons = {move.component: move.reason for move in plan.moves}
+        state, at, unmet = self.node.state, now.timestamp(), unmet_of(plan)
+        recorded, self._recorded = self._recorded, None  # unknown until the KB answers
+        generation = PLAN_BASE_MOVED
+        if recorded is not None and self.node.code_version() >= PLAN_CHANGES_VERSION:
+            base, before = recorded
+            changed, removed = placement_changes(before, placements)
+            generation = self.node.propose(state.plan_changes, base, changed, removed, reasons,
+                                           plan.reason, goals_commit, term, at, unmet)
+        if generation == PLAN_BASE_MOVED:
+            generation = self.node.propose(state.plan, placements, reasons, plan.reason, goals_commit,
+                                           term, at, unmet)
+        if generation >= 0:
+            self._recorded = (generation, placements)
+        return int(generation)
 
     def _record_dynamic(self, result: CycleResult, now: datetime) -> None:
         """The pool clusters of the decision, in the KB before the push: their agents may
@@ -474,9 +502,11 @@ class ReconcileLoop:
         if recorded == (in_force.placements(), unmet_of(in_force)) or not self.may_write(term):
             return
         meta = mirror.store.decision_of(head)
+        placements = in_force.placements()
         try:
-            self.node.propose(self.node.state.plan, in_force.placements(), {}, meta.reason,
-                              meta.source, term, time.time(), unmet_of(in_force))
+            generation = self.node.propose(self.node.state.plan, placements, {}, meta.reason,
+                                           meta.source, term, time.time(), unmet_of(in_force))
+            self._recorded = (generation, placements) if generation >= 0 else None
         except ProposalError as exc:
             self._seen_head = seen  # try again next cycle
             log.warning("kb_sync_failed", reason=exc.reason)

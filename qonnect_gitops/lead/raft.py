@@ -58,6 +58,9 @@ class ProposalError(Exception):
         self.reason = reason
 
 
+# The pysyncobj code version that brought ``ReplicatedKB.plan_changes``.
+PLAN_CHANGES_VERSION = 1
+
 # Report batches a lead remembers having proposed until they are applied (a batch commits
 # within a few hundred milliseconds; the batcher keeps one or two in flight).
 MAX_PROPOSED_BATCHES = 64
@@ -185,6 +188,18 @@ class ReplicatedKB(SyncObjConsumer):
     def member_removed(self, raft: str, now: float) -> bool:
         with self.lock:
             return self.kb.apply_member_removed(raft, now)
+
+    # A method added after the first release takes a new pysyncobj code version: the log
+    # stores a method's number, numbered in the order of (version, name), so a new method
+    # of version 0 would renumber the others and old journals would replay the wrong one.
+    # A lead proposes it only once the group runs that version (``RaftNode.code_version``).
+    @replicated(ver=PLAN_CHANGES_VERSION)
+    def plan_changes(self, base: int, changed: dict[str, dict[str, int]], removed: list[str],
+                     reasons: dict[str, str], reason: str, goals_commit: str | None, term: int,
+                     now: float, unmet: list[dict[str, str]] | None = None) -> int:
+        with self.lock:
+            return self.kb.apply_plan_changes(base, changed, removed, reasons, reason, goals_commit,
+                                              term, now, unmet or ())
 
 
 def _fast_dump_compression() -> None:
@@ -741,6 +756,11 @@ class RaftNode:
         is connected. pysyncobj keeps an isolated leader in state leader until the
         fallback timeout; the quorum check closes most of that window."""
         return bool(self.sync._isLeader() and self.sync.hasQuorum)
+
+    def code_version(self) -> int:
+        """The pysyncobj code version the group runs (``setCodeVersion``): a replicated
+        method of a higher version must not be proposed yet (older leads cannot apply it)."""
+        return int(self.sync.getCodeVersion())
 
     def term(self) -> int:
         """The current Raft term of this node."""
