@@ -54,10 +54,18 @@ def _placement(components: int, shift: int = 0, moved: int = 0) -> dict[str, dic
     return out
 
 
-def _cpu(fn: Callable[[], Any]) -> tuple[float, Any]:
+def _cpu(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
     start = time.process_time()
-    value = fn()
+    value = fn(*args)
     return time.process_time() - start, value
+
+
+def _encode(args: tuple[Any, ...]) -> bytes:
+    return zlib.compress(pickle.dumps(args, protocol=2))
+
+
+def _decode(packed: bytes) -> Any:
+    return pickle.loads(zlib.decompress(packed))
 
 
 def _median(samples: list[float]) -> float:
@@ -78,12 +86,12 @@ def measure(components: int, moved: int) -> dict[str, Any]:
         for _ in range(RUNS):
             kb = KnowledgeBase()
             kb.apply_plan(before, {}, "initial", None, 1, T0)
-            seconds, packed = _cpu(lambda: zlib.compress(pickle.dumps(args, protocol=2)))
+            seconds, packed = _cpu(_encode, args)
             encode.append(seconds)
-            seconds, decoded = _cpu(lambda: pickle.loads(zlib.decompress(packed)))
+            seconds, decoded = _cpu(_decode, packed)
             decode.append(seconds)
             transition = kb.apply_plan if form == "whole" else kb.apply_plan_changes
-            seconds, generation = _cpu(lambda: transition(*decoded))
+            seconds, generation = _cpu(transition, *decoded)
             apply.append(seconds)
             assert generation == 2 and kb.placements == {c: w for c, w in after.items() if w}, form
         out[form] = {"entry_bytes": len(pickle.dumps(args, protocol=2)), "zlib_bytes": len(packed),
