@@ -535,12 +535,13 @@ class GcPauses:
     everything they allocated then sits in the youngest generation, which the next
     collection walks whole: 0.44 s (generation 0) and then 0.47 s (generation 1) at
     1,000 clusters, with the Raft thread stopped, and the leader lost its term. When a
-    collection starts with more than ``FREEZE_YOUNG_ABOVE`` young objects, they are
+    collection starts with more than ``FREEZE_YOUNG_ABOVE`` young objects (counted:
+    ``young_objects``), they are
     moved out of the collector's reach first (``gc.freeze``, what ``freeze_long_lived``
     does once the goals are applied), and the collection finds nothing to walk. Frozen
     objects are still freed by reference counting; only reference cycles among them would
-    stay, and the loader and the planner make none (a load of 1,000 clusters leaves no
-    cyclic garbage: measured with ``gc.DEBUG_SAVEALL``)."""
+    stay, and the loader, the KB's snapshot, the planner and the renderer make none
+    (tests/lead/test_gc_pauses.py, with ``gc.DEBUG_SAVEALL``)."""
 
     _installed: GcPauses | None = None
     _lock = threading.Lock()
