@@ -519,9 +519,22 @@ def freeze_long_lived() -> None:
 
 
 # A young generation this large at the start of a collection was built while the
-# collector was off (``gc.disable()`` around a goals load or a plan: millions of objects);
-# a normal one triggers at ``GC_THRESHOLDS[0]``.
-FREEZE_YOUNG_ABOVE = 100_000
+# collector was off (``gc.disable()`` around a goals load or a plan: hundreds of
+# thousands of objects); a normal one holds at most ``GC_THRESHOLDS[0]`` (generation 0)
+# and about ten times that more (generation 1). Walking 99,000 young objects took
+# 0.11-0.13 s at 3,000 clusters, a third of the leader fallback.
+FREEZE_YOUNG_ABOVE = 50_000
+
+
+def young_objects(generation: int) -> int:
+    """How many objects a collection of ``generation`` would walk outside generation 2:
+    those of generation 0 (and 1, for an older collection), counted, not taken from
+    ``gc.get_count()``. The count is the allocations minus the deallocations of any
+    generation: the goals or the plan of the last cycle freed inside a ``gc.disable()``
+    region took it down, and a plan that left 152,000 young objects showed 81,000
+    (a goals reload: 49,000 for 16,000). Counting generation 0 costs a few microseconds
+    at its normal size (700 objects), a fraction of collecting it."""
+    return sum(len(gc.get_objects(g)) for g in range(min(generation, 1) + 1))
 
 
 class GcPauses:
@@ -537,12 +550,13 @@ class GcPauses:
     everything they allocated then sits in the youngest generation, which the next
     collection walks whole: 0.44 s (generation 0) and then 0.47 s (generation 1) at
     1,000 clusters, with the Raft thread stopped, and the leader lost its term. When a
-    collection starts with more than ``FREEZE_YOUNG_ABOVE`` young objects, they are
+    collection starts with more than ``FREEZE_YOUNG_ABOVE`` young objects (counted:
+    ``young_objects``), they are
     moved out of the collector's reach first (``gc.freeze``, what ``freeze_long_lived``
     does once the goals are applied), and the collection finds nothing to walk. Frozen
     objects are still freed by reference counting; only reference cycles among them would
-    stay, and the loader and the planner make none (a load of 1,000 clusters leaves no
-    cyclic garbage: measured with ``gc.DEBUG_SAVEALL``)."""
+    stay, and the loader, the KB's snapshot, the planner and the renderer make none
+    (tests/lead/test_gc_pauses.py, with ``gc.DEBUG_SAVEALL``)."""
 
     _installed: GcPauses | None = None
     _lock = threading.Lock()
@@ -552,9 +566,14 @@ class GcPauses:
         self.longest_generation = -1
         self.total = 0.0  # seconds of all collections so far (the stall probe's attribution)
         self._started = 0.0
+        self._started_cpu = 0.0
+        # The most CPU one collection took on its thread (``longest`` is wall-clock time,
+        # which a busy machine stretches).
+        self.longest_cpu = 0.0
         # A pause this long is logged (a third of the leader fallback's default).
         self.log_above = 0.1
         self.young_frozen = 0  # collections that found a disabled region's graph and froze it
+        self.freeze_young_above = FREEZE_YOUNG_ABOVE
         self._users = 0
         self._thresholds = gc.get_threshold()  # restored when the last user releases it
 
@@ -585,23 +604,29 @@ class GcPauses:
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            young = gc.get_count()[0]
-            if young > FREEZE_YOUNG_ABOVE:
+            young = young_objects(info.get("generation", 0))
+            if young > self.freeze_young_above:
                 # Runs before the collection looks at its generations (CPython calls the
                 # callbacks first), so it finds them empty.
                 gc.freeze()
                 self.young_frozen += 1
                 log.info("gc_young_frozen", objects=young, thread=threading.current_thread().name)
+            self._started_cpu = time.thread_time()
             self._started = time.perf_counter()
             return
         pause = time.perf_counter() - self._started
+        cpu = time.thread_time() - self._started_cpu
         self.total += pause
         if pause > self.longest:
             self.longest, self.longest_generation = pause, info.get("generation", -1)
+        self.longest_cpu = max(self.longest_cpu, cpu)
         if pause > self.log_above:
-            # Which thread's allocations set it off, and how big: what to fix.
-            log.warning("gc_pause_long", seconds=round(pause, 3), generation=info.get("generation"),
-                        collected=info.get("collected"), thread=threading.current_thread().name)
+            # Which thread's allocations set it off, and how big: what to fix. ``cpu``: the
+            # collector's own work; the rest of ``seconds`` the collecting thread waited for
+            # a core or, entering these callbacks (Python code), for the interpreter lock.
+            log.warning("gc_pause_long", seconds=round(pause, 3), cpu=round(cpu, 3),
+                        generation=info.get("generation"), collected=info.get("collected"),
+                        thread=threading.current_thread().name)
 
 
 class _TimedSyncObj(SyncObj):  # type: ignore[misc]
