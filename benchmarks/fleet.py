@@ -23,8 +23,9 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   v2 ``ls-refs`` of main, plan and proposals; the decision memo recalls the plan and its
   rendering; nothing written); ``idle_cycle_first_s``: the first such cycle after a
   decision (the plan in force is new: it plans, renders and compares);
-  ``idle_cycle_replan_s``: a rescheduling cycle (plan and render afresh, compare, write
-  nothing), once per rescheduling interval. The garbage collector runs as in a lead
+  ``idle_cycle_replan_s``: a rescheduling cycle (plan afresh, find the decision in
+  force again, take the rendering its commit is known to hold, write nothing), once per
+  rescheduling interval and after a report that changed the picture. The garbage collector runs as in a lead
   (its thresholds, and what is alive frozen when a new goals commit is recorded): with
   Python's defaults a full collection of the whole fleet's goals (1.1 s at 10,000)
   lands in whichever cycle its allocation count falls.
@@ -420,8 +421,8 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         out["idle_cycle_first_s"], idle = _timed(lambda: cycle(observe_now, NOW))
         out["idle_cycle_s"], idle = _timed(lambda: cycle(observe_now, NOW))
         assert not idle.changed and not timer.seconds, "the idle cycle wrote something"
-        # What a rescheduling cycle costs (once per --reschedule-seconds): plan and render
-        # afresh, find the same decision, write nothing.
+        # What a rescheduling cycle costs (once per --reschedule-seconds): plan afresh,
+        # find the same decision (its rendering is known), write nothing.
         memo.forget()
         out["idle_cycle_replan_s"], idle = _timed(lambda: cycle(observe_now, NOW))
         assert not idle.changed and not timer.seconds, "the rescheduling cycle wrote something"

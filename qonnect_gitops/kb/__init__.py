@@ -13,13 +13,15 @@ from qonnect_gitops.kb.records import (
     WorkloadRecord,
 )
 from qonnect_gitops.kb.state import (
+    PLAN_BASE_MOVED,
     KnowledgeBase,
     heartbeat_from_goals,
     inventory_from_goals,
     iso,
+    placement_changes,
     workloads_from_goals,
 )
 
-__all__ = ["KBReader", "KnowledgeBase", "ReportEntry", "ReportRecord", "ReportVerdict",
+__all__ = ["PLAN_BASE_MOVED", "KBReader", "KnowledgeBase", "ReportEntry", "ReportRecord", "ReportVerdict",
            "WorkloadRecord", "heartbeat_from_goals", "inventory_from_goals", "iso",
-           "workloads_from_goals"]
+           "placement_changes", "workloads_from_goals"]

@@ -62,6 +62,9 @@ READABLE_VERSIONS = (1, 2)
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256, as Git prints it
 LatencySamples = tuple[tuple[float, float], ...]  # ((receivedAt, ms), ...) oldest first
 MAX_UNMET = 1000  # unmet goals kept with the plan in force (one per component and goal)
+# ``apply_plan_changes``: the placement in force is no longer the one the change was made
+# against (-1 is a stale term).
+PLAN_BASE_MOVED = -2
 DECISION_LOG_LIMIT = 256
 MAX_LOGGED_MOVES = 100  # moves a logged decision lists (``movesTotal`` counts them all)
 DEFAULT_GRACE_SECONDS = 20.0
@@ -115,6 +118,22 @@ def heartbeat_from_goals(goals: Goals) -> dict[str, float]:
         # A latency breach counts once it held through three reports in a row.
         "latencyWindowSeconds": LATENCY_WINDOW_REPORTS * float(hb.interval_seconds),
     }
+
+
+def placement_changes(before: Mapping[str, Mapping[str, int]], after: Mapping[str, Mapping[str, int]],
+                      ) -> tuple[dict[str, dict[str, int]], list[str]]:
+    """What ``apply_plan_changes`` needs to go from the placement ``before`` to ``after``:
+    the components whose replicas differ (with their new map) and those ``after`` leaves
+    out."""
+    changed = {comp: dict(where) for comp, where in after.items() if before.get(comp) != where}
+    removed = sorted(comp for comp in before if comp not in after)
+    return changed, removed
+
+
+def _placed(clusters: Mapping[str, int]) -> dict[str, int]:
+    """A component's replicas per cluster as the KB keeps them: clusters in name order,
+    none with zero replicas."""
+    return {cl: int(n) for cl, n in sorted(clusters.items()) if int(n) > 0}
 
 
 class KnowledgeBase:
@@ -431,10 +450,7 @@ class KnowledgeBase:
         if term < self.leader_term:
             self._log(now, "plan-refused", f"plan from stale term {term} refused", term=term)
             return -1
-        self.unmet = [
-            {"component": str(u["component"]), "goal": str(u["goal"]), "message": str(u["message"])}
-            for u in unmet[:MAX_UNMET]
-        ]
+        self._set_unmet(unmet)
         # A component with no replica anywhere is not placed: it is left out, so a plan
         # that places nothing equals the empty placement. Work grows with what changed:
         # a component placed as before keeps its (normalised) map, so a decision that
@@ -449,12 +465,73 @@ class KnowledgeBase:
             if kept is not None and clusters == kept:
                 new[comp] = kept
                 continue
-            where = {cl: int(n) for cl, n in sorted(clusters.items()) if int(n) > 0}
+            where = _placed(clusters)
             if where:
                 new[comp] = where
             if where != (kept or {}):
                 changed.append(comp)
-        changed.extend(comp for comp in old if comp not in new)
+        # Left out of the plan (one placed nowhere was counted above, once).
+        changed.extend(comp for comp in old if comp not in placements)
+        return self._put_in_force(new, changed, reasons, reason, goals_commit, term, now)
+
+    def apply_plan_changes(
+        self,
+        base: int,
+        changed: Mapping[str, Mapping[str, int]],
+        removed: Sequence[str],
+        reasons: Mapping[str, str],
+        reason: str,
+        goals_commit: str | None,
+        term: int,
+        now: float,
+        unmet: Sequence[Mapping[str, str]] = (),
+    ) -> int:
+        """Put a decision in force given as what it changes in the placement at generation
+        ``base``: the components placed anew or elsewhere (``changed``) and those no longer
+        placed (``removed``). The same outcome as ``apply_plan`` of the whole placement, at
+        the cost of the change: a leader's entry for one moved component among 100,000 is
+        a few hundred bytes instead of megabytes pickled, compressed, sent and applied on
+        every lead.
+
+        Returns -1 for a stale ``term`` (as ``apply_plan``), ``PLAN_BASE_MOVED`` when the
+        placement in force is no longer at ``base`` (another decision or an operator's
+        plan came first: the leader then proposes the whole placement), else as
+        ``apply_plan``."""
+        if term < self.leader_term:
+            self._log(now, "plan-refused", f"plan from stale term {term} refused", term=term)
+            return -1
+        if base != self.generation:
+            return PLAN_BASE_MOVED
+        self._set_unmet(unmet)
+        old = self.placements
+        new = dict(old)  # a dict of its own: a capture may share the old one
+        moved: list[str] = []
+        for comp in sorted(changed):
+            where = _placed(changed[comp])
+            if where == old.get(comp, {}):
+                continue
+            if where:
+                new[comp] = where
+            else:
+                new.pop(comp, None)
+            moved.append(comp)
+        for comp in sorted(set(removed) - changed.keys()):
+            if new.pop(comp, None) is not None:
+                moved.append(comp)
+        return self._put_in_force(new, moved, reasons, reason, goals_commit, term, now)
+
+    def _set_unmet(self, unmet: Sequence[Mapping[str, str]]) -> None:
+        self.unmet = [
+            {"component": str(u["component"]), "goal": str(u["goal"]), "message": str(u["message"])}
+            for u in unmet[:MAX_UNMET]
+        ]
+
+    def _put_in_force(self, new: dict[str, dict[str, int]], changed: list[str], reasons: Mapping[str, str],
+                      reason: str, goals_commit: str | None, term: int, now: float) -> int:
+        """Make ``new`` the placement in force, given the components whose map differs from
+        the one in force (``changed``): a new generation, logged with its moves, and the
+        per-cluster views of those components only. Nothing changed: the generation stays."""
+        old = self.placements
         if not changed:
             return self.generation
         generation = self.generation + 1

@@ -60,19 +60,21 @@ from apscheduler.schedulers.background import BackgroundScheduler  # type: ignor
 from qonnect_gitops.gitstore import GitStoreError, StaleRef
 from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
 from qonnect_gitops.kb import (
+    PLAN_BASE_MOVED,
     KBReader,
     ReportEntry,
     ReportRecord,
     ReportVerdict,
     heartbeat_from_goals,
     inventory_from_goals,
+    placement_changes,
     workloads_from_goals,
 )
 from qonnect_gitops.lead.faults import armed, fault_point
 from qonnect_gitops.lead.latency_hold import LatencyHold, envelopes_broken, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.metrics import Metrics
-from qonnect_gitops.lead.raft import ProposalError, RaftNode
+from qonnect_gitops.lead.raft import BRANCH_HEADS_VERSION, PLAN_CHANGES_VERSION, ProposalError, RaftNode
 from qonnect_gitops.lead.reconcile import (
     CycleHooks,
     CycleResult,
@@ -85,7 +87,7 @@ from qonnect_gitops.lead.reconcile import (
 from qonnect_gitops.lead.review import TICK_SECONDS as REVIEW_TICK_SECONDS
 from qonnect_gitops.lead.review import ReviewBridge
 from qonnect_gitops.logs import get_logger, redact, redact_url
-from qonnect_gitops.model import Goals, GoalsError, Observed
+from qonnect_gitops.model import Goals, GoalsError, Observed, Plan
 from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
 from qonnect_gitops.model.observed import ObservedCluster
 from qonnect_gitops.placement.provision import fleet_record, next_deadline
@@ -104,7 +106,7 @@ UNHEALTHY_AFTER = 3  # consecutive failed cycles after which /readyz says the lo
 # A branch-heads entry stays well below pysyncobj's 64 KiB append size (``ReportBatcher``):
 # about 45 KiB of names and commit ids, some 500 clusters; 10,000 changed heads are 20 entries.
 HEADS_ENTRY_BYTES = 45 * 1024
-HEADS_PROBE_SECONDS = 30.0  # how often a leader asks the members whether heads can be enabled
+VERSION_PROBE_SECONDS = 30.0  # how often a leader asks the members for their code version
 # Triggers that exist for rules acting on time alone: they always get a fresh plan.
 FRESH_PLAN = frozenset({"rescheduling", "provisioning", "elected", "manual"})
 
@@ -158,12 +160,15 @@ class ReconcileLoop:
         self._envelopes: dict[str, list[float]] = {}
         self._goals: Goals | None = None  # the goals of the last cycle (pool rules)
         self._dynamic: set[str] = set()  # pool clusters of the last decision
+        # The generation and placement of the last decision this leader recorded in the KB
+        # in this term (``_record_plan``); None when unknown.
+        self._recorded: tuple[int, dict[str, dict[str, int]]] | None = None
         # The last decision, reused while its inputs hold (lead/memo.py); time-driven rules
         # get a fresh plan at least every rescheduling interval.
         self.memo = DecisionMemo(max_age_seconds=config.reschedule_seconds)
         # Measured latencies as the planner saw them, held through jitter (lead/latency_hold.py).
         self.latency_hold = LatencyHold()
-        self._heads_probe_at = 0.0  # monotonic: when to ask the members again (enable_heads)
+        self._heads_probe_at = 0.0  # monotonic: when to ask the members again (enable_code_version)
         self.cycles = 0
         self.last_cycle: dict[str, Any] | None = None
         self.last_error: str | None = None
@@ -191,6 +196,7 @@ class ReconcileLoop:
                 self._mirror.distrust()
             self._leading, self._leading_term = True, term
             self._signatures.clear()  # judge reports afresh: another lead saw the ones before
+            self._recorded = None  # other leaders recorded decisions meanwhile
             self.memo.forget()
             self.latency_hold.refresh()
             self._seen_head = _UNKNOWN
@@ -425,12 +431,8 @@ class ReconcileLoop:
         if not self.may_write(term):
             raise Fenced("not leader with a quorum in the cycle's term")
         if result.written is not None and result.written.plan_commit is not None:
-            plan = result.plan
-            reasons = {move.component: move.reason for move in plan.moves}
             try:
-                generation = self.node.propose(
-                    self.node.state.plan, plan.placements(), reasons, plan.reason,
-                    result.goals_commit, term, now.timestamp(), unmet_of(plan))
+                generation = self._record_plan(result.plan, result.goals_commit, term, now)
             except ProposalError as exc:
                 raise Fenced(f"decision not recorded: {exc.reason}") from exc
             if generation == -1:
@@ -442,6 +444,32 @@ class ReconcileLoop:
             return
         if not self.may_write(term):
             raise Fenced("lost leadership while recording the decision")
+
+    def _record_plan(self, plan: Plan, goals_commit: str, term: int, now: datetime) -> int:
+        """Record a decision in the KB; returns the new generation (-1: refused, stale term).
+
+        Recorded as what it changed against the decision this leader recorded last
+        (``plan_changes``: one moved component among 100,000 is a few hundred bytes where
+        the whole placement is megabytes pickled, compressed, sent and applied on every
+        lead's Raft thread), unless that is not the one in force any more (an operator's
+        plan, a merged proposal, a proposal that timed out and committed later: the KB
+        refuses the change) or the group runs code without that entry; then whole."""
+        placements = plan.placements()
+        reasons = {move.component: move.reason for move in plan.moves}
+        state, at, unmet = self.node.state, now.timestamp(), unmet_of(plan)
+        recorded, self._recorded = self._recorded, None  # unknown until the KB answers
+        generation = PLAN_BASE_MOVED
+        if recorded is not None and self.node.code_version() >= PLAN_CHANGES_VERSION:
+            base, before = recorded
+            changed, removed = placement_changes(before, placements)
+            generation = self.node.propose(state.plan_changes, base, changed, removed, reasons,
+                                           plan.reason, goals_commit, term, at, unmet)
+        if generation == PLAN_BASE_MOVED:
+            generation = self.node.propose(state.plan, placements, reasons, plan.reason, goals_commit,
+                                           term, at, unmet)
+        if generation >= 0:
+            self._recorded = (generation, placements)
+        return int(generation)
 
     def _record_dynamic(self, result: CycleResult, now: datetime) -> None:
         """The pool clusters of the decision, in the KB before the push: their agents may
@@ -471,11 +499,11 @@ class ReconcileLoop:
         every lead answers reports with them. The mirror knows only what the remote showed
         or accepted, never a local write, so nothing unpublished is recorded; a head this
         leader no longer knows (a refused push) is withdrawn."""
-        if not self.node.heads_enabled():
+        if self.node.code_version() < BRANCH_HEADS_VERSION:
             if time.monotonic() < self._heads_probe_at:
                 return
-            self._heads_probe_at = time.monotonic() + HEADS_PROBE_SECONDS
-            if not self.node.enable_heads():
+            self._heads_probe_at = time.monotonic() + VERSION_PROBE_SECONDS
+            if self.node.enable_code_version() < BRANCH_HEADS_VERSION:
                 return
         mirror = self._mirror
         if mirror is None or not self.may_write(term):
@@ -510,9 +538,11 @@ class ReconcileLoop:
         if recorded == (in_force.placements(), unmet_of(in_force)) or not self.may_write(term):
             return
         meta = mirror.store.decision_of(head)
+        placements = in_force.placements()
         try:
-            self.node.propose(self.node.state.plan, in_force.placements(), {}, meta.reason,
-                              meta.source, term, time.time(), unmet_of(in_force))
+            generation = self.node.propose(self.node.state.plan, placements, {}, meta.reason,
+                                           meta.source, term, time.time(), unmet_of(in_force))
+            self._recorded = (generation, placements) if generation >= 0 else None
         except ProposalError as exc:
             self._seen_head = seen  # try again next cycle
             log.warning("kb_sync_failed", reason=exc.reason)

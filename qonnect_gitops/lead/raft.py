@@ -59,8 +59,11 @@ class ProposalError(Exception):
         self.reason = reason
 
 
-# The pysyncobj code version that brought ``ReplicatedKB.branch_heads`` (see there).
-BRANCH_HEADS_VERSION = 1
+# The pysyncobj code versions that brought ``ReplicatedKB.plan_changes`` and
+# ``ReplicatedKB.branch_heads``; ``CODE_VERSION``: the newest this code has.
+PLAN_CHANGES_VERSION = 1
+BRANCH_HEADS_VERSION = 2
+CODE_VERSION = BRANCH_HEADS_VERSION
 
 # Report batches a lead remembers having proposed until they are applied (a batch commits
 # within a few hundred milliseconds; the batcher keeps one or two in flight).
@@ -190,12 +193,20 @@ class ReplicatedKB(SyncObjConsumer):
         with self.lock:
             return self.kb.apply_member_removed(raft, now)
 
-    # pysyncobj numbers the replicated methods in the order of (ver, consumer, name) and the
-    # log stores the number: a new method of version 0 would take a number between the
-    # existing ones and every older journal and dump would replay the wrong method. Added
-    # at a new code version it comes after all of them (tests/lead/test_raft_versions.py
-    # pins the numbers). A lead only proposes it once the group enabled that version
-    # (``RaftNode.heads_enabled``): a lead of older code could not apply it.
+    # A method added after the first release takes a new pysyncobj code version: the log
+    # stores a method's number, numbered in the order of (version, name), so a new method
+    # of version 0 would renumber the others and old journals would replay the wrong one.
+    # A lead proposes it only once the group runs that version (``RaftNode.code_version``;
+    # the leader raises it with ``RaftNode.enable_code_version``). The numbers are pinned
+    # by tests/lead/test_raft_versions.py.
+    @replicated(ver=PLAN_CHANGES_VERSION)
+    def plan_changes(self, base: int, changed: dict[str, dict[str, int]], removed: list[str],
+                     reasons: dict[str, str], reason: str, goals_commit: str | None, term: int,
+                     now: float, unmet: list[dict[str, str]] | None = None) -> int:
+        with self.lock:
+            return self.kb.apply_plan_changes(base, changed, removed, reasons, reason, goals_commit,
+                                              term, now, unmet or ())
+
     @replicated(ver=BRANCH_HEADS_VERSION)
     def branch_heads(self, changes: dict[str, str | None], term: int) -> bool:
         with self.lock:
@@ -519,9 +530,22 @@ def freeze_long_lived() -> None:
 
 
 # A young generation this large at the start of a collection was built while the
-# collector was off (``gc.disable()`` around a goals load or a plan: millions of objects);
-# a normal one triggers at ``GC_THRESHOLDS[0]``.
-FREEZE_YOUNG_ABOVE = 100_000
+# collector was off (``gc.disable()`` around a goals load or a plan: hundreds of
+# thousands of objects); a normal one holds at most ``GC_THRESHOLDS[0]`` (generation 0)
+# and about ten times that more (generation 1). Walking 99,000 young objects took
+# 0.11-0.13 s at 3,000 clusters, a third of the leader fallback.
+FREEZE_YOUNG_ABOVE = 50_000
+
+
+def young_objects(generation: int) -> int:
+    """How many objects a collection of ``generation`` would walk outside generation 2:
+    those of generation 0 (and 1, for an older collection), counted, not taken from
+    ``gc.get_count()``. The count is the allocations minus the deallocations of any
+    generation: the goals or the plan of the last cycle freed inside a ``gc.disable()``
+    region took it down, and a plan that left 152,000 young objects showed 81,000
+    (a goals reload: 49,000 for 16,000). Counting generation 0 costs a few microseconds
+    at its normal size (700 objects), a fraction of collecting it."""
+    return sum(len(gc.get_objects(g)) for g in range(min(generation, 1) + 1))
 
 
 class GcPauses:
@@ -537,12 +561,13 @@ class GcPauses:
     everything they allocated then sits in the youngest generation, which the next
     collection walks whole: 0.44 s (generation 0) and then 0.47 s (generation 1) at
     1,000 clusters, with the Raft thread stopped, and the leader lost its term. When a
-    collection starts with more than ``FREEZE_YOUNG_ABOVE`` young objects, they are
+    collection starts with more than ``FREEZE_YOUNG_ABOVE`` young objects (counted:
+    ``young_objects``), they are
     moved out of the collector's reach first (``gc.freeze``, what ``freeze_long_lived``
     does once the goals are applied), and the collection finds nothing to walk. Frozen
     objects are still freed by reference counting; only reference cycles among them would
-    stay, and the loader and the planner make none (a load of 1,000 clusters leaves no
-    cyclic garbage: measured with ``gc.DEBUG_SAVEALL``)."""
+    stay, and the loader, the KB's snapshot, the planner and the renderer make none
+    (tests/lead/test_gc_pauses.py, with ``gc.DEBUG_SAVEALL``)."""
 
     _installed: GcPauses | None = None
     _lock = threading.Lock()
@@ -552,9 +577,14 @@ class GcPauses:
         self.longest_generation = -1
         self.total = 0.0  # seconds of all collections so far (the stall probe's attribution)
         self._started = 0.0
+        self._started_cpu = 0.0
+        # The most CPU one collection took on its thread (``longest`` is wall-clock time,
+        # which a busy machine stretches).
+        self.longest_cpu = 0.0
         # A pause this long is logged (a third of the leader fallback's default).
         self.log_above = 0.1
         self.young_frozen = 0  # collections that found a disabled region's graph and froze it
+        self.freeze_young_above = FREEZE_YOUNG_ABOVE
         self._users = 0
         self._thresholds = gc.get_threshold()  # restored when the last user releases it
 
@@ -585,23 +615,29 @@ class GcPauses:
 
     def _on_gc(self, phase: str, info: dict[str, int]) -> None:
         if phase == "start":
-            young = gc.get_count()[0]
-            if young > FREEZE_YOUNG_ABOVE:
+            young = young_objects(info.get("generation", 0))
+            if young > self.freeze_young_above:
                 # Runs before the collection looks at its generations (CPython calls the
                 # callbacks first), so it finds them empty.
                 gc.freeze()
                 self.young_frozen += 1
                 log.info("gc_young_frozen", objects=young, thread=threading.current_thread().name)
+            self._started_cpu = time.thread_time()
             self._started = time.perf_counter()
             return
         pause = time.perf_counter() - self._started
+        cpu = time.thread_time() - self._started_cpu
         self.total += pause
         if pause > self.longest:
             self.longest, self.longest_generation = pause, info.get("generation", -1)
+        self.longest_cpu = max(self.longest_cpu, cpu)
         if pause > self.log_above:
-            # Which thread's allocations set it off, and how big: what to fix.
-            log.warning("gc_pause_long", seconds=round(pause, 3), generation=info.get("generation"),
-                        collected=info.get("collected"), thread=threading.current_thread().name)
+            # Which thread's allocations set it off, and how big: what to fix. ``cpu``: the
+            # collector's own work; the rest of ``seconds`` the collecting thread waited for
+            # a core or, entering these callbacks (Python code), for the interpreter lock.
+            log.warning("gc_pause_long", seconds=round(pause, 3), cpu=round(cpu, 3),
+                        generation=info.get("generation"), collected=info.get("collected"),
+                        thread=threading.current_thread().name)
 
 
 class _TimedSyncObj(SyncObj):  # type: ignore[misc]
@@ -757,6 +793,11 @@ class RaftNode:
         fallback timeout; the quorum check closes most of that window."""
         return bool(self.sync._isLeader() and self.sync.hasQuorum)
 
+    def code_version(self) -> int:
+        """The pysyncobj code version the group runs (``setCodeVersion``): a replicated
+        method of a higher version must not be proposed yet (older leads cannot apply it)."""
+        return int(self.sync.getCodeVersion())
+
     def term(self) -> int:
         """The current Raft term of this node."""
         return int(self.sync.raftCurrentTerm)
@@ -853,31 +894,31 @@ class RaftNode:
 
     # ---------------------------------------------------------- code version
 
-    def heads_enabled(self) -> bool:
-        """Whether the group's code version has ``ReplicatedKB.branch_heads`` (the leader may
-        propose it: every lead applies it)."""
-        return int(self.sync.getCodeVersion()) >= BRANCH_HEADS_VERSION
-
-    def enable_heads(self, timeout: float = 2.0) -> bool:
-        """On the leader: enable the code version of ``branch_heads`` once every other member
-        of the configuration runs code that has it, as each says over pysyncobj's admin
-        protocol (``status``: ``self_code_version``, what ``syncobj_admin -status`` shows).
-        A member that does not answer keeps it off: during a rolling upgrade an older lead
-        would fail on the new entries. True when enabled, now or before."""
-        if self.heads_enabled():
-            return True
-        if not self.is_leader():
-            return False
+    def enable_code_version(self, timeout: float = 2.0) -> int:
+        """On the leader: raise the group's code version to the newest that every member
+        runs (at most ``CODE_VERSION``), as each says over pysyncobj's admin protocol
+        (``status``: ``self_code_version``, what ``syncobj_admin -status`` shows). A member
+        that does not answer holds it where it is: during a rolling upgrade an older lead
+        would fail on entries it does not know. Returns the version the group runs."""
+        current = self.code_version()
+        if current >= CODE_VERSION or not self.is_leader():
+            return current
+        target = CODE_VERSION
         for node in sorted(self.sync.otherNodes, key=lambda n: n.address):
             try:
                 status = TcpUtility(timeout=timeout).executeCommand(node.address, ["status"])
             except UtilityException as exc:
                 log.info("raft_code_version_unknown", member=node.address, error=str(exc))
-                return False
+                return current
             version = status.get("self_code_version", 0) if isinstance(status, dict) else None
-            if not isinstance(version, int) or version < BRANCH_HEADS_VERSION:
+            if not isinstance(version, int):
+                log.info("raft_code_version_unknown", member=node.address, error="no status")
+                return current
+            if version < target:
                 log.info("raft_code_version_behind", member=node.address, version=version)
-                return False
+                target = version
+        if target <= current:
+            return current
         done = threading.Event()
         box: dict[str, Any] = {}
 
@@ -885,13 +926,13 @@ class RaftNode:
             box["err"] = err
             done.set()
 
-        self.sync.setCodeVersion(BRANCH_HEADS_VERSION, callback=on_result)
+        self.sync.setCodeVersion(target, callback=on_result)
         if not done.wait(timeout) or box["err"] != FAIL_REASON.SUCCESS:
-            log.warning("raft_code_version_not_enabled", version=BRANCH_HEADS_VERSION,
+            log.warning("raft_code_version_not_enabled", version=target,
                         error=fail_name(box.get("err", -1)) if done.is_set() else "timeout")
-            return False
-        log.info("raft_code_version_enabled", version=BRANCH_HEADS_VERSION)
-        return True
+            return self.code_version()
+        log.info("raft_code_version_enabled", version=target, was=current)
+        return target
 
     def destroy(self) -> None:
         """Stop the Raft node (closes sockets; the files stay) and release its garbage

@@ -40,7 +40,7 @@ from qonnect_gitops.gitstore.tree import (
     tree_id_of,
     tree_ids_under,
 )
-from qonnect_gitops.lead.memo import DecisionMemo
+from qonnect_gitops.lead.memo import DecisionMemo, same_outcome
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import (
     CurrentPlacement,
@@ -53,7 +53,7 @@ from qonnect_gitops.model import (
 )
 from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
 from qonnect_gitops.model.plan import DecisionReason
-from qonnect_gitops.placement.provision import plan_with_pools, state_key, with_members
+from qonnect_gitops.placement.provision import plan_with_pools, with_members
 from qonnect_gitops.render import RenderedPlan, render
 from qonnect_gitops.render.describe import plan_markdown
 from qonnect_gitops.render.placement_file import (
@@ -279,14 +279,7 @@ def same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: Rend
         previous = plan_in_force(mirror, commit)
     except RuntimeError:
         return False
-    unplaced = sorted((u.component, u.replicas) for u in plan.unplaced)
-    unmet = sorted((u.component, u.goal) for u in plan.unmet)
-    return (
-        previous.placements() == plan.placements()
-        and state_key(previous.provisioning) == state_key(plan.provisioning)
-        and unplaced == sorted((u.component, u.replicas) for u in previous.unplaced)
-        and unmet == sorted((u.component, u.goal) for u in previous.unmet)
-    )
+    return same_outcome(previous, plan)
 
 
 def _same_decision(mirror: Mirror, commit: str | None, plan: Plan, rendered: RenderedPlan,
@@ -402,22 +395,25 @@ def reconcile_once(
         degraded = f"planning with measurements failed ({type(exc).__name__}: {exc}); planned from liveness only"
         log.error("plan_degraded", error=exc)
         decision = plan_with_pools(goals, fallback(goals), current(), provisioning)
-    if recalled is not None:
-        rendered = recalled[1]
-        log.debug("decision_recalled", goals=goals_commit[:12], plan=head)
-    else:
-        rendered = render(with_members(goals, decision.provisioning), decision)
-        if memo is not None:
-            if degraded is None:
-                memo.remember(goals, head, observed, now, decision, rendered)
-            else:
-                memo.forget()  # a degraded plan is redone as soon as measurements allow
     meta = DecisionMeta(source=goals_commit, term=term, generation=generation + 1,
                         reason=decision.reason)
     result = CycleResult(goals_commit, decision, generation, degraded=degraded)
     review = needs_review(goals, decision.reason) and not finishes(mirror, head, decision)
     open_proposals = [p for p in mirror.store.list_proposals() if p.base == head] if review else []
     baseline = open_proposals[-1].commit if open_proposals else head
+    if recalled is not None:
+        rendered = recalled[1]
+        log.debug("decision_recalled", goals=goals_commit[:12], plan=head)
+    else:
+        # A fresh plan that found the decision the baseline already holds takes that
+        # rendering: the whole fleet is neither rendered nor compared again (lead/memo.py).
+        known = memo.rendering_for(goals, baseline, decision) if memo is not None and degraded is None else None
+        rendered = known if known is not None else render(with_members(goals, decision.provisioning), decision)
+        if memo is not None:
+            if degraded is None:
+                memo.remember(goals, head, observed, now, decision, rendered)
+            else:
+                memo.forget()  # a degraded plan is redone as soon as measurements allow
     if _same_decision(mirror, baseline, decision, rendered, memo):
         log.info("reconcile_unchanged", goals=goals_commit[:12], generation=generation)
         if head is not None:

@@ -141,19 +141,23 @@ def _anchors_first(followers: list[Work]) -> list[Work]:
     by_key = {w.key: w for w in followers}
     done: set[str] = set()
     out: list[Work] = []
-
-    def visit(w: Work) -> None:
-        if w.key in done:
-            return
-        done.add(w.key)
-        for anchor in w.component.colocate_with:
-            if anchor in by_key:
-                visit(by_key[anchor])
-        out.append(w)
-
     for w in followers:
-        visit(w)
+        _visit_anchors(w, by_key, done, out)
     return out
+
+
+def _visit_anchors(w: Work, by_key: dict[str, Work], done: set[str], out: list[Work]) -> None:
+    """Append ``w`` to ``out`` after the followers it follows. A function of the module, not
+    a closure calling itself: that closure was a reference cycle holding every follower,
+    and the lead freezes what a plan leaves (lead/raft.py ``GcPauses``), so each plan's
+    cycle stayed for the life of the process."""
+    if w.key in done:
+        return
+    done.add(w.key)
+    for anchor in w.component.colocate_with:
+        if anchor in by_key:
+            _visit_anchors(by_key[anchor], by_key, done, out)
+    out.append(w)
 
 
 def follow(cycle: Cycle, work: Work) -> None:

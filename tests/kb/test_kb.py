@@ -15,7 +15,7 @@ from qonnect_gitops.kb import (
     ReportEntry,
     ReportRecord,
 )
-from qonnect_gitops.kb.state import MAX_LOGGED_MOVES, saturating_add
+from qonnect_gitops.kb.state import MAX_LOGGED_MOVES, PLAN_BASE_MOVED, placement_changes, saturating_add
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement
 from qonnect_gitops.model.report import AgentReport
@@ -502,3 +502,40 @@ def test_a_capture_keeps_the_state_it_was_taken_at_while_every_transition_moves_
     assert pickle.dumps(view.to_dict()) == taken
     restored = KnowledgeBase.from_dict(pickle.loads(pickle.dumps(view.to_dict())))
     assert restored.to_dict() == pickle.loads(taken)
+
+
+@settings(max_examples=80, deadline=None)
+@given(_plans)
+def test_a_plan_given_as_its_changes_ends_where_the_whole_plan_does(
+        plans: list[dict[str, dict[str, int]]]) -> None:
+    """A leader proposes what its decision changed against the one it recorded before
+    (``placement_changes``, ``apply_plan_changes``): every lead must end exactly where
+    ``apply_plan`` of the whole placement ends, generations, moves and views included."""
+    whole, by_changes = KnowledgeBase(), KnowledgeBase()
+    before: dict[str, dict[str, int]] = {}
+    for index, plan in enumerate(plans):
+        reasons = {comp: f"reason {index}" for comp in list(plan)[:1]}
+        generation = whole.apply_plan(plan, reasons, "rescheduling", None, 0, T0 + index)
+        changed, removed = placement_changes(before, plan)
+        assert by_changes.apply_plan_changes(by_changes.generation, changed, removed, reasons,
+                                             "rescheduling", None, 0, T0 + index) == generation
+        before = plan
+        for name in ("placements", "generation", "cluster_generations", "last_moved", "_placed_on",
+                     "decisions", "unmet"):
+            assert getattr(by_changes, name) == getattr(whole, name), name
+
+
+def test_a_plan_change_against_another_generation_or_from_an_old_term_is_refused() -> None:
+    kb = KnowledgeBase()
+    kb.apply_leader("lead-2", 3, T0)
+    first = kb.apply_plan({"shop/web": {"edge-1": 1}}, {}, "initial", None, 3, T0)
+    assert first == 1
+    kb.apply_plan({"shop/web": {"edge-2": 1}}, {}, "rescheduling", None, 3, T0 + 1)  # an operator's plan
+    # The leader's change was made against generation 1: the plan in force moved since.
+    assert kb.apply_plan_changes(first, {"shop/web": {"edge-3": 1}}, [], {}, "failover", None, 3,
+                                 T0 + 2) == PLAN_BASE_MOVED
+    assert kb.placements == {"shop/web": {"edge-2": 1}} and kb.generation == 2
+    assert kb.apply_plan_changes(2, {"shop/web": {"edge-3": 1}}, [], {}, "failover", None, 2, T0 + 3) == -1
+    assert kb.apply_plan_changes(2, {"shop/db": {"edge-1": 1}}, ["shop/web"], {}, "failover", None, 3,
+                                 T0 + 4) == 3
+    assert kb.placements == {"shop/db": {"edge-1": 1}}

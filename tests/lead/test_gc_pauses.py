@@ -8,9 +8,14 @@ from __future__ import annotations
 
 import gc
 import logging
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
+from qonnect_gitops.kb import KnowledgeBase, heartbeat_from_goals, inventory_from_goals, workloads_from_goals
 from qonnect_gitops.lead.raft import GC_THRESHOLDS, GcPauses, RaftNode
+from qonnect_gitops.model import CurrentPlacement, ParseCache, load_goals
+from qonnect_gitops.placement import plan
+from qonnect_gitops.render import render
 from tests.ports import free_ports
 
 
@@ -82,3 +87,41 @@ def test_a_stopped_node_leaves_nothing_that_logs_a_pause(tmp_path: Path) -> None
     finally:
         logger.removeHandler(handler)
         node.destroy()
+
+
+def _cycle_structures(files: dict[str, bytes], cache: ParseCache, at: datetime) -> list[object]:
+    """What a leader's cycle builds and keeps until the next one (and ``GcPauses`` may
+    freeze): the goals, the Knowledge Base's inventory and snapshot, the plan, its
+    rendering."""
+    goals = load_goals(files, cache)
+    kb = KnowledgeBase()
+    kb.apply_goals("0" * 40, inventory_from_goals(goals), heartbeat_from_goals(goals),
+                   workloads_from_goals(goals), at.timestamp())
+    observed = kb.snapshot(at)
+    decision = plan(goals, observed, CurrentPlacement())
+    again = plan(goals, observed, decision.current())
+    return [goals, kb, observed, decision, again, render(goals, again)]
+
+
+def test_what_a_cycle_builds_is_freed_by_reference_counting(template_files: dict[str, bytes]) -> None:
+    """Frozen objects are freed only by reference counting: what a cycle builds (which the
+    recorder freezes when it is big) must hold no reference cycle, or each frozen cycle
+    would stay for the life of the lead. With ``DEBUG_SAVEALL`` the collector keeps
+    everything it would have freed as cyclic garbage in ``gc.garbage``."""
+    at = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
+    cache = ParseCache()
+    _cycle_structures(template_files, cache, at)  # first use: lazy module-level set-up
+    gc.collect()
+    assert not gc.garbage
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    try:
+        for second in range(3):  # a new load, plan and rendering each time, as cycles go
+            kept = _cycle_structures(dict(template_files), cache, at + timedelta(seconds=second))
+            assert kept[3].components  # it planned something
+            del kept
+        gc.collect()
+        cyclic = [type(o).__qualname__ for o in gc.garbage]
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+    assert cyclic == []

@@ -28,6 +28,7 @@ from qonnect_gitops.lead.raft import (
     ReplicatedKB,
     ReportBatcher,
     TickGaps,
+    young_objects,
 )
 from qonnect_gitops.lead.tokens import TokenStore, create_tokens
 from qonnect_gitops.model.report import AgentReport, _quantity_units
@@ -181,6 +182,35 @@ def test_a_graph_built_with_the_collector_off_is_frozen_not_walked() -> None:
         assert pauses.young_frozen == before + 1
     finally:
         del graph
+        gc.unfreeze()
+
+
+@pytest.mark.usefixtures("gc_recorder")
+def test_a_graph_built_while_an_older_one_was_freed_is_frozen_too() -> None:
+    """The collector's young count is allocations minus deallocations of any generation:
+    a plan that frees the last cycle's plan as it builds its own leaves a large young
+    generation behind a small count. ``GcPauses`` counts the generation itself, freezes
+    it, and what it froze is freed by reference counting once dropped."""
+    pauses = GcPauses.install()
+    size = FREEZE_YOUNG_ABOVE + 10_000
+    old = [[i] for i in range(size)]  # the last cycle's plan
+    gc.collect()
+    gc.disable()
+    try:
+        new = [[i] for i in range(size)]
+        del old  # freed meanwhile: the count goes down by as much
+    finally:
+        gc.enable()
+    before, frozen_before = pauses.young_frozen, gc.get_freeze_count()
+    assert gc.get_count()[0] < pauses.freeze_young_above < young_objects(0)
+    try:
+        gc.collect(0)
+        assert pauses.young_frozen == before + 1
+        assert gc.get_freeze_count() >= frozen_before + size
+        frozen = gc.get_freeze_count()
+        del new
+        assert gc.get_freeze_count() <= frozen - size  # freed without a collection
+    finally:
         gc.unfreeze()
 
 

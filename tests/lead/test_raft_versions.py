@@ -1,7 +1,8 @@
 """pysyncobj stores each replicated call in the journal and dumps by number, numbered in the
 order of (code version, consumer, method name): these numbers must never change, or journals
 and dumps written by an older lead replay the wrong methods. A new entry type is added at a
-new code version (``ReplicatedKB.branch_heads``), which numbers it after the others."""
+new code version (``ReplicatedKB.plan_changes``, ``ReplicatedKB.branch_heads``), which numbers
+it after the others."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qonnect_gitops.lead.raft import BRANCH_HEADS_VERSION, RaftNode, RaftTiming
+from qonnect_gitops.lead.raft import BRANCH_HEADS_VERSION, CODE_VERSION, RaftNode, RaftTiming
 from tests.ports import _claim, free_ports
 
 BEFORE_HEADS = Path(__file__).parent / "testdata" / "journal-before-heads"
@@ -21,7 +22,7 @@ BEFORE_HEADS_ADDR = "127.0.0.1:28874"  # the lone lead that wrote them: its addr
 NUMBERS = {
     "dynamic_v0": 0, "goals_failure_v0": 1, "goals_v0": 2, "leader_v0": 3, "member_removed_v0": 4,
     "member_v0": 5, "plan_v0": 6, "pool_token_v0": 7, "proposal_rejected_v0": 8, "reports_v0": 9,
-    "branch_heads_v1": 10,
+    "plan_changes_v1": 10, "branch_heads_v2": 11,
 }
 
 
@@ -46,9 +47,9 @@ def test_a_lone_lead_enables_the_heads_and_replays_them_after_a_restart(tmp_path
         while not node.is_leader():
             assert time.monotonic() < deadline, "no leader"
             time.sleep(0.05)
-        assert not node.heads_enabled()  # a new group starts at version 0
-        assert node.enable_heads()
-        assert node.heads_enabled()
+        assert node.code_version() == 0  # a new group starts at version 0
+        assert node.enable_code_version() == CODE_VERSION  # a lone lead: no member holds it back
+        assert node.code_version() == CODE_VERSION
         assert node.propose(node.state.branch_heads, {"edge-1": "a" * 40}, node.term())
     finally:
         node.destroy()
@@ -58,8 +59,7 @@ def test_a_lone_lead_enables_the_heads_and_replays_them_after_a_restart(tmp_path
         while restarted.state.reader().branch_heads() != {"edge-1": "a" * 40}:
             assert time.monotonic() < deadline, "heads not replayed from the journal"
             time.sleep(0.05)
-        assert restarted.heads_enabled()  # the version switch is in the journal too
-        assert int(restarted.sync.getCodeVersion()) == BRANCH_HEADS_VERSION
+        assert restarted.code_version() == CODE_VERSION  # the version switch is in the journal too
     finally:
         restarted.destroy()
 
@@ -100,7 +100,7 @@ def test_a_journal_and_dump_written_before_the_heads_replay(tmp_path: Path) -> N
     node = RaftNode(BEFORE_HEADS_ADDR, [BEFORE_HEADS_ADDR], data, RaftTiming())
     try:
         _restored(node, expected, "the old journal and dump")
-        assert node.enable_heads()
+        assert node.enable_code_version() == CODE_VERSION
         assert node.propose(node.state.branch_heads, {"edge-1": "b" * 40}, node.term())
         expected.update(branchHeads={"edge-1": "b" * 40}, branchHeadsTerm=node.term())
     finally:
@@ -108,6 +108,6 @@ def test_a_journal_and_dump_written_before_the_heads_replay(tmp_path: Path) -> N
     restarted = RaftNode(BEFORE_HEADS_ADDR, [BEFORE_HEADS_ADDR], data, RaftTiming())
     try:
         _restored(restarted, expected, "old and new entries")
-        assert restarted.heads_enabled()
+        assert restarted.code_version() >= BRANCH_HEADS_VERSION
     finally:
         restarted.destroy()

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from qonnect_gitops.lead import reconcile
-from qonnect_gitops.lead.memo import DecisionMemo, observation_key
+from qonnect_gitops.lead.memo import DecisionMemo, observation_key, renders_alike, same_outcome
 from qonnect_gitops.lead.reconcile import open_mirror_for_goals, reconcile_once
-from qonnect_gitops.model import Goals, Observed, ParseCache
+from qonnect_gitops.model import Goals, Observed, ParseCache, Plan
 from qonnect_gitops.model.observed import ObservedCluster, empty_observation
+from qonnect_gitops.model.plan import Assignment, ComponentPlan, Draining
 from tests.goals_repo import GoalsRepo, served_goals
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
@@ -113,3 +114,57 @@ def test_the_observation_key_ignores_the_clock_and_ages_inside_the_grace() -> No
     assert observation_key(a, 30) == observation_key(b, 30)
     assert observation_key(a, 30) != observation_key(c, 30)
     assert observation_key(a, 30) != observation_key(d, 30)
+
+
+@pytest.fixture
+def renders(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The reason of every decision rendered during the test (the real renderer)."""
+    calls: list[str] = []
+    real = reconcile.render
+
+    def counted(goals, plan):  # type: ignore[no-untyped-def]
+        calls.append(plan.reason)
+        return real(goals, plan)
+
+    monkeypatch.setattr(reconcile, "render", counted)
+    return calls
+
+
+def test_a_fresh_plan_that_finds_the_decision_in_force_renders_nothing(
+        goals: GoalsRepo, tmp_path: Path, plans: list[datetime], renders: list[str]) -> None:
+    memo = DecisionMemo(max_age_seconds=600)
+    mirror = open_mirror_for_goals(tmp_path / "lead.git", goals.url, None)
+    first = reconcile_once(mirror, _at(NOW), now=NOW, memo=memo)
+    assert first.changed and len(renders) == 1
+    # The plan commit just written holds that rendering: the next cycle plans again (the
+    # plan in force is new), finds the same decision and neither renders nor writes.
+    second = reconcile_once(mirror, _at(NOW), now=NOW, memo=memo)
+    assert not second.changed and len(plans) == 2 and len(renders) == 1
+    # A rescheduling trigger (forget) plans afresh; the same decision renders nothing.
+    memo.forget()
+    third = reconcile_once(mirror, _at(NOW + timedelta(seconds=5)), now=NOW + timedelta(seconds=5), memo=memo)
+    assert not third.changed and len(plans) == 3 and len(renders) == 1
+    # A decision that moves replicas is rendered and written.
+    hosting = sorted({a.cluster for c in third.plan.components.values() for a in c.assignments})
+    silent = ObservedCluster(heartbeat_age_seconds=goals_grace(memo) + 1)
+    failover = reconcile_once(mirror, _at(NOW, **{hosting[0]: silent}), now=NOW, memo=memo)
+    assert failover.changed and renders[-1] == "failover" and len(renders) == 2
+    # The goals change: the remembered rendering belongs to other goals.
+    goals.edit("apps/bookinfo/manifests/details.yaml", "image: ", "image: mirror.example.org/", "new registry")
+    changed = reconcile_once(mirror, _at(NOW, **{hosting[0]: silent}), now=NOW, memo=memo)
+    assert changed.changed and len(renders) == 3
+
+
+def test_renders_alike_reads_what_runs_where_and_nothing_else() -> None:
+    def plan(reason: str, score: float, draining: tuple[Draining, ...] = (),
+             replicas: int = 2) -> Plan:
+        component = ComponentPlan(component="shop/web", kind="Deployment", draining=draining, assignments=(
+            Assignment(cluster="edge-1", replicas=replicas, reason=reason, score=score),))
+        return Plan(reason="rescheduling", components={"shop/web": component})
+
+    base = plan("closest", 1.0)
+    assert renders_alike(base, plan("cheapest now", 7.5))  # wording and scores only
+    assert not renders_alike(base, plan("closest", 1.0, replicas=3))
+    old = (Draining(cluster="edge-2", replicas=1, reason="moved"),)
+    assert same_outcome(base, plan("closest", 1.0, old))  # the same target...
+    assert not renders_alike(base, plan("closest", 1.0, old))  # ...but edge-2 still runs one
