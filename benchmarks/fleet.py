@@ -70,11 +70,11 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
 The cost model below the table turns these into what a fleet of N agents polling every
 ``--poll`` seconds and reporting every ``--report`` seconds asks of the Git server
 and the leads. The ``..._with_answers`` figures are for idle agents whose report answers
-name the commit they have (the leader's answers do): they ask Git only every
+name the commit they have (every lead's answers do): they ask Git only every
 ``--git-poll-max-interval`` seconds, and a goals change reaches them at their next report
 rather than their next poll; ``lead_answer_bytes_per_s_added`` is what the ``commit``
-field adds to the leads' answers. Agents answered by a follower (which leaves the field
-out) keep the plain figures.
+field adds to the leads' answers (``benchmarks/branch_heads.py`` measures the share of
+answers that name it and what recording the heads costs the leads).
 """
 
 from __future__ import annotations

@@ -303,6 +303,10 @@ class Mirror:
         pushed it; None when unknown. A dict lookup: cheap enough for every report answer."""
         return self._heads.get(cluster)
 
+    def published_heads(self) -> dict[str, str]:
+        """Every cluster branch head ``published_head`` knows (a copy)."""
+        return dict(self._heads)
+
     def _managed(self, ref: str) -> bool:
         return any(_matches(pattern, ref) for pattern in self._local_patterns)
 

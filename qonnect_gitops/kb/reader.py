@@ -112,6 +112,13 @@ class KBReader:
             None if kb.last_good is None else cluster in kb.inventory or cluster in kb.dynamic,
             kb.grace_seconds, kb.interval_seconds))
 
-    def cluster_generation(self, cluster: str) -> tuple[int, int]:
-        """``(generation at which the cluster's desired state last changed, plan generation)``."""
-        return self.read(lambda kb: (kb.cluster_generation(cluster), kb.generation))
+    def cluster_generation(self, cluster: str) -> tuple[int, int, str | None]:
+        """``(generation at which the cluster's desired state last changed, plan generation,
+        the commit its branch holds on the Git server as recorded)``: what a report answer
+        names, in one read (dict lookups under the lock)."""
+        return self.read(lambda kb: (kb.cluster_generation(cluster), kb.generation,
+                                     kb.branch_heads.get(cluster)))
+
+    def branch_heads(self) -> dict[str, str]:
+        """Every recorded branch head (a copy): what the leader compares its mirror with."""
+        return self.read(lambda kb: dict(kb.branch_heads))

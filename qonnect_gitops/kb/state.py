@@ -29,6 +29,7 @@ import copy
 import functools
 import hashlib
 import json
+import re
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
@@ -58,6 +59,7 @@ from qonnect_gitops.model.report import MAX_RPS
 
 STATE_VERSION = 2
 READABLE_VERSIONS = (1, 2)
+_OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256, as Git prints it
 LatencySamples = tuple[tuple[float, float], ...]  # ((receivedAt, ms), ...) oldest first
 MAX_UNMET = 1000  # unmet goals kept with the plan in force (one per component and goal)
 # ``apply_plan_changes``: the placement in force is no longer the one the change was made
@@ -189,6 +191,11 @@ class KnowledgeBase:
         self.dynamic: dict[str, dict[str, Any]] = {}
         # Agent tokens the leader issued to pool clusters: cluster -> SHA-256 of the token.
         self.pool_tokens: dict[str, str] = {}
+        # Per cluster, the commit its branch holds on the Git server, recorded by the leader
+        # once a push of it succeeded or a fetch showed it (``apply_branch_heads``): what
+        # every lead's answer to a report names, so an idle agent need not ask Git.
+        self.branch_heads: dict[str, str] = {}
+        self.branch_heads_term = 0  # the term of the leader that recorded them last
         # Derived (not dumped): cluster -> components the plan in force places there.
         self._placed_on: dict[str, frozenset[str]] = {}
 
@@ -572,6 +579,27 @@ class KnowledgeBase:
         )
         return generation
 
+    def apply_branch_heads(self, changes: Mapping[str, str | None], term: int) -> bool:
+        """Record where cluster branches are on the Git server: ``changes`` maps a cluster to
+        the commit its branch now holds there, or to None when it has none (or the leader no
+        longer knows it). Only the leader proposes it, after its push succeeded or its fetch
+        showed the heads, so nothing unpublished is ever recorded. Refused (False) from a
+        term older than the newest leader's or than the last record's: a deposed leader's
+        late entry never overwrites what its successor saw. A commit that is no object id is
+        skipped. True when anything changed."""
+        if term < self.leader_term or term < self.branch_heads_term:
+            return False
+        self.branch_heads_term = term
+        heads = self.branch_heads
+        changed = False
+        for cluster, commit in changes.items():
+            if commit is None:
+                changed |= heads.pop(cluster, None) is not None
+            elif isinstance(commit, str) and _OBJECT_ID.fullmatch(commit) and heads.get(cluster) != commit:
+                heads[cluster] = commit
+                changed = True
+        return changed
+
     def apply_proposal_rejected(self, key: str, proposal_id: str, goals_commit: str, url: str,
                                 now: float) -> bool:
         """Record that a reviewer closed proposal ``proposal_id`` without merging it."""
@@ -699,6 +727,8 @@ class KnowledgeBase:
         view.decision_seq = self.decision_seq
         view.dynamic = dict(self.dynamic)
         view.pool_tokens = dict(self.pool_tokens)
+        view.branch_heads = dict(self.branch_heads)
+        view.branch_heads_term = self.branch_heads_term
         return view
 
     def snapshot(self, now: datetime) -> Observed:
@@ -845,6 +875,8 @@ class KnowledgeBase:
             "rejectedProposals": self.rejected_proposals,
             "dynamic": self.dynamic,
             "poolTokens": self.pool_tokens,
+            "branchHeads": self.branch_heads,
+            "branchHeadsTerm": self.branch_heads_term,
         }
 
     @classmethod
@@ -889,6 +921,8 @@ class KnowledgeBase:
         kb.rejected_proposals = d.get("rejectedProposals", {})  # absent in dumps before review
         kb.dynamic = d.get("dynamic", {})  # absent in dumps before cloud bursting
         kb.pool_tokens = d.get("poolTokens", {})
+        kb.branch_heads = d.get("branchHeads", {})  # absent in dumps before the heads were recorded
+        kb.branch_heads_term = int(d.get("branchHeadsTerm", 0))
         return kb
 
 

@@ -399,7 +399,7 @@ class _PendingReport:
             # Never 200 for a report the KB dropped: the agent sends a fresh one.
             raise HTTPError(409, "a report of this cluster received later is already stored; "
                                  "this one was dropped; send a fresh report")
-        generation, plan_generation = service.kb.cluster_generation(cluster)
+        generation, plan_generation, recorded_head = service.kb.cluster_generation(cluster)
         body: dict[str, Any] = {
             "accepted": True,
             "cluster": cluster,
@@ -412,10 +412,12 @@ class _PendingReport:
             "receivedAt": self.received_at,
             "clockSkewSeconds": round(self.skew, 3),
         }
-        # The branch head as the leader last pushed or fetched it: an idle agent with that
-        # commit may skip its Git polls (a hint; followers do not know it and leave it out).
+        # The head of the cluster's branch on the Git server: an idle agent that fetched that
+        # commit may skip its Git polls (a hint: the agent applies only what it fetched). The
+        # leader's mirror moves at the push itself; every lead has the head the leader
+        # recorded in the KB after its push or fetch (``ReconcileLoop._record_heads``).
         loop = service.loop
-        commit = loop.published_head(cluster) if loop is not None else None
+        commit = (loop.published_head(cluster) if loop is not None else None) or recorded_head
         if commit is not None:
             body["commit"] = commit
         warnings = list(self.warnings)

@@ -29,6 +29,11 @@ leadership pauses the scheduler and aborts a cycle in flight before its push. Th
 push itself is a compare-and-swap on every ref, so a write from a deposed leader
 that slipped past both checks is refused by the Git server.
 
+Branch heads: after each cycle the leader records in the KB the cluster branch heads its
+mirror knows from the remote (fetched or accepted by a push, never a local write) where
+they differ from the recorded ones, so every lead's report answer names them
+(``_record_heads``; docs/git-layout.md).
+
 Degraded planning: when planning with everything the agents measured fails (a bug,
 or a value the planner cannot take), the cycle plans again from liveness alone
 (health and heartbeat ages, declared capacity and latency), so failover of the
@@ -69,7 +74,7 @@ from qonnect_gitops.lead.faults import armed, fault_point
 from qonnect_gitops.lead.latency_hold import LatencyHold, envelopes_broken, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.metrics import Metrics
-from qonnect_gitops.lead.raft import PLAN_CHANGES_VERSION, ProposalError, RaftNode
+from qonnect_gitops.lead.raft import BRANCH_HEADS_VERSION, PLAN_CHANGES_VERSION, ProposalError, RaftNode
 from qonnect_gitops.lead.reconcile import (
     CycleHooks,
     CycleResult,
@@ -98,6 +103,10 @@ DEADLINE_SLACK = 0.05  # fire just after the grace has passed, never just before
 _UNKNOWN = "unknown"  # no plan head seen yet in this term
 RETRY_FIRST = 0.5  # seconds before the first retry of a failed cycle; doubles up to the poll
 UNHEALTHY_AFTER = 3  # consecutive failed cycles after which /readyz says the loop is unhealthy
+# A branch-heads entry stays well below pysyncobj's 64 KiB append size (``ReportBatcher``):
+# about 45 KiB of names and commit ids, some 500 clusters; 10,000 changed heads are 20 entries.
+HEADS_ENTRY_BYTES = 45 * 1024
+VERSION_PROBE_SECONDS = 30.0  # how often a leader asks the members for their code version
 # Triggers that exist for rules acting on time alone: they always get a fresh plan.
 FRESH_PLAN = frozenset({"rescheduling", "provisioning", "elected", "manual"})
 
@@ -159,6 +168,7 @@ class ReconcileLoop:
         self.memo = DecisionMemo(max_age_seconds=config.reschedule_seconds)
         # Measured latencies as the planner saw them, held through jitter (lead/latency_hold.py).
         self.latency_hold = LatencyHold()
+        self._heads_probe_at = 0.0  # monotonic: when to ask the members again (enable_code_version)
         self.cycles = 0
         self.last_cycle: dict[str, Any] | None = None
         self.last_error: str | None = None
@@ -335,6 +345,7 @@ class ReconcileLoop:
                 return None
         if result is None:
             return None
+        self._record_heads(term)  # first: agents learn of the push through the answers
         self._sync_kb(term, result)
         self.review.after_cycle(self._open_mirror(), result, term)
         self.cycles += 1
@@ -482,6 +493,31 @@ class ReconcileLoop:
         if not self.may_write(term):
             raise Fenced("lost leadership between the plan push and the fan-out")
 
+    def _record_heads(self, term: int) -> None:
+        """After a cycle (it fetched, and pushed what it decided): record in the KB the
+        cluster branch heads the remote holds where they differ from the recorded ones, so
+        every lead answers reports with them. The mirror knows only what the remote showed
+        or accepted, never a local write, so nothing unpublished is recorded; a head this
+        leader no longer knows (a refused push) is withdrawn."""
+        if self.node.code_version() < BRANCH_HEADS_VERSION:
+            if time.monotonic() < self._heads_probe_at:
+                return
+            self._heads_probe_at = time.monotonic() + VERSION_PROBE_SECONDS
+            if self.node.enable_code_version() < BRANCH_HEADS_VERSION:
+                return
+        mirror = self._mirror
+        if mirror is None or not self.may_write(term):
+            return
+        changes = heads_changes(self.kb.branch_heads(), mirror.published_heads())
+        for chunk in heads_chunks(changes):
+            try:
+                self.node.propose(self.node.state.branch_heads, chunk, term)
+            except ProposalError as exc:
+                log.warning("branch_heads_not_recorded", reason=exc.reason, clusters=len(chunk))
+                return
+        if changes:
+            log.info("branch_heads_recorded", clusters=len(changes), term=term)
+
     def _sync_kb(self, term: int, result: CycleResult) -> None:
         """Record in the KB a plan commit someone else put on the plan branch (a merged
         proposal, ``qonnect approve``), so the KB describes what is in force. Also fills
@@ -546,6 +582,32 @@ class ReconcileLoop:
         self._leading = False
         self.review.close()
         self.scheduler.shutdown(wait=False)
+
+
+def heads_changes(recorded: dict[str, str], published: dict[str, str]) -> dict[str, str | None]:
+    """What makes the ``recorded`` branch heads equal the ``published`` ones: each cluster
+    whose head differs, with its new head, or None where none is published."""
+    changes: dict[str, str | None] = {c: h for c, h in published.items() if recorded.get(c) != h}
+    changes.update((c, None) for c in recorded if c not in published)
+    return dict(sorted(changes.items()))
+
+
+def heads_chunks(changes: dict[str, str | None], max_bytes: int = HEADS_ENTRY_BYTES) -> list[dict[str, str | None]]:
+    """``changes`` cut into entries of at most about ``max_bytes`` (names and ids, plus a
+    little pickling overhead each), at least one change per entry."""
+    chunks: list[dict[str, str | None]] = []
+    current: dict[str, str | None] = {}
+    size = 0
+    for cluster, commit in changes.items():
+        cost = len(cluster) + len(commit or "") + 16
+        if current and size + cost > max_bytes:
+            chunks.append(current)
+            current, size = {}, 0
+        current[cluster] = commit
+        size += cost
+    if current:
+        chunks.append(current)
+    return chunks
 
 
 def report_signature(record: ReportRecord, envelopes: dict[str, list[float]]) -> tuple[Any, ...]:

@@ -31,6 +31,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.atomic_replace import atomicReplace  # type: ignore[import-untyped]
 from pysyncobj.config import SERIALIZER_STATE  # type: ignore[import-untyped]
 from pysyncobj.monotonic import monotonic as pysyncobj_clock  # type: ignore[import-untyped]
+from pysyncobj.utility import TcpUtility, UtilityException  # type: ignore[import-untyped]
 
 from qonnect_gitops.kb import (
     KBReader,
@@ -58,8 +59,11 @@ class ProposalError(Exception):
         self.reason = reason
 
 
-# The pysyncobj code version that brought ``ReplicatedKB.plan_changes``.
+# The pysyncobj code versions that brought ``ReplicatedKB.plan_changes`` and
+# ``ReplicatedKB.branch_heads``; ``CODE_VERSION``: the newest this code has.
 PLAN_CHANGES_VERSION = 1
+BRANCH_HEADS_VERSION = 2
+CODE_VERSION = BRANCH_HEADS_VERSION
 
 # Report batches a lead remembers having proposed until they are applied (a batch commits
 # within a few hundred milliseconds; the batcher keeps one or two in flight).
@@ -192,7 +196,9 @@ class ReplicatedKB(SyncObjConsumer):
     # A method added after the first release takes a new pysyncobj code version: the log
     # stores a method's number, numbered in the order of (version, name), so a new method
     # of version 0 would renumber the others and old journals would replay the wrong one.
-    # A lead proposes it only once the group runs that version (``RaftNode.code_version``).
+    # A lead proposes it only once the group runs that version (``RaftNode.code_version``;
+    # the leader raises it with ``RaftNode.enable_code_version``). The numbers are pinned
+    # by tests/lead/test_raft_versions.py.
     @replicated(ver=PLAN_CHANGES_VERSION)
     def plan_changes(self, base: int, changed: dict[str, dict[str, int]], removed: list[str],
                      reasons: dict[str, str], reason: str, goals_commit: str | None, term: int,
@@ -200,6 +206,11 @@ class ReplicatedKB(SyncObjConsumer):
         with self.lock:
             return self.kb.apply_plan_changes(base, changed, removed, reasons, reason, goals_commit,
                                               term, now, unmet or ())
+
+    @replicated(ver=BRANCH_HEADS_VERSION)
+    def branch_heads(self, changes: dict[str, str | None], term: int) -> bool:
+        with self.lock:
+            return self.kb.apply_branch_heads(changes, term)
 
 
 def _fast_dump_compression() -> None:
@@ -880,6 +891,48 @@ class RaftNode:
             raise ProposalError("timeout")
         if box["err"] != FAIL_REASON.SUCCESS:
             raise ProposalError(fail_name(box["err"]))
+
+    # ---------------------------------------------------------- code version
+
+    def enable_code_version(self, timeout: float = 2.0) -> int:
+        """On the leader: raise the group's code version to the newest that every member
+        runs (at most ``CODE_VERSION``), as each says over pysyncobj's admin protocol
+        (``status``: ``self_code_version``, what ``syncobj_admin -status`` shows). A member
+        that does not answer holds it where it is: during a rolling upgrade an older lead
+        would fail on entries it does not know. Returns the version the group runs."""
+        current = self.code_version()
+        if current >= CODE_VERSION or not self.is_leader():
+            return current
+        target = CODE_VERSION
+        for node in sorted(self.sync.otherNodes, key=lambda n: n.address):
+            try:
+                status = TcpUtility(timeout=timeout).executeCommand(node.address, ["status"])
+            except UtilityException as exc:
+                log.info("raft_code_version_unknown", member=node.address, error=str(exc))
+                return current
+            version = status.get("self_code_version", 0) if isinstance(status, dict) else None
+            if not isinstance(version, int):
+                log.info("raft_code_version_unknown", member=node.address, error="no status")
+                return current
+            if version < target:
+                log.info("raft_code_version_behind", member=node.address, version=version)
+                target = version
+        if target <= current:
+            return current
+        done = threading.Event()
+        box: dict[str, Any] = {}
+
+        def on_result(result: Any, err: int) -> None:
+            box["err"] = err
+            done.set()
+
+        self.sync.setCodeVersion(target, callback=on_result)
+        if not done.wait(timeout) or box["err"] != FAIL_REASON.SUCCESS:
+            log.warning("raft_code_version_not_enabled", version=target,
+                        error=fail_name(box.get("err", -1)) if done.is_set() else "timeout")
+            return self.code_version()
+        log.info("raft_code_version_enabled", version=target, was=current)
+        return target
 
     def destroy(self) -> None:
         """Stop the Raft node (closes sockets; the files stay) and release its garbage

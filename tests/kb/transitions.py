@@ -55,7 +55,8 @@ def _goals(kb: KnowledgeBase, commit: str, clusters: list[str], now: float, job_
 
 def filled_kb() -> KnowledgeBase:
     """Goals, a plan, reports with latency histories, a completed Job, ignored claims,
-    members, a rejected proposal, a failed goals commit, a pool cluster and its token."""
+    members, a rejected proposal, a failed goals commit, a pool cluster and its token,
+    branch heads."""
     kb = KnowledgeBase()
     kb.apply_leader("lead-1", 1, T0)
     kb.apply_member("lead-1", "10.0.0.1:4321", "10.0.0.1:8080", "http://10.0.0.1:8080", T0)
@@ -71,6 +72,7 @@ def filled_kb() -> KnowledgeBase:
     kb.apply_dynamic({"burst-1": {"pool": "cloud", "phase": "Provisioning", "nodes": 1,
                                   "tier": "cloud", "region": "eu-central"}}, T0 + 5)
     kb.apply_pool_token("burst-1", "ab" * 32, T0 + 5)
+    kb.apply_branch_heads({"edge-1": "e1" * 20, "edge-2": "e2" * 20}, 1)
     return kb
 
 
@@ -92,6 +94,7 @@ def every_transition(kb: KnowledgeBase, now: float) -> None:
     kb.apply_dynamic({"burst-2": {"pool": "cloud", "phase": "Joined", "nodes": 2, "tier": "cloud",
                                   "region": "eu-central"}}, now + 3)
     kb.apply_pool_token("burst-2", "cd" * 32, now + 3)
+    kb.apply_branch_heads({"edge-1": None, "edge-2": "f2" * 20, "edge-3": "f3" * 20}, 2)
     _goals(kb, "c2" * 20, CLUSTERS[1:] + ["edge-4"], now + 4, job_tag="2", grace=60.0)  # edge-1 leaves
 
 

@@ -1,0 +1,42 @@
+"""How the files here were written: with the lead code of main at 985807a (before branch
+heads), as ``PYTHONPATH=<main checkout>:<this checkout> python written_by.py <dir>``. The
+lead listened on 127.0.0.1:28874 (a lone group), compacted after a few entries
+(``raft.dump``), and the journal holds the entries after. ``expected.json`` is the KB that
+those entries make. Kept as a record; the tests only read the files."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+from qonnect_gitops.lead.raft import RaftNode, RaftTiming
+from tests.kb.transitions import T0
+
+
+def main(data_dir: Path, addr: str = "127.0.0.1:28874") -> None:
+    timing = RaftTiming(compaction_entries=6, compaction_seconds=3600)
+    node = RaftNode(addr, [addr], data_dir, timing)
+    while not node.is_leader():
+        time.sleep(0.05)
+    state = node.state
+    node.propose(state.leader, "lead-1", node.term(), T0)
+    for i in range(8):
+        node.propose(state.member, f"lead-{i}", f"10.0.0.{i}:4321", f"10.0.0.{i}:8080",
+                     f"http://10.0.0.{i}:8080", T0 + i)
+    time.sleep(1.5)  # the dump is written off the Raft thread
+    node.propose(state.plan, {"shop/web": {"edge-1": 2}}, {}, "new goals", "c1" * 20, node.term(), T0 + 10, [])
+    node.propose(state.dynamic, {"burst-1": {"pool": "cloud", "phase": "Provisioning", "nodes": 1,
+                                             "tier": "cloud", "region": "eu-central"}}, T0 + 11)
+    node.propose(state.pool_token, "burst-1", "ab" * 32, T0 + 12)
+    node.propose(state.proposal_rejected, "key-1", "p1", "c1" * 20, "https://forge/pr/1", T0 + 13)
+    node.propose(state.goals_failure, "d1" * 20, ["qonnect.yaml:1:1: bad"], T0 + 14)
+    node.propose(state.member_removed, "10.0.0.7:4321", T0 + 15)
+    kb = state.reader().read(lambda kb: kb.to_dict())
+    node.destroy()
+    (data_dir / "expected.json").write_text(json.dumps(kb, sort_keys=True, indent=1))
+
+
+if __name__ == "__main__":
+    main(Path(sys.argv[1]))
