@@ -458,15 +458,17 @@ class ReconcileLoop:
         reasons = {move.component: move.reason for move in plan.moves}
         state, at, unmet = self.node.state, now.timestamp(), unmet_of(plan)
         recorded, self._recorded = self._recorded, None  # unknown until the KB answers
-        generation = PLAN_BASE_MOVED
+        generation, form = PLAN_BASE_MOVED, "whole"
         if recorded is not None and self.node.code_version() >= PLAN_CHANGES_VERSION:
             base, before = recorded
             changed, removed = placement_changes(before, placements)
             generation = self.node.propose(state.plan_changes, base, changed, removed, reasons,
                                            plan.reason, goals_commit, term, at, unmet)
+            form = "changes"
         if generation == PLAN_BASE_MOVED:
-            generation = self.node.propose(state.plan, placements, reasons, plan.reason, goals_commit,
-                                           term, at, unmet)
+            generation, form = self.node.propose(state.plan, placements, reasons, plan.reason,
+                                                 goals_commit, term, at, unmet), "whole"
+        self.metrics.inc("qonnect_decisions_recorded_total", form=form)
         if generation >= 0:
             self._recorded = (generation, placements)
         return int(generation)

@@ -273,6 +273,8 @@ class LeadService:
         m.describe("qonnect_reports_total", "counter", "Report requests by HTTP status code.")
         m.describe("qonnect_goals_fetches_total", "counter", "Fetches of the goals repository.")
         m.describe("qonnect_goals_fetch_errors_total", "counter", "Failed goals fetches.")
+        m.describe("qonnect_decisions_recorded_total", "counter",
+                   "Decisions this lead recorded in the KB, by form: changes (what moved) or whole.")
         m.describe("qonnect_raft_is_leader", "gauge", "1 while this lead leads with a quorum.")
         m.describe("qonnect_raft_term", "gauge", "Current Raft term.")
         m.describe("qonnect_raft_commit_index", "gauge", "Raft commit index.")

@@ -90,6 +90,14 @@ def test_failover_replaces_a_silent_cluster_and_nothing_moves_back(
         assert git_tree_empty(goals, victim)
         status = group.status(group.wait_leader()) or {}
         assert status["decisions"][-1]["reason"] == "failover"
+        # Every lead's KB holds the decision in force. The leader recorded the failover as
+        # what it changed (a few components), not as the whole placement again.
+        leader = group.wait_leader()
+        for lead in group.leads:
+            wait_for(lambda lead=lead: group.get(lead, "/v1/plan")[2]["placements"] == moved, 10,
+                     f"{lead.node_id}'s KB holds the failover", group)
+        _, _, metrics = group.get(leader, "/metrics")
+        assert 'qonnect_decisions_recorded_total{form="changes"}' in metrics
 
         # The cluster comes back: the template's 120 s cooldown keeps everything put.
         plan_before = goals.rev("qonnect/plan")
