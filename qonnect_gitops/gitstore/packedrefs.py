@@ -121,9 +121,7 @@ def update_packed(repo: pygit2.Repository, updates: Updates) -> None:
             path = git_dir / name
             if os.path.lexists(f"{path}.lock"):
                 stale[name] = "locked by another writer"
-            elif path.is_dir():
-                raise ValueError(f"{name}: a directory of other refs, cannot be a ref")
-            elif path.exists():
+            elif path.is_file():  # a directory of that name: _check_names tells whether refs live in it
                 loose[name] = path
         if stale:
             raise StaleRef(stale)

@@ -121,6 +121,11 @@ def test_a_name_clashing_with_an_existing_ref_is_refused_before_anything_is_writ
     with pytest.raises(ValueError, match="c000"):
         cas_update_refs(repo, {n: (None, i) for n, i in zip(names(MANY), ids, strict=True)}, "fan-out")
     assert not (Path(repo.path) / "packed-refs").exists()
+    # Once that ref is gone, an empty directory left behind is no clash (git ignores it).
+    repo.references.delete("refs/heads/cluster/c000/x")
+    (Path(repo.path) / "refs/heads/cluster/c000").mkdir(parents=True, exist_ok=True)
+    cas_update_refs(repo, {n: (None, i) for n, i in zip(names(MANY), ids, strict=True)}, "fan-out")
+    assert git("-C", repo.path, "rev-parse", "refs/heads/cluster/c000").strip() == str(ids[0])
 
 
 def test_peeled_tags_packed_by_git_still_peel_after_a_batch(repo: pygit2.Repository) -> None:
