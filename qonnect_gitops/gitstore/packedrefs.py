@@ -21,7 +21,7 @@ transaction, which locks every ref.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import pygit2
@@ -135,17 +135,14 @@ def update_packed(repo: pygit2.Repository, updates: Updates) -> None:
             raise StaleRef(stale)
         packed = read_packed(git_dir)
         _check_names(repo, packed, names, updates)
-        for name in names:
-            expected = updates[name][0]
+
+        def current(name: str) -> pygit2.Oid | None:
             if name in loose:
-                current = _read_loose(loose[name])
-            else:
-                found = packed.get(name.encode())
-                current = None if found is None else pygit2.Oid(hex=found[0].decode())
-            if current != expected:
-                stale[name] = f"expected {_short(expected)}, found {_short(current)}"
-        if stale:
-            raise StaleRef(stale)
+                return _read_loose(loose[name])
+            found = packed.get(name.encode())
+            return None if found is None else pygit2.Oid(hex=found[0].decode())
+
+        refuse_moved(updates, current)
         for name in names:
             new = updates[name][1]
             if new is None:
@@ -163,6 +160,18 @@ def update_packed(repo: pygit2.Repository, updates: Updates) -> None:
             os.unlink(lock)
         if packed_lock.exists():
             os.unlink(packed_lock)
+
+
+def refuse_moved(updates: Updates, current: Callable[[str], pygit2.Oid | None]) -> None:
+    """Raise ``StaleRef`` naming every ref of ``updates`` whose ``current`` value is not
+    the one expected (the first of its pair)."""
+    stale = {}
+    for name in sorted(updates):
+        found = current(name)
+        if found != updates[name][0]:
+            stale[name] = f"expected {_short(updates[name][0])}, found {_short(found)}"
+    if stale:
+        raise StaleRef(stale)
 
 
 def _check_names(repo: pygit2.Repository, packed: Mapping[bytes, object], names: list[str], updates: Updates) -> None:

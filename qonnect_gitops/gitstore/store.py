@@ -173,13 +173,7 @@ def cas_update_refs(
                 stale[name] = f"locked by another writer ({exc})"
         if stale:
             raise StaleRef(stale)
-        for name in names:
-            expected, _new = updates[name]
-            current = _ref_target(repo, name)
-            if current != expected:
-                stale[name] = f"expected {_short(expected)}, found {_short(current)}"
-        if stale:
-            raise StaleRef(stale)
+        packedrefs.refuse_moved(updates, lambda name: _ref_target(repo, name))
         for name in names:
             new = updates[name][1]
             if new is None:
