@@ -170,5 +170,7 @@ def test_a_fan_out_written_packed_lands_on_the_remote_as_the_loose_one_does(
             assert len(mirror.publish().pushed) == MANY + 1
         remotes.append(refs_by_git(bare))
         git("-C", bare, "fsck", "--full", "--strict")
+        git("-C", mirror.path, "fsck", "--full", "--strict")
+        assert mirror.pending() == []
     assert remotes[0] == remotes[1]
     assert remotes[0].count("refs/heads/cluster/") == MANY
