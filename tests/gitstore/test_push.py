@@ -215,3 +215,32 @@ def test_without_git_on_the_path_the_mirror_fetches_publishes_and_skips_its_upke
         monkeypatch.undo()
         gitcli.git_version.cache_clear()
     assert remote_head(served, "refs/heads/cluster/c1") == mirror.store.cluster_head("c1")
+
+
+def test_a_checked_push_lands_whole_or_names_the_refs_elsewhere_than_expected(
+        served: Served, tmp_path: Path) -> None:
+    many = gitcli.EXPLICIT_REFSPECS_MAX + 6
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, many, 1)
+    assert mirror.publish().pushes == 1  # one atomic push, checked by the hook
+    seen = Path(mirror.path) / "refs/remotes/origin/heads/cluster/c0"
+    assert not seen.exists()  # git wrote no tracking ref; the mirror recorded them packed
+    assert mirror.pending() == []
+    assert remote_head(served, "refs/heads/cluster/c0") == mirror.store.cluster_head("c0")
+
+    decide(mirror, many, 2, tag="v2")
+    main = remote_head(served, "refs/heads/main")
+    served.force(main, "refs/heads/cluster/c3")
+    before = git("ls-remote", served.url)
+    specs = gitcli.refspecs([(c.ref, c.new is None) for c in mirror.pending()], ["refs/heads/cluster/"])
+    expected = {c.ref: c.old for c in mirror.pending()}
+    outcome = gitcli.push_checked(mirror.path, served.url, specs, expected)
+    assert not outcome.accepted and list(outcome.rejected) == ["refs/heads/cluster/c3"]
+    assert git("ls-remote", served.url) == before  # nothing landed
+    # A branch the pattern would push that the caller did not expect to move is refused too.
+    del expected["refs/heads/cluster/c5"]
+    expected["refs/heads/cluster/c3"] = main
+    outcome = gitcli.push_checked(mirror.path, served.url, specs, expected)
+    assert list(outcome.rejected) == ["refs/heads/cluster/c5"]
+    assert git("ls-remote", served.url) == before
