@@ -3,6 +3,7 @@ the libgit2 path, each ref a compare-and-swap against what the mirror last saw."
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -244,3 +245,23 @@ def test_a_checked_push_lands_whole_or_names_the_refs_elsewhere_than_expected(
     outcome = gitcli.push_checked(mirror.path, served.url, specs, expected)
     assert list(outcome.rejected) == ["refs/heads/cluster/c5"]
     assert git("ls-remote", served.url) == before
+
+
+def test_a_checked_push_keeps_the_url_and_its_credentials_off_the_command_line(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    url = "https://qonnect:s3cr3t-token@git.example.org/fleet/goals.git"
+    ran: list[tuple[list[str], dict[str, str]]] = []
+
+    def run(command: list[str], verb: str, credentials: object, timeout: float,
+            config: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        ran.append((command, dict(config or {})))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(gitcli, "_run", run)
+    gitcli.push_checked(tmp_path, url, ["refs/heads/cluster/*:refs/heads/cluster/*"], {"refs/heads/cluster/a": None})
+    ((command, config),) = ran
+    assert not any("s3cr3t" in arg for arg in command)
+    assert url in config.values()
+    assert "+refs/heads/cluster/*:refs/heads/cluster/*" in command and "--atomic" in command
+    env = gitcli._environment(None, config)
+    assert url in env.values() and env["GIT_CONFIG_COUNT"] == "1"
