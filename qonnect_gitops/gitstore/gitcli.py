@@ -175,7 +175,7 @@ def push_checked(repo: Path, url: str, specs: Sequence[str], expected: Mapping[s
     without its costs at fleet scale: no remote-tracking ref is written (git writes one file
     per pushed ref; the caller records what landed in one batch), and no lease is matched
     per ref (explicit leases cost git a scan of all of them per ref). Raises
-    ``Unavailable`` and ``GitFailed``."""
+    ``Unavailable`` (also when the hook could not run here) and ``GitFailed``."""
     _check(credentials)
     with tempfile.TemporaryDirectory(prefix="qonnect-push-") as tmp:
         hooks = Path(tmp)
@@ -185,6 +185,9 @@ def push_checked(repo: Path, url: str, specs: Sequence[str], expected: Mapping[s
         hook.write_text(f"#!/bin/sh\nexec {shlex.quote(sys.executable)} -I {shlex.quote(str(hooks / 'check.py'))} "
                         f"{shlex.quote(str(hooks / 'expected'))} {shlex.quote(str(hooks / 'stale'))}\n")
         hook.chmod(0o700)
+        if not os.access(hook, os.X_OK):
+            # git skips a hook it cannot execute (a noexec /tmp) and would push unchecked.
+            raise Unavailable(f"a pre-push hook cannot run from {tmp}")
         forced = [spec if spec.startswith((":", "+")) else f"+{spec}" for spec in specs]
         # The URL reaches git as a remote defined in the environment (it may carry
         # credentials); the remote has no fetch refspecs, so no tracking ref is written.

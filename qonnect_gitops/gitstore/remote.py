@@ -480,10 +480,14 @@ class Mirror:
         named = not any("*" in spec for spec in specs)
         leases = {c.ref: c.old for c in changes} if named else None
         try:
+            outcome = None
             if atomic and not named:
-                outcome = gitcli.push_checked(self.path, self.url, specs, {c.ref: c.old for c in changes},
-                                              self.credentials)
-            else:
+                try:
+                    outcome = gitcli.push_checked(self.path, self.url, specs, {c.ref: c.old for c in changes},
+                                                  self.credentials)
+                except gitcli.Unavailable as exc:
+                    log.info("mirror_checked_push_unavailable", error=str(exc))
+            if outcome is None:
                 outcome = gitcli.push(self.path, "origin", specs, leases, self.credentials, atomic=atomic)
         except gitcli.GitFailed as exc:
             raise RemoteError(f"push to {self.display_url} failed: {exc}") from exc

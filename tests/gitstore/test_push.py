@@ -265,3 +265,18 @@ def test_a_checked_push_keeps_the_url_and_its_credentials_off_the_command_line(
     assert "+refs/heads/cluster/*:refs/heads/cluster/*" in command and "--atomic" in command
     env = gitcli._environment(None, config)
     assert url in env.values() and env["GIT_CONFIG_COUNT"] == "1"
+
+
+def test_where_the_hook_cannot_run_the_big_push_is_leased_as_before(
+        served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    many = gitcli.EXPLICIT_REFSPECS_MAX + 6
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, many, 1)
+    real_access = gitcli.os.access
+    monkeypatch.setattr(gitcli.os, "access", lambda path, mode: False if str(path).endswith("pre-push")
+                        else real_access(path, mode))
+    assert mirror.publish().pushes == 1
+    assert (Path(mirror.path) / "refs/remotes/origin/heads/cluster/c0").exists()  # git's tracking ref
+    assert remote_head(served, "refs/heads/cluster/c0") == mirror.store.cluster_head("c0")
+    assert mirror.pending() == []
