@@ -18,7 +18,8 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   parse cache (only that blob is parsed again).
 * ``first_cycle_s``: a new leader's first cycle with the goals loaded (fetch, plan,
   render, write every branch, push); ``fanout_push_s``: its write and push alone,
-  ``fanout_publish_s`` the push alone.
+  ``fanout_publish_s`` the push alone, ``fanout_write_cpu_s`` the CPU time of the write
+  (user and system: writing refs is mostly system time).
 * ``idle_cycle_s``: a leader cycle with nothing changed, as the lead's loop runs it (a
   v2 ``ls-refs`` of main, plan and proposals; the decision memo recalls the plan and its
   rendering; nothing written); ``idle_cycle_first_s``: the first such cycle after a
@@ -389,6 +390,7 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
         out["first_cycle_s"], first = _timed(lambda: cycle(observe_now, NOW))
         out["fanout_push_s"] = timer.seconds
         out["fanout_publish_s"] = timer.publish_seconds
+        out["fanout_write_cpu_s"] = timer.write_cpu_seconds
         out["branches_written"] = len(first.refs)
 
         branch = f"cluster/{hosting[0]}"

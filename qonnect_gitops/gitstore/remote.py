@@ -478,11 +478,21 @@ class Mirror:
         """Accepted refs and rejections (ref -> why) of one ``git push``. Refs a branch
         pattern pushed besides ``changes`` count too: a rejected one was moved by someone else."""
         specs = gitcli.refspecs([(c.ref, c.new is None) for c in changes], [self._cluster_refs])
-        # Named refs are leased on the values we last saw; a pattern on the tracking refs.
+        # Named refs are leased on the values we last saw; a pattern on the tracking refs,
+        # or, in one atomic push, checked against the values we last saw by a hook
+        # (``push_checked``: no tracking ref written per branch; _record_pushed writes them).
         named = not any("*" in spec for spec in specs)
         leases = {c.ref: c.old for c in changes} if named else None
         try:
-            outcome = gitcli.push(self.path, "origin", specs, leases, self.credentials, atomic=atomic)
+            outcome = None
+            if atomic and not named:
+                try:
+                    outcome = gitcli.push_checked(self.path, self.url, specs, {c.ref: c.old for c in changes},
+                                                  self.credentials)
+                except gitcli.Unavailable as exc:
+                    log.info("mirror_checked_push_unavailable", error=str(exc))
+            if outcome is None:
+                outcome = gitcli.push(self.path, "origin", specs, leases, self.credentials, atomic=atomic)
         except gitcli.GitFailed as exc:
             raise RemoteError(f"push to {self.display_url} failed: {exc}") from exc
         rejected = {ref: f"rejected by remote: {why}" for ref, why in outcome.rejected.items()}
@@ -507,17 +517,18 @@ class Mirror:
                        rejected: dict[str, str]) -> None:
         """Remember what the remote now holds; raise ``StaleRef`` for what it did not take."""
         accepted = {c.ref: c for c in changes if c.ref in accepted_refs and c.ref not in rejected}
-        # Record what the remote now holds, so the next publish compares against it.
-        # (git and libgit2 usually did already, through the fetch refspecs; skip those writes.)
+        # Record what the remote now holds, so the next publish compares against it, in one
+        # batch (git and libgit2 often did already, through the fetch refspecs; those are skipped).
+        seen_moves: dict[str, tuple[pygit2.Oid | None, pygit2.Oid | None]] = {}
         for change in accepted.values():
             seen = _seen_name(change.ref)
             current = _ref_target(self.repo, seen)
-            if change.new is None:
-                if current is not None:
-                    self.repo.references.delete(seen)
-            elif current is None or str(current) != change.new:
-                self.repo.references.create(seen, pygit2.Oid(hex=change.new), force=True)
+            new = None if change.new is None else pygit2.Oid(hex=change.new)
+            if current != new:
+                seen_moves[seen] = (current, new)
             self._note_head(change.ref, change.new)
+        cas_update_refs(self.repo, seen_moves, "qonnect: pushed")
+        for change in accepted.values():
             if self._watched_seen is not None and self._is_watched(change.ref):
                 if change.new is None:
                     self._watched_seen.pop(change.ref, None)

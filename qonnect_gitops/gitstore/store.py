@@ -25,6 +25,7 @@ from pathlib import Path
 
 import pygit2
 
+from qonnect_gitops.gitstore import packedrefs
 from qonnect_gitops.gitstore import trailers as tr
 from qonnect_gitops.gitstore.errors import (
     GenerationConflict,
@@ -152,8 +153,15 @@ def cas_update_refs(
     new id or None for "delete"). Every ref is locked first (the same ``.lock`` files
     git itself uses, so concurrent git processes are excluded too), then checked, then
     written; a lost lock or a moved ref raises ``StaleRef`` and changes nothing.
+
+    A large batch (a fan-out) in a repository without reflogs is written as one rewrite
+    of ``packed-refs`` instead of a file per ref (``packedrefs.update_packed``, with the
+    same checks and errors).
     """
     if not updates:
+        return
+    if packedrefs.suits(repo, updates):
+        packedrefs.update_packed(repo, updates)
         return
     names = sorted(updates)
     with repo.transaction() as txn:
@@ -165,13 +173,7 @@ def cas_update_refs(
                 stale[name] = f"locked by another writer ({exc})"
         if stale:
             raise StaleRef(stale)
-        for name in names:
-            expected, _new = updates[name]
-            current = _ref_target(repo, name)
-            if current != expected:
-                stale[name] = f"expected {_short(expected)}, found {_short(current)}"
-        if stale:
-            raise StaleRef(stale)
+        packedrefs.refuse_moved(updates, lambda name: _ref_target(repo, name))
         for name in names:
             new = updates[name][1]
             if new is None:

@@ -3,6 +3,7 @@ the libgit2 path, each ref a compare-and-swap against what the mirror last saw."
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -215,3 +216,67 @@ def test_without_git_on_the_path_the_mirror_fetches_publishes_and_skips_its_upke
         monkeypatch.undo()
         gitcli.git_version.cache_clear()
     assert remote_head(served, "refs/heads/cluster/c1") == mirror.store.cluster_head("c1")
+
+
+def test_a_checked_push_lands_whole_or_names_the_refs_elsewhere_than_expected(
+        served: Served, tmp_path: Path) -> None:
+    many = gitcli.EXPLICIT_REFSPECS_MAX + 6
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, many, 1)
+    assert mirror.publish().pushes == 1  # one atomic push, checked by the hook
+    seen = Path(mirror.path) / "refs/remotes/origin/heads/cluster/c0"
+    assert not seen.exists()  # git wrote no tracking ref; the mirror recorded them packed
+    assert mirror.pending() == []
+    assert remote_head(served, "refs/heads/cluster/c0") == mirror.store.cluster_head("c0")
+
+    decide(mirror, many, 2, tag="v2")
+    main = remote_head(served, "refs/heads/main")
+    served.force(main, "refs/heads/cluster/c3")
+    before = git("ls-remote", served.url)
+    specs = gitcli.refspecs([(c.ref, c.new is None) for c in mirror.pending()], ["refs/heads/cluster/"])
+    expected = {c.ref: c.old for c in mirror.pending()}
+    outcome = gitcli.push_checked(mirror.path, served.url, specs, expected)
+    assert not outcome.accepted and list(outcome.rejected) == ["refs/heads/cluster/c3"]
+    assert git("ls-remote", served.url) == before  # nothing landed
+    # A branch the pattern would push that the caller did not expect to move is refused too.
+    del expected["refs/heads/cluster/c5"]
+    expected["refs/heads/cluster/c3"] = main
+    outcome = gitcli.push_checked(mirror.path, served.url, specs, expected)
+    assert list(outcome.rejected) == ["refs/heads/cluster/c5"]
+    assert git("ls-remote", served.url) == before
+
+
+def test_a_checked_push_keeps_the_url_and_its_credentials_off_the_command_line(
+        monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    url = "https://qonnect:s3cr3t-token@git.example.org/fleet/goals.git"
+    ran: list[tuple[list[str], dict[str, str]]] = []
+
+    def run(command: list[str], verb: str, credentials: object, timeout: float,
+            config: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        ran.append((command, dict(config or {})))
+        return subprocess.CompletedProcess(command, 0, "", "")
+
+    monkeypatch.setattr(gitcli, "_run", run)
+    gitcli.push_checked(tmp_path, url, ["refs/heads/cluster/*:refs/heads/cluster/*"], {"refs/heads/cluster/a": None})
+    ((command, config),) = ran
+    assert not any("s3cr3t" in arg for arg in command)
+    assert url in config.values()
+    assert "+refs/heads/cluster/*:refs/heads/cluster/*" in command and "--atomic" in command
+    env = gitcli._environment(None, config)
+    assert url in env.values() and env["GIT_CONFIG_COUNT"] == "1"
+
+
+def test_where_the_hook_cannot_run_the_big_push_is_leased_as_before(
+        served: Served, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    many = gitcli.EXPLICIT_REFSPECS_MAX + 6
+    mirror = Mirror(tmp_path / "m.git", served.url)
+    mirror.fetch()
+    decide(mirror, many, 1)
+    real_access = gitcli.os.access
+    monkeypatch.setattr(gitcli.os, "access", lambda path, mode: False if str(path).endswith("pre-push")
+                        else real_access(path, mode))
+    assert mirror.publish().pushes == 1
+    assert (Path(mirror.path) / "refs/remotes/origin/heads/cluster/c0").exists()  # git's tracking ref
+    assert remote_head(served, "refs/heads/cluster/c0") == mirror.store.cluster_head("c0")
+    assert mirror.pending() == []

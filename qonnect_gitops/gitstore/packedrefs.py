@@ -1,0 +1,204 @@
+"""Many ref updates as one rewrite of ``packed-refs``, with compare-and-swap on each ref.
+
+A full fan-out moves one branch per cluster. Written loose, every ref is a lock file
+created, written and renamed: at 3,000 clusters 0.7-2 s on our machines, most of the
+decision's local write, and more than linear in the number of refs (the files share
+one directory). Here the whole batch is one file: ``packed-refs.lock`` is created
+(the lock git and libgit2 take to rewrite ``packed-refs``), every ref is checked
+against the value the caller expects, the new ``packed-refs`` is written beside it and
+renamed into place. A ref that also exists as a loose file (which would hide its packed
+value) is locked with its own ``<ref>.lock``, as git locks it, and its loose file is
+removed once the new ``packed-refs`` is in place: what ``git pack-refs`` does.
+
+What it does not exclude: a writer that creates a ref loose while the batch runs (it
+takes only that ref's lock, which a ref held only packed does not have). The mirror's
+refs are written by the lead alone (its own fetches and pushes run before or after a
+write, never during one), so this path is taken for the mirror's large batches only
+(``cas_update_refs``); small batches, and repositories keeping reflogs, use libgit2's
+transaction, which locks every ref.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from pathlib import Path
+
+import pygit2
+
+from qonnect_gitops.gitstore.errors import StaleRef
+
+HEADER = b"# pack-refs with: sorted \n"
+"""No ``peeled`` traits: the refs written here carry no peeled line, so git and libgit2
+peel them when asked (a later ``git pack-refs`` records the peeled values again)."""
+
+#: From this many updates on, ``cas_update_refs`` rewrites ``packed-refs`` once.
+PACKED_BATCH_MIN = 64
+
+Updates = Mapping[str, tuple[pygit2.Oid | None, pygit2.Oid | None]]
+
+
+def suits(repo: pygit2.Repository, updates: Updates) -> bool:
+    """Whether ``update_packed`` should take ``updates``: a large batch, in a repository that
+    keeps no reflog (libgit2 writes one where ``core.logAllRefUpdates`` asks; this does not)."""
+    if len(updates) < PACKED_BATCH_MIN:
+        return False
+    try:
+        logged = repo.config["core.logAllRefUpdates"]
+    except KeyError:
+        return bool(repo.is_bare)  # git's default: a reflog only for the branches of a work tree
+    return str(logged).strip().lower() not in ("true", "always", "yes", "on", "1")
+
+
+def read_packed(git_dir: Path) -> dict[bytes, tuple[bytes, bytes | None]]:
+    """``packed-refs`` as refname -> (id hex, peeled id hex or None); empty when absent."""
+    try:
+        data = (git_dir / "packed-refs").read_bytes()
+    except FileNotFoundError:
+        return {}
+    refs: dict[bytes, tuple[bytes, bytes | None]] = {}
+    last: bytes | None = None
+    for line in data.splitlines():
+        if not line or line.startswith(b"#"):
+            continue
+        if line.startswith(b"^"):
+            if last is not None:
+                refs[last] = (refs[last][0], line[1:].strip())
+            continue
+        oid, _, name = line.partition(b" ")
+        refs[name] = (oid, None)
+        last = name
+    return refs
+
+
+def _format(refs: Mapping[bytes, tuple[bytes, bytes | None]]) -> bytes:
+    out = [HEADER]
+    for name in sorted(refs):
+        oid, peeled = refs[name]
+        out.append(oid + b" " + name + b"\n")
+        if peeled is not None:
+            out.append(b"^" + peeled + b"\n")
+    return b"".join(out)
+
+
+def _lock(path: Path) -> bool:
+    try:
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666))
+    except FileExistsError:
+        return False
+    return True
+
+
+def _read_loose(path: Path) -> pygit2.Oid | None:
+    """The id a loose ref file holds; None when it is gone. Raises ``ValueError`` for a
+    symbolic ref (never one of the refs the store moves)."""
+    try:
+        text = path.read_text().strip()
+    except FileNotFoundError:
+        return None
+    if text.startswith("ref:"):
+        raise ValueError(f"{path.name}: symbolic ref, not moved by a batch")
+    return pygit2.Oid(hex=text)
+
+
+def update_packed(repo: pygit2.Repository, updates: Updates) -> None:
+    """Apply ``updates`` (ref -> (expected old id or None, new id or None for delete)) in one
+    rewrite of ``packed-refs``, each only if the ref still holds its expected value.
+
+    A ref that is locked, or holds another value, raises ``StaleRef`` naming it, and
+    nothing is written. Symbolic refs and names that clash with existing refs (one would be
+    a directory of the other) raise ``ValueError``, before anything is written."""
+    git_dir = Path(repo.path)
+    packed_lock = git_dir / "packed-refs.lock"
+    names = sorted(updates)
+    held: list[Path] = []
+    if not _lock(packed_lock):
+        raise StaleRef({name: "locked by another writer (packed-refs.lock)" for name in names})
+    try:
+        loose: dict[str, Path] = {}
+        stale: dict[str, str] = {}
+        for name in names:
+            path = git_dir / name
+            if os.path.lexists(f"{path}.lock"):
+                stale[name] = "locked by another writer"
+            elif path.is_file():  # a directory of that name: _check_names tells whether refs live in it
+                loose[name] = path
+        if stale:
+            raise StaleRef(stale)
+        for name, path in loose.items():
+            lock = Path(f"{path}.lock")
+            if not _lock(lock):
+                stale[name] = "locked by another writer"
+                continue
+            held.append(lock)
+        if stale:
+            raise StaleRef(stale)
+        packed = read_packed(git_dir)
+        _check_names(repo, packed, names, updates)
+
+        def current(name: str) -> pygit2.Oid | None:
+            if name in loose:
+                return _read_loose(loose[name])
+            found = packed.get(name.encode())
+            return None if found is None else pygit2.Oid(hex=found[0].decode())
+
+        refuse_moved(updates, current)
+        for name in names:
+            new = updates[name][1]
+            if new is None:
+                packed.pop(name.encode(), None)
+            else:
+                packed[name.encode()] = (str(new).encode(), None)
+        with open(packed_lock, "wb") as fh:
+            fh.write(_format(packed))
+        os.replace(packed_lock, git_dir / "packed-refs")
+        # The new values are in place; a loose file left now would hide its ref's.
+        for path in loose.values():
+            os.unlink(path)
+    finally:
+        for lock in held:
+            os.unlink(lock)
+        if packed_lock.exists():
+            os.unlink(packed_lock)
+
+
+def refuse_moved(updates: Updates, current: Callable[[str], pygit2.Oid | None]) -> None:
+    """Raise ``StaleRef`` naming every ref of ``updates`` whose ``current`` value is not
+    the one expected (the first of its pair)."""
+    stale = {}
+    for name in sorted(updates):
+        found = current(name)
+        if found != updates[name][0]:
+            stale[name] = f"expected {_short(updates[name][0])}, found {_short(found)}"
+    if stale:
+        raise StaleRef(stale)
+
+
+def _check_names(repo: pygit2.Repository, packed: Mapping[bytes, object], names: list[str], updates: Updates) -> None:
+    """Refuse a created ref whose name is a directory of an existing ref, or under one
+    (``refs/heads/a`` beside ``refs/heads/a/b``): git cannot hold both."""
+    created = [n for n in names if updates[n][1] is not None]
+    if not created:
+        return
+    existing = {n.decode(errors="replace") for n in repo.raw_listall_references()}
+    existing.update(n.decode(errors="replace") for n in packed)
+    gone = {n for n in names if updates[n][1] is None}
+    present = (existing - gone) | set(created)
+    dirs: set[str] = set()
+    for name in present:
+        parts = name.split("/")
+        dirs.update("/".join(parts[:i]) for i in range(1, len(parts)))
+    for name in created:
+        if not pygit2.reference_is_valid_name(name):
+            raise ValueError(f"invalid ref name {name!r}")
+        if name in dirs:
+            raise ValueError(f"{name}: other refs live under it")
+    for name in present:
+        parts = name.split("/")
+        for i in range(1, len(parts)):
+            if "/".join(parts[:i]) in present:
+                raise ValueError(f"{name}: {'/'.join(parts[:i])} is a ref")
+
+
+def _short(oid: pygit2.Oid | None) -> str:
+    return "nothing" if oid is None else str(oid)[:12]
