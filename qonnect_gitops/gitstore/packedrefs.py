@@ -151,6 +151,10 @@ def update_packed(repo: pygit2.Repository, updates: Updates) -> None:
                 packed[name.encode()] = (str(new).encode(), None)
         with open(packed_lock, "wb") as fh:
             fh.write(_format(packed))
+            # On disk before it replaces the old file: a crash must leave the old refs or
+            # the new ones, never a truncated file that neither git nor libgit2 can read.
+            fh.flush()
+            os.fsync(fh.fileno())
         os.replace(packed_lock, git_dir / "packed-refs")
         # The new values are in place; a loose file left now would hide its ref's.
         for path in loose.values():
