@@ -447,8 +447,7 @@ class KnowledgeBase:
         leader's decision is refused by the log itself. ``unmet``: the goals the
         decision cannot meet (kept even when the placement did not change).
         """
-        if term < self.leader_term:
-            self._log(now, "plan-refused", f"plan from stale term {term} refused", term=term)
+        if self._stale_plan(term, now):
             return -1
         self._set_unmet(unmet)
         # A component with no replica anywhere is not placed: it is left out, so a plan
@@ -497,8 +496,7 @@ class KnowledgeBase:
         placement in force is no longer at ``base`` (another decision or an operator's
         plan came first: the leader then proposes the whole placement), else as
         ``apply_plan``."""
-        if term < self.leader_term:
-            self._log(now, "plan-refused", f"plan from stale term {term} refused", term=term)
+        if self._stale_plan(term, now):
             return -1
         if base != self.generation:
             return PLAN_BASE_MOVED
@@ -519,6 +517,13 @@ class KnowledgeBase:
             if new.pop(comp, None) is not None:
                 moved.append(comp)
         return self._put_in_force(new, moved, reasons, reason, goals_commit, term, now)
+
+    def _stale_plan(self, term: int, now: float) -> bool:
+        """Whether a plan from ``term`` comes from a deposed leader (logged as refused)."""
+        if term >= self.leader_term:
+            return False
+        self._log(now, "plan-refused", f"plan from stale term {term} refused", term=term)
+        return True
 
     def _set_unmet(self, unmet: Sequence[Mapping[str, str]]) -> None:
         self.unmet = [
