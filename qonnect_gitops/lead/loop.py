@@ -104,7 +104,8 @@ _UNKNOWN = "unknown"  # no plan head seen yet in this term
 RETRY_FIRST = 0.5  # seconds before the first retry of a failed cycle; doubles up to the poll
 UNHEALTHY_AFTER = 3  # consecutive failed cycles after which /readyz says the loop is unhealthy
 # A branch-heads entry stays well below pysyncobj's 64 KiB append size (``ReportBatcher``):
-# about 45 KiB of names and commit ids, some 500 clusters; 10,000 changed heads are 20 entries.
+# about 45 KiB of names and commit ids, some 700 clusters with short names; every head of
+# 10,000 clusters is 15 entries (benchmarks/branch_heads.py).
 HEADS_ENTRY_BYTES = 45 * 1024
 VERSION_PROBE_SECONDS = 30.0  # how often a leader asks the members for their code version
 # Triggers that exist for rules acting on time alone: they always get a fresh plan.
@@ -536,11 +537,11 @@ class ReconcileLoop:
         if seen is _UNKNOWN and not self.kb.is_empty():
             return  # a new leader: the KB already holds what the group recorded
         in_force = plan_in_force(mirror, head)
+        placements = in_force.placements()
         recorded = (self.kb.placements(), self.kb.unmet())
-        if recorded == (in_force.placements(), unmet_of(in_force)) or not self.may_write(term):
+        if recorded == (placements, unmet_of(in_force)) or not self.may_write(term):
             return
         meta = mirror.store.decision_of(head)
-        placements = in_force.placements()
         try:
             generation = self.node.propose(self.node.state.plan, placements, {}, meta.reason,
                                            meta.source, term, time.time(), unmet_of(in_force))
