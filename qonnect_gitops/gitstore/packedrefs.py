@@ -173,7 +173,7 @@ def refuse_moved(updates: Updates, current: Callable[[str], pygit2.Oid | None]) 
     for name in sorted(updates):
         found = current(name)
         if found != updates[name][0]:
-            stale[name] = f"expected {_short(updates[name][0])}, found {_short(found)}"
+            stale[name] = f"expected {short_id(updates[name][0])}, found {short_id(found)}"
     if stale:
         raise StaleRef(stale)
 
@@ -204,5 +204,6 @@ def _check_names(repo: pygit2.Repository, packed: Mapping[bytes, object], names:
                 raise ValueError(f"{name}: {'/'.join(parts[:i])} is a ref")
 
 
-def _short(oid: pygit2.Oid | None) -> str:
+def short_id(oid: pygit2.Oid | str | None) -> str:
+    """An object id as refusals name it: 12 hex digits, or "nothing" for no ref."""
     return "nothing" if oid is None else str(oid)[:12]

@@ -36,6 +36,7 @@ from qonnect_gitops.gitstore.errors import (
     StaleRef,
 )
 from qonnect_gitops.gitstore.objects import MODE_TREE, ObjectBatch
+from qonnect_gitops.gitstore.packedrefs import short_id
 from qonnect_gitops.gitstore.trailers import DecisionMeta
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
@@ -191,10 +192,6 @@ def _ref_target(repo: pygit2.Repository, name: str) -> pygit2.Oid | None:
     return target if isinstance(target, pygit2.Oid) else None
 
 
-def _short(oid: pygit2.Oid | str | None) -> str:
-    return "nothing" if oid is None else str(oid)[:12]
-
-
 def _hex(oid: pygit2.Oid | None) -> str | None:
     return None if oid is None else str(oid)
 
@@ -300,7 +297,7 @@ class GitStore:
         if expected_plan is not _CURRENT:
             expected = None if expected_plan is None else pygit2.Oid(hex=str(expected_plan))
             if expected != current:
-                raise StaleRef({self.plan_ref: f"expected {_short(expected)}, found {_short(current)}"})
+                raise StaleRef({self.plan_ref: f"expected {short_id(expected)}, found {short_id(current)}"})
         batch = ObjectBatch(self.repo)
         dirs: dict[str, pygit2.Oid] = {}
         tree_id, fan = self._prepare(plan_files, clusters, prune_limits, current, batch, dirs)
@@ -475,7 +472,7 @@ class GitStore:
         if expected_plan is not _CURRENT:
             expected = None if expected_plan is None else pygit2.Oid(hex=str(expected_plan))
             if expected != current:
-                raise StaleRef({self.plan_ref: f"expected {_short(expected)}, found {_short(current)}"})
+                raise StaleRef({self.plan_ref: f"expected {short_id(expected)}, found {short_id(current)}"})
         if current is not None and self.repo[current].peel(pygit2.Commit).tree_id == tree_id:
             return None
         open_props = self.list_proposals()
