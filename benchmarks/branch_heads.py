@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from qonnect_gitops.kb import KBReader, KnowledgeBase
 from qonnect_gitops.lead.loop import heads_changes, heads_chunks
-from qonnect_gitops.lead.raft import DUMP_PICKLE_PROTOCOL
+from qonnect_gitops.lead.raft import RAFT_PICKLE_PROTOCOL
 
 
 def _commit(i: int, salt: str = "") -> str:
@@ -55,7 +55,7 @@ def in_process(n: int) -> dict[str, Any]:
     heads = {name: _commit(i) for i, name in enumerate(names)}
     chunks = heads_chunks(dict(heads))
     kb = KnowledgeBase()
-    empty_dump = len(gzip.compress(pickle.dumps(kb.to_dict(), DUMP_PICKLE_PROTOCOL), 1))
+    empty_dump = len(gzip.compress(pickle.dumps(kb.to_dict(), RAFT_PICKLE_PROTOCOL), 1))
     start = time.perf_counter()
     for chunk in chunks:
         kb.apply_branch_heads(chunk, 1)
@@ -74,11 +74,11 @@ def in_process(n: int) -> dict[str, Any]:
     for i in range(lookups):
         reader.cluster_generation(names[i % n])
     lookup = (time.perf_counter() - start) / lookups
-    dump = len(gzip.compress(pickle.dumps(kb.to_dict(), DUMP_PICKLE_PROTOCOL), 1))
+    dump = len(gzip.compress(pickle.dumps(kb.to_dict(), RAFT_PICKLE_PROTOCOL), 1))
     return {
         "clusters": n,
         "entries_full": len(chunks),
-        "entry_bytes_max": max(len(pickle.dumps(c, DUMP_PICKLE_PROTOCOL)) for c in chunks),
+        "entry_bytes_max": max(len(pickle.dumps(c, RAFT_PICKLE_PROTOCOL)) for c in chunks),
         "apply_full_ms": round(apply_full * 1000, 2),
         "apply_one_ms": round(apply_one * 1000, 4),
         "diff_one_ms": round(diff_one * 1000, 2),

@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from qonnect_gitops.kb import KnowledgeBase, placement_changes
+from qonnect_gitops.lead.raft import RAFT_PICKLE_PROTOCOL
 
 RUNS = 3
 T0 = 1_800_000_000.0
@@ -61,7 +62,7 @@ def _cpu(fn: Callable[..., Any], *args: Any) -> tuple[float, Any]:
 
 
 def _encode(args: tuple[Any, ...]) -> bytes:
-    return zlib.compress(pickle.dumps(args, protocol=2))
+    return zlib.compress(pickle.dumps(args, protocol=RAFT_PICKLE_PROTOCOL))
 
 
 def _decode(packed: bytes) -> Any:
@@ -94,7 +95,7 @@ def measure(components: int, moved: int) -> dict[str, Any]:
             seconds, generation = _cpu(transition, *decoded)
             apply.append(seconds)
             assert generation == 2 and kb.placements == {c: w for c, w in after.items() if w}, form
-        out[form] = {"entry_bytes": len(pickle.dumps(args, protocol=2)), "zlib_bytes": len(packed),
+        out[form] = {"entry_bytes": len(pickle.dumps(args, protocol=RAFT_PICKLE_PROTOCOL)), "zlib_bytes": len(packed),
                      "encode_cpu_s": _median(encode), "decode_cpu_s": _median(decode),
                      "apply_cpu_s": _median(apply)}
     return out

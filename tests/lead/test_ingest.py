@@ -9,15 +9,17 @@ from __future__ import annotations
 import gc
 import json
 import pickle
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from qonnect_gitops.kb import KnowledgeBase, ReportEntry, ReportRecord
-from qonnect_gitops.kb.records import encode_entry, pack_entries
+from qonnect_gitops.kb.records import encode_entry, pack_entries, unpack_entries
 from qonnect_gitops.lead.http import parse_json, parse_report, report_record
 from qonnect_gitops.lead.httpd import HTTPError
 from qonnect_gitops.lead.raft import (
@@ -346,3 +348,56 @@ def test_raft_messages_are_compressed_at_our_level_and_read_at_any() -> None:
     assert RAFT_MESSAGE_LEVEL != 3
     for level in (0, 3, 9):
         assert tcp_connection.zlib.decompress(zlib.compress(message, level)) == message
+
+
+def test_raft_pickles_bytes_as_bytes_and_reads_what_older_leads_pickled() -> None:
+    """pysyncobj pickles messages, commands and dumps at ``RAFT_PICKLE_PROTOCOL``, which
+    writes a report batch's bytes as they are (protocol 2, pysyncobj's own, wrote two
+    bytes for each over 0x7f, and a batch is pickled twice on its way), and still reads
+    what a lead of an older version pickled at 2."""
+    import pysyncobj.pickle as pysyncobj_pickle
+
+    from qonnect_gitops.lead.raft import RAFT_PICKLE_PROTOCOL
+
+    batch = pack_entries([encode_entry(e) for e in _entries(20)])
+    command = pysyncobj_pickle.dumps((0, (batch,), {}))
+    message = pysyncobj_pickle.dumps({"type": "append_entries", "entries": [(command, 7, 1)]})
+    assert len(message) < len(batch) + 200  # the bytes once, not inflated
+    assert len(pickle.dumps({"entries": [(pickle.dumps((0, (batch,), {}), protocol=2), 7, 1)]},
+                            protocol=2)) > 1.3 * len(batch)  # what protocol 2 made of it
+    assert RAFT_PICKLE_PROTOCOL > 2
+    older = pickle.dumps({"type": "append_entries",
+                          "entries": [(pickle.dumps((0, (batch,), {}), protocol=2), 7, 1)]}, protocol=2)
+    read = pysyncobj_pickle.loads(older)
+    assert pysyncobj_pickle.loads(read["entries"][0][0]) == (0, (batch,), {})
+    assert unpack_entries(pysyncobj_pickle.loads(command)[1][0]) == _entries(20)
+
+
+def test_a_follower_is_sent_each_entry_once_while_appends_are_in_flight(tmp_path: Path) -> None:
+    """With many appends in flight (every lead proposing batches under load), the leader
+    sends each entry to each follower once. pysyncobj moves a follower's next index back
+    to whatever an acknowledgement names, so a late acknowledgement made the leader send
+    the entries after it again; the follower then deleted them from its journal, appended
+    them anew, and logged ``truncating already-applied log entries`` when it had applied
+    them. Counted here as the follower's journal deletions, which only a resend causes."""
+    with _three_leads(tmp_path) as (nodes, leader):
+        deletions: dict[int, int] = {i: 0 for i in range(len(nodes))}
+        for i, node in enumerate(nodes):
+            delete = node.sync._SyncObj__deleteEntriesFrom  # pysyncobj 0.3's name
+
+            def counted(index: int, _i: int = i, _delete: Any = delete) -> None:
+                deletions[_i] += 1
+                _delete(index)
+
+            node.sync._SyncObj__deleteEntriesFrom = counted
+        answered = threading.Semaphore(0)
+        batches = 300
+        for b in range(batches):
+            entries = _entries(3, offset=3 * b)
+            leader.state.reports(pack_entries([encode_entry(e) for e in entries]),
+                                 callback=lambda result, err: answered.release())
+        for _ in range(batches):
+            assert answered.acquire(timeout=20)
+        _wait_all_hold(nodes, 3 * batches)
+        assert deletions == {i: 0 for i in range(len(nodes))}
+        assert nodes[0].state.kb.reports == nodes[1].state.kb.reports == nodes[2].state.kb.reports
