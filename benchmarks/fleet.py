@@ -65,7 +65,8 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   ``kb_snapshot_first_s``: the first one after the reports arrived.
 * ``plan_full_s`` / ``plan_failover_s``: the planner alone, from nothing and after
   one hosting cluster failed.
-* ``reports_per_s``: committed reports per second by three leads (``--ingest-seconds``;
+* ``reports_per_s``: committed reports per second by three leads, from 1,000 keep-alive
+  connections in two client processes (``benchmarks/lead.py``'s ingest; ``--ingest-seconds``;
   ``null`` when not run).
 
 The cost model below the table turns these into what a fleet of N agents polling every
@@ -536,9 +537,10 @@ def cost_model(fig: dict[str, Any], poll_s: float, report_s: float, max_s: float
 
 
 def _ingest(seconds: float, clusters: int, workdir: Path) -> float:
-    from benchmarks.lead import ingest
+    from benchmarks.lead import INGEST_CONNECTIONS_PER_PROCESS, ingest
 
-    return float(ingest(seconds, clusters, 2, 64, workdir, tls=False)["reports_per_s"])
+    return float(ingest(seconds, clusters, 2, INGEST_CONNECTIONS_PER_PROCESS, workdir,
+                        tls=False)["reports_per_s"])
 
 
 def main(argv: list[str] | None = None) -> int:
