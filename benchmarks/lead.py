@@ -371,6 +371,8 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
         procs = [ctx.Process(target=_client,
                              args=(w, targets, jobs[w::processes], seconds, threads, queue, ca))
                  for w in range(processes)]
+        gc_before = {lead.node_id: (group.status(lead, timeout=30) or {}).get("self", {})
+                     for lead in group.leads}
         started = time.monotonic()
         load_before = os.getloadavg()[0]
         cpu_before = {lead.node_id: _cpu_seconds(lead.proc.pid) for lead in group.leads if lead.proc}
@@ -435,6 +437,13 @@ def ingest(seconds: float, clusters: int, processes: int, threads: int,
             "longest_tick_gap_s": {n: r.get("longestTickGapSeconds") for n, r in raft.items()},
             "tick_stalls": {n: r.get("tickStalls") for n, r in raft.items()},
             "longest_gc_pause_s": {n: r.get("longestGcPauseSeconds") for n, r in raft.items()},
+            # The collector's CPU per committed report, and its collections per second, per lead.
+            "gc_cpu_us_per_report": {n: per_report(r.get("gcCpuSeconds", 0.0)
+                                                   - gc_before.get(n, {}).get("gcCpuSeconds", 0.0))
+                                     for n, r in raft.items()},
+            "gc_collections_per_s": {n: round((r.get("gcCollections", 0)
+                                               - gc_before.get(n, {}).get("gcCollections", 0)) / seconds)
+                                     for n, r in raft.items()},
             # Reports per Raft entry each lead proposed (whole life of the group).
             "reports_per_batch": {n: round(b["reports_committed"] / b["report_batches"], 1)
                                   for n, b in batches.items() if b.get("report_batches")},
@@ -617,6 +626,8 @@ def main() -> int:
             c = i["cpu_us_per_report"]
             print(f"  CPU per committed report: leader {c['leader']} us, busiest follower "
                   f"{c['follower']} us, clients {c['clients']} us")
+            print(f"  garbage collector per lead: {r['gc_cpu_us_per_report']} us of CPU per "
+                  f"committed report, {r['gc_collections_per_s']} collections/s")
             for line in i.get("timeline", []):
                 print(f"    {line}")
             for node, split in i["cpu_us_per_report_by_thread"].items():

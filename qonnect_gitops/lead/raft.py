@@ -595,6 +595,8 @@ class GcPauses:
         self.longest = 0.0
         self.longest_generation = -1
         self.total = 0.0  # seconds of all collections so far (the stall probe's attribution)
+        self.collections = 0  # collections so far, and the CPU they took on their threads
+        self.total_cpu = 0.0
         self._started = 0.0
         self._started_cpu = 0.0
         # The most CPU one collection took on its thread (``longest`` is wall-clock time,
@@ -647,6 +649,8 @@ class GcPauses:
         pause = time.perf_counter() - self._started
         cpu = time.thread_time() - self._started_cpu
         self.total += pause
+        self.collections += 1
+        self.total_cpu += cpu
         if pause > self.longest:
             self.longest, self.longest_generation = pause, info.get("generation", -1)
         self.longest_cpu = max(self.longest_cpu, cpu)
@@ -710,8 +714,8 @@ class _TimedSyncObj(SyncObj):  # type: ignore[misc]
         successful acknowledgement names: one for an earlier append, arriving after later
         ones went out, made the leader send those again. The follower then deleted them
         from its journal and appended them anew (``truncating already-applied log
-        entries`` when it had applied them). A refusal (``reset``) still sets the index wherever the follower says, as Raft
-        wants after a lost or mismatched append."""
+        entries`` when it had applied them). A refusal (``reset``) still sets the index
+        wherever the follower says, as Raft wants after a lost or mismatched append."""
         ahead = None
         if (isinstance(message, dict) and message.get("type") == "next_node_idx"
                 and message.get("success") and not message.get("reset")):
@@ -890,6 +894,9 @@ class RaftNode:
             "tickStalls": self.tick_gaps.stalls,
             "longestGcPauseSeconds": round(self.gc_pauses.longest, 3),
             "longestGcPauseGeneration": self.gc_pauses.longest_generation,
+            # What the collector cost this process so far: its share of the CPU.
+            "gcCollections": self.gc_pauses.collections,
+            "gcCpuSeconds": round(self.gc_pauses.total_cpu, 3),
         }
 
     # ---------------------------------------------------------------- writes
