@@ -25,7 +25,7 @@ import mmap
 import os
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -175,7 +175,8 @@ def local_path(url: str) -> Path | None:
     as git and libgit2 decode it); None for a remote reached over a network.
 
     A string without ``://`` is a path unless a colon comes before its first slash
-    (``host:repo.git`` is an SSH remote to git)."""
+    (``host:repo.git`` is an SSH remote to git). Raises ``Unsupported`` for a ``file://``
+    URL naming another host and ``LsRefsError`` for one naming no path."""
     if "://" in url:
         parts = urlsplit(url)
         if parts.scheme != "file":
@@ -292,7 +293,7 @@ def _packed_names(packed_refs: Path, prefixes: Sequence[str]) -> set[str]:
             return out
 
 
-def _packed_records(data: Any, at: int) -> Any:
+def _packed_records(data: mmap.mmap, at: int) -> Iterator[bytes]:
     """The ref names of the ``packed-refs`` records from offset ``at`` (a line start) on;
     peeled lines (``^<id>``) belong to the record before them and are skipped."""
     size = len(data)
@@ -306,12 +307,12 @@ def _packed_records(data: Any, at: int) -> Any:
         at = end + 1
 
 
-def _line_start(data: Any, floor: int, pos: int) -> int:
+def _line_start(data: mmap.mmap, floor: int, pos: int) -> int:
     """The start of the line holding offset ``pos``, no earlier than ``floor``."""
     return max(floor, data.rfind(b"\n", floor, pos) + 1)
 
 
-def _first_not_below(data: Any, body: int, prefix: bytes) -> int:
+def _first_not_below(data: mmap.mmap, body: int, prefix: bytes) -> int:
     """The offset of the first record of a sorted ``packed-refs`` whose name is not below
     ``prefix`` (every name under ``prefix`` follows it): a binary search over byte offsets.
     ``lo`` is always a record's line start with every record before it below ``prefix``;

@@ -61,11 +61,13 @@ def test_the_answer_is_what_git_for_each_ref_says(fleet: tuple[Path, str]) -> No
     # Loose beside packed, an annotated tag (a peeled line in packed-refs), a symbolic ref.
     git("-C", bare, "tag", "-a", "-m", "t", "v1", commit)
     git("-C", bare, "pack-refs", "--all")
-    update_refs(bare, f"create refs/heads/cluster/edge-99999 {commit}\ncreate refs/heads/qonnect/proposals/p1 {commit}\n"
+    update_refs(bare, f"create refs/heads/cluster/edge-99999 {commit}\n"
+                      f"create refs/heads/qonnect/proposals/p1 {commit}\n"
                       f"create refs/qonnect/closed/p0 {commit}\n")
     git("-C", bare, "symbolic-ref", "refs/heads/qonnect/proposals/alias", "refs/heads/cluster/edge-00007")
     for prefix in ["refs/heads/cluster/edge-0001", "refs/heads/cluster/edge-0299", "refs/heads/cluster/edge-9",
-                   "refs/heads/cluster/", "refs/heads/m", "refs/heads/qonnect/", "refs/tags/", "refs/", "refs/nothing/"]:
+                   "refs/heads/cluster/", "refs/heads/m", "refs/heads/qonnect/", "refs/tags/", "refs/",
+                   "refs/nothing/"]:
         assert local_refs(bare, [prefix]).refs == for_each_ref(bare, prefix), prefix
     answer = local_refs(bare, WATCHED)
     assert answer.refs == {"refs/heads/main": commit, "refs/heads/qonnect/proposals/p1": commit,
@@ -74,7 +76,7 @@ def test_the_answer_is_what_git_for_each_ref_says(fleet: tuple[Path, str]) -> No
 
 
 def test_an_unsorted_packed_refs_is_read_whole(fleet: tuple[Path, str]) -> None:
-    bare, commit = fleet
+    bare, _ = fleet
     packed = bare / "packed-refs"
     lines = packed.read_text().splitlines()
     records = [line for line in lines[1:] if not line.startswith("^")]
@@ -87,7 +89,8 @@ def test_a_packed_ref_updated_loose_reads_the_loose_value(fleet: tuple[Path, str
     bare, commit = fleet
     assert not (bare / "refs" / "heads" / "main").exists()  # packed by the fixture
     pushed = seed_goals(bare, {"apps/shop/app.yaml": "name: shop\nreplicas: 2\n"})
-    assert (bare / "refs" / "heads" / "main").is_file() and f"{commit} refs/heads/main" in (bare / "packed-refs").read_text()
+    assert (bare / "refs" / "heads" / "main").is_file()
+    assert f"{commit} refs/heads/main" in (bare / "packed-refs").read_text()
     assert local_refs(bare, ["refs/heads/main"]).refs == {"refs/heads/main": pushed}
 
 
