@@ -203,10 +203,11 @@ def local_refs(path: str | Path, prefixes: Sequence[str]) -> LsRefsAnswer:
     (it always does). Loose first: ``git pack-refs`` writes ``packed-refs`` before it
     removes a loose file, so a ref being packed meanwhile is found one way or the other.
     Each name found is then looked up with libgit2, which reads a loose ref before its
-    packed value; a ref deleted meanwhile, or one that does not resolve, is absent.
+    packed value; a ref deleted meanwhile, or a symbolic one to nothing, is absent.
 
-    Raises ``LsRefsError`` when ``path`` holds no repository that can be read, and
-    ``Unsupported`` when its refs are not stored as loose files and ``packed-refs``."""
+    Raises ``LsRefsError`` when ``path`` holds no repository, or a ref under the prefixes
+    that cannot be read, and ``Unsupported`` when its refs are not stored as loose files
+    and ``packed-refs``."""
     _check_prefixes(prefixes)
     try:
         repo = pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
@@ -229,8 +230,12 @@ def local_refs(path: str | Path, prefixes: Sequence[str]) -> LsRefsAnswer:
         try:
             ref = repo.references.get(name)
             target = None if ref is None else ref.resolve().target
-        except (KeyError, ValueError, pygit2.GitError):
-            continue  # a symbolic ref to nothing, a loop or an unreadable file: no ref, as git shows it
+        except KeyError:
+            continue  # deleted meanwhile, or a symbolic ref to nothing: no ref, as git shows it
+        except pygit2.GitError as exc:
+            # An unreadable ref file, a symbolic loop, a corrupt packed-refs: the caller
+            # falls back to a fetch rather than take a ref it could not read for a deleted one.
+            raise LsRefsError(f"{path}: {exc}") from exc
         if isinstance(target, pygit2.Oid):
             refs[name] = str(target)
     return LsRefsAnswer(refs, 0, 0)
@@ -299,7 +304,8 @@ def _packed_records(data: mmap.mmap, at: int) -> Iterator[bytes]:
     size = len(data)
     while at < size:
         end = data.find(b"\n", at)
-        end = size if end < 0 else end
+        if end < 0:
+            raise LsRefsError("unterminated last line in packed-refs")  # git refuses the file too
         if data[at:at + 1] != b"^":
             if end - at < 42 or data[at + 40:at + 41] != b" ":
                 raise LsRefsError(f"malformed packed-refs line at offset {at}")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import os
+import random
 import subprocess
 from pathlib import Path
 
@@ -85,6 +86,24 @@ def test_an_unsorted_packed_refs_is_read_whole(fleet: tuple[Path, str]) -> None:
     assert len(local_refs(bare, ["refs/heads/cluster/edge-0002"]).refs) == 10
 
 
+def test_the_search_of_a_sorted_packed_refs_finds_every_name_under_a_prefix(goals: tuple[Path, str]) -> None:
+    # Many small files of names close to each other (shared prefixes, peeled lines): the
+    # halving search must land on the first name under each prefix every time, as a scan
+    # of the whole file would.
+    bare, commit = goals
+    rnd = random.Random(21)
+    for _ in range(150):
+        names = sorted({name for name in ("refs/x/" + "".join(rnd.choice("ab/c-") for _ in range(rnd.randint(1, 6)))
+                                          for _ in range(rnd.randint(0, 30)))
+                        if pygit2.reference_is_valid_name(name)})
+        lines = "".join(f"{commit} {name}\n" + (f"^{commit}\n" if rnd.random() < 0.3 else "") for name in names)
+        (bare / "packed-refs").write_text("# pack-refs with: peeled fully-peeled sorted \n" + lines)
+        for _ in range(5):
+            prefix = "refs/x/" + "".join(rnd.choice("ab/c-") for _ in range(rnd.randint(0, 4)))
+            found = local_refs(bare, [prefix]).refs
+            assert found == {name: commit for name in names if name.startswith(prefix)}, (prefix, names)
+
+
 def test_a_packed_ref_updated_loose_reads_the_loose_value(fleet: tuple[Path, str]) -> None:
     bare, commit = fleet
     assert not (bare / "refs" / "heads" / "main").exists()  # packed by the fixture
@@ -105,6 +124,21 @@ def test_a_deleted_ref_is_absent_whether_it_was_loose_or_packed(fleet: tuple[Pat
     # A symbolic ref whose target is gone is no ref either, as git shows it.
     git("-C", bare, "symbolic-ref", "refs/heads/qonnect/plan", "refs/heads/cluster/edge-00042")
     assert local_refs(bare, WATCHED).refs.keys() == {"refs/heads/main"}
+
+
+def test_a_ref_that_cannot_be_read_is_an_error_not_an_absent_ref(fleet: tuple[Path, str]) -> None:
+    # git refuses these too; taken for absent, a plan branch would look deleted.
+    bare, commit = fleet
+    (bare / "refs" / "heads" / "qonnect").mkdir()
+    (bare / "refs" / "heads" / "qonnect" / "plan").write_text("not an id\n")
+    with pytest.raises(LsRefsError):
+        local_refs(bare, WATCHED)
+    (bare / "refs" / "heads" / "qonnect" / "plan").unlink()
+    assert local_refs(bare, WATCHED).refs == {"refs/heads/main": commit}
+    packed = bare / "packed-refs"
+    packed.write_text(packed.read_text().rstrip("\n"))  # the last line unterminated
+    with pytest.raises(LsRefsError):
+        local_refs(bare, ["refs/heads/main"])
 
 
 def test_a_repository_that_is_not_there_is_an_error_the_mirror_handles(tmp_path: Path,
