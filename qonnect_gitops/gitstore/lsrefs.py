@@ -11,18 +11,25 @@ Spoken here: ``git://`` (git daemon passes ``version=2`` on to upload-pack) and 
 HTTP(S) (the ``Git-Protocol`` header; ``UserPass`` credentials as basic auth). A server
 that answers in v0, another scheme (``ssh://``, a local path) or credentials other than
 a user and password raise ``Unsupported``: the caller falls back to a fetch.
+
+A local remote (a path or a ``file://`` URL) has no server to ask: ``local_refs`` reads
+the refs under the prefixes from the repository itself, loose ones first, so the answer
+costs the refs asked about rather than the fleet's (``remote_refs`` picks the way by URL).
 """
 
 from __future__ import annotations
 
 import base64
 import http.client
+import mmap
+import os
 import socket
 import ssl
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
+from urllib.parse import unquote, urlsplit
 
 import pygit2
 
@@ -140,15 +147,197 @@ def ls_refs(url: str, prefixes: Sequence[str], credentials: Any = None,
             timeout: float = TIMEOUT_SECONDS) -> LsRefsAnswer:
     """Every ref on the remote at ``url`` whose full name starts with one of ``prefixes``
     (each ``refs/...``), in one request."""
-    for prefix in prefixes:
-        if not prefix.startswith("refs/") or any(c in prefix for c in "\0\n *?[\\"):
-            raise ValueError(f"invalid ref prefix {prefix!r}")
+    _check_prefixes(prefixes)
     parts = urlsplit(url)
     if parts.scheme == "git":
         return _over_git(parts, prefixes, credentials, timeout)
     if parts.scheme in ("http", "https"):
         return _over_http(parts, prefixes, credentials, timeout)
     raise Unsupported(f"no protocol v2 client for {parts.scheme or 'local'} remotes")
+
+
+def _check_prefixes(prefixes: Sequence[str]) -> None:
+    for prefix in prefixes:
+        if not prefix.startswith("refs/") or any(c in prefix for c in "\0\n *?[\\"):
+            raise ValueError(f"invalid ref prefix {prefix!r}")
+
+
+def remote_refs(url: str, prefixes: Sequence[str], credentials: Any = None,
+                timeout: float = TIMEOUT_SECONDS) -> LsRefsAnswer:
+    """``ls_refs`` for a remote served over ``git://`` or HTTP(S); ``local_refs`` for a local
+    one (a path or ``file://``). Raises ``Unsupported`` for other remotes (``ssh://``)."""
+    path = local_path(url)
+    return ls_refs(url, prefixes, credentials, timeout) if path is None else local_refs(path, prefixes)
+
+
+def local_path(url: str) -> Path | None:
+    """The repository a local remote names (a path, or a ``file://`` URL, percent-decoded
+    as git and libgit2 decode it); None for a remote reached over a network.
+
+    A string without ``://`` is a path unless a colon comes before its first slash
+    (``host:repo.git`` is an SSH remote to git). Raises ``Unsupported`` for a ``file://``
+    URL naming another host and ``LsRefsError`` for one naming no path."""
+    if "://" in url:
+        parts = urlsplit(url)
+        if parts.scheme != "file":
+            return None
+        if parts.netloc not in ("", "localhost"):
+            raise Unsupported(f"a file:// URL naming another host ({parts.netloc})")
+        url = unquote(parts.path)
+    else:
+        colon, slash = url.find(":"), url.find("/")
+        if colon >= 0 and not 0 <= slash < colon:
+            return None
+    if not url:
+        raise LsRefsError("no repository path")  # Path("") would be the current directory
+    return Path(url)
+
+
+def local_refs(path: str | Path, prefixes: Sequence[str]) -> LsRefsAnswer:
+    """Every ref of the repository at ``path`` whose full name starts with one of
+    ``prefixes`` (each ``refs/...``), symbolic refs resolved, read from the repository
+    itself: what ``ls_refs`` answers for a served one, with no bytes sent or received.
+
+    Only the names under the prefixes are looked for: loose ref files in the directories
+    that can hold them, then ``packed-refs``, searched by halving when git wrote it sorted
+    (it always does). Loose first: ``git pack-refs`` writes ``packed-refs`` before it
+    removes a loose file, so a ref being packed meanwhile is found one way or the other.
+    Each name found is then looked up with libgit2, which reads a loose ref before its
+    packed value; a ref deleted meanwhile, or a symbolic one to nothing, is absent.
+
+    Raises ``LsRefsError`` when ``path`` holds no repository, or a ref under the prefixes
+    that cannot be read, and ``Unsupported`` when its refs are not stored as loose files
+    and ``packed-refs``."""
+    _check_prefixes(prefixes)
+    try:
+        repo = pygit2.Repository(str(path), pygit2.enums.RepositoryOpenFlag.NO_SEARCH)
+    except pygit2.GitError as exc:
+        raise LsRefsError(f"{path}: {exc}") from exc
+    common = _common_dir(Path(repo.path))
+    if (common / "reftable").is_dir():
+        raise Unsupported(f"{path}: refs stored in a reftable")
+    names: set[str] = set()
+    for prefix in prefixes:
+        names |= _loose_names(common, prefix)
+    try:
+        names |= _packed_names(common / "packed-refs", prefixes)
+    except OSError as exc:
+        raise LsRefsError(f"{path}: {exc}") from exc
+    refs: dict[str, str] = {}
+    for name in sorted(names):
+        if not pygit2.reference_is_valid_name(name):
+            continue  # a stray file (``*.lock``) in a refs directory
+        try:
+            ref = repo.references.get(name)
+            target = None if ref is None else ref.resolve().target
+        except KeyError:
+            continue  # deleted meanwhile, or a symbolic ref to nothing: no ref, as git shows it
+        except pygit2.GitError as exc:
+            # An unreadable ref file, a symbolic loop, a corrupt packed-refs: the caller
+            # falls back to a fetch rather than take a ref it could not read for a deleted one.
+            raise LsRefsError(f"{path}: {exc}") from exc
+        if isinstance(target, pygit2.Oid):
+            refs[name] = str(target)
+    return LsRefsAnswer(refs, 0, 0)
+
+
+def _common_dir(git_dir: Path) -> Path:
+    """Where a repository keeps its shared refs: a linked work tree's names its main one."""
+    try:
+        pointer = (git_dir / "commondir").read_text().strip()
+    except OSError:
+        return git_dir
+    return git_dir / pointer
+
+
+def _loose_names(common: Path, prefix: str) -> set[str]:
+    """The loose ref files under ``prefix``, entering only directories that can hold them."""
+    out: set[str] = set()
+
+    def walk(directory: str) -> None:
+        try:
+            entries = list(os.scandir(common / directory))
+        except (FileNotFoundError, NotADirectoryError):
+            return
+        for entry in entries:
+            name = f"{directory}/{entry.name}"
+            if entry.is_dir(follow_symlinks=False):
+                if (name + "/").startswith(prefix) or prefix.startswith(name + "/"):
+                    walk(name)
+            elif name.startswith(prefix):
+                out.add(name)
+
+    walk(prefix.rpartition("/")[0])
+    return out
+
+
+def _packed_names(packed_refs: Path, prefixes: Sequence[str]) -> set[str]:
+    """The names in ``packed-refs`` under ``prefixes`` (none when there is no such file)."""
+    try:
+        fh = open(packed_refs, "rb")  # noqa: SIM115 (closed below, after the map)
+    except FileNotFoundError:
+        return set()
+    with fh:
+        if os.fstat(fh.fileno()).st_size == 0:
+            return set()
+        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            body, ordered = 0, False
+            if data[:1] == b"#":  # "# pack-refs with: <traits> \n", each trait followed by a space
+                end = data.find(b"\n")
+                body = len(data) if end < 0 else end + 1
+                ordered = b" sorted " in data[:body]
+            out: set[str] = set()
+            for prefix in prefixes:
+                wanted = prefix.encode()
+                at = _first_not_below(data, body, wanted) if ordered else body
+                for name in _packed_records(data, at):
+                    if name.startswith(wanted):
+                        out.add(name.decode(errors="replace"))
+                    elif ordered:
+                        break
+            return out
+
+
+def _packed_records(data: mmap.mmap, at: int) -> Iterator[bytes]:
+    """The ref names of the ``packed-refs`` records from offset ``at`` (a line start) on;
+    peeled lines (``^<id>``) belong to the record before them and are skipped."""
+    size = len(data)
+    while at < size:
+        end = data.find(b"\n", at)
+        if end < 0:
+            raise LsRefsError("unterminated last line in packed-refs")  # git refuses the file too
+        if data[at:at + 1] != b"^":
+            if end - at < 42 or data[at + 40:at + 41] != b" ":
+                raise LsRefsError(f"malformed packed-refs line at offset {at}")
+            yield data[at + 41:end]
+        at = end + 1
+
+
+def _line_start(data: mmap.mmap, floor: int, pos: int) -> int:
+    """The start of the line holding offset ``pos``, no earlier than ``floor``."""
+    return max(floor, data.rfind(b"\n", floor, pos) + 1)
+
+
+def _first_not_below(data: mmap.mmap, body: int, prefix: bytes) -> int:
+    """The offset of the first record of a sorted ``packed-refs`` whose name is not below
+    ``prefix`` (every name under ``prefix`` follows it): a binary search over byte offsets.
+    ``lo`` is always a record's line start with every record before it below ``prefix``;
+    ``hi`` a line start (or the end) with no record from there on below it."""
+    lo, hi = body, len(data)
+    while lo < hi:
+        at = _line_start(data, lo, (lo + hi) // 2)
+        if data[at:at + 1] == b"^":
+            at = _line_start(data, lo, at - 1)  # the record this peeled line belongs to
+        end = data.find(b"\n", at)
+        end = len(data) if end < 0 else end
+        if data[at + 41:end] < prefix:
+            lo = end + 1
+            if data[lo:lo + 1] == b"^":
+                nxt = data.find(b"\n", lo)
+                lo = len(data) if nxt < 0 else nxt + 1
+        else:
+            hi = at
+    return lo
 
 
 def _over_git(parts: Any, prefixes: Sequence[str], credentials: Any, timeout: float) -> LsRefsAnswer:

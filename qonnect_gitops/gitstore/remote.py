@@ -13,6 +13,7 @@ Refs in a mirror:
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import time
@@ -25,7 +26,7 @@ import pygit2
 
 from qonnect_gitops.gitstore import gitcli
 from qonnect_gitops.gitstore.errors import FanOutStale, RemoteError, StaleRef
-from qonnect_gitops.gitstore.lsrefs import LsRefsError, Unsupported, ls_ref, ls_refs
+from qonnect_gitops.gitstore.lsrefs import LsRefsError, Unsupported, local_path, ls_ref, remote_refs
 from qonnect_gitops.gitstore.store import (
     CLOSED_NAMESPACE,
     DEFAULT_CLUSTER_PREFIX,
@@ -66,6 +67,23 @@ def _source(refspec: str) -> str:
 def _present(refspecs: Sequence[str], refs: Mapping[str, str]) -> list[str]:
     """The refspecs whose source is a pattern or one of ``refs``."""
     return [spec for spec in refspecs if _source(spec).endswith("*") or _source(spec) in refs]
+
+
+def _destination(refspec: str) -> str:
+    """The local side of a fetch refspec."""
+    return refspec.split(":", 1)[1]
+
+
+def _absolute(url: str) -> str:
+    """``url``, or the absolute form of a relative local path: git runs inside the mirror
+    (``git -C``), where a relative path would name another directory than libgit2 reads."""
+    try:
+        path = local_path(url)
+    except LsRefsError:
+        return url
+    if path is None or "://" in url or path.is_absolute():
+        return url
+    return os.path.abspath(url)
 
 
 def _seen_name(ref: str) -> str:
@@ -150,7 +168,7 @@ class Mirror:
         gc: bool = True,
     ) -> None:
         self.path = Path(path)
-        self.url = url
+        self.url = _absolute(url)
         self.credentials = credentials
         self.main_ref = f"refs/heads/{main_branch}"
         self.gc = gc
@@ -212,11 +230,12 @@ class Mirror:
         Local writes that were never pushed are dropped: the next cycle recomputes them.
 
         After the first full fetch, a fetch first asks the remote (protocol v2 ``ls-refs``,
-        hundreds of bytes) where ``main``, the plan branch and the proposals are; when none
-        moved it fetches nothing and touches only the refs this mirror wrote, and when some
-        moved it fetches those alone. Cluster branches are not asked about: only the leader
-        writes them, a push that finds one moved fails its compare-and-swap, and after that
-        (or ``distrust()``, or ``full=True``) the next fetch is a full one again.
+        hundreds of bytes; a local remote's refs are read directly, ``lsrefs.local_refs``)
+        where ``main``, the plan branch and the proposals are; when none moved it fetches
+        nothing and touches only the refs this mirror wrote, and when some moved it fetches
+        those alone. Cluster branches are not asked about: only the leader writes them, a
+        push that finds one moved fails its compare-and-swap, and after that (or
+        ``distrust()``, or ``full=True``) the next fetch is a full one again.
         """
         start = time.perf_counter()
         quiet = not full and self._watched_seen is not None
@@ -232,7 +251,13 @@ class Mirror:
         counted: tuple[int | None, int | None] = (None, None)  # bytes, objects: libgit2 counts them
         try:
             if command_line and answer is not None:
-                gitcli.fetch(self.path, "origin", _present(refspecs or self._refspecs, answer[0]), self.credentials)
+                wanted = refspecs or self._refspecs
+                present = _present(wanted, answer[0])
+                if present:
+                    gitcli.fetch(self.path, "origin", present, self.credentials)
+                # ``--prune`` covers patterns only: a named ref the remote no longer has is
+                # forgotten here, as libgit2's prune does (main or the plan branch deleted).
+                self._forget([_destination(spec) for spec in wanted if spec not in present])
             else:
                 stats = self.repo.remotes["origin"].fetch(
                     refspecs,
@@ -256,11 +281,16 @@ class Mirror:
                  refspecs="all" if refspecs is None else len(refspecs), seconds=round(result.seconds, 3))
         return result
 
+    def _forget(self, seen_refs: Sequence[str]) -> None:
+        """Delete these refs of what we last saw on the remote (the remote lacks them)."""
+        gone = {ref: (target, None) for ref in seen_refs if (target := _ref_target(self.repo, ref)) is not None}
+        cas_update_refs(self.repo, gone, "qonnect: gone from remote")
+
     def _ask_watched(self) -> tuple[dict[str, str], int] | None:
-        """Where the watched refs are on the remote (one ``ls-refs``) and the bytes it
-        answered with; None: it could not say."""
+        """Where the watched refs are on the remote (one ``ls-refs``, or a read of a local
+        remote's refs) and the bytes it answered with; None: it could not say."""
         try:
-            answer = ls_refs(self.url, self._watched, self.credentials)
+            answer = remote_refs(self.url, self._watched, self.credentials)
         except LsRefsError as exc:
             log.debug("mirror_ls_refs_failed", url=self.display_url, error=str(exc))
             return None
