@@ -125,3 +125,26 @@ def test_what_a_cycle_builds_is_freed_by_reference_counting(template_files: dict
         gc.set_debug(0)
         gc.garbage.clear()
     assert cyclic == []
+
+
+def test_young_generations_at_their_normal_largest_are_collected_not_frozen() -> None:
+    """Only a graph built with the collector off is frozen: with the lead's thresholds the
+    young generations never grow past the freeze bound by themselves (generation 0 at its
+    threshold, generation 1 holding that many survivors of each collection before its
+    own), so a lead under load never freezes its cyclic garbage, which frozen would never
+    be collected. Checked by keeping alive twice the bound's worth of objects while the
+    collector runs as the lead runs it."""
+    from qonnect_gitops.lead.raft import FREEZE_YOUNG_ABOVE
+
+    young, middle, _ = GC_THRESHOLDS
+    assert young * (middle + 1) < FREEZE_YOUNG_ABOVE
+    recorder = GcPauses.install()
+    try:
+        assert gc.get_threshold() == GC_THRESHOLDS
+        gc.collect()
+        frozen = recorder.young_frozen
+        alive = [[] for _ in range(2 * FREEZE_YOUNG_ABOVE)]  # each survives its young collections
+        assert recorder.young_frozen == frozen
+        del alive
+    finally:
+        recorder.release()
