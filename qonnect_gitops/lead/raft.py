@@ -724,13 +724,14 @@ class _TimedSyncObj(SyncObj):  # type: ignore[misc]
         from its journal and appended them anew (``truncating already-applied log
         entries`` when it had applied them). A refusal (``reset``) still sets the index
         wherever the follower says, as Raft wants after a lost or mismatched append."""
+        next_index = getattr(self, "_SyncObj__raftNextIndex", None)  # pysyncobj 0.3's name
         ahead = None
-        if (isinstance(message, dict) and message.get("type") == "next_node_idx"
+        if (isinstance(next_index, dict) and isinstance(message, dict)
+                and message.get("type") == "next_node_idx"
                 and message.get("success") and not message.get("reset")):
-            ahead = self._SyncObj__raftNextIndex.get(node)
+            ahead = next_index.get(node)
         SyncObj._SyncObj__onMessageReceived(self, node, message)
-        if ahead is not None and self._isLeader():
-            next_index = self._SyncObj__raftNextIndex
+        if ahead is not None and self._isLeader() and next_index is not None:
             if node in next_index and next_index[node] < ahead:
                 next_index[node] = ahead
 
