@@ -325,8 +325,6 @@ def _plain(data: Any) -> Any:
     return (first, *data[1:])
 
 
-
-
 class _YieldingPickler(pickle.Pickler):
     """The C pickler, made to let other threads run while it works.
 
