@@ -12,6 +12,7 @@ from pathlib import Path
 from types import FrameType
 from typing import Any
 
+from qonnect_gitops.demo import logdigest
 from qonnect_gitops.demo.scenarios import SCENARIOS, Demo, Result
 from qonnect_gitops.demo.stack import Settings, Stack, temp_root
 from qonnect_gitops.demo.view import View
@@ -54,6 +55,7 @@ def run(only: str | None = None, report: Path | None = None, keep: bool = False,
         for name in plan_order(only):
             view.scenario = name
             view.event(f"== scenario {name}")
+            logs_at = logdigest.mark(stack.logs)
             try:
                 result = SCENARIOS[name](demo)
             except Exception as exc:  # noqa: BLE001 - a failed scenario is reported, the run goes on
@@ -63,6 +65,12 @@ def run(only: str | None = None, report: Path | None = None, keep: bool = False,
             took = "" if result.seconds is None else f" in {result.seconds:.2f}s"
             view.event(f"== {name}: {'PASSED' if result.passed else 'FAILED'}{took}"
                        + ("" if result.passed else f" {result.observed.get('problems') or result.observed.get('error')}"))
+            if not result.passed:
+                # Why is in the processes' logs; a run on another machine leaves only its output.
+                logged = logdigest.render(logdigest.digest(stack.logs, logs_at))
+                result.extra["logged"] = logged
+                for line in logged:
+                    view.event(f"   logged: {line}")
         view.scenario = "done"
     except KeyboardInterrupt:
         interrupted = True

@@ -66,7 +66,8 @@ def check_report(report: dict[str, Any], names: list[str]) -> None:
     assert [s["name"] for s in report["scenarios"]] == names
     for s in report["scenarios"]:
         # the problems first: pytest cuts a long message, and they are what a reader needs
-        assert s["passed"], f"{s['name']}: {s['observed'].get('problems')} {s.get('notes')}"
+        assert s["passed"], (f"{s['name']}: {s['observed'].get('problems')} "
+                             f"logged meanwhile: {s.get('logged')} {s.get('notes')}")
         assert isinstance(s["seconds"], float) and s["seconds"] > 0, s
         assert s["observed"] and s["expected"], s
     assert report["passed"] is True
