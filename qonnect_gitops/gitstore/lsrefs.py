@@ -21,17 +21,18 @@ from __future__ import annotations
 
 import base64
 import http.client
-import mmap
 import os
 import socket
 import ssl
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote, urlsplit
 
 import pygit2
+
+from qonnect_gitops.gitstore import packedrefs
 
 TIMEOUT_SECONDS = 30.0
 MAX_REPLY_BYTES = 1 << 20  # a prefix names one branch: far more than any honest answer
@@ -220,8 +221,8 @@ def local_refs(path: str | Path, prefixes: Sequence[str]) -> LsRefsAnswer:
     for prefix in prefixes:
         names |= _loose_names(common, prefix)
     try:
-        names |= _packed_names(common / "packed-refs", prefixes)
-    except OSError as exc:
+        names |= packedrefs.names_under(common / "packed-refs", prefixes)
+    except (OSError, packedrefs.PackedRefsCorrupt) as exc:
         raise LsRefsError(f"{path}: {exc}") from exc
     refs: dict[str, str] = {}
     for name in sorted(names):
@@ -269,75 +270,6 @@ def _loose_names(common: Path, prefix: str) -> set[str]:
 
     walk(prefix.rpartition("/")[0])
     return out
-
-
-def _packed_names(packed_refs: Path, prefixes: Sequence[str]) -> set[str]:
-    """The names in ``packed-refs`` under ``prefixes`` (none when there is no such file)."""
-    try:
-        fh = open(packed_refs, "rb")  # noqa: SIM115 (closed below, after the map)
-    except FileNotFoundError:
-        return set()
-    with fh:
-        if os.fstat(fh.fileno()).st_size == 0:
-            return set()
-        with mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
-            body, ordered = 0, False
-            if data[:1] == b"#":  # "# pack-refs with: <traits> \n", each trait followed by a space
-                end = data.find(b"\n")
-                body = len(data) if end < 0 else end + 1
-                ordered = b" sorted " in data[:body]
-            out: set[str] = set()
-            for prefix in prefixes:
-                wanted = prefix.encode()
-                at = _first_not_below(data, body, wanted) if ordered else body
-                for name in _packed_records(data, at):
-                    if name.startswith(wanted):
-                        out.add(name.decode(errors="replace"))
-                    elif ordered:
-                        break
-            return out
-
-
-def _packed_records(data: mmap.mmap, at: int) -> Iterator[bytes]:
-    """The ref names of the ``packed-refs`` records from offset ``at`` (a line start) on;
-    peeled lines (``^<id>``) belong to the record before them and are skipped."""
-    size = len(data)
-    while at < size:
-        end = data.find(b"\n", at)
-        if end < 0:
-            raise LsRefsError("unterminated last line in packed-refs")  # git refuses the file too
-        if data[at:at + 1] != b"^":
-            if end - at < 42 or data[at + 40:at + 41] != b" ":
-                raise LsRefsError(f"malformed packed-refs line at offset {at}")
-            yield data[at + 41:end]
-        at = end + 1
-
-
-def _line_start(data: mmap.mmap, floor: int, pos: int) -> int:
-    """The start of the line holding offset ``pos``, no earlier than ``floor``."""
-    return max(floor, data.rfind(b"\n", floor, pos) + 1)
-
-
-def _first_not_below(data: mmap.mmap, body: int, prefix: bytes) -> int:
-    """The offset of the first record of a sorted ``packed-refs`` whose name is not below
-    ``prefix`` (every name under ``prefix`` follows it): a binary search over byte offsets.
-    ``lo`` is always a record's line start with every record before it below ``prefix``;
-    ``hi`` a line start (or the end) with no record from there on below it."""
-    lo, hi = body, len(data)
-    while lo < hi:
-        at = _line_start(data, lo, (lo + hi) // 2)
-        if data[at:at + 1] == b"^":
-            at = _line_start(data, lo, at - 1)  # the record this peeled line belongs to
-        end = data.find(b"\n", at)
-        end = len(data) if end < 0 else end
-        if data[at + 41:end] < prefix:
-            lo = end + 1
-            if data[lo:lo + 1] == b"^":
-                nxt = data.find(b"\n", lo)
-                lo = len(data) if nxt < 0 else nxt + 1
-        else:
-            hi = at
-    return lo
 
 
 def _over_git(parts: Any, prefixes: Sequence[str], credentials: Any, timeout: float) -> LsRefsAnswer:

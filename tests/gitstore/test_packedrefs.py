@@ -174,3 +174,46 @@ def test_a_fan_out_written_packed_lands_on_the_remote_as_the_loose_one_does(
         assert mirror.pending() == []
     assert remotes[0] == remotes[1]
     assert remotes[0].count("refs/heads/cluster/") == MANY
+
+
+@pytest.mark.parametrize("damage", [
+    "a record with no name",
+    "an id that is no id",
+    "a peeled line first",
+    "the last line unterminated",
+])
+def test_a_packed_refs_git_would_refuse_is_refused_and_left_as_it_was(repo: pygit2.Repository, damage: str) -> None:
+    # Rewritten from a partial reading, the file would lose the refs it could not read.
+    ids = commits(repo, MANY)
+    cas_update_refs(repo, {n: (None, i) for n, i in zip(names(MANY), ids, strict=True)}, "fan-out")
+    packed = Path(repo.path) / "packed-refs"
+    text = packed.read_text()
+    header, first, rest = text.split("\n", 2)
+    damaged = {
+        "a record with no name": f"{header}\n{first.split(' ')[0]}\n{rest}",
+        "an id that is no id": f"{header}\n{'z' * 40} {first.split(' ')[1]}\n{rest}",
+        "a peeled line first": f"{header}\n^{ids[0]}\n{first}\n{rest}",
+        "the last line unterminated": text.rstrip("\n"),
+    }[damage]
+    packed.write_text(damaged)
+    with pytest.raises(packedrefs.PackedRefsCorrupt):
+        packedrefs.read_packed(Path(repo.path))
+    again = commits(repo, MANY + 1)[1:]
+    with pytest.raises(packedrefs.PackedRefsCorrupt):
+        cas_update_refs(repo, {n: (o, i) for n, o, i in zip(names(MANY), ids, again, strict=True)}, "fan-out")
+    assert packed.read_text() == damaged
+    assert not list(Path(repo.path).glob("**/*.lock"))
+
+
+def test_the_whole_read_and_the_prefix_search_agree_with_git(repo: pygit2.Repository) -> None:
+    ids = commits(repo, 3)
+    for k, name in enumerate(["refs/heads/cluster/a", "refs/heads/cluster/b", "refs/heads/main"]):
+        repo.references.create(name, ids[k])
+    repo.create_tag("t", ids[0], pygit2.enums.ObjectType.COMMIT, pygit2.Signature("t", "t@example.org"), "tag")
+    git("-C", repo.path, "pack-refs", "--all")
+    whole = packedrefs.read_packed(Path(repo.path))
+    by_git = {line.split(" ")[0]: line.split(" ")[1:] for line in refs_by_git(repo.path).splitlines() if line}
+    assert {n.decode(): [v[0].decode(), (v[1] or b"").decode()] for n, v in whole.items()} == by_git
+    assert packedrefs.names_under(Path(repo.path) / "packed-refs", ["refs/heads/cluster/", "refs/tags/"]) == {
+        "refs/heads/cluster/a", "refs/heads/cluster/b", "refs/tags/t"}
+    assert packedrefs.names_under(Path(repo.path) / "missing", ["refs/"]) == set()
