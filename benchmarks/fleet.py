@@ -56,7 +56,9 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
   latency tables and decides the whole fleet again).
 * ``agent_poll_bytes`` / ``agent_poll_server_cpu_ms``: an idle agent's poll, both
   directions, counted by a relay in front of the Git server, and the server's CPU per
-  poll (``git daemon``'s children) with refs packed (``..._loose_refs``: as pushed);
+  poll (``git daemon``'s children) with refs packed (``..._loose_refs``: as pushed;
+  ``..._one_branch``: the same poll of a repository holding that branch alone, the
+  server's cost per connection that no fleet size changes);
   ``agent_fetch_v0_bytes``: the same poll as a libgit2 fetch (protocol v0: every ref
   advertised), for comparison. ``server_upkeep_s``: the server's maintenance after the
   fan-out (pack refs, add a commit-graph layer), as a kept server runs it; the later
@@ -421,6 +423,17 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
             source.fetch(agent, url, branch)
         time.sleep(0.2)
         out["agent_poll_server_cpu_ms"] = 1000 * (_children_cpu_s(pid) - cpu) / POLLS
+        # The same poll of a served repository holding that one branch alone: what the
+        # server spends per connection (git daemon starting upload-pack) whatever the fleet.
+        subprocess.run(["git", "clone", "-q", "--bare", "--single-branch", "--branch", branch,
+                        str(srv / "goals.git"), str(srv / "one-branch.git")], check=True)
+        one_url = url.rsplit("/", 1)[0] + "/one-branch.git"
+        source.fetch(workdir / "agent-one.git", one_url, branch)
+        cpu = _children_cpu_s(pid)
+        for _ in range(POLLS):
+            source.fetch(workdir / "agent-one.git", one_url, branch)
+        time.sleep(0.2)
+        out["agent_poll_server_cpu_ms_one_branch"] = 1000 * (_children_cpu_s(pid) - cpu) / POLLS
 
         timer.seconds, timer.pushes = 0.0, 0
         # The first cycle after a decision plans again (the plan in force is new) and
