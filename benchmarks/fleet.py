@@ -67,8 +67,10 @@ Figures per size (``--json`` prints ``{"sizes": {"<N>": {...}}}``):
 * ``kb_snapshot_s``: the leader's view of the fleet taken at the start of every cycle,
   from one report per cluster (the cycles above observe through it, as a lead does);
   ``kb_snapshot_first_s``: the first one after the reports arrived.
-* ``plan_full_s`` / ``plan_failover_s``: the planner alone, from nothing and after
-  one hosting cluster failed.
+* ``plan_full_s`` / ``plan_steady_s`` / ``plan_failover_s``: the planner alone, from
+  nothing; the next cycle with nothing changed (the first after a decision plans every
+  component again, once); then the cycle after that, one hosting cluster failed: a
+  failover as a running fleet meets it.
 * ``reports_per_s``: committed reports per second by three leads, from 1,000 keep-alive
   connections in two client processes (``benchmarks/lead.py``'s ingest; ``--ingest-seconds``;
   ``null`` when not run).
@@ -355,7 +357,8 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
     failed = empty_observation(NOW).model_copy(update={"clusters": {
         hosting[0]: empty_observation(NOW).cluster(hosting[0]).model_copy(
             update={"healthy": False, "heartbeat_age_seconds": 3600.0})}})
-    out["plan_failover_s"], _ = _timed(lambda: make_plan(goals, failed, first_plan.current()))
+    out["plan_steady_s"], steady_plan = _timed(lambda: make_plan(goals, _observe(goals), first_plan.current()))
+    out["plan_failover_s"], _ = _timed(lambda: make_plan(goals, failed, steady_plan.current()))
 
     kb = fleet_kb(goals)
     out["kb_snapshot_first_s"], _ = _timed(lambda: kb.snapshot(NOW))
