@@ -357,10 +357,13 @@ class ReconcileLoop:
             self.metrics.inc("qonnect_cycles_degraded_total")
             log.error("cycle_degraded", error=result.degraded)
         seconds = time.perf_counter() - start
+        # A cycle that moved no ref decided nothing: the label its discarded plan carries
+        # ("goals-changed" for any replan without moves) would read as a change.
         self.last_cycle = {"at": time.time(), "why": list(why), "seconds": round(seconds, 4),
-                           "goalsCommit": result.goals_commit, "reason": result.plan.reason,
+                           "goalsCommit": result.goals_commit, "decided": result.changed,
+                           "reason": result.plan.reason if result.changed else None,
                            "generation": result.generation, "pushed": len(result.refs)}
-        log.info("cycle_done", **{k: v for k, v in self.last_cycle.items() if k != "why"},
+        log.info("cycle_done", **{k: v for k, v in self.last_cycle.items() if k != "why" and v is not None},
                  why=",".join(why))
         self._schedule_deadline(now.timestamp())
         self._dynamic = set(fleet_record(result.plan.provisioning, self._goals)) if self._goals else set()

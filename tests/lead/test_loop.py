@@ -174,6 +174,14 @@ def test_webhook_runs_a_cycle_and_invalid_goals_keep_the_plan(
     wait_for(lambda: (st := group.status(leader)) and st["goals"]["lastGood"]["commit"] == fixed,
              10, "fixed goals accepted", group)
     assert goals.rev("qonnect/plan") == plan  # same decision: nothing written
+    # ... and the cycle says it decided nothing, with no decision reason to mislead.
+    last = wait_for(lambda: (st := group.status(leader)) and st["loop"]["lastCycle"]
+                    and st["loop"]["lastCycle"]["goalsCommit"] == fixed and st["loop"]["lastCycle"], 10,
+                    "the fixed goals' cycle", group)
+    assert (last["decided"], last["reason"], last["pushed"]) == (False, None, 0), last
+    done = [line for line in leader.log_path.read_text().splitlines() if "event=cycle_done" in line]
+    assert any(f"goalsCommit={new} decided=True reason=goals-changed" in line for line in done), done
+    assert any(f"goalsCommit={fixed} decided=False generation=" in line for line in done), done
 
     # A change of leader moves nothing: the new leader's cycles find the decision in force.
     group.kill(leader)
