@@ -64,3 +64,9 @@ class ProposalNotFound(ProposalError):
 
 class StaleProposal(ProposalError):
     """The plan branch moved since the proposal was based, so approving it would drop a decision."""
+
+
+class PackedRefsCorrupt(GitStoreError):
+    """A ``packed-refs`` file that git itself refuses to read (a record that is no
+    ``<id> <name>`` line, a peeled line before any record, an unterminated last line).
+    Nothing is written over it: a rewrite from a partial reading would lose refs."""

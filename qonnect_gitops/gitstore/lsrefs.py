@@ -33,6 +33,7 @@ from urllib.parse import unquote, urlsplit
 import pygit2
 
 from qonnect_gitops.gitstore import packedrefs
+from qonnect_gitops.gitstore.errors import PackedRefsCorrupt
 
 TIMEOUT_SECONDS = 30.0
 MAX_REPLY_BYTES = 1 << 20  # a prefix names one branch: far more than any honest answer
@@ -222,7 +223,7 @@ def local_refs(path: str | Path, prefixes: Sequence[str]) -> LsRefsAnswer:
         names |= _loose_names(common, prefix)
     try:
         names |= packedrefs.names_under(common / "packed-refs", prefixes)
-    except (OSError, packedrefs.PackedRefsCorrupt) as exc:
+    except (OSError, PackedRefsCorrupt) as exc:
         raise LsRefsError(f"{path}: {exc}") from exc
     refs: dict[str, str] = {}
     for name in sorted(names):

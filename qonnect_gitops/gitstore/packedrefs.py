@@ -29,7 +29,7 @@ from pathlib import Path
 
 import pygit2
 
-from qonnect_gitops.gitstore.errors import StaleRef
+from qonnect_gitops.gitstore.errors import PackedRefsCorrupt, StaleRef
 
 HEADER = b"# pack-refs with: sorted \n"
 """No ``peeled`` traits: the refs written here carry no peeled line, so git and libgit2
@@ -51,12 +51,6 @@ def suits(repo: pygit2.Repository, updates: Updates) -> bool:
     except KeyError:
         return bool(repo.is_bare)  # git's default: a reflog only for the branches of a work tree
     return str(logged).strip().lower() not in ("true", "always", "yes", "on", "1")
-
-
-class PackedRefsCorrupt(ValueError):
-    """A ``packed-refs`` file that git itself refuses to read (a record that is no
-    ``<id> <name>`` line, a peeled line before any record, an unterminated last line).
-    Nothing is written over it: a rewrite from a partial reading would lose refs."""
 
 
 PackedRefs = dict[bytes, tuple[bytes, bytes | None]]

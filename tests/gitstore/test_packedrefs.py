@@ -9,6 +9,7 @@ import pygit2
 import pytest
 
 from qonnect_gitops.gitstore import DecisionMeta, StaleRef, packedrefs
+from qonnect_gitops.gitstore.errors import PackedRefsCorrupt
 from qonnect_gitops.gitstore.remote import Mirror
 from qonnect_gitops.gitstore.store import cas_update_refs
 
@@ -196,10 +197,10 @@ def test_a_packed_refs_git_would_refuse_is_refused_and_left_as_it_was(repo: pygi
         "the last line unterminated": text.rstrip("\n"),
     }[damage]
     packed.write_text(damaged)
-    with pytest.raises(packedrefs.PackedRefsCorrupt):
+    with pytest.raises(PackedRefsCorrupt):
         packedrefs.read_packed(Path(repo.path))
     again = commits(repo, MANY + 1)[1:]
-    with pytest.raises(packedrefs.PackedRefsCorrupt):
+    with pytest.raises(PackedRefsCorrupt):
         cas_update_refs(repo, {n: (o, i) for n, o, i in zip(names(MANY), ids, again, strict=True)}, "fan-out")
     assert packed.read_text() == damaged
     assert not list(Path(repo.path).glob("**/*.lock"))
