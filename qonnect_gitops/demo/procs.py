@@ -1,13 +1,23 @@
-"""Child processes in their own process groups, always stopped as whole groups."""
+"""Child processes in their own process groups, always stopped as whole groups.
+
+A child started with ``restart=True`` is started again when it exits on its own, after
+1, 2, 4, 8 s and then every 10 s, as kubelet restarts a crashed agent's pod: a real
+fleet's agent that died (a port taken at start, a crash) comes back, and the demo's
+should too. ``kill`` and ``stop_all`` stop it for good; each restart is a line in the
+child's log.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+RESTART_BACKOFF_MAX = 10.0
 
 
 @dataclass
@@ -17,6 +27,10 @@ class Child:
     log_path: Path
     env: dict[str, str] = field(default_factory=dict)
     proc: subprocess.Popen[bytes] | None = None
+    restart: bool = False  # start again when it exits on its own
+    restarts: int = 0
+    restart_at: float | None = None  # when the next restart is due (monotonic)
+    stopped: bool = False  # by ``kill``: exited on purpose, not restarted
 
     @property
     def pid(self) -> int | None:
@@ -34,30 +48,71 @@ class Processes:
     def __init__(self, cwd: Path) -> None:
         self.cwd = cwd
         self.children: dict[str, Child] = {}
+        self._lock = threading.RLock()  # children are started by callers and the supervisor
+        self._stopping = threading.Event()
+        self._supervisor: threading.Thread | None = None
 
-    def start(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None) -> Child:
-        child = self.children.get(name) or Child(name, argv, log_path, env or {})
-        child.argv, child.env = argv, env or child.env
-        with open(log_path, "ab") as log:
-            child.proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+    def start(self, name: str, argv: list[str], log_path: Path, env: dict[str, str] | None = None,
+              restart: bool | None = None) -> Child:
+        """Start ``name`` (again); ``restart``: whether it is started again when it exits on
+        its own (None: as it was)."""
+        with self._lock:
+            child = self.children.get(name) or Child(name, argv, log_path, env or {})
+            child.argv, child.env = argv, env or child.env
+            if restart is not None:
+                child.restart = restart
+            child.restart_at, child.stopped = None, False
+            self._spawn(child)
+            self.children[name] = child
+            if child.restart and self._supervisor is None:
+                self._supervisor = threading.Thread(target=self._supervise, name="demo-supervisor", daemon=True)
+                self._supervisor.start()
+            return child
+
+    def _spawn(self, child: Child) -> None:
+        with open(child.log_path, "ab") as log:
+            child.proc = subprocess.Popen(child.argv, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                           env={**os.environ, **child.env}, cwd=str(self.cwd),
                                           start_new_session=True)
-        self.children[name] = child
-        return child
+
+    def _supervise(self) -> None:
+        while not self._stopping.wait(0.2):
+            with self._lock:
+                for child in self.children.values():
+                    if self._stopping.is_set():
+                        return
+                    if not child.restart or child.stopped or child.proc is None or child.alive():
+                        continue
+                    now = time.monotonic()
+                    if child.restart_at is None:
+                        child.restart_at = now + min(RESTART_BACKOFF_MAX, 2.0 ** child.restarts)
+                        _note(child, f"exited with code {child.proc.returncode}; restarting in "
+                                     f"{child.restart_at - now:.0f}s")
+                    elif now >= child.restart_at:
+                        child.restarts += 1
+                        child.restart_at = None
+                        _note(child, f"restart {child.restarts}")
+                        self._spawn(child)
 
     def restart(self, name: str) -> Child:
         child = self.children[name]
         return self.start(name, child.argv, child.log_path, child.env)
 
     def kill(self, name: str, sig: int = signal.SIGKILL) -> None:
-        """Signal one child's whole group and wait for the child to exit."""
-        child = self.children[name]
+        """Signal one child's whole group and wait for the child to exit; it is not
+        restarted (``start`` or ``restart`` starts it again)."""
+        with self._lock:
+            child = self.children[name]
+            child.stopped, child.restart_at = True, None
         if child.alive():
             assert child.proc is not None
             _killpg(child.proc.pid, sig)
             child.proc.wait(timeout=10)
 
     def stop_all(self, grace: float = 5.0) -> None:
+        self._stopping.set()
+        if self._supervisor is not None:
+            self._supervisor.join(timeout=5)
         live = [c for c in self.children.values() if c.proc is not None]
         for child in live:
             assert child.proc is not None
@@ -82,3 +137,11 @@ def _killpg(pgid: int, sig: int) -> None:
         os.killpg(pgid, sig)
     except (ProcessLookupError, PermissionError):
         pass
+
+
+def _note(child: Child, text: str) -> None:
+    """A line in the child's own log, where its crash is."""
+    with open(child.log_path, "a") as log:
+        log.write(f"ts={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} level=warning "
+                  f"logger=qonnect_gitops.demo event=process_restarted process={child.name} "
+                  f"detail=\"{text}\"\n")

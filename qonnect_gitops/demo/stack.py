@@ -175,7 +175,7 @@ class Stack:
             "--cache-dir", str(token_file.parent / "cache"),
             "--interval", str(self.settings.agent_interval),
             "--report-interval", str(self.settings.report_interval), *hook),
-            self.logs / f"agent-{cluster}.log", self.env)
+            self.logs / f"agent-{cluster}.log", self.env, restart=True)  # as kubelet restarts it
 
     def start_forge(self) -> None:
         """The fake forge, hosting the goals repository as ``demo/goals`` and sending pull
