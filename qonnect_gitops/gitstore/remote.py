@@ -750,9 +750,6 @@ def fetch_branch(
     return result.commit
 
 
-
-
-
 def credentials_from_env(env: dict[str, str] | None = None) -> Credentials:
     """Credentials from ``QONNECT_GIT_USERNAME``/``QONNECT_GIT_TOKEN`` (smart HTTP) or
     ``QONNECT_GIT_SSH_KEY`` (+ optional ``QONNECT_GIT_SSH_USER``, default ``git``); None if unset."""
