@@ -158,10 +158,7 @@ def _first_not_below(data: mmap.mmap, body: int, prefix: bytes) -> int:
             at = _line_start(data, lo, at - 1)  # the record this peeled line belongs to
         end = data.find(b"\n", at)
         end = len(data) if end < 0 else end
-        space = data.find(b" ", at, end)
-        if space < 0:
-            raise PackedRefsCorrupt(f"packed-refs: a record that is no '<id> <name>' line at offset {at}")
-        if data[space + 1:end] < prefix:
+        if _record(data, at, end)[1] < prefix:
             lo = end + 1
             if data[lo:lo + 1] == b"^":
                 nxt = data.find(b"\n", lo)
