@@ -77,22 +77,28 @@ def _quote(value: Any) -> str:
     return text
 
 
+def event_line(created: float, level: str, logger: str, event: str, fields: dict[str, Any]) -> str:
+    """One event as ``ts=... level=... logger=... event=... k=v ...`` (``created``: a Unix
+    time): what ``KeyValueFormatter`` writes, for a line written outside ``logging``."""
+    ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(created))
+    parts = [
+        f"ts={ts}.{int(created * 1000) % 1000:03d}Z",
+        f"level={level}",
+        f"logger={logger}",
+        f"event={_quote(event)}",
+    ]
+    parts += [f"{k}={_quote(v)}" for k, v in fields.items()]
+    return " ".join(parts)
+
+
 class KeyValueFormatter(logging.Formatter):
     """Formats a record as ``ts=... level=... logger=... event=... k=v ...``."""
 
     def format(self, record: logging.LogRecord) -> str:
-        ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(record.created))
-        fields: dict[str, Any] = getattr(record, "fields", {})
-        parts = [
-            f"ts={ts}.{int(record.msecs):03d}Z",
-            f"level={record.levelname.lower()}",
-            f"logger={record.name}",
-            f"event={_quote(record.getMessage())}",
-        ]
-        parts += [f"{k}={_quote(v)}" for k, v in fields.items()]
+        fields: dict[str, Any] = dict(getattr(record, "fields", {}))
         if record.exc_info:
-            parts.append(f"exc={_quote(self.formatException(record.exc_info))}")
-        return " ".join(parts)
+            fields["exc"] = self.formatException(record.exc_info)
+        return event_line(record.created, record.levelname.lower(), record.name, record.getMessage(), fields)
 
 
 class EventLogger:

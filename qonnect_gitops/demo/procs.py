@@ -17,6 +17,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from qonnect_gitops.logs import event_line
+
 RESTART_BACKOFF_MAX = 10.0
 
 
@@ -142,6 +144,5 @@ def _killpg(pgid: int, sig: int) -> None:
 def _note(child: Child, text: str) -> None:
     """A line in the child's own log, where its crash is."""
     with open(child.log_path, "a") as log:
-        log.write(f"ts={time.strftime('%Y-%m-%dT%H:%M:%SZ', time.gmtime())} level=warning "
-                  f"logger=qonnect_gitops.demo event=process_restarted process={child.name} "
-                  f"detail=\"{text}\"\n")
+        log.write(event_line(time.time(), "warning", __name__, "process_restarted",
+                             {"process": child.name, "detail": text}) + "\n")
