@@ -6,15 +6,17 @@ reads it from YAML. Anything not observed falls back to what the goals declare.
 
 from __future__ import annotations
 
+import functools
 from datetime import datetime
 
-from pydantic import AwareDatetime, Field
+from pydantic import AwareDatetime, Field, model_validator
 
 from qonnect_gitops.model.base import Arch, Name, UserModel
 from qonnect_gitops.model.errors import GoalsError, Problem
 from qonnect_gitops.model.goals import Goals
 from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.quantity import Bytes, MilliCPU
+from qonnect_gitops.model.status import ClusterState, WorkloadState
 from qonnect_gitops.model.yamlpos import parse_yaml, validate_document
 
 
@@ -33,10 +35,25 @@ class ObservedNode(UserModel):
     free: Capacity
 
 
+_REASON = r"^[A-Z][A-Za-z0-9]{0,63}$"
+
+
 class ObservedCluster(UserModel):
-    """A cluster as last reported. Every field may be omitted; declared values apply."""
+    """A cluster as last reported. Every field may be omitted; declared values apply.
+
+    ``healthy: false`` means the cluster is gone: its replicas fail over. ``state`` is the
+    health model's judgement (``kb.health``); a healthy cluster whose state is ``Degraded``,
+    ``Stalled`` or ``Silent`` (silent, but evictions held back by the storm guard) is
+    cordoned: what runs there stays, no new replica is placed there. Without ``state``
+    (hand-written files) the planner judges silence from ``heartbeatAgeSeconds`` and the
+    fleet's grace."""
 
     healthy: bool = True
+    state: ClusterState | None = Field(
+        None, description="The leads' health model: Ready, Degraded, Stalled or Silent.")
+    reason: str | None = Field(
+        None, pattern=_REASON, description="Why the cluster is in its state, CamelCase "
+        "(`ApiUnavailable`, `PruneLimitExceeded`, `EvictionsPaused`, ...).")
     heartbeat_age_seconds: float | None = Field(
         None, ge=0, description="Seconds since the last report; absent means fresh."
     )
@@ -44,6 +61,27 @@ class ObservedCluster(UserModel):
     nodes: tuple[ObservedNode, ...] | None = Field(
         None, description="Per-node capacity; when given it replaces the declared node shapes."
     )
+
+
+    @property
+    def cordoned(self) -> bool:
+        """Keeps what runs, takes no new replicas: reporting trouble short of failover."""
+        return self.healthy and self.state not in (None, ClusterState.READY)
+
+
+class ObservedWorkload(UserModel):
+    """What a cluster runs of one component, judged on its agent's reports (``kb``).
+
+    Pairs of the current placement without an entry count as running (a plan made without
+    observations)."""
+
+    component: str = Field(pattern=r"^[a-z0-9-]+/[a-z0-9-]+$")
+    cluster: Name
+    state: WorkloadState
+    ready_replicas: int = Field(0, ge=0, le=1_000_000)
+    reason: str | None = Field(
+        None, pattern=_REASON, description="Why it is not running, CamelCase "
+        "(`ProgressDeadlineExceeded`, `PruneLimitExceeded`, `CrashLoopBackOff`, ...).")
 
 
 class ObservedLatency(UserModel):
@@ -76,10 +114,29 @@ class Observed(UserModel):
         default_factory=dict, description="Per management cluster, the Cluster API clusters "
         "its agent reports (cloud bursting)."
     )
+    workloads: tuple[ObservedWorkload, ...] = Field(
+        (), description="Per component and cluster of the placement in force, whether it "
+        "runs there (placed, applied and ready), sorted by component then cluster.")
+
+    @model_validator(mode="after")
+    def _one_workload_per_pair(self) -> Observed:
+        pairs = [(w.component, w.cluster) for w in self.workloads]
+        if len(set(pairs)) != len(pairs):
+            raise ValueError("workloads: a component and cluster appear twice")
+        return self
 
     def cluster(self, name: str) -> ObservedCluster:
         """What is known of a cluster; one never observed counts as healthy and fresh."""
         return self.clusters.get(name) or ObservedCluster()
+
+    @functools.cached_property
+    def workload_index(self) -> dict[tuple[str, str], ObservedWorkload]:
+        """``{(component, cluster): workload}`` of ``workloads``."""
+        return {(w.component, w.cluster): w for w in self.workloads}
+
+    def workload(self, component: str, cluster: str) -> ObservedWorkload | None:
+        """What ``cluster`` runs of ``component``; None where nothing was observed."""
+        return self.workload_index.get((component, cluster))
 
 
 def empty_observation(now: datetime) -> Observed:
@@ -108,6 +165,11 @@ def load_observed(path: str, raw: bytes, goals: Goals) -> Observed:
             problems.append(doc.problem(("traffic", i, "component"), f"unknown component '{t.component}'"))
         if t.region not in regions:
             problems.append(doc.problem(("traffic", i, "region"), f"unknown region '{t.region}'"))
+    for i, w in enumerate(observed.workloads):
+        if w.component not in components:
+            problems.append(doc.problem(("workloads", i, "component"), f"unknown component '{w.component}'"))
+        if w.cluster not in goals.clusters:
+            problems.append(doc.problem(("workloads", i, "cluster"), f"unknown cluster '{w.cluster}'"))
     for i, key in enumerate(observed.completed_jobs):
         if key not in components:
             problems.append(doc.problem(("completedJobs", i), f"unknown component '{key}'"))

@@ -62,6 +62,34 @@ class SyncReason(StrEnum):
     DUPLICATE_OBJECT = "DuplicateObject"
 
 
+class ClusterState(StrEnum):
+    """A cluster as the leads judge it from its agent's reports (one health model, ``kb.health``).
+
+    ``Ready``: reporting, applying its branch, a node ready. ``Degraded``: the agent reports
+    but its API server is unreachable or no node is ready. ``Stalled``: the agent reports and
+    refuses or fails to apply the commit it was sent. ``Silent``: no report within the
+    cluster's own grace. Only ``Silent`` and a sustained ``Degraded`` fail a cluster over;
+    ``Degraded`` and ``Stalled`` keep what runs there and get no new replicas."""
+
+    READY = "Ready"
+    DEGRADED = "Degraded"
+    STALLED = "Stalled"
+    SILENT = "Silent"
+
+
+class WorkloadState(StrEnum):
+    """One component on one cluster, judged on what its agent reports running.
+
+    ``Running``: the agent applied the generation that placed it and its replicas are ready.
+    ``Progressing``: placed, not (yet) applied or ready, within the component's progress
+    deadline. ``NotRunning``: past the deadline, or its cluster refused the commit that
+    carries it: it counts as not running and is replaced elsewhere where room exists."""
+
+    RUNNING = "Running"
+    PROGRESSING = "Progressing"
+    NOT_RUNNING = "NotRunning"
+
+
 class HealthReason(StrEnum):
     """Why an object (and so its component) has the health it has, where a machine must tell.
 
