@@ -93,13 +93,13 @@ def render(status: dict[str, Any]) -> str:
         ],
     )]
     lines += ["", "CLUSTERS", format_table(
-        ("NAME", "TIER", "REGION", "HEALTH", "HEARTBEAT", "SYNC", "APPLIED", "GEN APPLIED/WANTED",
-         "NODES",
-         "REFUSALS"),
+        ("NAME", "TIER", "REGION", "STATE", "SCHEDULING", "HEARTBEAT", "SYNC", "APPLIED",
+         "GEN APPLIED/WANTED", "NODES", "REFUSALS"),
         [
             (
                 c["name"], c["tier"], c["region"],
-                ("healthy" if c["healthy"] else "FAILED") if c["declared"] else "undeclared",
+                _state(c) if c["declared"] else "undeclared",
+                c.get("scheduling") if c["declared"] else None,
                 _age(c["heartbeatAgeSeconds"], c["reported"]),
                 _sync(c["sync"]),
                 (c["applied"] or {}).get("commit", "")[:12] or None,
@@ -112,6 +112,27 @@ def render(status: dict[str, Any]) -> str:
             for c in status["clusters"]
         ],
     )]
+    storms = status.get("storms") or []
+    if storms:
+        lines += ["", "EVICTIONS HELD (most clusters of a group silent at once: the likelier fault is the "
+                  "leads' own view)", format_table(
+                      ("GROUP", "SILENT", "SINCE", "EVICTIONS"),
+                      [(s["group"], f"{s['silent']}/{s['members']}", s["since"],
+                        "paused" if s["paused"] else "one per stormEvictionSeconds") for s in storms])]
+    troubled = [c for c in status["clusters"] if c["declared"] and c.get("state") not in (None, "Ready")]
+    if troubled:
+        lines += ["", "CLUSTER TROUBLE", format_table(
+            ("CLUSTER", "STATE", "REASON", "WHAT THE LEADS DO", "TO FIX"),
+            [(c["name"], c["state"], c.get("reason"), _scheduling_text(c.get("scheduling")),
+              fix_hint(c.get("reason"), c["name"])) for c in troubled],
+        )]
+    not_running = status.get("notRunning") or []
+    if not_running:
+        lines += ["", "PLACED BUT NOT RUNNING", format_table(
+            ("COMPONENT", "CLUSTER", "STATE", "READY/PLACED", "REASON"),
+            [(w["component"], w["cluster"], w["state"], f"{w['ready']}/{w['placed']}", w.get("reason"))
+             for w in not_running],
+        )]
     unhealthy = [(c["name"], u) for c in status["clusters"] for u in c.get("unhealthy") or ()]
     if unhealthy:
         lines += ["", "UNHEALTHY COMPONENTS", format_table(
@@ -164,6 +185,48 @@ def render(status: dict[str, Any]) -> str:
     if errors:
         lines += ["", "ERRORS", *errors]
     return "\n".join(lines)
+
+
+# What an operator does about each reason a cluster is in trouble (kb.health reasons, the
+# agent's sync and refusal reasons). Text lives here, at the edge; decisions use the reasons.
+_FIXES: dict[str, str] = {
+    "HeartbeatMissed": "check the agent: kubectl -n qonnect-system logs deploy/qonnect-agent",
+    "ApiUnavailable": "check the cluster's API server: kubectl get --raw /readyz",
+    "NodesNotReady": "check the nodes: kubectl get nodes",
+    "EvictionsPaused": "check the leads' network and load: qonnect status on each lead",
+    "EvictionsSlowed": "check the agents and network of the silent group",
+    "PruneLimitExceeded": "see the refusal in the agent's log; docs/agent.md, 'A stalled prune guard'",
+    "EmptyDesiredSet": "qonnect validate; the branch is empty: see docs/agent.md, 'Refusals'",
+    "StaleGeneration": "the branch went back in time: see docs/git-layout.md, recovering a write",
+    "BranchUnreadable": "qonnect validate --repo URL --rev cluster/{cluster}",
+    "InvalidManifest": "qonnect validate; the API server refused an object",
+    "ProtectedNamespace": "the branch names a reserved namespace: fix the goals (qonnect validate)",
+    "DuplicateObject": "the branch holds an object twice: fix the goals (qonnect validate)",
+    "OwnershipConflict": "a live object the agent did not create: annotate its manifest "
+                         "qonnect.io/adopt: enabled, or rename it",
+    "ApplyFailed": "see the agent's log: kubectl -n qonnect-system logs deploy/qonnect-agent",
+    "PruneFailed": "see the agent's log: kubectl -n qonnect-system logs deploy/qonnect-agent",
+    "InventoryUnreadable": "the agent's inventory ConfigMap is unreadable: see docs/agent.md, 'Inventory'",
+    "SourceUnavailable": "the agent cannot fetch its branch: check its Git URL and credentials",
+}
+
+
+def fix_hint(reason: str | None, cluster: str) -> str | None:
+    """What to do about a cluster in trouble for ``reason``."""
+    hint = _FIXES.get(reason or "")
+    return hint.format(cluster=cluster) if hint else None
+
+
+def _state(cluster: dict[str, Any]) -> str:
+    state = cluster.get("state") or ("Ready" if cluster["healthy"] else "Silent")
+    return f"{state} ({cluster['reason']})" if cluster.get("reason") else state
+
+
+def _scheduling_text(scheduling: str | None) -> str | None:
+    return {"failed-over": "its replicas fail over",
+            "cordoned": "keeps what runs, no new replicas",
+            "recovering": "keeps what runs, no new replicas until Ready long enough",
+            "schedulable": "places as usual"}.get(scheduling or "")
 
 
 def _leader(leader: dict[str, Any] | None) -> str:

@@ -92,17 +92,10 @@ class KBReader:
         """Seconds a latency breach must hold before the planner sees it."""
         return self.read(lambda kb: kb.latency_window)
 
-    def next_failover(self, seen_at: float) -> float | None:
-        """Seconds after ``seen_at`` when the first cluster fresh at ``seen_at`` passes the
-        heartbeat grace; None when none is fresh (nothing to wait for)."""
-
-        def earliest(kb: KnowledgeBase) -> float | None:
-            grace = kb.grace_seconds
-            ages = [kb.heartbeat_age(name, seen_at) for name in kb.inventory]
-            left = [grace - age for age in ages if age is not None and age <= grace]
-            return min(left) if left else None
-
-        return self.read(earliest)
+    def next_health_change(self, now: float) -> float | None:
+        """When a cluster's or a placed component's judgement next changes by time alone
+        (``KnowledgeBase.next_health_change``); None when nothing would without a report."""
+        return self.read(lambda kb: kb.capture()).next_health_change(now)
 
     # -------------------------------------------------------------------- reports
 

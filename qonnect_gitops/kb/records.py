@@ -326,11 +326,14 @@ class WorkloadRecord:
 
     kind: str
     digest: str  # of the workload object: a changed Job is a new Job
+    deadline: float = 600.0  # progress deadline: placed but not ready after this long is not running
 
     @property
     def completable(self) -> bool:
-        """Whether a report may say it ran to completion."""
-        return self.kind in ("Job", "CronJob")
+        """Whether a report may say it ran to completion: only a Job ends. A CronJob runs on
+        schedule for as long as it is declared, so a claim that one completed (which would
+        take it off every cluster) is never taken."""
+        return self.kind == "Job"
 
 
 @dataclass(frozen=True, slots=True)

@@ -18,7 +18,7 @@ Reads (``snapshot``, ``current_placement``, ``status``) never change state.
 
 A report speaks only for its own cluster: component health, completion and
 traffic are kept only for components the plan in force places on the reporting
-cluster, and completion only for Job and CronJob components; other claims are
+cluster, and completion only for Job components; other claims are
 dropped and counted (``ignored_claims``). Reports are ordered by the receiving
 lead's clock, never the agent's.
 """
@@ -34,6 +34,17 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from qonnect_gitops.kb.health import (
+    ClusterJudgement,
+    ClusterTrack,
+    HealthSettings,
+    Storm,
+    component_ready,
+    earliest_change,
+    judge_fleet,
+    judge_workload,
+    track_report,
+)
 from qonnect_gitops.kb.records import (
     CompletedJob,
     ComponentRecord,
@@ -52,13 +63,15 @@ from qonnect_gitops.model.observed import (
     ObservedLatency,
     ObservedNode,
     ObservedTraffic,
+    ObservedWorkload,
 )
 from qonnect_gitops.model.plan import CurrentPlacement
 from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.report import MAX_RPS
+from qonnect_gitops.model.status import ClusterState
 
-STATE_VERSION = 2
-READABLE_VERSIONS = (1, 2)
+STATE_VERSION = 3
+READABLE_VERSIONS = (1, 2, 3)
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256, as Git prints it
 LatencySamples = tuple[tuple[float, float], ...]  # ((receivedAt, ms), ...) oldest first
 MAX_UNMET = 1000  # unmet goals kept with the plan in force (one per component and goal)
@@ -68,6 +81,7 @@ PLAN_BASE_MOVED = -2
 DECISION_LOG_LIMIT = 256
 MAX_LOGGED_MOVES = 100  # moves a logged decision lists (``movesTotal`` counts them all)
 DEFAULT_GRACE_SECONDS = 20.0
+DEFAULT_PROGRESS_DEADLINE = 600.0  # a component's, where the goals in force do not say
 DEFAULT_INTERVAL_SECONDS = 5.0
 MAX_GOALS_ERRORS = 100
 LATENCY_WINDOW_REPORTS = 3
@@ -98,23 +112,28 @@ def inventory_from_goals(goals: Goals) -> dict[str, dict[str, Any]]:
 
 
 def workloads_from_goals(goals: Goals) -> dict[str, WorkloadRecord]:
-    """Per component, its workload kind and a digest of its workload object: the KB
-    accepts completion only for Jobs and CronJobs, and forgets a completion when the
-    workload changes (a new image of a Job runs again)."""
+    """Per component, its workload kind, a digest of its workload object and its progress
+    deadline: the KB accepts completion only for Jobs, forgets a completion when the workload
+    changes (a new image of a Job runs again), and judges what runs by the deadline."""
     out: dict[str, WorkloadRecord] = {}
     for component in goals.components():
         text = json.dumps(component.workload, sort_keys=True, default=str, separators=(",", ":"))
         out[component.key] = WorkloadRecord(component.kind,
-                                            hashlib.sha256(text.encode("utf-8")).hexdigest()[:16])
+                                            hashlib.sha256(text.encode("utf-8")).hexdigest()[:16],
+                                            float(component.stability.progress_deadline_seconds))
     return dict(sorted(out.items()))
 
 
 def heartbeat_from_goals(goals: Goals) -> dict[str, float]:
-    """The heartbeat settings the KB needs to judge freshness."""
+    """The heartbeat settings the KB needs to judge freshness (``kb.health``)."""
     hb = goals.fleet.spec.heartbeat
     return {
         "intervalSeconds": float(hb.interval_seconds),
         "graceSeconds": float(hb.grace_seconds),
+        "degradedSeconds": float(hb.effective_degraded_seconds),
+        "recoverySeconds": float(hb.effective_recovery_seconds),
+        "unhealthyShare": float(hb.unhealthy_share),
+        "stormEvictionSeconds": float(hb.storm_eviction_seconds),
         # A latency breach counts once it held through three reports in a row.
         "latencyWindowSeconds": LATENCY_WINDOW_REPORTS * float(hb.interval_seconds),
     }
@@ -168,6 +187,13 @@ class KnowledgeBase:
         # so only a sustained breach moves anything (one slow sample does not). A report
         # replaces its cluster's dict (``capture`` shares them); the dump stores lists.
         self.latency_history: dict[str, dict[str, LatencySamples]] = {}
+        # Per cluster, what its reports said over time as the health model needs it
+        # (``kb.health.ClusterTrack``: condition and since when, report rhythm, recovery).
+        self.cluster_tracks: dict[str, ClusterTrack] = {}
+        # Per cluster, the components placed there that are not ready there, and since when
+        # (their placement, or the first report that showed them not ready): what judges
+        # them Progressing or NotRunning. A cluster's dict is replaced, never edited.
+        self.unready_since: dict[str, dict[str, float]] = {}
         # Placement in force.
         self.generation = 0
         self.placements: dict[str, dict[str, int]] = {}
@@ -224,6 +250,11 @@ class KnowledgeBase:
     def leader_term(self) -> int:
         return int(self.leader["term"]) if self.leader else 0
 
+    @property
+    def health_settings(self) -> HealthSettings:
+        """The heartbeat settings as the health model takes them."""
+        return HealthSettings.from_heartbeat(self.heartbeat)
+
     # -------------------------------------------------------- state changes
 
     def apply_reports(self, entries: Sequence[ReportEntry]) -> list[ReportVerdict]:
@@ -240,6 +271,7 @@ class KnowledgeBase:
         gated = self.last_good is not None
         inventory, dynamic = self.inventory, self.dynamic
         window = self.latency_window if any(e.record.latencies for e in entries) else 0.0
+        settings, tracks = self.health_settings, self.cluster_tracks
         for entry in entries:
             cluster = entry.cluster
             generation = generations.get(cluster, 0)
@@ -254,6 +286,9 @@ class KnowledgeBase:
             record, ignored = self._own_claims(entry.record)
             if ignored:
                 self.ignored_claims[cluster] = self.ignored_claims.get(cluster, 0) + len(ignored)
+            tracks[cluster] = track_report(tracks.get(cluster), self._heard_since(cluster), record,
+                                           entry.received_at, settings)
+            self._track_readiness(cluster, record, entry.received_at)
             reports[cluster] = StoredReport(
                 record=record,
                 received_at=entry.received_at,
@@ -295,6 +330,30 @@ class KnowledgeBase:
         return ReportRecord(record.cluster, record.agent_time, record.sync, record.applied,
                             record.attempted, record.refusals, tuple(components), record.nodes,
                             record.latencies, tuple(traffic), record.cluster_api), ignored
+
+    def _track_readiness(self, cluster: str, record: ReportRecord, now: float) -> None:
+        """Note which components placed on ``cluster`` its report shows not ready (from when),
+        and forget those it shows ready."""
+        placed = self._placed_on.get(cluster)
+        before = self.unready_since.get(cluster)
+        if not placed:
+            if before is not None:
+                del self.unready_since[cluster]
+            return
+        before = before or {}
+        reported = {c.component: c for c in record.components}
+        after: dict[str, float] = {}
+        workloads, placements = self.workloads, self.placements
+        for comp in placed:
+            workload = workloads.get(comp)
+            kind = workload.kind if workload is not None else "Deployment"
+            if not component_ready(reported.get(comp), placements[comp][cluster], kind):
+                after[comp] = before.get(comp, now)
+        if after != before:
+            if after:
+                self.unready_since[cluster] = after
+            else:
+                del self.unready_since[cluster]
 
     def _record_completions(self, record: ReportRecord, now: float) -> None:
         for comp in record.components:
@@ -372,8 +431,7 @@ class KnowledgeBase:
             del self.completed_jobs[key]
         # Reports of clusters no longer declared are forgotten: nothing may be planned there.
         for name in removed:
-            self.reports.pop(name, None)
-            self.latency_history.pop(name, None)
+            self._forget_cluster(name)
         summary = f"goals {commit[:12]} accepted: {len(inventory)} clusters"
         if added:
             summary += f", added {', '.join(added)}"
@@ -392,8 +450,7 @@ class KnowledgeBase:
         for name in sorted(set(new) | set(self.dynamic)):
             before, after = self.dynamic.get(name), new.get(name)
             if after is None:
-                self.reports.pop(name, None)
-                self.latency_history.pop(name, None)
+                self._forget_cluster(name)
                 self.pool_tokens.pop(name, None)  # its agent may no longer report
                 changes.append(f"{name} removed")
             elif before is None or before.get("phase") != after.get("phase"):
@@ -402,6 +459,13 @@ class KnowledgeBase:
         if changes:
             self._log(now, "provisioning", "pool clusters: " + ", ".join(changes))
         return True
+
+    def _forget_cluster(self, name: str) -> None:
+        """Drop what the cluster's reports told (it left the goals or the pool)."""
+        self.reports.pop(name, None)
+        self.latency_history.pop(name, None)
+        self.cluster_tracks.pop(name, None)
+        self.unready_since.pop(name, None)
 
     def apply_pool_token(self, cluster: str, digest: str, now: float) -> bool:
         """Record the hash of the agent token issued to a pool cluster (replacing an earlier
@@ -543,6 +607,7 @@ class KnowledgeBase:
         moves: list[dict[str, Any]] = []
         joined: dict[str, set[str]] = {}  # cluster -> components with replicas there now
         left: dict[str, set[str]] = {}  # cluster -> components with none there any more
+        unready: dict[str, dict[str, float]] = {}  # cluster -> its new unready_since dict
         for comp in sorted(changed):
             old_map = old.get(comp, {})
             new_map = new.get(comp, {})
@@ -553,9 +618,22 @@ class KnowledgeBase:
             else:
                 self.last_moved.pop(comp, None)
             for cluster in old_map.keys() | new_map.keys():
-                if old_map.get(cluster) == new_map.get(cluster):
+                was, wanted = old_map.get(cluster), new_map.get(cluster)
+                if was == wanted:
                     continue
                 (joined if cluster in new_map else left).setdefault(cluster, set()).add(comp)
+                # Replicas placed anew are not ready until a report shows them; fewer replicas
+                # than before are as ready as the ones that ran.
+                if wanted is None or (was is not None and wanted < was):
+                    if wanted is None and comp in self.unready_since.get(cluster, {}):
+                        unready.setdefault(cluster, dict(self.unready_since[cluster])).pop(comp, None)
+                else:
+                    unready.setdefault(cluster, dict(self.unready_since.get(cluster, {})))[comp] = now
+        for cluster, since in unready.items():
+            if since:
+                self.unready_since[cluster] = since
+            else:
+                self.unready_since.pop(cluster, None)
         placed_on = dict(self._placed_on)  # a new dict: a capture may share the old one
         for cluster in sorted(joined.keys() | left.keys()):
             self.cluster_generations[cluster] = generation
@@ -657,40 +735,56 @@ class KnowledgeBase:
         """Since when the group could have heard agents: the current leader's start."""
         return float(self.leader["since"]) if self.leader else None
 
-    def heartbeat_age(self, cluster: str, now: float) -> float | None:
-        """Seconds of silence from ``cluster`` as the group can judge them.
-
-        Counted from the latest of the last report, the current leader's start and the
-        moment the cluster was declared: while the leads themselves were down or
-        electing, nobody could hear agents, and an agent of a cluster the goals did not
-        declare yet has its reports refused; failing clusters for either silence would be
-        wrong. None means the cluster has not reported and the group has no start time yet.
-        """
+    def _heard_since(self, cluster: str) -> float | None:
+        """Since when the group could have heard ``cluster``: the latest of its last report,
+        the current leader's start and the moment it was declared. While the leads
+        themselves were down or electing nobody could hear agents, and an agent of a cluster
+        the goals did not declare yet has its reports refused; failing clusters for either
+        silence would be wrong. None: it has not reported and the group has no start yet."""
         epoch = self._epoch()
         entry = self.reports.get(cluster)
         heard = entry.received_at if entry else None
         declared = self.declared_since.get(cluster)
-        since = max((t for t in (heard, epoch, declared) if t is not None), default=None)
-        if since is None:
-            return None
-        return max(0.0, now - since)
+        return max((t for t in (heard, epoch, declared) if t is not None), default=None)
+
+    def heartbeat_age(self, cluster: str, now: float) -> float | None:
+        """Seconds of silence from ``cluster`` as the group can judge them (``_heard_since``)."""
+        since = self._heard_since(cluster)
+        return None if since is None else max(0.0, now - since)
+
+    def judge(self, now: float) -> tuple[dict[str, ClusterJudgement], tuple[Storm, ...]]:
+        """Every cluster (declared, or a pool cluster whose agent reported) judged at ``now``
+        by the one health model (``kb.health``), storm guard included; and the storms."""
+        heard = {name: self._heard_since(name) for name in sorted(set(self.inventory) | set(self.dynamic))
+                 if name in self.inventory or name in self.reports}
+        groups = {name: (str(c["tier"]), str(c["region"])) for name, c in self.inventory.items()}
+        return judge_fleet(self.cluster_tracks, heard, groups, now, self.health_settings)
 
     def cluster_health(self, cluster: str, now: float) -> bool:
-        """Healthy = heard within the grace period and (if nodes reported) a node is ready.
+        """Whether the cluster counts as alive (not failed over) at ``now``. Judges the whole
+        fleet (the storm guard looks at all of it): callers asking about many clusters use
+        ``judge`` once."""
+        judged = self.judge(now)[0].get(cluster)
+        return judged is not None and not judged.gone
 
-        A cluster that never reported is healthy on its declared nodes for one grace
-        period after the group (its current leader) started, then failed.
-        """
-        return self._health(cluster, self.heartbeat_age(cluster, now))
-
-    def _health(self, cluster: str, age: float | None) -> bool:
-        if age is not None and age > self.grace_seconds:
-            return False
-        entry = self.reports.get(cluster)
-        if entry is None:
-            return True
-        nodes = entry.record.nodes
-        return not nodes or any(node.ready for node in nodes)
+    def next_health_change(self, now: float) -> float | None:
+        """The earliest moment after ``now`` at which a judgement changes by time alone: a
+        cluster falls silent, a degradation lasts long enough to fail over, a recovery ends,
+        the storm guard releases an eviction, a placed component reaches its progress
+        deadline. None when nothing would change without a report."""
+        judged, _ = self.judge(now)
+        times: list[float | None] = [j.next_change for j in judged.values()]
+        workloads = self.workloads
+        for cluster, since in self.unready_since.items():
+            j = judged.get(cluster)
+            if j is None or j.gone or j.state == ClusterState.STALLED:
+                continue
+            for comp, at in since.items():
+                workload = workloads.get(comp)
+                due = at + (workload.deadline if workload is not None else DEFAULT_PROGRESS_DEADLINE)
+                if due >= now:
+                    times.append(due)
+        return earliest_change(t for t in times if t is not None and t >= now)
 
     def capture(self) -> KnowledgeBase:
         """The whole state as it is now, in containers of its own: what a full dump stores
@@ -718,6 +812,8 @@ class KnowledgeBase:
         view.ignored_claims = dict(self.ignored_claims)
         view.completed_jobs = dict(self.completed_jobs)
         view.latency_history = dict(self.latency_history)
+        view.cluster_tracks = dict(self.cluster_tracks)
+        view.unready_since = dict(self.unready_since)
         view.generation = self.generation
         view.placements = dict(self.placements)
         view._placed_on = self._placed_on  # rebuilt, never changed, by apply_plan
@@ -744,15 +840,13 @@ class KnowledgeBase:
         traffic: dict[tuple[str, str], float] = {}
         cluster_api: dict[str, tuple[ClusterApiStatus, ...]] = {}
         window = self.latency_window
-        for name in sorted(set(self.inventory) | set(self.dynamic)):
+        judged, _ = self.judge(ts)
+        for name, judgement in judged.items():
             entry = self.reports.get(name)
-            age = self.heartbeat_age(name, ts)
-            healthy = self._health(name, age)
-            if entry is None and name not in self.inventory:
-                continue  # a pool cluster counts as reporting only once its agent did
+            condition = _observed_condition(judgement)
             if entry is None:
                 # Never reported: declared nodes apply; after the grace it counts as failed.
-                clusters[name] = ObservedCluster(healthy=healthy, heartbeat_age_seconds=age)
+                clusters[name] = ObservedCluster(heartbeat_age_seconds=judgement.age, **condition)
                 continue
             record = entry.record
             nodes = tuple(_observed_node(node) for node in record.nodes)
@@ -762,10 +856,10 @@ class KnowledgeBase:
                 # Bounded per node (model.report), the sums stay far inside 64 bits.
                 free = _capacity(sum(n.free_cpu for n in ready), sum(n.free_memory for n in ready))
             clusters[name] = ObservedCluster(
-                healthy=healthy,
-                heartbeat_age_seconds=age,
+                heartbeat_age_seconds=judgement.age,
                 free=free,
                 nodes=nodes or None,
+                **condition,
             )
             for lat in record.latencies:
                 if lat.to != name:
@@ -791,7 +885,31 @@ class KnowledgeBase:
             ),
             completed_jobs=tuple(completed),
             cluster_api=cluster_api,
+            workloads=self.workload_states(ts, judged),
         )
+
+    def workload_states(self, now: float, judged: Mapping[str, ClusterJudgement]) -> tuple[ObservedWorkload, ...]:
+        """The placed components that do not run (yet) where they are placed, judged at
+        ``now``: Progressing within their deadline, NotRunning past it or on a Stalled
+        cluster. Pairs left out run. Sorted by component, then cluster."""
+        out: list[ObservedWorkload] = []
+        workloads = self.workloads
+        for cluster, since in self.unready_since.items():
+            j = judged.get(cluster)
+            if j is None or j.gone:
+                continue  # failed over as a whole
+            entry = self.reports.get(cluster)
+            reported = {c.component: c for c in entry.record.components} if entry else {}
+            for comp, at in since.items():
+                if cluster not in self.placements.get(comp, {}):
+                    continue
+                workload = workloads.get(comp)
+                deadline = workload.deadline if workload is not None else DEFAULT_PROGRESS_DEADLINE
+                line = reported.get(comp)
+                state, reason, _ = judge_workload(at, now, deadline, j, line)
+                out.append(_observed_workload(comp, cluster, state, line.ready_replicas if line else 0, reason))
+        out.sort(key=lambda w: (w.component, w.cluster))
+        return tuple(out)
 
     def current_placement(self) -> CurrentPlacement:
         """The placement in force as the planner's ``current`` input."""
@@ -804,21 +922,29 @@ class KnowledgeBase:
         })
 
     def cluster_rows(self, now: float) -> list[dict[str, Any]]:
-        """Per-cluster status for the API: inventory plus what the last report said."""
+        """Per-cluster status for the API: inventory, the health model's judgement, and what
+        the last report said."""
         rows = []
+        judged, _ = self.judge(now)
         for name in sorted(set(self.inventory) | set(self.reports) | set(self.dynamic)):
             declared = self.inventory.get(name) or self.dynamic.get(name)
             entry = self.reports.get(name)
             record = entry.record if entry else None
             nodes = record.nodes if record else ()
             age = self.heartbeat_age(name, now)
+            j = judged.get(name)
             rows.append(
                 {
                     "name": name,
                     "declared": declared is not None,
                     "tier": declared["tier"] if declared else None,
                     "region": declared["region"] if declared else None,
-                    "healthy": self.cluster_health(name, now) if declared else False,
+                    "healthy": bool(declared) and j is not None and not j.gone,
+                    # The health model (kb.health): state and reason, and what the planner does.
+                    "state": str(j.state) if j else None,
+                    "reason": j.reason if j else None,
+                    "scheduling": _scheduling(j),
+                    "silenceThresholdSeconds": round(j.threshold, 3) if j else None,
                     "reported": entry is not None,
                     "heartbeatAgeSeconds": None if age is None else round(age, 3),
                     "lastReportAt": iso(entry.received_at) if entry else None,
@@ -851,7 +977,8 @@ class KnowledgeBase:
             "inventory": self.inventory,
             "declaredSince": self.declared_since,
             "heartbeat": self.heartbeat,
-            "workloads": {key: {"kind": w.kind, "digest": w.digest} for key, w in self.workloads.items()},
+            "workloads": {key: {"kind": w.kind, "digest": w.digest, "deadline": w.deadline}
+                          for key, w in self.workloads.items()},
             "lastGood": self.last_good,
             "lastFailed": self.last_failed,
             "reports": {
@@ -867,6 +994,8 @@ class KnowledgeBase:
             "latencyHistory": {cluster: {target: [list(sample) for sample in samples]
                                          for target, samples in targets.items()}
                                for cluster, targets in self.latency_history.items()},
+            "clusterTracks": {name: track.to_json() for name, track in self.cluster_tracks.items()},
+            "unreadySince": self.unready_since,
             "generation": self.generation,
             "placements": self.placements,
             "lastMoved": self.last_moved,
@@ -896,7 +1025,8 @@ class KnowledgeBase:
         kb.heartbeat = d["heartbeat"]
         kb.last_good = d["lastGood"]
         kb.last_failed = d["lastFailed"]
-        kb.workloads = {key: WorkloadRecord(w["kind"], w["digest"])  # absent in version 1
+        kb.workloads = {key: WorkloadRecord(w["kind"], w["digest"],  # absent in version 1
+                                            float(w.get("deadline", DEFAULT_PROGRESS_DEADLINE)))
                         for key, w in d.get("workloads", {}).items()}
         kb.reports = {
             name: StoredReport(ReportRecord.from_json(stored["report"]), float(stored["receivedAt"]),
@@ -912,6 +1042,10 @@ class KnowledgeBase:
                       for target, samples in targets.items()}
             for cluster, targets in d.get("latencyHistory", {}).items()
         }
+        # Absent before version 3: tracks start again from the next report of each cluster.
+        kb.cluster_tracks = {name: ClusterTrack.from_json(t) for name, t in d.get("clusterTracks", {}).items()}
+        kb.unready_since = {cluster: {comp: float(at) for comp, at in since.items()}
+                            for cluster, since in d.get("unreadySince", {}).items()}
         kb.generation = d["generation"]
         kb.placements = d["placements"]
         kb._placed_on = _placed_on(kb.placements)
@@ -967,6 +1101,29 @@ def _observed_node(node: NodeRecord) -> ObservedNode:
         allocatable=_capacity(node.allocatable_cpu, node.allocatable_memory),
         free=_capacity(node.free_cpu, node.free_memory),
     )
+
+
+def _scheduling(j: ClusterJudgement | None) -> str | None:
+    """What the planner does with a cluster, in one word for tables: ``schedulable``,
+    ``cordoned`` (keeps what runs, no new replicas), ``recovering`` (cordoned until Ready
+    long enough), ``failed-over``."""
+    if j is None:
+        return None
+    if j.gone:
+        return "failed-over"
+    if j.recovering:
+        return "recovering"
+    return "cordoned" if j.cordoned else "schedulable"
+
+
+def _observed_condition(j: ClusterJudgement) -> dict[str, Any]:
+    """The health model's judgement as ``ObservedCluster`` fields."""
+    return {"healthy": not j.gone, "state": j.state, "reason": j.reason, "recovering": j.recovering}
+
+
+def _observed_workload(component: str, cluster: str, state: str, ready: int, reason: str | None) -> ObservedWorkload:
+    return ObservedWorkload.model_validate({"component": component, "cluster": cluster, "state": state,
+                                            "readyReplicas": ready, "reason": reason})
 
 
 @functools.lru_cache(maxsize=_SNAPSHOT_CACHE)

@@ -70,6 +70,7 @@ from qonnect_gitops.kb import (
     placement_changes,
     workloads_from_goals,
 )
+from qonnect_gitops.kb.health import report_condition
 from qonnect_gitops.lead.faults import armed, fault_point
 from qonnect_gitops.lead.latency_hold import LatencyHold, envelopes_broken, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
@@ -556,14 +557,16 @@ class ReconcileLoop:
         log.info("kb_synced_with_plan_branch", plan=head, generation=meta.generation)
 
     def _schedule_deadline(self, seen_at: float) -> None:
-        """Failover without waiting for a poll: wake when the first cluster the cycle saw
-        fresh (at ``seen_at``, its snapshot time) passes the grace period. A report
-        before then only makes the wake-up early; a deadline already past (the cluster
-        expired while the cycle ran) triggers at once."""
-        left = self.kb.next_failover(seen_at)
-        if left is None:
+        """Act on time without waiting for a poll: wake when the health model's judgement of
+        a cluster or a placed component next changes after ``seen_at`` (the cycle's snapshot
+        time): a cluster falls silent, a degradation lasts long enough to fail over, a
+        recovery ends, the storm guard releases an eviction, a progress deadline passes. A
+        report before then only makes the wake-up early; a moment already past (it changed
+        while the cycle ran) triggers at once."""
+        due = self.kb.next_health_change(seen_at)
+        if due is None:
             return
-        when = seen_at + left + DEADLINE_SLACK
+        when = due + DEADLINE_SLACK
         if when <= time.time():
             self.trigger("deadline")
         else:
@@ -637,14 +640,20 @@ def report_signature(record: ReportRecord, envelopes: dict[str, list[float]]) ->
     else:
         breaches, broken = (), 0
     capi = tuple((c.name, c.phase, c.ready) for c in record.cluster_api) if record.cluster_api else ()
-    return (ready, len(record.nodes), int(4 * free / (alloc or 1)), broken, breaches, capi)
+    # What runs: the cluster's condition (Ready, Degraded, Stalled and why) and each
+    # component's readiness; a replacement turning ready ends its drain at once.
+    running = tuple((c.component, c.healthy or c.completed, c.ready_replicas) for c in record.components)
+    return (ready, len(record.nodes), int(4 * free / (alloc or 1)), broken, breaches, capi,
+            report_condition(record), running)
 
 
 def liveness_only(observed: Observed) -> Observed:
-    """The snapshot without anything agents measured: health and heartbeat ages stay
-    (failover), capacity, latency and traffic fall back to what the goals declare."""
+    """The snapshot without anything agents measured: the health model's judgements and
+    what runs stay (failover, cordons, replacements), capacity, latency and traffic fall
+    back to what the goals declare."""
     return observed.model_copy(update={
-        "clusters": {name: ObservedCluster(healthy=c.healthy,
+        "clusters": {name: ObservedCluster(healthy=c.healthy, state=c.state, reason=c.reason,
+                                           recovering=c.recovering,
                                            heartbeat_age_seconds=c.heartbeat_age_seconds)
                      for name, c in observed.clusters.items()},
         "latencies": (),

@@ -41,15 +41,16 @@ from qonnect_gitops.render import RenderedPlan
 
 def observation_key(observed: Observed, grace_seconds: float) -> tuple[Any, ...]:
     """What of an observation the planner's decision depends on, comparable with ``==``:
-    everything but ``now`` and heartbeat ages, which count only as past the grace or not."""
+    everything but ``now`` and heartbeat ages, which count only as past the grace or not
+    (the health model's judgement, ``state`` and ``recovering``, is compared whole)."""
     clusters = tuple(
-        (name, c.healthy,
+        (name, c.healthy, c.state, c.reason, c.recovering,
          c.heartbeat_age_seconds is not None and c.heartbeat_age_seconds > grace_seconds,
          c.free, c.nodes)
         for name, c in observed.clusters.items()
     )
     return (clusters, observed.latencies, observed.traffic, observed.completed_jobs,
-            tuple(observed.cluster_api.items()))
+            tuple(observed.cluster_api.items()), observed.workloads)
 
 
 def same_outcome(a: Plan, b: Plan) -> bool:

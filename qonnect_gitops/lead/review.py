@@ -397,7 +397,8 @@ class ReviewBridge:
         now = time.time()
 
         def read(kb: Any) -> dict[str, Any]:
-            return {c: (kb.reports.get(c), kb.cluster_health(c, now)) for c in placed.required}
+            judged = kb.judge(now)[0]
+            return {c: (kb.reports.get(c), c in judged and not judged[c].gone) for c in placed.required}
 
         seen = self.kb.read(read)
         applied, refused, waiting, stuck = [], [], [], []

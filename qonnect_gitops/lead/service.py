@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from qonnect_gitops.kb import KnowledgeBase, iso
+from qonnect_gitops.kb.health import EVICTIONS_PAUSED, EVICTIONS_SLOWED
 from qonnect_gitops.lead.httpd import HTTPLimits
 from qonnect_gitops.lead.loop import MIRROR_DIR, LoopConfig, ReconcileLoop
 from qonnect_gitops.lead.metrics import Metrics
@@ -28,7 +29,9 @@ from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.tokens import TokenStore
 from qonnect_gitops.logs import get_logger, redact_url
 from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
+from qonnect_gitops.model.status import ClusterState
 
+MAX_NOT_RUNNING_SHOWN = 1000  # /v1/status lists at most this many components not running where placed
 log = get_logger(__name__)
 
 
@@ -155,11 +158,21 @@ class LeadService:
                 node_id, entry = by_raft.get(member["raft"], (None, None))
                 members.append({**member, "id": node_id, "http": entry["http"] if entry else None,
                                 "url": _member_url(entry) if entry else None})
+            judged, storms = kb.judge(now)
             return {
                 "members": members,
                 "generation": kb.generation,
                 "clusters": kb.cluster_rows(now),
                 "placements": kb.placements,
+                # What does not run where it is placed (placed, not ready; kb.health).
+                "notRunning": [
+                    {"component": w.component, "cluster": w.cluster, "state": str(w.state),
+                     "reason": w.reason, "placed": kb.placements.get(w.component, {}).get(w.cluster, 0),
+                     "ready": w.ready_replicas}
+                    for w in kb.workload_states(now, judged)[:MAX_NOT_RUNNING_SHOWN]
+                ],
+                # Tiers, regions or the fleet mostly silent at once: evictions slowed or paused.
+                "storms": [{**s.to_json(), "since": iso(s.since)} for s in storms],
                 "unmet": kb.unmet,
                 "lastMoved": {
                     comp: {**moved, "at": iso(moved["at"])} for comp, moved in kb.last_moved.items()
@@ -297,6 +310,11 @@ class LeadService:
         m.describe("qonnect_cycles_degraded_total", "counter",
                    "Cycles that planned from liveness only because planning with measurements failed.")
         m.describe("qonnect_loop_healthy", "gauge", "1 unless the leader's loop keeps failing.")
+        m.describe("qonnect_cluster_state", "gauge",
+                   "Declared clusters by the health model's state (Ready, Degraded, Stalled, Silent).")
+        m.describe("qonnect_evictions_held", "gauge",
+                   "Silent clusters not failed over because their tier, region or the fleet is "
+                   "mostly silent at once (the storm guard).")
 
         def gauges() -> list[tuple[str, dict[str, str], float]]:
             raft = self.node.raft_status()
@@ -328,6 +346,11 @@ class LeadService:
             declared = sum(1 for r in rows if r["declared"])
             out.append(("qonnect_clusters", {"health": "healthy"}, healthy))
             out.append(("qonnect_clusters", {"health": "failed"}, declared - healthy))
+            for state in ClusterState:
+                out.append(("qonnect_cluster_state", {"state": str(state)},
+                            sum(1 for r in rows if r["declared"] and r["state"] == state)))
+            held = sum(1 for r in rows if r["reason"] in (EVICTIONS_PAUSED, EVICTIONS_SLOWED))
+            out.append(("qonnect_evictions_held", {}, held))
             for row in rows:
                 if row["heartbeatAgeSeconds"] is not None and row["reported"]:
                     out.append(("qonnect_heartbeat_age_seconds", {"cluster": row["name"]},

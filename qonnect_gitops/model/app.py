@@ -197,6 +197,7 @@ class Migration(UserModel):
     cooldown_seconds: float | None = Field(None, ge=0, le=MAX_SECONDS)
     min_improvement: float | None = Field(None, ge=0, le=1)
     disruption_budget: int | None = Field(None, ge=1, le=MAX_DISRUPTION_BUDGET)
+    progress_deadline_seconds: float | None = Field(None, gt=0, le=MAX_SECONDS)
     allow_stateful: bool = Field(
         False,
         description="Let rescheduling and failover move a StatefulSet or a `stateful` component "

@@ -163,6 +163,38 @@ class Heartbeat(UserModel):
         description="A cluster silent for longer is treated as failed and its replicas move.",
     )
 
+    degraded_seconds: float | None = Field(
+        None,
+        gt=0,
+        le=MAX_SECONDS,
+        description="A cluster whose agent reports but whose API server is unreachable (or "
+        "whose nodes are all not ready) fails over once this has lasted this long. Default: "
+        "three times graceSeconds.",
+    )
+    recovery_seconds: float | None = Field(
+        None,
+        ge=0,
+        le=MAX_SECONDS,
+        description="A cluster back from silence or a sustained degradation takes new "
+        "replicas only once it has been Ready this long. Default: graceSeconds.",
+    )
+    unhealthy_share: float = Field(
+        0.55,
+        gt=0,
+        le=1,
+        description="When at least this share of the clusters of a tier, a region (of three "
+        "or more clusters) or the whole fleet is silent, the leads slow their evictions "
+        "down (one per stormEvictionSeconds in a tier or region, none fleet-wide): the "
+        "likelier fault is their own view.",
+    )
+    storm_eviction_seconds: float = Field(
+        60.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="While a tier or region is mostly silent, one of its silent clusters "
+        "fails over per this many seconds, longest silent first.",
+    )
+
     @model_validator(mode="after")
     def _grace_covers_interval(self) -> Heartbeat:
         if self.grace_seconds <= self.interval_seconds:
@@ -171,6 +203,16 @@ class Heartbeat(UserModel):
                 f"({self.interval_seconds:g}), or one late report would trigger failover"
             )
         return self
+
+    @property
+    def effective_degraded_seconds(self) -> float:
+        """``degradedSeconds``, or its default of three graces."""
+        return self.degraded_seconds if self.degraded_seconds is not None else 3 * self.grace_seconds
+
+    @property
+    def effective_recovery_seconds(self) -> float:
+        """``recoverySeconds``, or its default of one grace."""
+        return self.recovery_seconds if self.recovery_seconds is not None else self.grace_seconds
 
 
 class Stability(UserModel):
@@ -191,6 +233,14 @@ class Stability(UserModel):
         le=MAX_DISRUPTION_BUDGET,
         description="At most this many replicas of one component move in one rescheduling "
         "cycle (failover is exempt).",
+    )
+    progress_deadline_seconds: float = Field(
+        600.0,
+        gt=0,
+        le=MAX_SECONDS,
+        description="Replicas placed on a cluster but not ready there after this long count "
+        "as not running: the goal they serve is unmet and they are placed elsewhere where "
+        "room exists (as a Deployment's progressDeadlineSeconds).",
     )
 
 

@@ -51,6 +51,7 @@ class StabilityRules:
     min_improvement: float
     disruption_budget: int
     allow_stateful: bool
+    progress_deadline_seconds: float = 600.0  # placed but not ready after this long: not running
 
 
 @dataclass(frozen=True)

@@ -761,6 +761,8 @@ class _Loader:
             min_improvement=_first(migration.min_improvement, defaults.min_improvement),
             disruption_budget=_first(migration.disruption_budget, defaults.disruption_budget),
             allow_stateful=migration.allow_stateful,
+            progress_deadline_seconds=_first(migration.progress_deadline_seconds,
+                                             defaults.progress_deadline_seconds),
         )
         calls = sorted({c if "/" in c else f"{doc.metadata.name}/{c}" for c in spec.calls})
         return Component(

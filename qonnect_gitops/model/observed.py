@@ -43,10 +43,10 @@ class ObservedCluster(UserModel):
 
     ``healthy: false`` means the cluster is gone: its replicas fail over. ``state`` is the
     health model's judgement (``kb.health``); a healthy cluster whose state is ``Degraded``,
-    ``Stalled`` or ``Silent`` (silent, but evictions held back by the storm guard) is
-    cordoned: what runs there stays, no new replica is placed there. Without ``state``
-    (hand-written files) the planner judges silence from ``heartbeatAgeSeconds`` and the
-    fleet's grace."""
+    ``Stalled`` or ``Silent`` (silent, but evictions held back by the storm guard), or that
+    is ``recovering``, is cordoned: what runs there stays, no new replica is placed there.
+    Without ``state`` (hand-written files) the planner judges silence from
+    ``heartbeatAgeSeconds`` and the fleet's grace."""
 
     healthy: bool = True
     state: ClusterState | None = Field(
@@ -54,6 +54,9 @@ class ObservedCluster(UserModel):
     reason: str | None = Field(
         None, pattern=_REASON, description="Why the cluster is in its state, CamelCase "
         "(`ApiUnavailable`, `PruneLimitExceeded`, `EvictionsPaused`, ...).")
+    recovering: bool = Field(
+        False, description="Back from a failover (silence or a sustained degradation) and not "
+        "yet Ready for the fleet's recoverySeconds: keeps what runs, takes no new replicas.")
     heartbeat_age_seconds: float | None = Field(
         None, ge=0, description="Seconds since the last report; absent means fresh."
     )
@@ -65,8 +68,9 @@ class ObservedCluster(UserModel):
 
     @property
     def cordoned(self) -> bool:
-        """Keeps what runs, takes no new replicas: reporting trouble short of failover."""
-        return self.healthy and self.state not in (None, ClusterState.READY)
+        """Keeps what runs, takes no new replicas: trouble short of failover, or a cluster
+        back from one that has not been Ready long enough yet."""
+        return self.healthy and (self.recovering or self.state not in (None, ClusterState.READY))
 
 
 class ObservedWorkload(UserModel):

@@ -260,10 +260,15 @@ def test_traffic_sums_saturate() -> None:
     assert traffic.rps == 1e9
 
 
-def test_cluster_with_no_ready_node_is_failed() -> None:
-    kb = kb_with_goals()
+def test_cluster_with_no_ready_node_is_degraded_then_failed_once_it_lasts() -> None:
+    kb = kb_with_goals()  # grace 10 s: degradedSeconds defaults to 30 s
     kb.apply_reports([entry("edge-1", T0 + 1, agent_time=T0 + 1, ready=False)])
-    assert not kb.snapshot(at(T0 + 2)).clusters["edge-1"].healthy
+    edge1 = kb.snapshot(at(T0 + 2)).clusters["edge-1"]
+    assert (edge1.healthy, edge1.state, edge1.reason, edge1.cordoned) == (True, "Degraded", "NodesNotReady", True)
+    for t in range(2, 40, 2):
+        kb.apply_reports([entry("edge-1", T0 + t, agent_time=T0 + t, ready=False)])
+    assert kb.snapshot(at(T0 + 30)).clusters["edge-1"].healthy
+    assert not kb.snapshot(at(T0 + 32)).clusters["edge-1"].healthy
 
 
 def test_plan_generations_moves_and_fencing() -> None:
@@ -539,3 +544,32 @@ def test_a_plan_change_against_another_generation_or_from_an_old_term_is_refused
     assert kb.apply_plan_changes(2, {"shop/db": {"edge-1": 1}}, ["shop/web"], {}, "failover", None, 3,
                                  T0 + 4) == 3
     assert kb.placements == {"shop/db": {"edge-1": 1}}
+
+
+def test_a_cronjob_never_completes_whatever_its_cluster_claims() -> None:
+    """Issue 30: one cluster removed a CronJob fleet-wide by claiming it completed."""
+    files = goals_files(["edge-1", "edge-2"], shop=True)
+    files["apps/shop/manifests/migrate.yaml"] = b"""apiVersion: batch/v1
+kind: CronJob
+metadata: {name: migrate}
+spec:
+  schedule: "*/5 * * * *"
+  jobTemplate:
+    spec:
+      template:
+        spec:
+          restartPolicy: Never
+          containers:
+            - {name: m, image: busybox:1.36, resources: {requests: {cpu: 100m, memory: 64Mi}}}
+"""
+    kb = KnowledgeBase()
+    kb.apply_leader("lead-1", 1, T0)
+    assert apply_goals(kb, "c1" * 20, files, T0)
+    assert kb.workloads["shop/migrate"].kind == "CronJob"
+    kb.apply_plan({"shop/migrate": {"edge-1": 1}}, {}, "goals-changed", None, 1, T0)
+    body = report("edge-1", agent_time=T0 + 1)
+    body["components"] = [completion("shop/migrate")]
+    body["traffic"] = []
+    [verdict] = kb.apply_reports([entry("edge-1", T0 + 1, body)])
+    assert verdict.ignored == ("shop/migrate",)
+    assert kb.snapshot(at(T0 + 2)).completed_jobs == ()
