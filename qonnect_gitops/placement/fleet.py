@@ -270,6 +270,8 @@ def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetVi
         if not oc.healthy:
             healthy[i] = False
             failed[i] = Failure(reported_unhealthy=True)
+        elif oc.state is not None:
+            continue  # judged by the leads' health model (kb.health): silence included
         elif oc.heartbeat_age_seconds is not None and oc.heartbeat_age_seconds > grace:
             healthy[i] = False
             failed[i] = Failure(False, oc.heartbeat_age_seconds, grace)
