@@ -20,7 +20,8 @@ from qonnect_gitops.demo.view import View
 ORDER = [name for name in SCENARIOS if name != "cloud-burst"]  # cloud-burst runs when named
 # what each scenario needs to have happened first
 NEEDS = {"initial": [], "goals-change": ["initial"], "resize": ["initial"], "regions": ["initial"],
-         "failover": ["initial"], "burst": ["initial"], "leader-kill": ["initial"], "review": ["initial"],
+         "failover": ["initial"], "api-down": ["initial"], "stalled": ["initial"], "burst": ["initial"],
+         "leader-kill": ["initial"], "review": ["initial"],
          "cloud-burst": ["initial"]}
 # The simulated Cluster API provider on cloud-1 (the cloud-burst pool's management cluster).
 CAPI_SIM_ARGS = ["--capi", "--capi-on", "cloud-1", "--capi-delay", "10"]

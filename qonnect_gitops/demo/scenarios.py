@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from kubernetes import client
 
 from qonnect_gitops.demo import cloudburst
 from qonnect_gitops.demo.observe import FleetObserver, Observed, by_component, matches
@@ -271,14 +272,18 @@ def goals_change(d: Demo) -> Result:
 
 
 def failover(d: Demo, cluster: str = "edge-1", window: float = 20.0) -> Result:
+    """A whole cluster lost (its site's power or uplink): API server, Prometheus and agent
+    gone, so its agent falls silent; its workloads run elsewhere, and nothing moves back
+    when it returns."""
     r = Result("failover")
     grace = d.goals().fleet.spec.heartbeat.grace_seconds
     before_obs = by_component(d.snapshot())
     hosted = {k: v[cluster] for k, v in before_obs.items() if cluster in v}
     t0 = time.monotonic()
     d.stack.admin(cluster, "down")
+    d.stack.procs.kill(f"agent-{cluster}")
     d.down.add(cluster)
-    d.event(f"{cluster} is down (its API server and Prometheus stop)")
+    d.event(f"{cluster} is down (its API server, Prometheus and agent stop)")
 
     def moved_elsewhere() -> bool:
         exp = d.expected()
@@ -298,6 +303,7 @@ def failover(d: Demo, cluster: str = "edge-1", window: float = 20.0) -> Result:
     plan_before = d.stack.rev("qonnect/plan")
     placement_before = d.expected()
     d.stack.admin(cluster, "up")
+    d.stack.procs.restart(f"agent-{cluster}")
     d.down.discard(cluster)
     t_up = time.monotonic()
     d.event(f"{cluster} is back; watching {window:.0f}s for moves back")
@@ -333,6 +339,195 @@ def failover(d: Demo, cluster: str = "edge-1", window: float = 20.0) -> Result:
     r.seconds = seconds
     r.passed = not problems
     return r
+
+
+def cluster_row(d: Demo, cluster: str) -> dict[str, Any] | None:
+    """The cluster's row of ``/v1/status`` as some lead answers it."""
+    return next((row for row in (d.stack.any_status() or {}).get("clusters", []) if row["name"] == cluster), None)
+
+
+def plan_decisions(d: Demo, since: str | None) -> list[dict[str, Any]]:
+    """The decisions written to the plan branch after commit ``since``, oldest first: each
+    with its reason and the placement it put in force."""
+    head = d.stack.rev("qonnect/plan")
+    if head is None or head == since:
+        return []
+    span = f"{since}..{head}" if since else head
+    out = []
+    for commit in reversed(git("-C", d.stack.bare, "rev-list", "--first-parent", span).split()):
+        reason = (d.stack.trailers(commit).get("Qonnect-Reason") or ["?"])[0]
+        out.append({"commit": commit, "reason": reason, "placement": d.expected(commit)})
+    return out
+
+
+def api_down(d: Demo, cluster: str = "edge-2", window: float = 12.0) -> Result:
+    """A cluster's API server down while its agent keeps reporting (``Degraded``): what runs
+    there keeps running, nothing new goes there, one failover once the degradation has
+    lasted ``degradedSeconds`` (never on one report), and no flapping; when the API server
+    is back the cluster recovers once (schedulable after ``recoverySeconds`` Ready) and
+    nothing moves back within the cooldown."""
+    r = Result("api-down")
+    heartbeat = d.goals().fleet.spec.heartbeat
+    degraded, recovery = heartbeat.effective_degraded_seconds, heartbeat.effective_recovery_seconds
+    hosted = {k: v[cluster] for k, v in by_component(d.snapshot()).items() if cluster in v}
+    plan_before = d.stack.rev("qonnect/plan")
+    states: list[tuple[float, str | None, str | None]] = []  # (t, state, scheduling) as it changed
+
+    def watch() -> dict[str, Any] | None:
+        row = cluster_row(d, cluster)
+        if row is not None:
+            seen = (row.get("state"), row.get("scheduling"))
+            if not states or states[-1][1:] != seen:
+                states.append((round(time.monotonic() - t0, 2), *seen))
+        return row
+
+    t0 = time.monotonic()
+    d.stack.admin(cluster, "down")
+    d.down.add(cluster)
+    d.event(f"{cluster}'s API server is down; its agent keeps reporting")
+
+    def moved_elsewhere() -> bool:
+        watch()
+        exp = d.expected()
+        return not any(exp.get(k, {}).get(cluster) for k in hosted) and d.converged(exp, d.snapshot())
+
+    d.autoscaled_cache = d.autoscaled()
+    d.wait(moved_elsewhere, degraded + heartbeat.grace_seconds + 60, f"{cluster}'s workloads ready elsewhere",
+           interval=0.25)
+    failed_over = time.monotonic() - t0
+    d.event(f"{cluster}'s workloads ready elsewhere {failed_over:.2f}s after its API server stopped "
+            f"(degradedSeconds {degraded:.0f})")
+    during = plan_decisions(d, plan_before)
+    plan_mid = d.stack.rev("qonnect/plan")
+    d.stack.admin(cluster, "up")
+    d.down.discard(cluster)
+    t_up = time.monotonic()
+    d.wait(lambda: (watch() or {}).get("scheduling") == "schedulable", recovery + heartbeat.grace_seconds + 60,
+           f"{cluster} schedulable again")
+    recovered = time.monotonic() - t_up
+    end = time.monotonic() + window
+    while time.monotonic() < end:
+        watch()
+        time.sleep(0.25)
+    after = plan_decisions(d, plan_mid)
+    problems = []
+    touching = [x for x in during if any(x["placement"].get(k, {}).get(cluster, 0) != n for k, n in hosted.items())]
+    if len(touching) != 1 or touching[0]["reason"] != "failover":
+        problems.append(f"expected one failover decision moving {cluster}'s workloads, got "
+                        f"{[(x['commit'][:12], x['reason']) for x in touching]}")
+    first = min((t for t, state, sched in states if sched == "failed-over"), default=None)
+    if first is not None and first < degraded - 1.0:
+        problems.append(f"failed over {first:.1f}s after the API server stopped, before degradedSeconds {degraded:.0f}")
+    path = [sched for _, _, sched in states]
+    if path != sorted(set(path), key=path.index):
+        problems.append(f"{cluster}'s scheduling flapped: {states}")
+    if any(k in x["placement"] and cluster in x["placement"][k] for x in after for k in hosted):
+        problems.append(f"moved back to {cluster} within the cooldown: {[x['reason'] for x in after]}")
+    r.expected = {"cluster": cluster, "hosted before": hosted,
+                  "rules": f"Degraded while its agent reports; one failover after degradedSeconds ({degraded:.0f}s), "
+                           f"no flapping; schedulable again after recoverySeconds ({recovery:.0f}s) Ready; "
+                           f"nothing moves back within {window:.0f}s"}
+    r.observed = {"states": states, "decisions during the outage": [(x["commit"][:12], x["reason"]) for x in during],
+                  "decisions after": [(x["commit"][:12], x["reason"]) for x in after],
+                  "failed over after s": round(failed_over, 3), "schedulable after return s": round(recovered, 3),
+                  "problems": problems}
+    r.seconds = failed_over
+    r.passed = not problems
+    return r
+
+
+def stalled(d: Demo, component: str = "bookinfo/ratings") -> Result:
+    """A cluster whose agent refuses its branch: someone created by hand, on the cluster a
+    goals change sends ``component`` to, a Deployment of the same name that the agent did
+    not create (``OwnershipConflict``). The agent refuses the commit (``Stalled``); the
+    component keeps running where it ran (make before break) and the leads list it unmet
+    (``health``) within one progress deadline; once the operator deletes the hand-made
+    Deployment it runs on the new cluster."""
+    r = Result("stalled")
+    goals = d.goals()
+    comp = next(c for c in goals.components() if c.key == component)
+    deadline = comp.stability.progress_deadline_seconds
+    observed = d.snapshot()
+    before = by_component(observed).get(component, {})
+    # A cluster of its tiers and architectures that runs other parts of its app (so the
+    # app's namespace is the agent's there) but not the component itself.
+    app_there = {c for c, comps in observed.items() if any(k.startswith(comp.app + "/") for k in comps or {})}
+    allowed = sorted(c for c, spec in goals.clusters.items()
+                     if spec.spec.tier in comp.qos.tiers and c not in before and c in app_there
+                     and any(n.arch in comp.architectures for n in spec.spec.nodes))
+    if not allowed:
+        r.notes.append(f"no cluster of {component}'s tiers runs its app without it: {before}")
+        return r
+    target = allowed[0]
+    name = str(comp.workload["metadata"]["name"])
+    apps = client.AppsV1Api(d.observer.readers[target].api)
+    by_hand: Any = {  # the client takes a plain dict as body
+        "apiVersion": "apps/v1", "kind": "Deployment",
+        "metadata": {"name": name, "namespace": comp.namespace, "labels": {"created-by": "hand"}},
+        "spec": {"replicas": 1, "selector": {"matchLabels": {"hand": name}},
+                 "template": {"metadata": {"labels": {"hand": name}},
+                              "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}}
+    apps.create_namespaced_deployment(comp.namespace, by_hand)
+    d.event(f"a Deployment {comp.namespace}/{name} created by hand on {target} (not the agent's)")
+    t0 = time.monotonic()
+    app_path = f"apps/{comp.app}/app.yaml"
+    anchor = _qos_line(d.stack.work / app_path, comp.name)
+    pin = anchor.replace("qos:", f"  placement: {{policy: affinity, clusters: [{target}]}}")
+    pinned = d.push_edits([(app_path, anchor, anchor + pin)], f"{component}: only on {target}")
+
+    def listed_unmet() -> bool:
+        unmet = (d.stack.any_status() or {}).get("unmet") or []
+        return any(u["component"] == component and u["goal"] == "health" for u in unmet)
+
+    d.wait(listed_unmet, deadline + 60, f"{component} listed unmet (health)", interval=0.3)
+    seconds = time.monotonic() - t0
+    row = cluster_row(d, target) or {}
+    running = by_component(d.snapshot()).get(component, {})
+    unmet = [u for u in (d.stack.any_status() or {}).get("unmet") or [] if u["component"] == component]
+    d.event(f"{target} is {row.get('state')} ({row.get('reason')}); {component} listed unmet after "
+            f"{seconds:.2f}s, still running on {running}")
+    problems = []
+    if row.get("state") != "Stalled":
+        problems.append(f"{target} is {row.get('state')}, not Stalled")
+    if not running:
+        problems.append(f"{component} runs nowhere while {target} refuses it")
+    # The operator's fix: the hand-made Deployment goes, the agent applies, the component runs there.
+    apps.delete_namespaced_deployment(name, comp.namespace)
+    t1 = time.monotonic()
+    d.event(f"the hand-made Deployment deleted on {target}")
+    try:
+        fixed = d.wait_drained(component, timeout=90)
+        if set(fixed) != {target}:
+            problems.append(f"after the fix {component} runs on {fixed}, not only on {target}")
+    except Timeout as exc:
+        problems.append(str(exc))
+    fixed_after = time.monotonic() - t1
+    revert = d.push_edits([(app_path, anchor + pin, anchor)], f"{component}: placed freely again")
+    d.wait(lambda: d.plan_source() == revert, 60, "the decision for the revert")
+    r.expected = {"component": component, "pinned to": target, "goals commit": pinned,
+                  "rules": f"{target} Stalled (refusal), {component} keeps running where it ran and is listed unmet "
+                           f"(health) within its progress deadline ({deadline:.0f}s) + a cycle; once the hand-made "
+                           f"Deployment is deleted it runs on {target}"}
+    r.observed = {"running while stalled": running, "unmet": unmet,
+                  "cluster": {k: row.get(k) for k in ("state", "reason")},
+                  "unmet after s": round(seconds, 3), "running on target after fix s": round(fixed_after, 3),
+                  "problems": problems}
+    r.seconds = seconds
+    r.passed = not problems
+    return r
+
+
+def _qos_line(app_file: Path, component: str) -> str:
+    """The ``qos:`` line (with its newline) of ``component`` in an app file: where a scenario
+    adds a QoS field. The component's block starts at its ``- name:`` line."""
+    lines = app_file.read_text().splitlines(keepends=True)
+    start = next(i for i, line in enumerate(lines) if line.strip() == f"- name: {component}")
+    for line in lines[start + 1:]:
+        if line.strip().startswith("- name:"):
+            break
+        if line.strip() == "qos:":
+            return line
+    raise ValueError(f"{app_file}: component {component} has no qos: block")
 
 
 def burst(d: Demo) -> Result:
@@ -701,5 +896,6 @@ REMOVED_SLACK = 20.0
 
 SCENARIOS: dict[str, Callable[[Demo], Result]] = {
     "initial": initial, "goals-change": goals_change, "resize": resize, "regions": regions, "failover": failover,
-    "burst": burst, "leader-kill": leader_kill, "review": review, "cloud-burst": cloud_burst,
+    "api-down": api_down, "stalled": stalled, "burst": burst, "leader-kill": leader_kill, "review": review,
+    "cloud-burst": cloud_burst,
 }
