@@ -436,7 +436,7 @@ def api_down(d: Demo, cluster: str = "edge-2", window: float = 12.0) -> Result:
     return r
 
 
-def stalled(d: Demo, component: str = "bookinfo/ratings") -> Result:
+def stalled(d: Demo, component: str = "bookinfo/reviews-v3") -> Result:
     """A cluster whose agent refuses its branch: someone created by hand, on the cluster a
     goals change sends ``component`` to, a Deployment of the same name that the agent did
     not create (``OwnershipConflict``). The agent refuses the commit (``Stalled``); the
@@ -472,7 +472,8 @@ def stalled(d: Demo, component: str = "bookinfo/ratings") -> Result:
     t0 = time.monotonic()
     app_path = f"apps/{comp.app}/app.yaml"
     anchor = _qos_line(d.stack.work / app_path, comp.name)
-    pin = anchor.replace("qos:", f"  placement: {{policy: affinity, clusters: [{target}]}}")
+    qos = anchor.splitlines(keepends=True)[-1]
+    pin = qos.replace("qos:", f"  placement: {{policy: affinity, clusters: [{target}]}}")
     pinned = d.push_edits([(app_path, anchor, anchor + pin)], f"{component}: only on {target}")
 
     def listed_unmet() -> bool:
@@ -518,15 +519,15 @@ def stalled(d: Demo, component: str = "bookinfo/ratings") -> Result:
 
 
 def _qos_line(app_file: Path, component: str) -> str:
-    """The ``qos:`` line (with its newline) of ``component`` in an app file: where a scenario
-    adds a QoS field. The component's block starts at its ``- name:`` line."""
+    """The lines of ``component`` in an app file from its ``- name:`` line to its ``qos:`` line
+    (newlines kept): a unique anchor after which a scenario adds a QoS field."""
     lines = app_file.read_text().splitlines(keepends=True)
     start = next(i for i, line in enumerate(lines) if line.strip() == f"- name: {component}")
-    for line in lines[start + 1:]:
-        if line.strip().startswith("- name:"):
+    for end in range(start + 1, len(lines)):
+        if lines[end].strip().startswith("- name:"):
             break
-        if line.strip() == "qos:":
-            return line
+        if lines[end].strip() == "qos:":
+            return "".join(lines[start:end + 1])
     raise ValueError(f"{app_file}: component {component} has no qos: block")
 
 
