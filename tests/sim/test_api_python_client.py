@@ -513,3 +513,19 @@ def test_annotations_over_256_kib_in_total_are_refused_as_the_api_server_does(ap
         assert err.value.status == 422
         assert status_of(err)["message"] == f'Deployment.apps "huge" is invalid: metadata.annotations: {msg}'
     assert core.read_namespaced_config_map("big", "default").metadata.annotations == at_limit
+
+
+def test_names_the_client_escapes_in_the_path_are_read_as_the_api_server_reads_them(api: client.ApiClient) -> None:
+    """The client escapes ':' in a path (``system%3Abasic-user``); the API server routes on
+    the decoded path, so RBAC names like ``system:basic-user`` work for every verb."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    assert rbac.read_cluster_role_binding("system:basic-user").role_ref.name == "system:basic-user"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:test"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}
+    rbac.create_cluster_role(role)
+    rbac.patch_cluster_role("system:test", {"metadata": {"labels": {"x": "y"}}})
+    assert rbac.read_cluster_role("system:test").metadata.labels == {"x": "y"}
+    rbac.delete_cluster_role("system:test")
+    with pytest.raises(ApiException) as err:
+        rbac.read_cluster_role("system:test")
+    assert err.value.status == 404
