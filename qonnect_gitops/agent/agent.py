@@ -641,11 +641,16 @@ class Agent:
     def _git_skippable(self) -> bool:
         """Whether this pass may use the head fetched last without asking Git: no poll is
         due (webhook, announced generation, a hint naming another commit), the last poll
-        succeeded, a lead answer received since then names that very commit, and less than
-        ``git_poll_max_interval`` passed since Git was last asked."""
+        succeeded, a lead answer received since then names that very commit, less than
+        ``git_poll_max_interval`` passed since Git was last asked, and that commit is the
+        one this agent applied last. A pass that would change the cluster always asks Git
+        first: a commit fetched earlier and not applied (the API server was down) may have
+        been superseded since, and an answer naming it may lag the leader's newest write
+        (issue 31: a stale failover commit applied on recovery)."""
         hint, head = self._hint, self._git_head
         return (self.cfg.git_poll_max_interval > 0 and not self._git_due.is_set() and self.source_error is None
-                and head is not None and hint is not None and hint[0] == head and hint[1] >= self._git_at
+                and head is not None and head == self.last_good_commit
+                and hint is not None and hint[0] == head and hint[1] >= self._git_at
                 and time.monotonic() - self._git_at < self.cfg.git_poll_max_interval)
 
     def poll_git_now(self) -> None:
