@@ -4,11 +4,11 @@ An object is deleted only when all of these hold: it is in the inventory, it is 
 longer on the branch, the live object still carries our ownership label and was
 applied by the agent (its field manager ``qonnect-agent`` is among the object's
 managers), it is not annotated ``qonnect.io/prune: disabled``, it is not in (or one of)
-the protected namespaces, and it is not a protected kind (Namespace,
-PersistentVolumeClaim, PersistentVolume, CustomResourceDefinition by default: agent
-configuration) unless a person annotated the live object ``qonnect.io/prune: enabled``
-(the agent never takes that annotation from a branch, and does not count it when its
-own field manager set it). Pruning happens only after a fully successful apply.
+the protected namespaces, and it is not a protected kind (Namespace, PersistentVolumeClaim, PersistentVolume,
+CustomResourceDefinition by default: agent configuration) unless a person annotated the
+live object ``qonnect.io/prune: enabled`` (the agent never takes that annotation from a
+branch, and does not count it when its own field manager set it). Pruning happens only
+after a fully successful apply.
 
 Deletes run in parallel (``workers`` at a time), namespaced objects first, then
 cluster-scoped ones, Namespaces and CRDs last; every object retries on its own with
@@ -16,9 +16,15 @@ exponential backoff, so one slow or failing object does not hold the others up.
 
 Guards that refuse a whole commit (nothing is applied, nothing deleted):
 ``EmptyDesiredSet`` (an empty branch without ``Qonnect-Allow-Empty: true``) and
-``PruneLimitExceeded`` (removing more than a fraction of the inventory without a
-``Qonnect-Prune-Limit`` trailer covering the count; ``Qonnect-Allow-Empty`` does not
-lift it: it only says that an empty tree is intended).
+``PruneLimitExceeded`` (removing more than a fraction of the applied commit's objects
+without ``Qonnect-Prune-Limit`` trailers covering the count; ``Qonnect-Allow-Empty`` does
+not lift it: it only says that an empty tree is intended). Only the applied commit's
+objects count (``Inventory.settled``): removals an earlier commit ordered and an
+unfinished pass's objects were decided already. And only what the agent would really
+delete counts: the guard asks ``assess`` about the objects it would count, and leaves
+out those the agent will not delete (protected kinds, ``prune: disabled``, no longer
+ours, already gone) and those a person let go (``qonnect.io/prune: enabled`` set by
+someone other than the agent): see "Clearing a stalled prune guard" in docs/agent.md.
 """
 
 from __future__ import annotations
@@ -49,40 +55,68 @@ from qonnect_gitops.model.status import RefusalReason
 log = get_logger(__name__)
 
 _LAST_KINDS = frozenset({("", "Namespace"), ("apiextensions.k8s.io", "CustomResourceDefinition")})
+_NAMED = 3  # objects a PruneLimitExceeded message names
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """How many removals the leader's trailers order: the head's ``Qonnect-Prune-Limit``
+    plus, when the agent missed commits, those of the commits since the applied one
+    (the trailers of ``commits`` commits add up to ``limit``; None: no trailer at all)."""
+
+    limit: int | None = None
+    commits: int = 1
+
+    def covers(self, removals: int) -> bool:
+        return self.limit is not None and self.limit >= removals
+
+    def describe(self) -> str:
+        if self.limit is None:
+            return "no Qonnect-Prune-Limit trailer"
+        if self.commits == 1:
+            return f"Qonnect-Prune-Limit: {self.limit} does not cover it"
+        return (f"the Qonnect-Prune-Limit trailers of the {self.commits} commits since the applied one "
+                f"add up to {self.limit}, which does not cover it")
 
 
 @dataclass(frozen=True)
 class GuardRefusal:
     reason: RefusalReason
     message: str
+    removals: tuple[ObjKey, ...] = ()  # PruneLimitExceeded: the objects it counted
 
 
-def check_guards(desired: set[ObjKey], inventory: Inventory, *, allow_empty: bool,
-                 prune_limit: int | None, fraction: float) -> GuardRefusal | None:
+def check_guards(desired: set[ObjKey], inventory: Inventory, *, allow_empty: bool, allowance: Allowance,
+                 fraction: float, spared: frozenset[ObjKey] = frozenset()) -> GuardRefusal | None:
     """The whole-commit guards; None when the commit may proceed.
 
     ``allow_empty`` (the ``Qonnect-Allow-Empty`` trailer) only lets an empty tree through;
-    a non-empty tree is held to the prune fraction like any other."""
+    every tree, empty or not, is held to the prune fraction. Removals are counted among the
+    applied commit's objects (``inventory.settled``), leaving out ``spared`` (what
+    ``assess`` found the agent would not delete, or a person let go): they count neither
+    as removals nor in the total."""
     if not desired and not allow_empty:
         return GuardRefusal(RefusalReason.EMPTY_DESIRED_SET,
                             f"the branch holds no objects and its commit lacks 'Qonnect-Allow-Empty: true'; "
                             f"refusing to prune the {len(inventory.objects)} objects applied")
-    removed = removal_candidates(desired, inventory)
-    total = len(inventory.objects)
-    if desired and total and len(removed) > fraction * total \
-            and (prune_limit is None or prune_limit < len(removed)):
-        covered = "no Qonnect-Prune-Limit trailer" if prune_limit is None else \
-            f"Qonnect-Prune-Limit: {prune_limit} does not cover it"
+    settled = inventory.settled
+    leaving = removal_candidates(desired, settled)
+    removed = [k for k in leaving if k not in spared]
+    total = len(settled) - (len(leaving) - len(removed))
+    if total and len(removed) > fraction * total and not allowance.covers(len(removed)):
+        named = ", ".join(describe(k) for k in removed[:_NAMED]) + (", ..." if len(removed) > _NAMED else "")
         return GuardRefusal(RefusalReason.PRUNE_LIMIT_EXCEEDED,
-                            f"this commit removes {len(removed)} of {total} objects (more than "
-                            f"{fraction:.0%}) and has {covered}")
+                            f"this commit removes {len(removed)} of {total} objects (more than {fraction:.0%}) "
+                            f"and has {allowance.describe()}: {named}; to let them go, annotate them "
+                            f"{PRUNE_ANNOTATION}=enabled (or =disabled to keep them) or delete them "
+                            "(docs/agent.md, 'Clearing a stalled prune guard')", tuple(removed))
     return None
 
 
-def removal_candidates(desired: set[ObjKey], inventory: Inventory) -> list[ObjKey]:
-    """Inventory entries no longer on the branch (compared without API version)."""
+def removal_candidates(desired: Iterable[ObjKey], objects: Iterable[ObjKey]) -> list[ObjKey]:
+    """Entries of ``objects`` no longer on the branch (compared without API version)."""
     want = {identity(k) for k in desired}
-    return sorted(k for k in inventory.objects if identity(k) not in want)
+    return sorted(k for k in objects if identity(k) not in want)
 
 
 @dataclass
@@ -91,6 +125,7 @@ class PruneResult:
     kept: list[tuple[ObjKey, str]] = field(default_factory=list)  # left alone, with why
     refused: list[tuple[ObjKey, RefusalReason]] = field(default_factory=list)  # ProtectedKind/Namespace
     errors: list[tuple[ObjKey, str]] = field(default_factory=list)
+    consented: list[ObjKey] = field(default_factory=list)  # of ``deleted``: a person annotated prune: enabled
 
     @property
     def protected(self) -> list[ObjKey]:
@@ -131,6 +166,8 @@ def prune(kube: Kube, candidates: Iterable[ObjKey], rules: PruneRules = PruneRul
             for key, (verdict, detail) in zip(waves[wave], pool.map(one, waves[wave]), strict=True):
                 if verdict == "deleted":
                     out.deleted.append(key)
+                    if detail == _CONSENTED:
+                        out.consented.append(key)
                 elif verdict == "kept":
                     out.kept.append((key, detail))
                 elif verdict == "error":
@@ -138,6 +175,16 @@ def prune(kube: Kube, candidates: Iterable[ObjKey], rules: PruneRules = PruneRul
                 else:
                     out.refused.append((key, RefusalReason(verdict)))
     return out
+
+
+def assess(kube: Kube, candidates: Iterable[ObjKey], rules: PruneRules) -> frozenset[ObjKey]:
+    """The candidates a prune guard leaves out: those the agent would not delete (read live,
+    decided exactly as ``prune`` decides) and those a person let go. One that could not be
+    read counts (it may be deleted)."""
+    keys = sorted(set(candidates))
+    dry = prune(kube, keys, rules, dry_run=True)
+    counted = (set(dry.deleted) - set(dry.consented)) | {k for k, _ in dry.errors}
+    return frozenset(k for k in keys if k not in counted)
 
 
 _LIST_ABOVE = 3  # more candidates than this of one kind in one namespace: one LIST instead of GETs
@@ -170,7 +217,8 @@ def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
                listed: dict[ObjKey, dict[str, Any] | None]) -> tuple[str, str]:
     """One candidate: ("deleted" | "kept" | "error" | a RefusalReason value, detail)."""
     if in_namespaces(key, rules.protected_namespaces):
-        log.warning("prune_refused", object=describe(key), reason=RefusalReason.PROTECTED_NAMESPACE)
+        if not dry_run:
+            log.warning("prune_refused", object=describe(key), reason=RefusalReason.PROTECTED_NAMESPACE)
         return RefusalReason.PROTECTED_NAMESPACE.value, ""
     last = ""
     for attempt in range(max(1, rules.attempts)):
@@ -201,17 +249,30 @@ def _try_delete(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
         return "kept", "already gone"
     decision = _decide(key, live, rules)
     if decision == RefusalReason.PROTECTED_KIND:
-        log.warning("prune_refused", object=describe(key), reason=decision)
-        return RefusalReason.PROTECTED_KIND.value, ""
+        if not dry_run:
+            log.warning("prune_refused", object=describe(key), reason=decision)
+        return RefusalReason(decision).value, ""
     if decision:
-        log.info("prune_skipped", object=describe(key), why=decision)
+        if not dry_run:
+            log.info("prune_skipped", object=describe(key), why=decision)
         return "kept", decision
     if not dry_run:
         gone = _delete(kube, res, live)
         if gone:
             return "kept", gone
-    log.info("pruned", object=describe(key), dry_run=dry_run)
-    return "deleted", ""
+        log.info("pruned", object=describe(key))
+    return "deleted", _CONSENTED if let_go(live) else ""
+
+
+_CONSENTED = "consented"
+
+
+def let_go(live: dict[str, Any]) -> bool:
+    """Whether a person (a field manager other than the agent: ``kubectl annotate``) set
+    ``qonnect.io/prune: enabled`` on the live object."""
+    annotation = ((live.get("metadata") or {}).get("annotations") or {}).get(PRUNE_ANNOTATION, "")
+    return annotation == ENABLED and bool(
+        field_managers(live, ("metadata", "annotations", PRUNE_ANNOTATION)) - {FIELD_MANAGER})
 
 
 def _decide(key: ObjKey, live: dict[str, Any], rules: PruneRules) -> str:
@@ -223,10 +284,8 @@ def _decide(key: ObjKey, live: dict[str, Any], rules: PruneRules) -> str:
     annotation = ((live.get("metadata") or {}).get("annotations") or {}).get(PRUNE_ANNOTATION, "")
     if annotation == DISABLED:
         return f"annotated {PRUNE_ANNOTATION}: {DISABLED}"
-    if (key[0], key[2]) in rules.protected_kinds:
-        by_person = field_managers(live, ("metadata", "annotations", PRUNE_ANNOTATION)) - {FIELD_MANAGER}
-        if annotation != ENABLED or not by_person:
-            return RefusalReason.PROTECTED_KIND
+    if (key[0], key[2]) in rules.protected_kinds and not let_go(live):
+        return RefusalReason.PROTECTED_KIND
     return ""
 
 

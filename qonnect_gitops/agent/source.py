@@ -33,7 +33,7 @@ from qonnect_gitops.model.report import MAX_GENERATION
 
 log = get_logger(__name__)
 MAX_PROBLEMS_SHOWN = 5
-_NUMBER = re.compile(r"[0-9]{1,16}")  # ASCII digits only: int() would take "+1", " 1", "1_0", "١"
+_NUMBER = re.compile(r"[0-9]{1,16}")  # ASCII digits only: int() also takes "+1", "1_0" and other scripts' digits
 
 
 class SourceError(Exception):
