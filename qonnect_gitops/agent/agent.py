@@ -53,6 +53,7 @@ from qonnect_gitops.agent.inventory import (
     identity,
     in_namespaces,
     key_of,
+    system_object,
 )
 from qonnect_gitops.agent.kube import Kube, KubeError, api_client_from
 from qonnect_gitops.agent.lineage import allowance
@@ -99,7 +100,7 @@ EXIT_OK, EXIT_FAILED, EXIT_UNHEALTHY = 0, 1, 2
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 object id, as Git prints it
 _COMPONENT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _REFUSED_ON_APPLY = frozenset({RefusalReason.INVALID_MANIFEST, RefusalReason.OWNERSHIP_CONFLICT,
-                               RefusalReason.PROTECTED_NAMESPACE})
+                               RefusalReason.PROTECTED_NAMESPACE, RefusalReason.SYSTEM_OBJECT})
 
 
 @dataclass
@@ -190,9 +191,10 @@ class Agent:
         self.store = InventoryStore(self.kube, cfg.namespace)
         self.syncer = Syncer(self.kube, workers=cfg.workers, ready_timeout=cfg.ready_timeout,
                              reserved=frozenset({("", "v1", "ConfigMap", cfg.namespace, INVENTORY_NAME)}),
-                             protected_namespaces=cfg.reserved_namespaces)
+                             protected_namespaces=cfg.reserved_namespaces, system_objects=cfg.system_objects)
         self.prune_rules = PruneRules(protected_kinds=frozenset(cfg.protected_kinds),
                                       protected_namespaces=cfg.reserved_namespaces,
+                                      system_objects=cfg.system_objects,
                                       workers=cfg.prune_workers, backoff=cfg.api_backoff)
         self.metrics = Metrics()
         self.wake = threading.Event()
@@ -334,7 +336,7 @@ class Agent:
     def _guards(self, p: _Pass) -> SyncResult | None:
         """Whole-commit guards: a refused commit applies nothing and deletes nothing."""
         assert p.rev is not None
-        found = self._duplicates(p) or self._protected(p)
+        found = self._duplicates(p) or self._protected(p) or self._system(p)
         if found:
             reason, refusals, message = found
             return self._stall(p, SyncReason(reason), message, refusals, observe=Observe.INVENTORY)
@@ -483,6 +485,18 @@ class Agent:
             return None
         summary = f"{len(refusals)} objects are in or of a reserved namespace, e.g. {refusals[0].message}"
         return RefusalReason.PROTECTED_NAMESPACE, refusals, f"{summary}; nothing applied"
+
+    def _system(self, p: _Pass) -> tuple[RefusalReason, list[Refusal], str] | None:
+        """The cluster's own RBAC (``system:`` names, ``cluster-admin``) on the branch: refused
+        unless the agent's configuration lists the object (``--allow-system-object``)."""
+        refusals = [refusal(RefusalReason.SYSTEM_OBJECT, f"{describe(key)} is part of the cluster's own RBAC; the "
+                            "agent never adopts, changes or deletes it unless its configuration allows it "
+                            "(--allow-system-object)", p.head)
+                    for key in sorted(p.keys) if system_object(key, None, self.cfg.system_objects)]
+        if not refusals:
+            return None
+        return (RefusalReason.SYSTEM_OBJECT, refusals,
+                f"{len(refusals)} objects are system objects, e.g. {refusals[0].message}; nothing applied")
 
     # -- endings -------------------------------------------------------------------------
 

@@ -214,6 +214,30 @@ def in_namespaces(key: ObjKey, namespaces: frozenset[str]) -> bool:
     return ns in namespaces or ((group, kind) == ("", "Namespace") and name in namespaces)
 
 
+RBAC_GROUP = "rbac.authorization.k8s.io"
+_RBAC_KINDS = frozenset({"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
+# The API server's own RBAC policy (cluster-admin, admin, edit, view, system:*) carries it.
+BOOTSTRAP_LABEL, BOOTSTRAP_VALUE = "kubernetes.io/bootstrapping", "rbac-defaults"
+
+SystemName = tuple[str, str, str]
+"""(kind, namespace, name) of a system RBAC object the agent's configuration lets it manage."""
+
+
+def system_object(key: ObjKey, live: dict[str, Any] | None = None,
+                  allowed: frozenset[SystemName] = frozenset()) -> bool:
+    """Whether the object is part of the cluster's own RBAC: a ClusterRole, ClusterRoleBinding,
+    Role or RoleBinding named ``system:...`` or ``cluster-admin``, or a live one the API
+    server bootstrapped (``kubernetes.io/bootstrapping: rbac-defaults``). The agent never
+    adopts, changes or deletes one unless its configuration lists it in ``allowed``."""
+    group, _, kind, ns, name = key
+    if group != RBAC_GROUP or kind not in _RBAC_KINDS or (kind, ns, name) in allowed:
+        return False
+    if name.startswith("system:") or name == "cluster-admin":
+        return True
+    labels = ((live or {}).get("metadata") or {}).get("labels") or {}
+    return isinstance(labels, dict) and labels.get(BOOTSTRAP_LABEL) == BOOTSTRAP_VALUE
+
+
 def owned(live: dict[str, Any]) -> bool:
     """Carries our ownership label."""
     return ((live.get("metadata") or {}).get("labels") or {}).get(MANAGED_BY_LABEL) == MANAGED_BY_VALUE

@@ -4,7 +4,9 @@ An object is deleted only when all of these hold: it is in the inventory, it is 
 longer on the branch, the live object still carries our ownership label and was
 applied by the agent (its field manager ``qonnect-agent`` is among the object's
 managers), it is not annotated ``qonnect.io/prune: disabled``, it is not in (or one of)
-the protected namespaces, and it is not a protected kind (Namespace, PersistentVolumeClaim, PersistentVolume,
+the protected namespaces, it is not a system object (``system:`` RBAC, ``cluster-admin``,
+the API server's bootstrap RBAC) the agent's configuration does not list, and it is not
+a protected kind (Namespace, PersistentVolumeClaim, PersistentVolume,
 CustomResourceDefinition by default: agent configuration) unless a person annotated the
 live object ``qonnect.io/prune: enabled`` (the agent never takes that annotation from a
 branch, and does not count it when its own field manager set it). Pruning happens only
@@ -41,11 +43,13 @@ from qonnect_gitops.agent.config import DEFAULT_PROTECTED_KINDS, FIELD_MANAGER
 from qonnect_gitops.agent.inventory import (
     Inventory,
     ObjKey,
+    SystemName,
     describe,
     field_managers,
     identity,
     in_namespaces,
     owned,
+    system_object,
 )
 from qonnect_gitops.agent.kube import Kube, KubeError, Resource
 from qonnect_gitops.logs import get_logger
@@ -123,7 +127,7 @@ def removal_candidates(desired: Iterable[ObjKey], objects: Iterable[ObjKey]) -> 
 class PruneResult:
     deleted: list[ObjKey] = field(default_factory=list)
     kept: list[tuple[ObjKey, str]] = field(default_factory=list)  # left alone, with why
-    refused: list[tuple[ObjKey, RefusalReason]] = field(default_factory=list)  # ProtectedKind/Namespace
+    refused: list[tuple[ObjKey, RefusalReason]] = field(default_factory=list)  # ProtectedKind/Namespace, SystemObject
     errors: list[tuple[ObjKey, str]] = field(default_factory=list)
     consented: list[ObjKey] = field(default_factory=list)  # of ``deleted``: a person annotated prune: enabled
 
@@ -135,7 +139,8 @@ class PruneResult:
     def remaining(self) -> set[ObjKey]:
         """What stays in the inventory: protected kinds (a person may allow them later) and
         failed ones, to retry and keep reporting. Objects in reserved namespaces leave it:
-        nothing can ever make the agent delete them."""
+        nothing can ever make the agent delete them, nor system objects its configuration
+        does not list."""
         return {k for k, why in self.refused if why == RefusalReason.PROTECTED_KIND} | {k for k, _ in self.errors}
 
 
@@ -145,6 +150,7 @@ class PruneRules:
 
     protected_kinds: frozenset[tuple[str, str]] = DEFAULT_PROTECTED_KINDS
     protected_namespaces: frozenset[str] = frozenset()
+    system_objects: frozenset[SystemName] = frozenset()  # system RBAC objects the agent may manage
     workers: int = 16
     attempts: int = 4  # per object, on top of the client's own retries
     backoff: float = 0.2
@@ -216,10 +222,12 @@ def _list_live(kube: Kube, keys: list[ObjKey]) -> dict[ObjKey, dict[str, Any] | 
 def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
                listed: dict[ObjKey, dict[str, Any] | None]) -> tuple[str, str]:
     """One candidate: ("deleted" | "kept" | "error" | a RefusalReason value, detail)."""
-    if in_namespaces(key, rules.protected_namespaces):
-        if not dry_run:
-            log.warning("prune_refused", object=describe(key), reason=RefusalReason.PROTECTED_NAMESPACE)
-        return RefusalReason.PROTECTED_NAMESPACE.value, ""
+    for why, holds in ((RefusalReason.PROTECTED_NAMESPACE, in_namespaces(key, rules.protected_namespaces)),
+                       (RefusalReason.SYSTEM_OBJECT, system_object(key, None, rules.system_objects))):
+        if holds:
+            if not dry_run:
+                log.warning("prune_refused", object=describe(key), reason=why)
+            return why.value, ""
     last = ""
     for attempt in range(max(1, rules.attempts)):
         if attempt:
@@ -248,7 +256,7 @@ def _try_delete(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
     if live is None:
         return "kept", "already gone"
     decision = _decide(key, live, rules)
-    if decision == RefusalReason.PROTECTED_KIND:
+    if decision in (RefusalReason.PROTECTED_KIND, RefusalReason.SYSTEM_OBJECT):
         if not dry_run:
             log.warning("prune_refused", object=describe(key), reason=decision)
         return RefusalReason(decision).value, ""
@@ -276,7 +284,10 @@ def let_go(live: dict[str, Any]) -> bool:
 
 
 def _decide(key: ObjKey, live: dict[str, Any], rules: PruneRules) -> str:
-    """'' to delete; otherwise why not (``RefusalReason.PROTECTED_KIND`` for a protected kind)."""
+    """'' to delete; otherwise why not (``RefusalReason.PROTECTED_KIND`` for a protected kind,
+    ``RefusalReason.SYSTEM_OBJECT`` for the API server's own RBAC)."""
+    if system_object(key, live, rules.system_objects):
+        return RefusalReason.SYSTEM_OBJECT
     if not owned(live):
         return "no longer carries the ownership label"
     if FIELD_MANAGER not in field_managers(live):
