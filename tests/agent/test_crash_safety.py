@@ -191,10 +191,16 @@ def test_kill_9_at_random_points_of_large_passes_never_stalls_the_cluster(sim_wi
     sim.faults.set_latency(0.008, jitter=0.008)  # passes long enough to be hit in the middle
     started = time.monotonic()
     try:
-        for rnd in range(rounds):
+        order: list[str] = []
+        played = 0
+        for rnd in range(2 * rounds):
+            if rnd >= rounds and hits["prune-write"] >= 3 and hits["apply"] + hits["journal"] >= 3:
+                break  # at least ``rounds``, more until enough kills landed where they were aimed
+            if not order:
+                order = rng.sample(MODES, len(MODES))  # every kind of point, in a random order
+            mode = order.pop()
             previous = set(state["churn"])
             head, names = publish()
-            mode = rng.choice(MODES)
             proc = subprocess.Popen(command, env=env, cwd=ROOT, stdout=log, stderr=log)
             if mode == "apply":
                 want = rng.randint(1, CHURN - 1)
@@ -233,10 +239,11 @@ def test_kill_9_at_random_points_of_large_passes_never_stalls_the_cluster(sim_wi
             inv = _inventory(core) or {}
             assert inv["commit"] == head and "pass" not in inv and "arriving" not in inv, (rnd, mode)
             assert len(inv["objects"]) == 1 + STABLE + 2 + CHURN and "leaving" not in inv, (rnd, mode)
+            played += 1
     finally:
         log.close()
     load = os.getloadavg()
-    print(f"crash rounds={rounds} seconds={time.monotonic() - started:.0f} hits={hits} "
+    print(f"crash rounds={played} seconds={time.monotonic() - started:.0f} hits={hits} "
           f"load={load[0]:.1f},{load[1]:.1f},{load[2]:.1f}")
     # The kills did land where they were aimed: the test is not vacuous.
-    assert hits["prune-write"] + hits["prune"] >= 2 and hits["apply"] + hits["journal"] >= 2, hits
+    assert hits["prune-write"] >= 3 and hits["apply"] + hits["journal"] >= 3, hits
