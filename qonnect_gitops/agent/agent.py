@@ -47,17 +47,22 @@ from qonnect_gitops.agent.inventory import (
     Inventory,
     InventoryStore,
     ObjKey,
+    PassPhase,
+    PassRecord,
     describe,
     identity,
     in_namespaces,
     key_of,
+    system_object,
 )
 from qonnect_gitops.agent.kube import Kube, KubeError, api_client_from
+from qonnect_gitops.agent.lineage import allowance
 from qonnect_gitops.agent.metrics import Metrics, serve
 from qonnect_gitops.agent.prune import (
     GuardRefusal,
     PruneResult,
     PruneRules,
+    assess,
     check_guards,
     prune,
     removal_candidates,
@@ -95,7 +100,7 @@ EXIT_OK, EXIT_FAILED, EXIT_UNHEALTHY = 0, 1, 2
 _COMMIT = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256 object id, as Git prints it
 _COMPONENT = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?/[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _REFUSED_ON_APPLY = frozenset({RefusalReason.INVALID_MANIFEST, RefusalReason.OWNERSHIP_CONFLICT,
-                               RefusalReason.PROTECTED_NAMESPACE})
+                               RefusalReason.PROTECTED_NAMESPACE, RefusalReason.SYSTEM_OBJECT})
 
 
 @dataclass
@@ -186,9 +191,10 @@ class Agent:
         self.store = InventoryStore(self.kube, cfg.namespace)
         self.syncer = Syncer(self.kube, workers=cfg.workers, ready_timeout=cfg.ready_timeout,
                              reserved=frozenset({("", "v1", "ConfigMap", cfg.namespace, INVENTORY_NAME)}),
-                             protected_namespaces=cfg.reserved_namespaces)
+                             protected_namespaces=cfg.reserved_namespaces, system_objects=cfg.system_objects)
         self.prune_rules = PruneRules(protected_kinds=frozenset(cfg.protected_kinds),
                                       protected_namespaces=cfg.reserved_namespaces,
+                                      system_objects=cfg.system_objects,
                                       workers=cfg.prune_workers, backoff=cfg.api_backoff)
         self.metrics = Metrics()
         self.wake = threading.Event()
@@ -275,6 +281,10 @@ class Agent:
         p.before = frozenset(p.inv.objects)
         p.known = frozenset(identity(k) for k in p.inv.objects)
         p.result.applied = _applied(p.inv)
+        pending = p.inv.pending
+        if pending is not None and (self.last is None or self.last.commit != pending.commit):
+            log.info("pass_unfinished", commit=pending.commit[:12], phase=pending.phase,
+                     applied=(p.inv.commit or "")[:12], arriving=len(p.inv.arriving), leaving=len(p.inv.leaving))
         return None
 
     def _read(self, p: _Pass) -> SyncResult | None:
@@ -300,10 +310,14 @@ class Agent:
         """The generation never goes backwards; then the objects as the API will name them."""
         inv, rev, head = p.inv, p.rev, p.head
         assert rev is not None and head is not None
-        if inv.generation is not None and (rev.generation is None or rev.generation < inv.generation):
-            msg = (f"commit {head[:12]} has generation {rev.generation}, older than the applied "
-                   f"generation {inv.generation} (commit {(inv.commit or '')[:12]}); refusing a rollback "
-                   f"(late write of a deposed leader?)")
+        floor = inv.floor
+        if floor is not None and (rev.generation is None or rev.generation < floor):
+            started = inv.pending is not None and inv.pending.generation == floor and floor != inv.generation
+            whose = (f"generation {floor} that an unfinished pass started to apply (commit "
+                     f"{inv.pending.commit[:12]})" if started and inv.pending else
+                     f"applied generation {inv.generation} (commit {(inv.commit or '')[:12]})")
+            msg = (f"commit {head[:12]} has generation {rev.generation}, older than the {whose}; refusing a "
+                   f"rollback (late write of a deposed leader?)")
             return self._stall(p, SyncReason.STALE_GENERATION, msg,
                                [refusal(RefusalReason.STALE_GENERATION, msg, head)], observe=Observe.INVENTORY)
         self.revision = rev
@@ -312,7 +326,7 @@ class Agent:
         except KubeError as exc:
             return self._stall(p, SyncReason.API_UNAVAILABLE, f"discovery failed: {exc}", kind="apply")
         p.keys = {key_of(o) for o in p.desired}
-        if not p.full and head == inv.commit and head == self.last_good_commit:
+        if not p.full and head == inv.commit and head == self.last_good_commit and inv.pending is None:
             # unchanged head: nothing to apply (drift runs on its own interval)
             p.result.skipped_apply = True
             self._observe(p.result, inv, rev)
@@ -322,12 +336,23 @@ class Agent:
     def _guards(self, p: _Pass) -> SyncResult | None:
         """Whole-commit guards: a refused commit applies nothing and deletes nothing."""
         assert p.rev is not None
-        found = self._duplicates(p) or self._protected(p)
+        found = self._duplicates(p) or self._protected(p) or self._system(p)
         if found:
             reason, refusals, message = found
             return self._stall(p, SyncReason(reason), message, refusals, observe=Observe.INVENTORY)
-        guard: GuardRefusal | None = check_guards(p.keys, p.inv, allow_empty=p.rev.allow_empty,
-                                                  prune_limit=p.rev.prune_limit, fraction=self.cfg.prune_fraction)
+        allowed = allowance(self.cache, p.rev.commit, p.rev.prune_limit, p.inv.commit)
+        guard: GuardRefusal | None = check_guards(p.keys, p.inv, allow_empty=p.rev.allow_empty, allowance=allowed,
+                                                  fraction=self.cfg.prune_fraction)
+        if guard is not None and guard.removals:
+            # Count only what would really go: read the counted objects and leave out those
+            # the agent will not delete and those a person let go.
+            try:
+                spared = assess(self.kube, guard.removals, self.prune_rules)
+            except KubeError as exc:
+                return self._stall(p, SyncReason.API_UNAVAILABLE, f"cannot read the objects this commit "
+                                   f"removes: {exc}", kind="apply")
+            guard = check_guards(p.keys, p.inv, allow_empty=p.rev.allow_empty, allowance=allowed,
+                                 fraction=self.cfg.prune_fraction, spared=spared)
         if guard is not None:
             return self._stall(p, SyncReason(guard.reason), guard.message,
                                [refusal(guard.reason, guard.message, p.head)], observe=Observe.INVENTORY)
@@ -340,11 +365,16 @@ class Agent:
         assert head is not None and rev is not None
         apply = drift.should_apply(self.cfg.drift, head, inv.commit)
         result.drift_report_only = not apply
-        if apply and not p.keys <= inv.objects:
+        record = PassRecord(head, rev.generation, rev.term, PassPhase.APPLY)
+        arriving = p.keys - inv.objects
+        if apply and (arriving or (head != inv.commit and inv.pending != record)):
             # Crash safety: the inventory lists every object before it can exist, so a pass
-            # killed mid-apply leaves nothing a later commit cannot prune. Commit and
-            # generation stay those of what runs until the pass completes.
-            intended = Inventory(inv.commit, inv.generation, inv.term, inv.objects | p.keys)
+            # killed mid-apply leaves nothing a later commit cannot prune, and records the
+            # pass (its commit, generation, and the objects it adds), so the next pass knows
+            # them for this pass's own unfinished work. Commit and generation stay those of
+            # what runs until the pass completes.
+            intended = Inventory(inv.commit, inv.generation, inv.term, inv.objects | p.keys, set(inv.leaving),
+                                 inv.arriving | arriving, record)
             try:
                 self.store.save(intended)
             except KubeError as exc:
@@ -370,8 +400,10 @@ class Agent:
             never = {r.key for r in failed if r.live is None and not r.wrote} - p.before
             if never:
                 try:
-                    self.store.save(Inventory(inv.commit, inv.generation, inv.term, inv.objects - never))
+                    self.store.save(Inventory(inv.commit, inv.generation, inv.term, inv.objects - never,
+                                              inv.leaving - never, inv.arriving - never, inv.pending))
                     inv.objects -= never
+                    inv.arriving -= never
                 except KubeError as exc:
                     log.warning("inventory_save_failed", error=str(exc))
             refusals = [refusal(_apply_refusal(r.reason), f"{r.name}: {r.message}", head)
@@ -393,13 +425,19 @@ class Agent:
         """Inventory first (pending prunes stay listed), then prune, then the final inventory."""
         result, head, rev = p.result, p.head, p.rev
         assert head is not None and rev is not None
-        candidates = removal_candidates(p.keys, p.inv)
-        new_inv = Inventory(head, rev.generation, rev.term, set(p.keys) | set(candidates))
+        candidates = removal_candidates(p.keys, p.inv.objects)
+        keys = set(p.keys)
         try:
-            self.store.save(new_inv)
-            result.pruned = prune(self.kube, candidates, self.prune_rules)
-            new_inv.objects = set(p.keys) | result.pruned.remaining()
-            self.store.save(new_inv)
+            if candidates:
+                # The commit is applied; its removals are recorded as leaving before any runs,
+                # so a pass killed now is finished by the next one, uncounted.
+                self.store.save(Inventory(head, rev.generation, rev.term, keys | set(candidates), set(candidates),
+                                          set(), PassRecord(head, rev.generation, rev.term, PassPhase.PRUNE)))
+                result.pruned = prune(self.kube, candidates, self.prune_rules)
+            remaining = result.pruned.remaining()
+            new_inv = Inventory(head, rev.generation, rev.term, keys | remaining, remaining - keys)
+            if new_inv != p.inv:
+                self.store.save(new_inv)
         except KubeError as exc:
             return self._stall(p, SyncReason.API_UNAVAILABLE, f"inventory or prune failed: {exc}", kind="prune")
         self.metrics.inc("qonnect_agent_objects_pruned_total", len(result.pruned.deleted))
@@ -447,6 +485,18 @@ class Agent:
             return None
         summary = f"{len(refusals)} objects are in or of a reserved namespace, e.g. {refusals[0].message}"
         return RefusalReason.PROTECTED_NAMESPACE, refusals, f"{summary}; nothing applied"
+
+    def _system(self, p: _Pass) -> tuple[RefusalReason, list[Refusal], str] | None:
+        """The cluster's own RBAC (``system:`` names, ``cluster-admin``) on the branch: refused
+        unless the agent's configuration lists the object (``--allow-system-object``)."""
+        refusals = [refusal(RefusalReason.SYSTEM_OBJECT, f"{describe(key)} is part of the cluster's own RBAC; the "
+                            "agent never adopts, changes or deletes it unless its configuration allows it "
+                            "(--allow-system-object)", p.head)
+                    for key in sorted(p.keys) if system_object(key, None, self.cfg.system_objects)]
+        if not refusals:
+            return None
+        return (RefusalReason.SYSTEM_OBJECT, refusals,
+                f"{len(refusals)} objects are system objects, e.g. {refusals[0].message}; nothing applied")
 
     # -- endings -------------------------------------------------------------------------
 
@@ -641,11 +691,16 @@ class Agent:
     def _git_skippable(self) -> bool:
         """Whether this pass may use the head fetched last without asking Git: no poll is
         due (webhook, announced generation, a hint naming another commit), the last poll
-        succeeded, a lead answer received since then names that very commit, and less than
-        ``git_poll_max_interval`` passed since Git was last asked."""
+        succeeded, a lead answer received since then names that very commit, less than
+        ``git_poll_max_interval`` passed since Git was last asked, and that commit is the
+        one this agent applied last. A pass that would change the cluster always asks Git
+        first: a commit fetched earlier and not applied (the API server was down) may have
+        been superseded since, and an answer naming it may lag the leader's newest write
+        (issue 31: a stale failover commit applied on recovery)."""
         hint, head = self._hint, self._git_head
         return (self.cfg.git_poll_max_interval > 0 and not self._git_due.is_set() and self.source_error is None
-                and head is not None and hint is not None and hint[0] == head and hint[1] >= self._git_at
+                and head is not None and head == self.last_good_commit
+                and hint is not None and hint[0] == head and hint[1] >= self._git_at
                 and time.monotonic() - self._git_at < self.cfg.git_poll_max_interval)
 
     def poll_git_now(self) -> None:

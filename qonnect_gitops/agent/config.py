@@ -64,6 +64,9 @@ class AgentConfig:
     # What the agent protects whatever its branch says (a branch cannot switch these off).
     protected_namespaces: frozenset[str] = RESERVED_NAMESPACES  # the agent's own namespace is added
     protected_kinds: frozenset[tuple[str, str]] = DEFAULT_PROTECTED_KINDS  # (group, kind)
+    # The cluster's own RBAC objects (system:*, cluster-admin, bootstrap roles) the agent may
+    # adopt, change and prune: (kind, namespace or "", name). None by default.
+    system_objects: frozenset[tuple[str, str, str]] = frozenset()
     prune_workers: int = 16
 
     @property

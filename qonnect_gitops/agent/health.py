@@ -340,6 +340,8 @@ def pod_verdict(obj: Mapping[str, Any], health: Health, workloads: Iterable[Mapp
     return unschedulable(obj, pods, now, grace)
 
 
+# Workloads that never complete: every pod-template kind but Job, and CronJob.
+_NEVER_COMPLETE = (POD_TEMPLATE_KINDS - {("batch", "Job")}) | {("batch", "CronJob")}
 WORKLOAD_REPLICAS = {("apps", "Deployment"): "availableReplicas", ("apps", "StatefulSet"): "readyReplicas"}
 
 
@@ -376,7 +378,7 @@ def rollup(objects: list[tuple[dict[str, Any], Health]],
         message = ""
         reason: HealthReason | None = None
         ready = desired = 0
-        jobs = completed_jobs = 0
+        jobs = completed_jobs = runners = 0
         for obj, (status, msg) in groups[name]:
             if _ORDER[status] > _ORDER[worst]:
                 worst = status
@@ -394,14 +396,17 @@ def rollup(objects: list[tuple[dict[str, Any], Health]],
             elif kind == ("batch", "Job"):
                 jobs += 1
                 completed_jobs += status == HEALTHY
+            runners += kind in _NEVER_COMPLETE
         if worst == HEALTHY:
             shared = {reasons.get(key_of(obj)) for obj, _ in groups[name]}
             reason = shared.pop() if len(shared) == 1 else None
             if reason is not None:
                 first, (_, first_msg) = groups[name][0]
                 message = f"{first['kind']} {first['metadata']['name']}: {first_msg}"
-        out.append(ComponentRollup(name, worst, ready, desired, jobs > 0 and completed_jobs == jobs,
-                                   message[:512], reason))
+        # Completion is claimed only for a component made of Jobs: the lead takes it as "done,
+        # remove it everywhere", which a CronJob or a Deployment beside a Job never is.
+        completed = jobs > 0 and completed_jobs == jobs and not runners
+        out.append(ComponentRollup(name, worst, ready, desired, completed, message[:512], reason))
     return out
 
 

@@ -4,11 +4,13 @@ An object is deleted only when all of these hold: it is in the inventory, it is 
 longer on the branch, the live object still carries our ownership label and was
 applied by the agent (its field manager ``qonnect-agent`` is among the object's
 managers), it is not annotated ``qonnect.io/prune: disabled``, it is not in (or one of)
-the protected namespaces, and it is not a protected kind (Namespace,
-PersistentVolumeClaim, PersistentVolume, CustomResourceDefinition by default: agent
-configuration) unless a person annotated the live object ``qonnect.io/prune: enabled``
-(the agent never takes that annotation from a branch, and does not count it when its
-own field manager set it). Pruning happens only after a fully successful apply.
+the protected namespaces, it is not a system object (``system:`` RBAC, ``cluster-admin``,
+the API server's bootstrap RBAC) the agent's configuration does not list, and it is not
+a protected kind (Namespace, PersistentVolumeClaim, PersistentVolume,
+CustomResourceDefinition by default: agent configuration) unless a person annotated the
+live object ``qonnect.io/prune: enabled`` (the agent never takes that annotation from a
+branch, and does not count it when its own field manager set it). Pruning happens only
+after a fully successful apply.
 
 Deletes run in parallel (``workers`` at a time), namespaced objects first, then
 cluster-scoped ones, Namespaces and CRDs last; every object retries on its own with
@@ -16,9 +18,15 @@ exponential backoff, so one slow or failing object does not hold the others up.
 
 Guards that refuse a whole commit (nothing is applied, nothing deleted):
 ``EmptyDesiredSet`` (an empty branch without ``Qonnect-Allow-Empty: true``) and
-``PruneLimitExceeded`` (removing more than a fraction of the inventory without a
-``Qonnect-Prune-Limit`` trailer covering the count; ``Qonnect-Allow-Empty`` does not
-lift it: it only says that an empty tree is intended).
+``PruneLimitExceeded`` (removing more than a fraction of the applied commit's objects
+without ``Qonnect-Prune-Limit`` trailers covering the count; ``Qonnect-Allow-Empty`` does
+not lift it: it only says that an empty tree is intended). Only the applied commit's
+objects count (``Inventory.settled``): removals an earlier commit ordered and an
+unfinished pass's objects were decided already. And only what the agent would really
+delete counts: the guard asks ``assess`` about the objects it would count, and leaves
+out those the agent will not delete (protected kinds, ``prune: disabled``, no longer
+ours, already gone) and those a person let go (``qonnect.io/prune: enabled`` set by
+someone other than the agent): see "Clearing a stalled prune guard" in docs/agent.md.
 """
 
 from __future__ import annotations
@@ -35,11 +43,13 @@ from qonnect_gitops.agent.config import DEFAULT_PROTECTED_KINDS, FIELD_MANAGER
 from qonnect_gitops.agent.inventory import (
     Inventory,
     ObjKey,
+    SystemName,
     describe,
     field_managers,
     identity,
     in_namespaces,
     owned,
+    system_object,
 )
 from qonnect_gitops.agent.kube import Kube, KubeError, Resource
 from qonnect_gitops.logs import get_logger
@@ -49,48 +59,77 @@ from qonnect_gitops.model.status import RefusalReason
 log = get_logger(__name__)
 
 _LAST_KINDS = frozenset({("", "Namespace"), ("apiextensions.k8s.io", "CustomResourceDefinition")})
+_NAMED = 3  # objects a PruneLimitExceeded message names
+
+
+@dataclass(frozen=True)
+class Allowance:
+    """How many removals the leader's trailers order: the head's ``Qonnect-Prune-Limit``
+    plus, when the agent missed commits, those of the commits since the applied one
+    (the trailers of ``commits`` commits add up to ``limit``; None: no trailer at all)."""
+
+    limit: int | None = None
+    commits: int = 1
+
+    def covers(self, removals: int) -> bool:
+        return self.limit is not None and self.limit >= removals
+
+    def describe(self) -> str:
+        if self.limit is None:
+            return "no Qonnect-Prune-Limit trailer"
+        if self.commits == 1:
+            return f"Qonnect-Prune-Limit: {self.limit} does not cover it"
+        return (f"the Qonnect-Prune-Limit trailers of the {self.commits} commits since the applied one "
+                f"add up to {self.limit}, which does not cover it")
 
 
 @dataclass(frozen=True)
 class GuardRefusal:
     reason: RefusalReason
     message: str
+    removals: tuple[ObjKey, ...] = ()  # PruneLimitExceeded: the objects it counted
 
 
-def check_guards(desired: set[ObjKey], inventory: Inventory, *, allow_empty: bool,
-                 prune_limit: int | None, fraction: float) -> GuardRefusal | None:
+def check_guards(desired: set[ObjKey], inventory: Inventory, *, allow_empty: bool, allowance: Allowance,
+                 fraction: float, spared: frozenset[ObjKey] = frozenset()) -> GuardRefusal | None:
     """The whole-commit guards; None when the commit may proceed.
 
     ``allow_empty`` (the ``Qonnect-Allow-Empty`` trailer) only lets an empty tree through;
-    a non-empty tree is held to the prune fraction like any other."""
+    every tree, empty or not, is held to the prune fraction. Removals are counted among the
+    applied commit's objects (``inventory.settled``), leaving out ``spared`` (what
+    ``assess`` found the agent would not delete, or a person let go): they count neither
+    as removals nor in the total."""
     if not desired and not allow_empty:
         return GuardRefusal(RefusalReason.EMPTY_DESIRED_SET,
                             f"the branch holds no objects and its commit lacks 'Qonnect-Allow-Empty: true'; "
                             f"refusing to prune the {len(inventory.objects)} objects applied")
-    removed = removal_candidates(desired, inventory)
-    total = len(inventory.objects)
-    if desired and total and len(removed) > fraction * total \
-            and (prune_limit is None or prune_limit < len(removed)):
-        covered = "no Qonnect-Prune-Limit trailer" if prune_limit is None else \
-            f"Qonnect-Prune-Limit: {prune_limit} does not cover it"
+    settled = inventory.settled
+    leaving = removal_candidates(desired, settled)
+    removed = [k for k in leaving if k not in spared]
+    total = len(settled) - (len(leaving) - len(removed))
+    if total and len(removed) > fraction * total and not allowance.covers(len(removed)):
+        named = ", ".join(describe(k) for k in removed[:_NAMED]) + (", ..." if len(removed) > _NAMED else "")
         return GuardRefusal(RefusalReason.PRUNE_LIMIT_EXCEEDED,
-                            f"this commit removes {len(removed)} of {total} objects (more than "
-                            f"{fraction:.0%}) and has {covered}")
+                            f"this commit removes {len(removed)} of {total} objects (more than {fraction:.0%}) "
+                            f"and has {allowance.describe()}: {named}; to let them go, annotate them "
+                            f"{PRUNE_ANNOTATION}=enabled (or =disabled to keep them) or delete them "
+                            "(docs/agent.md, 'Clearing a stalled prune guard')", tuple(removed))
     return None
 
 
-def removal_candidates(desired: set[ObjKey], inventory: Inventory) -> list[ObjKey]:
-    """Inventory entries no longer on the branch (compared without API version)."""
+def removal_candidates(desired: Iterable[ObjKey], objects: Iterable[ObjKey]) -> list[ObjKey]:
+    """Entries of ``objects`` no longer on the branch (compared without API version)."""
     want = {identity(k) for k in desired}
-    return sorted(k for k in inventory.objects if identity(k) not in want)
+    return sorted(k for k in objects if identity(k) not in want)
 
 
 @dataclass
 class PruneResult:
     deleted: list[ObjKey] = field(default_factory=list)
     kept: list[tuple[ObjKey, str]] = field(default_factory=list)  # left alone, with why
-    refused: list[tuple[ObjKey, RefusalReason]] = field(default_factory=list)  # ProtectedKind/Namespace
+    refused: list[tuple[ObjKey, RefusalReason]] = field(default_factory=list)  # ProtectedKind/Namespace, SystemObject
     errors: list[tuple[ObjKey, str]] = field(default_factory=list)
+    consented: list[ObjKey] = field(default_factory=list)  # of ``deleted``: a person annotated prune: enabled
 
     @property
     def protected(self) -> list[ObjKey]:
@@ -100,7 +139,8 @@ class PruneResult:
     def remaining(self) -> set[ObjKey]:
         """What stays in the inventory: protected kinds (a person may allow them later) and
         failed ones, to retry and keep reporting. Objects in reserved namespaces leave it:
-        nothing can ever make the agent delete them."""
+        nothing can ever make the agent delete them, nor system objects its configuration
+        does not list."""
         return {k for k, why in self.refused if why == RefusalReason.PROTECTED_KIND} | {k for k, _ in self.errors}
 
 
@@ -110,6 +150,7 @@ class PruneRules:
 
     protected_kinds: frozenset[tuple[str, str]] = DEFAULT_PROTECTED_KINDS
     protected_namespaces: frozenset[str] = frozenset()
+    system_objects: frozenset[SystemName] = frozenset()  # system RBAC objects the agent may manage
     workers: int = 16
     attempts: int = 4  # per object, on top of the client's own retries
     backoff: float = 0.2
@@ -131,6 +172,8 @@ def prune(kube: Kube, candidates: Iterable[ObjKey], rules: PruneRules = PruneRul
             for key, (verdict, detail) in zip(waves[wave], pool.map(one, waves[wave]), strict=True):
                 if verdict == "deleted":
                     out.deleted.append(key)
+                    if detail == _CONSENTED:
+                        out.consented.append(key)
                 elif verdict == "kept":
                     out.kept.append((key, detail))
                 elif verdict == "error":
@@ -138,6 +181,16 @@ def prune(kube: Kube, candidates: Iterable[ObjKey], rules: PruneRules = PruneRul
                 else:
                     out.refused.append((key, RefusalReason(verdict)))
     return out
+
+
+def assess(kube: Kube, candidates: Iterable[ObjKey], rules: PruneRules) -> frozenset[ObjKey]:
+    """The candidates a prune guard leaves out: those the agent would not delete (read live,
+    decided exactly as ``prune`` decides) and those a person let go. One that could not be
+    read counts (it may be deleted)."""
+    keys = sorted(set(candidates))
+    dry = prune(kube, keys, rules, dry_run=True)
+    counted = (set(dry.deleted) - set(dry.consented)) | {k for k, _ in dry.errors}
+    return frozenset(k for k in keys if k not in counted)
 
 
 _LIST_ABOVE = 3  # more candidates than this of one kind in one namespace: one LIST instead of GETs
@@ -169,9 +222,12 @@ def _list_live(kube: Kube, keys: list[ObjKey]) -> dict[ObjKey, dict[str, Any] | 
 def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
                listed: dict[ObjKey, dict[str, Any] | None]) -> tuple[str, str]:
     """One candidate: ("deleted" | "kept" | "error" | a RefusalReason value, detail)."""
-    if in_namespaces(key, rules.protected_namespaces):
-        log.warning("prune_refused", object=describe(key), reason=RefusalReason.PROTECTED_NAMESPACE)
-        return RefusalReason.PROTECTED_NAMESPACE.value, ""
+    for why, holds in ((RefusalReason.PROTECTED_NAMESPACE, in_namespaces(key, rules.protected_namespaces)),
+                       (RefusalReason.SYSTEM_OBJECT, system_object(key, None, rules.system_objects))):
+        if holds:
+            if not dry_run:
+                log.warning("prune_refused", object=describe(key), reason=why)
+            return why.value, ""
     last = ""
     for attempt in range(max(1, rules.attempts)):
         if attempt:
@@ -200,22 +256,38 @@ def _try_delete(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
     if live is None:
         return "kept", "already gone"
     decision = _decide(key, live, rules)
-    if decision == RefusalReason.PROTECTED_KIND:
-        log.warning("prune_refused", object=describe(key), reason=decision)
-        return RefusalReason.PROTECTED_KIND.value, ""
+    if decision in (RefusalReason.PROTECTED_KIND, RefusalReason.SYSTEM_OBJECT):
+        if not dry_run:
+            log.warning("prune_refused", object=describe(key), reason=decision)
+        return RefusalReason(decision).value, ""
     if decision:
-        log.info("prune_skipped", object=describe(key), why=decision)
+        if not dry_run:
+            log.info("prune_skipped", object=describe(key), why=decision)
         return "kept", decision
     if not dry_run:
         gone = _delete(kube, res, live)
         if gone:
             return "kept", gone
-    log.info("pruned", object=describe(key), dry_run=dry_run)
-    return "deleted", ""
+        log.info("pruned", object=describe(key))
+    return "deleted", _CONSENTED if let_go(live) else ""
+
+
+_CONSENTED = "consented"
+
+
+def let_go(live: dict[str, Any]) -> bool:
+    """Whether a person (a field manager other than the agent: ``kubectl annotate``) set
+    ``qonnect.io/prune: enabled`` on the live object."""
+    annotation = ((live.get("metadata") or {}).get("annotations") or {}).get(PRUNE_ANNOTATION, "")
+    return annotation == ENABLED and bool(
+        field_managers(live, ("metadata", "annotations", PRUNE_ANNOTATION)) - {FIELD_MANAGER})
 
 
 def _decide(key: ObjKey, live: dict[str, Any], rules: PruneRules) -> str:
-    """'' to delete; otherwise why not (``RefusalReason.PROTECTED_KIND`` for a protected kind)."""
+    """'' to delete; otherwise why not (``RefusalReason.PROTECTED_KIND`` for a protected kind,
+    ``RefusalReason.SYSTEM_OBJECT`` for the API server's own RBAC)."""
+    if system_object(key, live, rules.system_objects):
+        return RefusalReason.SYSTEM_OBJECT
     if not owned(live):
         return "no longer carries the ownership label"
     if FIELD_MANAGER not in field_managers(live):
@@ -223,10 +295,8 @@ def _decide(key: ObjKey, live: dict[str, Any], rules: PruneRules) -> str:
     annotation = ((live.get("metadata") or {}).get("annotations") or {}).get(PRUNE_ANNOTATION, "")
     if annotation == DISABLED:
         return f"annotated {PRUNE_ANNOTATION}: {DISABLED}"
-    if (key[0], key[2]) in rules.protected_kinds:
-        by_person = field_managers(live, ("metadata", "annotations", PRUNE_ANNOTATION)) - {FIELD_MANAGER}
-        if annotation != ENABLED or not by_person:
-            return RefusalReason.PROTECTED_KIND
+    if (key[0], key[2]) in rules.protected_kinds and not let_go(live):
+        return RefusalReason.PROTECTED_KIND
     return ""
 
 

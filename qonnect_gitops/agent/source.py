@@ -15,6 +15,7 @@ makes the whole commit unreadable (``BranchUnreadable``): nothing of it is appli
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -28,9 +29,11 @@ from qonnect_gitops.gitstore.tree import read_tree_files
 from qonnect_gitops.logs import get_logger, redact_url
 from qonnect_gitops.model.errors import GoalsError
 from qonnect_gitops.model.parsing import check_tree, load_documents
+from qonnect_gitops.model.report import MAX_GENERATION
 
 log = get_logger(__name__)
 MAX_PROBLEMS_SHOWN = 5
+_NUMBER = re.compile(r"[0-9]{1,16}")  # ASCII digits only: int() also takes "+1", "1_0" and other scripts' digits
 
 
 class SourceError(Exception):
@@ -144,11 +147,11 @@ def read_revision(cache: Path, commit: str) -> Revision:
             paths.append(path)
     return Revision(
         commit=commit,
-        generation=_int(found.get(tr.GENERATION)),
-        term=_int(found.get(tr.TERM)),
+        generation=trailer_number(found, tr.GENERATION, commit),
+        term=trailer_number(found, tr.TERM, commit),
         plan=found.get(tr.PLAN),
         allow_empty=found.get(tr.ALLOW_EMPTY, "").lower() == "true",
-        prune_limit=_int(found.get(tr.PRUNE_LIMIT)),
+        prune_limit=trailer_number(found, tr.PRUNE_LIMIT, commit),
         objects=tuple(objects),
         skipped=tuple(skipped),
         paths=tuple(paths),
@@ -170,10 +173,16 @@ def _not_an_object(doc: Any) -> str:
     return ""
 
 
-def _int(value: str | None) -> int | None:
+def trailer_number(found: dict[str, str], name: str, commit: str) -> int | None:
+    """The numeric trailer ``name`` (generation, term, prune limit), None when absent. A value
+    that is not a whole number from 0 to ``MAX_GENERATION`` (what a report can carry, 2^53)
+    makes the commit unreadable: a number applied here is reported to the leads later, and
+    one the report model refuses would silence the cluster."""
+    value = found.get(name)
     if value is None:
         return None
-    try:
-        return int(value)
-    except ValueError:
-        return None
+    value = value.strip()
+    if not _NUMBER.fullmatch(value) or int(value) > MAX_GENERATION:
+        raise SourceError(f"commit {commit[:12]}: trailer {name}: {value[:40]!r} is not a whole number "
+                          f"from 0 to {MAX_GENERATION}")
+    return int(value)

@@ -14,7 +14,9 @@ No adoption without consent: a live object is applied to only when the agent cre
 it (its field manager is among the object's managers, or the inventory lists it and it
 carries the ownership label) or the branch's manifest opts in with
 ``qonnect.io/adopt: enabled``; otherwise it fails with ``OwnershipConflict`` and is
-left untouched. ``qonnect.io/prune: enabled`` is never taken from a branch.
+left untouched. ``qonnect.io/prune: enabled`` is never taken from a branch. The
+cluster's own RBAC (``system:`` names, ``cluster-admin``, what the API server bootstrapped)
+is never applied to, adoption or not, unless the agent's configuration lists it.
 """
 
 from __future__ import annotations
@@ -30,12 +32,14 @@ from qonnect_gitops.agent.config import FIELD_MANAGER
 from qonnect_gitops.agent.health import HEALTHY, health_of
 from qonnect_gitops.agent.inventory import (
     ObjKey,
+    SystemName,
     describe,
     field_managers,
     identity,
     in_namespaces,
     key_of,
     owned,
+    system_object,
 )
 from qonnect_gitops.agent.kube import Kube, KubeError
 from qonnect_gitops.logs import get_logger
@@ -105,11 +109,13 @@ def normalise_namespaces(kube: Kube, objects: list[dict[str, Any]]) -> list[dict
 
 class Syncer:
     def __init__(self, kube: Kube, *, workers: int = 8, ready_timeout: float = 30.0,
-                 reserved: frozenset[ObjKey] = frozenset(), protected_namespaces: frozenset[str] = frozenset()) -> None:
+                 reserved: frozenset[ObjKey] = frozenset(), protected_namespaces: frozenset[str] = frozenset(),
+                 system_objects: frozenset[SystemName] = frozenset()) -> None:
         self.kube = kube
         self.reserved = reserved  # objects the agent itself owns (its inventory): never applied from Git
         # Checked again per object: a kind served only once its CRD is applied gets its namespace here.
         self.protected_namespaces = protected_namespaces
+        self.system_objects = system_objects  # the cluster's own RBAC the configuration lets the agent manage
         self.workers = max(1, workers)
         self.ready_timeout = ready_timeout
 
@@ -160,6 +166,10 @@ class Syncer:
         wrote = False
         try:
             live = self.kube.get(res, meta.get("namespace"), meta["name"])
+            if system_object(key, live, self.system_objects):
+                return ObjectResult(key, Action.FAILED, "part of the cluster's own RBAC; the agent never adopts, "
+                                    "changes or deletes it unless its configuration allows it "
+                                    "(--allow-system-object)", RefusalReason.SYSTEM_OBJECT, live=live)
             if live is not None and not _ours(key, live, obj, known):
                 return ObjectResult(key, Action.FAILED, (
                     f"exists and was not created by the agent; annotate the manifest "

@@ -33,6 +33,7 @@ _ENV = {
     "log_level": "QONNECT_LOG_LEVEL", "once": "QONNECT_ONCE", "lead_ca": "QONNECT_LEAD_CA",
     "protect_namespace": "QONNECT_PROTECT_NAMESPACES", "protect_kind": "QONNECT_PROTECT_KINDS",
     "prune_workers": "QONNECT_PRUNE_WORKERS", "git_poll_max_interval": "QONNECT_GIT_POLL_MAX_INTERVAL",
+    "allow_system_object": "QONNECT_ALLOW_SYSTEM_OBJECTS",
 }
 
 
@@ -76,6 +77,11 @@ def register(sub: Any) -> None:
                    metavar="[GROUP/]KIND", help="a kind never pruned, besides Namespace, PersistentVolumeClaim, "
                    "PersistentVolume and CustomResourceDefinition (repeatable; apps/Deployment, ConfigMap) "
                    "[QONNECT_PROTECT_KINDS, comma-separated]")
+    p.add_argument("--allow-system-object", action="append", default=_csv(e(_ENV["allow_system_object"])),
+                   metavar="KIND/[NAMESPACE/]NAME", help="a system RBAC object (system:* names, cluster-admin, "
+                   "the API server's bootstrap roles) the agent may adopt, change and prune, e.g. "
+                   "ClusterRoleBinding/cluster-admin (repeatable; none by default) "
+                   "[QONNECT_ALLOW_SYSTEM_OBJECTS, comma-separated]")
     p.add_argument("--prune-workers", type=int, default=int(e(_ENV["prune_workers"], "16")),
                    help="deletes in flight at once while pruning (default 16) [QONNECT_PRUNE_WORKERS]")
     p.add_argument("--wait-timeout", type=float, default=float(e(_ENV["wait_timeout"], "60")),
@@ -102,6 +108,19 @@ def _kind(text: str) -> tuple[str, str]:
     if not kind or not kind[0].isupper() or not kind.isalnum():
         raise SystemExit(f"qonnect agent: --protect-kind {text!r}: expected [GROUP/]Kind, e.g. apps/Deployment")
     return group, kind
+
+
+_CLUSTER_RBAC, _NAMESPACED_RBAC = ("ClusterRole", "ClusterRoleBinding"), ("Role", "RoleBinding")
+
+
+def _system_object(text: str) -> tuple[str, str, str]:
+    """``ClusterRoleBinding/cluster-admin`` -> (kind, "", name); ``RoleBinding/ns/name`` -> (kind, ns, name)."""
+    parts = text.split("/")
+    ok = (len(parts) == 2 and parts[0] in _CLUSTER_RBAC) or (len(parts) == 3 and parts[0] in _NAMESPACED_RBAC)
+    if not ok or not all(parts):
+        raise SystemExit(f"qonnect agent: --allow-system-object {text!r}: expected ClusterRole/NAME, "
+                         "ClusterRoleBinding/NAME, Role/NAMESPACE/NAME or RoleBinding/NAMESPACE/NAME")
+    return (parts[0], parts[1], parts[2]) if len(parts) == 3 else (parts[0], "", parts[1])
 
 
 def build_config(args: argparse.Namespace) -> Any:
@@ -137,6 +156,7 @@ def build_config(args: argparse.Namespace) -> Any:
         git_credentials=credentials_from_env(),
         protected_namespaces=RESERVED_NAMESPACES | frozenset(args.protect_namespace),
         protected_kinds=DEFAULT_PROTECTED_KINDS | frozenset(_kind(k) for k in args.protect_kind),
+        system_objects=frozenset(_system_object(o) for o in args.allow_system_object),
         prune_workers=args.prune_workers)
 
 

@@ -44,6 +44,7 @@ from qonnect_gitops.gitstore.tree import (
     RepoLike,
     build_tree,
     directories_under,
+    list_tree_paths,
     open_repo,
     read_tree_files,
     resolve_commit,
@@ -418,11 +419,17 @@ class GitStore:
             if old is not None and self.repo[old].peel(pygit2.Commit).tree_id == tree_id:
                 continue
             trailers = meta.trailers() + [(tr.PLAN, str(plan_id))]
+            limit = int(limits[name]) if name in limits else None
             if tree_id == empty:
                 batch.tree([])  # the empty tree object must exist in this odb; it is not implicit
                 trailers.append((tr.ALLOW_EMPTY, "true"))
-            if name in limits:
-                trailers.append((tr.PRUNE_LIMIT, str(int(limits[name]))))
+                if old is not None:
+                    # Allow-Empty does not lift an agent's prune guard: the decision that empties
+                    # a cluster also says how many files it removes, whoever asked for it.
+                    removed = len(list_tree_paths(self.repo, str(old)))
+                    limit = max(limit or 0, removed) if removed or limit is not None else None
+            if limit is not None:
+                trailers.append((tr.PRUNE_LIMIT, str(limit)))
             body = f"Files of clusters/{name} in plan commit {plan_id}."
             message = tr.format_message(f"{summary} [{name}]", body, trailers)
             updates[ref] = (old, batch.commit(tree_id, [old] if old else [], sig, sig, message))

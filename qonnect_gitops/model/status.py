@@ -40,6 +40,7 @@ class RefusalReason(StrEnum):
     PROTECTED_KIND = "ProtectedKind"  # a protected kind (Namespace, PVC, CRD...) left the branch
     PROTECTED_NAMESPACE = "ProtectedNamespace"  # an object in (or of) a reserved namespace
     DUPLICATE_OBJECT = "DuplicateObject"  # the same object in two files of the branch
+    SYSTEM_OBJECT = "SystemObject"  # the cluster's own RBAC (system:*, cluster-admin), not allowed by the agent
 
 
 class SyncReason(StrEnum):
@@ -60,6 +61,7 @@ class SyncReason(StrEnum):
     BRANCH_UNREADABLE = "BranchUnreadable"
     PROTECTED_NAMESPACE = "ProtectedNamespace"
     DUPLICATE_OBJECT = "DuplicateObject"
+    SYSTEM_OBJECT = "SystemObject"
 
 
 class ClusterState(StrEnum):

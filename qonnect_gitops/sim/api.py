@@ -73,6 +73,9 @@ SYSTEM_NAMESPACES = ("default", "kube-system", "kube-public", "kube-node-lease")
 # Namespaces the API server refuses to delete (NamespaceLifecycle's immortal namespaces).
 IMMORTAL_NAMESPACES = ("default", "kube-system", "kube-public")
 MAX_NAME = 253
+# ObjectMeta validation (apimachinery ``ValidateAnnotations``): the keys and values of all
+# annotations together, in bytes, may not exceed 256 KiB.
+TOTAL_ANNOTATION_SIZE_LIMIT = 256 * (1 << 10)
 RETURN_DELETED = frozenset({
     ("", "Pod"), ("", "Service"), ("", "PersistentVolumeClaim"), ("", "PersistentVolume"), ("", "PodTemplate"),
     ("", "ResourceQuota"), ("", "ServiceAccount"), ("storage.k8s.io", "CSIDriver"), ("storage.k8s.io", "CSINode"),
@@ -394,6 +397,11 @@ class ApiCore:
             if not ok:
                 causes.append({"reason": "FieldValueInvalid", "message": f'Invalid value: "{name}": {msg}',
                                "field": "metadata.name"})
+        annotations = meta.get("annotations") or {}
+        if isinstance(annotations, dict) and sum(len(str(k).encode()) + len(str(v).encode())
+                                                 for k, v in annotations.items()) > TOTAL_ANNOTATION_SIZE_LIMIT:
+            causes.append({"reason": "FieldValueTooLong", "field": "metadata.annotations",
+                           "message": f"Too long: may not be more than {TOTAL_ANNOTATION_SIZE_LIMIT} bytes"})
         root = rt.schema_root()
         if root is not None and rt.builtin:
             for path in typed.missing_required(obj, root):

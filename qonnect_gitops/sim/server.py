@@ -12,7 +12,7 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 import yaml
 
@@ -223,15 +223,16 @@ class Handler(BaseHTTPRequestHandler):
 
     def _dispatch(self, method: str) -> None:
         url = urlsplit(self.path)
+        path = unquote(url.path)  # as Go's URL.Path: the client escapes ':' in names (system:basic-user)
         query = parse_qs(url.query, keep_blank_values=True)
         self._body_read = False  # per request: a hook answering early must still drain this request's body
         if self.server.request_log is not None:
             self.server.request_log.append((method, self.path, self.headers.get("Accept", "")))
         try:
             for hook in self.server.hooks:
-                if hook(self, method, url.path):
+                if hook(self, method, path):
                     return
-            self._route(method, url.path, query)
+            self._route(method, path, query)
         except errors.ApiError as err:
             self._drain()
             self._send_error(err)

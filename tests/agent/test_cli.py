@@ -150,6 +150,23 @@ def test_protection_options_are_parsed_strictly(monkeypatch) -> None:
     cfg = build_config(args)
     assert {("apps", "Deployment"), ("", "ConfigMap"), ("", "Namespace")} <= cfg.protected_kinds
     assert {"billing", "kube-system", "default", cfg.namespace} <= cfg.reserved_namespaces
-    for bad in (["--protect-kind", "apps/"], ["--protect-kind", "deployment"], ["--prune-workers", "0"]):
+    assert cfg.system_objects == frozenset()  # no system object is the agent's by default
+    for bad in (["--protect-kind", "apps/"], ["--protect-kind", "deployment"], ["--prune-workers", "0"],
+                ["--allow-system-object", "cluster-admin"], ["--allow-system-object", "Role/system:x"],
+                ["--allow-system-object", "ClusterRole/ns/x"], ["--allow-system-object", "ConfigMap/kube-system/x"]):
         with pytest.raises(SystemExit):
             build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", *bad]))
+
+
+def test_system_objects_are_allowed_only_by_the_agents_own_options(monkeypatch) -> None:
+    import argparse
+
+    from qonnect_gitops.cli.agent import build_config, register
+
+    monkeypatch.setenv("QONNECT_ALLOW_SYSTEM_OBJECTS", "ClusterRoleBinding/cluster-admin")
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    cfg = build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--allow-system-object",
+                                          "RoleBinding/kube-public/system:controller:bootstrap-signer"]))
+    assert cfg.system_objects == {("ClusterRoleBinding", "", "cluster-admin"),
+                                  ("RoleBinding", "kube-public", "system:controller:bootstrap-signer")}

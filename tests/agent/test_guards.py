@@ -5,7 +5,7 @@ from __future__ import annotations
 from kubernetes import client
 
 from qonnect_gitops.agent.inventory import Inventory
-from qonnect_gitops.agent.prune import check_guards
+from qonnect_gitops.agent.prune import Allowance, check_guards
 from qonnect_gitops.gitstore.trailers import DecisionMeta
 from tests.agent.conftest import Branch, configmap, configmap_names, namespace
 
@@ -87,15 +87,36 @@ def test_protected_kinds_need_prune_enabled(make_agent, branch: Branch, core):
 
 
 def test_guard_function_edges():
-    inv = Inventory(objects={("", "v1", "ConfigMap", "s", n) for n in "abcd"})
-    keep = {("", "v1", "ConfigMap", "s", n) for n in "ab"}
-    assert check_guards(keep, inv, allow_empty=False, prune_limit=None, fraction=0.5) is None  # exactly half
-    keep1 = {("", "v1", "ConfigMap", "s", "a")}
-    assert check_guards(keep1, inv, allow_empty=False, prune_limit=None, fraction=0.5).reason == "PruneLimitExceeded"
-    assert check_guards(keep1, inv, allow_empty=False, prune_limit=3, fraction=0.5) is None
-    assert check_guards(keep1, inv, allow_empty=False, prune_limit=None, fraction=0.8) is None
-    assert check_guards(set(), inv, allow_empty=False, prune_limit=9, fraction=1.0).reason == "EmptyDesiredSet"
-    assert check_guards(set(), Inventory(), allow_empty=False, prune_limit=None, fraction=0.5).reason == "EmptyDesiredSet"
+    def cms(names: str) -> set[tuple[str, str, str, str, str]]:
+        return {("", "v1", "ConfigMap", "s", n) for n in names}
+
+    none, three = Allowance(), Allowance(3)
+    inv = Inventory(objects=cms("abcd"))
+    assert check_guards(cms("ab"), inv, allow_empty=False, allowance=none, fraction=0.5) is None  # exactly half
+    refused = check_guards(cms("a"), inv, allow_empty=False, allowance=none, fraction=0.5)
+    assert refused.reason == "PruneLimitExceeded" and refused.removals == tuple(sorted(cms("bcd")))
+    assert check_guards(cms("a"), inv, allow_empty=False, allowance=three, fraction=0.5) is None
+    assert check_guards(cms("a"), inv, allow_empty=False, allowance=none, fraction=0.8) is None
+    assert check_guards(set(), inv, allow_empty=False, allowance=Allowance(9), fraction=1.0).reason == "EmptyDesiredSet"
+    assert check_guards(set(), Inventory(), allow_empty=False, allowance=none, fraction=0.5).reason == "EmptyDesiredSet"
     # The same object under another API version is not a removal.
     moved = {("", "v2", "ConfigMap", "s", n) for n in "abcd"}
-    assert check_guards(moved, inv, allow_empty=False, prune_limit=None, fraction=0.1) is None
+    assert check_guards(moved, inv, allow_empty=False, allowance=none, fraction=0.1) is None
+    # Allow-Empty says an empty tree is intended; it does not lift the fraction (issue 30, 11).
+    assert check_guards(set(), inv, allow_empty=True, allowance=none, fraction=0.5).reason == "PruneLimitExceeded"
+    assert check_guards(set(), inv, allow_empty=True, allowance=Allowance(4), fraction=0.5) is None
+    assert check_guards(set(), Inventory(), allow_empty=True, allowance=none, fraction=0.5) is None
+    # Only the applied commit's objects count: leftovers of earlier removals and of an
+    # unfinished pass were decided already (issue 30, 3).
+    journal = Inventory(objects=cms("abcdefgh"), leaving=cms("efg"), arriving=cms("h"))
+    assert journal.settled == cms("abcd")
+    assert check_guards(cms("abcx"), journal, allow_empty=False, allowance=none, fraction=0.3) is None
+    refused = check_guards(cms("ax"), journal, allow_empty=False, allowance=none, fraction=0.5)
+    assert "removes 3 of 4 objects" in refused.message
+    # Spared objects (the agent would not delete them, or a person let them go) count
+    # neither as removals nor in the total: 1 of 2 is half.
+    assert check_guards(cms("ax"), journal, allow_empty=False, allowance=none, fraction=0.5,
+                        spared=frozenset(cms("bc"))) is None
+    # A branch that was empty before (its inventory holds only leftovers) needs no trailer to be filled.
+    emptied = Inventory(objects=cms("ab"), leaving=cms("ab"))
+    assert check_guards(cms("xyz"), emptied, allow_empty=False, allowance=none, fraction=0.5) is None

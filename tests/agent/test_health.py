@@ -84,6 +84,23 @@ def test_rollup_per_component() -> None:
     assert by["bookinfo/migrate"].completed and by["bookinfo/migrate"].status == "Healthy"
 
 
+def test_only_a_component_made_of_jobs_claims_completion() -> None:
+    """Issue 30, 7: the lead removes a component fleet-wide when it hears "completed"; an
+    honest agent claims it only for Jobs, never for a CronJob or a Deployment beside a Job."""
+    labels = {"qonnect.io/app": "bookinfo", "qonnect.io/component": "batch"}
+    job = load("job-complete")
+    job["metadata"]["labels"] = dict(labels)
+    web = load("deployment-healthy")
+    web["metadata"]["labels"] = dict(labels)
+    cron = {"apiVersion": "batch/v1", "kind": "CronJob", "metadata": {"name": "nightly", "labels": dict(labels)},
+            "spec": {"schedule": "0 3 * * *"}}
+    assert health.rollup([(job, health.health_of(job))])[0].completed
+    for beside in (web, cron):
+        rolled = health.rollup([(o, health.health_of(o)) for o in (job, beside)])
+        assert not rolled[0].completed, beside["kind"]
+    assert not health.rollup([(cron, health.health_of(cron))])[0].completed
+
+
 def _pod(labels: dict[str, str], phase: str = "Pending", conditions: list[dict[str, Any]] | None = None,
          ns: str = "shop") -> dict[str, Any]:
     return {"metadata": {"name": "p", "namespace": ns, "labels": labels},

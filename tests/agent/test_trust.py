@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
+
+from qonnect_gitops.gitstore import trailers as tr
 from tests.agent.conftest import Branch, configmap, configmap_names, namespace
 
 
@@ -54,3 +57,32 @@ def test_commit_without_generation_after_one_was_applied_is_refused(make_agent, 
     agent.sync()
     branch.raw_commit([namespace("shop")], generation=None)
     assert [r.reason for r in agent.sync().refusals] == ["StaleGeneration"]
+
+
+@pytest.mark.parametrize(("trailer", "value"), [
+    (tr.GENERATION, str(2**60)), (tr.GENERATION, str(2**53 + 1)), (tr.GENERATION, "-3"), (tr.GENERATION, "+3"),
+    (tr.GENERATION, "3_0"), (tr.GENERATION, "\u0663"), (tr.TERM, str(2**60)), (tr.PRUNE_LIMIT, str(2**60)),
+    (tr.PRUNE_LIMIT, "many"),
+])
+def test_a_trailer_number_beyond_what_a_report_carries_is_refused_before_apply(make_agent, branch: Branch, core,
+                                                                              trailer, value):
+    """A generation of 2^60 was applied, then no report could be built (the model caps at
+    2^53) and the cluster went silent. Every numeric trailer is bounded before anything is
+    applied, and the refusal names the trailer; the agent keeps reporting."""
+    branch.publish([namespace("shop"), configmap("a")])
+    agent = make_agent()
+    agent.sync()
+    objects = [namespace("shop"), configmap("a"), configmap("b")]
+    if trailer == tr.TERM:
+        head = branch.raw_commit(objects, generation=2, term=int(value))
+    elif trailer == tr.PRUNE_LIMIT:
+        head = branch.raw_commit(objects, generation=2, extra=[(trailer, value)])
+    else:
+        head = branch.raw_commit(objects, generation=None, extra=[(trailer, value)])
+    result = agent.sync()
+    assert result.commit == head and result.reason == "BranchUnreadable", result.message
+    assert [r.reason for r in result.refusals] == ["BranchUnreadable"]
+    assert f"trailer {trailer}: {value!r} is not a whole number from 0 to {2**53}" in result.refusals[0].message
+    assert configmap_names(core) == {"a"}
+    report = agent.build_report(result)  # the report still builds: the cluster keeps reporting
+    assert report.applied.generation == 1 and report.refusals[0].commit == head

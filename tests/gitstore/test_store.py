@@ -98,6 +98,21 @@ def test_cluster_hosting_nothing_gets_empty_tree_and_prune_limit(tmp_path: Path)
     assert plan["Qonnect-Empty-Cluster"] == ["c1", "c9"] and plan["Qonnect-Prune-Limit"] == ["c1=2"]
 
 
+def test_a_decision_that_empties_a_cluster_says_how_many_files_it_removes(tmp_path: Path) -> None:
+    """An agent holds an empty tree to its prune limit like any other (Allow-Empty only says
+    the emptiness is intended), so whoever writes the emptying commit writes the limit too,
+    even when the caller passed none or too small a one."""
+    store = GitStore.init_bare(tmp_path / "r.git")
+    decide(store, plan_files(3, manifests=3), 1, ["c0", "c1", "c2"])
+    files = {k: v for k, v in plan_files(3, manifests=3).items() if not k.startswith(("clusters/c1/", "clusters/c2/"))}
+    files["placement.yaml"] = b"moved away from c1 and c2\n"
+    decide(store, files, 2, ["c0", "c1", "c2"], prune_limits={"c2": 1})
+    repo = tmp_path / "r.git"
+    for cluster in ("c1", "c2"):
+        t = trailers_of(repo, f"cluster/{cluster}")
+        assert t["Qonnect-Allow-Empty"] == ["true"] and t["Qonnect-Prune-Limit"] == ["3"], (cluster, t)
+
+
 def test_same_inputs_same_ids_whatever_the_order(tmp_path: Path) -> None:
     files = plan_files(6, manifests=3)
     items = list(files.items())

@@ -472,3 +472,60 @@ def test_immutable_fields_are_422(api: client.ApiClient) -> None:
     with pytest.raises(ApiException) as err:
         core.patch_namespaced_config_map("frozen", "default", {"data": {"k": "changed"}})
     assert err.value.status == 422 and status_of(err)["details"]["causes"][0]["field"] == "data"
+
+
+def test_annotations_over_256_kib_in_total_are_refused_as_the_api_server_does(api: client.ApiClient,
+                                                                             dyn: dynamic.DynamicClient) -> None:
+    """apimachinery's ValidateAnnotations: keys and values of all annotations, in bytes, at
+    most 262144 (256 KiB); one byte over is 422 FieldValueTooLong on metadata.annotations,
+    on create, update and server-side apply (dry-run too), for every kind."""
+    core = client.CoreV1Api(api)
+    limit = 256 * 1024
+    # Exactly at the limit, spread over two annotations (multi-byte characters count as bytes).
+    at_limit = {"a": "é" * ((limit // 2 - 1) // 2), "b": "x" * (limit - 2 - 2 * ((limit // 2 - 1) // 2))}
+    assert sum(len(k.encode()) + len(v.encode()) for k, v in at_limit.items()) == limit
+    body = cm("big")
+    body["metadata"]["annotations"] = at_limit
+    core.create_namespaced_config_map("default", body)
+    over = dict(at_limit, b=at_limit["b"] + "x")
+    msg = f"Too long: may not be more than {limit} bytes"
+    expected = {
+        "kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Failure",
+        "message": f'ConfigMap "big" is invalid: metadata.annotations: {msg}', "reason": "Invalid",
+        "details": {"name": "big", "kind": "ConfigMap",
+                    "causes": [{"reason": "FieldValueTooLong", "message": msg, "field": "metadata.annotations"}]},
+        "code": 422}
+    with pytest.raises(ApiException) as err:
+        core.patch_namespaced_config_map("big", "default", {"metadata": {"annotations": over}})
+    assert status_of(err) == expected
+    fresh = cm("big2")
+    fresh["metadata"]["annotations"] = over
+    with pytest.raises(ApiException) as err:
+        core.create_namespaced_config_map("default", fresh)
+    assert err.value.status == 422 and status_of(err)["details"]["causes"][0]["field"] == "metadata.annotations"
+    deployments = dyn.resources.get(api_version="apps/v1", kind="Deployment")
+    applied = deployment("huge")
+    applied["metadata"]["annotations"] = {"note": "y" * limit}  # 4 + limit bytes
+    for dry_run in ("All", None):
+        with pytest.raises(ApiException) as err:
+            deployments.server_side_apply(body=applied, namespace="default", field_manager="test",
+                                          **({"dry_run": dry_run} if dry_run else {}))
+        assert err.value.status == 422
+        assert status_of(err)["message"] == f'Deployment.apps "huge" is invalid: metadata.annotations: {msg}'
+    assert core.read_namespaced_config_map("big", "default").metadata.annotations == at_limit
+
+
+def test_names_the_client_escapes_in_the_path_are_read_as_the_api_server_reads_them(api: client.ApiClient) -> None:
+    """The client escapes ':' in a path (``system%3Abasic-user``); the API server routes on
+    the decoded path, so RBAC names like ``system:basic-user`` work for every verb."""
+    rbac = client.RbacAuthorizationV1Api(api)
+    assert rbac.read_cluster_role_binding("system:basic-user").role_ref.name == "system:basic-user"
+    role = {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole", "metadata": {"name": "system:test"},
+            "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get"]}]}
+    rbac.create_cluster_role(role)
+    rbac.patch_cluster_role("system:test", {"metadata": {"labels": {"x": "y"}}})
+    assert rbac.read_cluster_role("system:test").metadata.labels == {"x": "y"}
+    rbac.delete_cluster_role("system:test")
+    with pytest.raises(ApiException) as err:
+        rbac.read_cluster_role("system:test")
+    assert err.value.status == 404
