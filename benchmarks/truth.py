@@ -121,7 +121,8 @@ def run(seconds: float, seed: int) -> dict[str, Any]:
         rel = t - T0
         troubled = {s.cluster: s.state for s in spells if s.start <= rel < s.end}
         wanted = plan.placements() if plan else {}
-        draining = {k: {d.cluster: d.replicas for d in cp.draining} for k, cp in plan.components.items()} if plan else {}
+        draining = ({k: {d.cluster: d.replicas for d in cp.draining} for k, cp in plan.components.items()}
+                    if plan else {})
         for cluster in goals.clusters:
             state = troubled.get(cluster, "Ready")
             if state == "Silent":

@@ -131,7 +131,7 @@ class ComponentHealth(UserModel):
     healthy: bool
     ready_replicas: int = Field(ge=0, le=MAX_REPLICAS)
     desired_replicas: int = Field(ge=0, le=MAX_REPLICAS)
-    completed: bool = Field(False, description="A Job (or CronJob) that ran to completion.")
+    completed: bool = Field(False, description="A Job that ran to completion (a CronJob never completes).")
     message: str = Field("", max_length=512)
     # Left out when None: a lead from before this field refuses unknown fields, even null ones.
     reason: HealthReason | None = Field(
