@@ -32,6 +32,7 @@ from __future__ import annotations
 import re
 import sys
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,7 +40,7 @@ from typing import Any
 import yaml
 from ruamel.yaml import YAML
 from ruamel.yaml import events as ruamel_events
-from ruamel.yaml.error import MarkedYAMLError
+from ruamel.yaml.error import MarkedYAMLError, YAMLWarning
 from ruamel.yaml.parser import RoundTripParser
 from ruamel.yaml.resolver import implicit_resolvers
 from ruamel.yaml.scanner import RoundTripScanner, ScannerError
@@ -158,7 +159,7 @@ class Reading:
         as ``refuse`` takes it)."""
         self.ticks += 1
         if not self.ticks & _CLOCK_EVERY and time.thread_time() > self.deadline:
-            raise self.refuse(mark, f"reading this YAML took more than {self.cpu_seconds:.1f} s of CPU "
+            raise self.refuse(mark, f"reading this YAML took more than {self.cpu_seconds:.3g} s of CPU "
                               "(the limit for a file of this size); split it, or write it more plainly")
 
     def see(self, event: Any) -> None:
@@ -582,6 +583,12 @@ class _Parser(RoundTripParser):  # type: ignore[misc]
         event = super().get_event()
         self.loader.reading.see(event)
         return event
+
+
+# ruamel warns about what YAML 1.2 allows (a reused anchor: the later one counts), once per
+# occurrence with its position in the message: every one would print, and stay in the warnings
+# registry of the process for good (50,000 entries for one file of 50,000 reused anchors).
+warnings.filterwarnings("ignore", category=YAMLWarning)
 
 
 def ruamel_nodes(path: str, text: str, reading: Reading) -> list[Any]:
