@@ -539,7 +539,7 @@ def load_documents(path: str, raw: bytes) -> list[Any]:
 # -- ruamel, under the same limits -------------------------------------------------------------
 
 
-class _Scanner(RoundTripScanner):  # type: ignore[misc]
+class _Scanner(RoundTripScanner):
     """ruamel's scanner, refusing flow nesting past ``MAX_DEPTH`` as it reads it, watching the
     CPU clock per token, and finding its possible simple keys in constant time.
 
@@ -570,13 +570,13 @@ class _Scanner(RoundTripScanner):  # type: ignore[misc]
         self.loader.reading.tick(self.reader)
         return super().fetch_more_tokens()
 
-    def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:  # noqa: N803 - ruamel's name
+    def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:
         if self.flow_level >= MAX_DEPTH:
             raise self.loader.reading.refuse(self.reader.get_mark(), f"nests deeper than {MAX_DEPTH} levels")
         super().fetch_flow_collection_start(TokenClass, to_push)
 
 
-class _Parser(RoundTripParser):  # type: ignore[misc]
+class _Parser(RoundTripParser):
     """ruamel's parser, every event it hands the composer counted by the file's ``Reading``."""
 
     def get_event(self) -> Any:
@@ -598,7 +598,7 @@ def ruamel_nodes(path: str, text: str, reading: Reading) -> list[Any]:
     reader = YAML(typ="rt")
     reader.allow_duplicate_keys = False
     reader.Scanner, reader.Parser = _Scanner, _Parser
-    reader.reading = reading  # type: ignore[attr-defined] - what _Scanner and _Parser read
+    reader.reading = reading  # type: ignore[attr-defined]  # what _Scanner and _Parser read
     reading.restart()
     try:
         return list(reader.load_all(text))

@@ -11,8 +11,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from qonnect_gitops.cli import main
-from qonnect_gitops.model import GoalsError, load_goals
-from qonnect_gitops.model import parsing
+from qonnect_gitops.model import GoalsError, load_goals, parsing
 from qonnect_gitops.model.limits import MAX_DEPTH, MAX_FILE_NODES, PARSE_CPU_SECONDS
 from qonnect_gitops.model.parsing import Reading, load_documents, ruamel_nodes
 from qonnect_gitops.model.yamlpos import parse_yaml, to_plain
