@@ -13,8 +13,8 @@ _REF_FORBIDDEN = frozenset(" ~^:?*[\\")
 
 
 def ref_name_problem(ref: str) -> str | None:
-    """Why Git refuses ``ref`` (``refs/heads/<branch>``) as a reference name, by the rules of
-    ``git check-ref-format``; None when it takes it."""
+    """Why Git refuses ``ref`` as a reference name, by the rules of ``git check-ref-format``;
+    None when it takes it."""
     for char in ref:
         if char < " " or char == "\x7f":
             return f"it holds the control character {char!r}"
@@ -32,9 +32,20 @@ def ref_name_problem(ref: str) -> str | None:
             return f"its part {part!r} starts with '.'"
         if part.endswith(".lock"):
             return f"its part {part!r} ends with '.lock'"
-    if ref.removeprefix("refs/heads/") == "@":
-        return "'@' alone means HEAD"
+    if ref == "@":
+        return "'@' alone is not a reference"
     return None
+
+
+def branch_name_problem(branch: str) -> str | None:
+    """Why Git refuses ``branch`` as a branch name (``git check-ref-format --branch``): the
+    rules of ``refs/heads/<branch>``, and no leading '-' nor ``HEAD`` (Git would read either
+    as something else); None when it takes it."""
+    if branch.startswith("-"):
+        return "it starts with '-'"
+    if branch == "HEAD":
+        return "'HEAD' is Git's own"
+    return ref_name_problem(f"refs/heads/{branch}")
 
 
 _ANY_CLUSTER = "x"
@@ -43,14 +54,14 @@ Git refuses but a part ending in '.lock' (checked per cluster, ``cluster_branch_
 
 
 def _branch(value: str) -> str:
-    why = ref_name_problem(f"refs/heads/{value}")
+    why = branch_name_problem(value)
     if why:
         raise ValueError(f"{value!r} cannot be a Git branch name: {why}")
     return value
 
 
 def _branch_prefix(value: str) -> str:
-    why = ref_name_problem(f"refs/heads/{value}{_ANY_CLUSTER}")
+    why = branch_name_problem(f"{value}{_ANY_CLUSTER}")
     if not value or why:
         raise ValueError(f"{value!r} cannot start a Git branch name: {why or 'it is empty'}")
     return value
@@ -172,7 +183,7 @@ class Branches(UserModel):
         """Why ``cluster``'s branch would collide with the goals or plan branch, or Git would
         refuse its name; None when it may be written."""
         branch = self.cluster_branch(cluster)
-        why = ref_name_problem(f"refs/heads/{branch}")
+        why = branch_name_problem(branch)
         if why:
             return (f"cluster '{cluster}' would follow branch '{branch}' (clusterPrefix '{self.cluster_prefix}' "
                     f"+ name), which Git refuses: {why}; rename the cluster or change "
