@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from qonnect_gitops.forge import Forge, connect
+from qonnect_gitops.forge.config import ForgeSettings
 from qonnect_gitops.forge.fake import FakeForge, FakeForgeConfig, HookTarget
 from qonnect_gitops.forge.http import RetryPolicy
-from qonnect_gitops.forge.config import ForgeSettings
 
 DIALECTS = ("github", "gitlab", "gitea")
 TOKEN = "t0ken-for-the-fake-forge"

@@ -18,11 +18,11 @@ from qonnect_gitops.forge import (
     PullRequestDraft,
     PullState,
 )
+from qonnect_gitops.forge.config import ForgeSettings
 from qonnect_gitops.forge.connect import api_base
 from qonnect_gitops.forge.fake import FakeForge
 from qonnect_gitops.forge.fake.server import Fault
 from qonnect_gitops.forge.http import RetryPolicy
-from qonnect_gitops.forge.config import ForgeSettings
 from tests.forge.conftest import DIALECTS, REPOSITORY, TOKEN, Repo, client, git
 
 DRAFT = PullRequestDraft("feature", "main", "rescheduling: 3 components", "| a | b |\n|---|---|", ("qonnect",))

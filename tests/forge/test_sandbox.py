@@ -43,7 +43,7 @@ def _observed() -> Observed:
 
 
 def test_a_sandboxed_preview_is_the_preview_the_leader_would_make(goals: tuple[Path, Path]) -> None:  # noqa: F811
-    bare, work = goals
+    _, work = goals
     head = branch(work, "more-details", DETAILS, "replicas: 1", "replicas: 3")
     base = git("rev-parse", "main", cwd=work)
     observed = _observed()
