@@ -83,15 +83,11 @@ def measure(clusters: int) -> dict[str, Any]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--clusters", type=int, nargs="+", default=[0, 1000, 10000])
-    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--json", action="store_true", help="one JSON object per size, a line each")
     args = parser.parse_args(argv)
-    sizes = {}
     for n in args.clusters:
-        sizes[str(n)] = measure(n)
-        if not args.json:
-            print(" ".join(f"{k}={v}" for k, v in sizes[str(n)].items()), flush=True)
-    if args.json:
-        print(json.dumps({"sizes": sizes}, indent=2))
+        figures = measure(n)
+        print(json.dumps(figures) if args.json else " ".join(f"{k}={v}" for k, v in figures.items()), flush=True)
     return 0
 
 
