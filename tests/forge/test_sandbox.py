@@ -77,10 +77,11 @@ def test_a_hostile_head_fails_its_own_preview_with_its_position_and_the_next_is_
 def test_a_head_that_reads_too_long_is_stopped_at_the_cpu_limit(goals: tuple[Path, Path]) -> None:  # noqa: F811
     _, work = goals
     base = git("rev-parse", "main", cwd=work)
-    # About 3 MiB of anchored YAML: ruamel reads it for over ten seconds of CPU (within the
-    # reader's own budget for a file that size), far past the 2 s this sandbox allows.
-    slow = b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: slow}\ndata:\n" + b"".join(
-        b"  k%d: &a%d value-%d\n" % (i, i, i) for i in range(90_000))
+    # Three documents of anchored YAML, each under the 1 MiB document limit: ruamel reads them
+    # for over ten seconds of CPU (within the reader's own budget for a file that size), far
+    # past the 2 s this sandbox allows.
+    slow = b"".join(b"---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: slow-%d}\ndata:\n" % d + b"".join(
+        b"  k%d: &a%d value-%d\n" % (i, i, i) for i in range(30_000)) for d in range(3))
     head = _commit_file(work, "slow", DETAILS, slow)
     limits = SandboxLimits(cpu_seconds=2, memory_mib=4096, timeout_seconds=300)
     result = preview_sandboxed(work / ".git", base, head, CurrentPlacement(), empty_observation(datetime.now(UTC)),
