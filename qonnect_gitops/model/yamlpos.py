@@ -40,10 +40,7 @@ class YamlDocument:
         Walks as deep as the document goes; a path that leaves the document (a missing
         field) points at the deepest mapping or sequence that exists.
         """
-        try:
-            node = self.node.load() if isinstance(self.node, _Reparse) else self.node
-        except GoalsError:  # only the CPU limit can refuse bytes that were read before
-            node = None
+        node = self.node.load() if isinstance(self.node, _Reparse) else self.node
         line, col = self.start_line - 1, 0
         if isinstance(node, (CommentedMap, CommentedSeq)):
             line, col = node.lc.line, node.lc.col
@@ -80,12 +77,20 @@ class _Reparse:
         self.path, self.raw, self.index = path, raw, index
 
     def load(self) -> Any:
-        return _nodes(self.path, self.raw)[self.index]
+        """The node tree, or None when ruamel cannot read the file within its limits."""
+        nodes = _nodes(self.path, self.raw)
+        return nodes[self.index] if nodes is not None and self.index < len(nodes) else None
 
 
 @functools.lru_cache(maxsize=16)
-def _nodes(path: str, raw: bytes) -> list[Any]:
-    return ruamel_nodes(path, decode(path, raw), Reading(path, len(raw)))
+def _nodes(path: str, raw: bytes) -> list[Any] | None:
+    # None (cached too: a file with many problems is not read again for each) when the reading
+    # runs out of CPU where the first one did not: libyaml read it first, ruamel is slower.
+    # Positions then fall back to where each document starts.
+    try:
+        return ruamel_nodes(path, decode(path, raw), Reading(path, len(raw)))
+    except GoalsError:
+        return None
 
 
 def detached(doc: YamlDocument, raw: bytes, index: int) -> YamlDocument:

@@ -11,7 +11,7 @@ import pytest
 from ruamel.yaml import YAML
 
 from qonnect_gitops.cli import main
-from qonnect_gitops.model import GoalsError, load_goals, parsing
+from qonnect_gitops.model import GoalsError, load_goals, parsing, yamlpos
 from qonnect_gitops.model.limits import MAX_DEPTH, MAX_FILE_NODES, PARSE_CPU_SECONDS
 from qonnect_gitops.model.parsing import Reading, load_documents, ruamel_nodes
 from qonnect_gitops.model.yamlpos import parse_yaml, to_plain
@@ -179,3 +179,22 @@ def test_plan_reports_a_hostile_observed_or_current_file(tmp_path: Path, capsys:
     assert main(["plan", str(TEMPLATE), option, str(hostile)]) == 1
     err = capsys.readouterr().err
     assert f"{hostile}:2:99: the alias *a0 nests" in err and "Traceback" not in err
+
+
+def test_positions_ruamel_cannot_give_in_time_fall_back_once_per_file(monkeypatch: pytest.MonkeyPatch) -> None:
+    # libyaml read the file (quickly); positions re-read it with ruamel, slower. When that runs
+    # out of CPU, each problem points at its document's start, and the file is not re-read for
+    # every problem (each re-reading may take the whole budget).
+    monkeypatch.setattr(parsing, "parse_cpu_seconds", lambda size: 0.0)
+    readings: list[str] = []
+    real = yamlpos.ruamel_nodes
+
+    def counted(path: str, text: str, reading: Reading) -> list[object]:
+        readings.append(path)
+        return real(path, text, reading)
+
+    monkeypatch.setattr(yamlpos, "ruamel_nodes", counted)
+    raw = b"# positions\na:\n" + b"".join(b"  k%d: [%d]\n" % (i, i) for i in range(1_500))  # libyaml alone reads it
+    (doc,) = parse_yaml("positions.yaml", raw)
+    assert [doc.position(("a", f"k{i}")) for i in range(50)] == [(2, 1)] * 50
+    assert readings == ["positions.yaml"]
