@@ -50,6 +50,7 @@ FUZZ = {
     "agent/test_fuzz_branches.py",
     "lead/test_fuzz.py",
     "model/test_fuzz_goals.py",
+    "model/test_fuzz_yaml_shapes.py",
     "model/test_loader.py::test_arbitrary_yaml_only_ever_raises_goals_error",
 }
 

@@ -8,11 +8,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from qonnect_gitops.cli._forge import add_forges_argument, add_preview_arguments, forges, preview_limits
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.lead.httpd import EVENT_LOOPS, HTTPLimits
 from qonnect_gitops.lead.raft import RaftTiming
+from qonnect_gitops.lead.review import ReviewConfig
 from qonnect_gitops.lead.service import LeadConfig
 from qonnect_gitops.logs import configure
+from qonnect_gitops.model import GoalsError
 
 _ADDR = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
 
@@ -87,6 +90,8 @@ def register(sub: Any) -> None:
                         default=RaftTiming.compaction_entries,
                         help="compact the Raft log into a full dump after this many entries")
     add_goals_limit_arguments(parser)
+    add_forges_argument(parser)
+    add_preview_arguments(parser)
     parser.add_argument("--log-level", default="info")
     parser.set_defaults(handler=run)
 
@@ -125,6 +130,11 @@ def run(args: argparse.Namespace) -> int:
         print("qonnect lead: --leader-fallback must be below --election-min, or an isolated "
               "leader could overlap its successor", file=sys.stderr)
         return 2
+    try:
+        review = ReviewConfig(forges=forges(args), previews=preview_limits(args))
+    except GoalsError as exc:
+        print("\n".join(f"qonnect lead: --forges: {p}" for p in exc.problems), file=sys.stderr)
+        return 2
     timing = RaftTiming(election_min=args.election_min, election_max=args.election_max,
                         heartbeat=args.heartbeat, leader_fallback=fallback,
                         compaction_entries=args.compaction_entries)
@@ -152,6 +162,7 @@ def run(args: argparse.Namespace) -> int:
                                read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
                                max_body_bytes=args.max_body),
         goals_limits=goals_limits(args),
+        review=review,
     )
     from qonnect_gitops.lead.process import run_lead
 

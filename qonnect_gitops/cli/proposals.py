@@ -5,9 +5,10 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from qonnect_gitops.cli._forge import add_forges_argument, forges
 from qonnect_gitops.cli._gitrepo import add_repo_arguments, open_mirror
 from qonnect_gitops.cli.table import format_table
-from qonnect_gitops.forge import ForgeError, PullRequest, connect, read_token
+from qonnect_gitops.forge import ForgeError, ForgeSettings, PullRequest, connect, find_forge, read_token, unknown_forge
 from qonnect_gitops.gitstore.errors import GitStoreError
 from qonnect_gitops.gitstore.remote import Mirror
 from qonnect_gitops.model import GoalsError, load_goals
@@ -19,26 +20,30 @@ def register(subparsers: Any) -> None:
         "proposals",
         help="list placement proposals waiting for review",
         description="List the open proposals (branches qonnect/proposals/<id>) of a goals repository and, "
-        "where spec.review.forge is set and a token is at hand (tokenFile or QONNECT_FORGE_TOKEN), the "
+        "where spec.review.forge selects one of the forges of --forges (and its token is at hand), the "
         "state and URL of each one's pull request.",
     )
     add_repo_arguments(parser)
     parser.add_argument("--closed", action="store_true", help="also list approved, merged, rejected and "
                         "superseded proposals")
     parser.add_argument("--no-forge", action="store_true", help="do not ask the forge for pull requests")
+    add_forges_argument(parser)
     parser.set_defaults(handler=run)
 
 
-def pull_requests(mirror: Mirror) -> tuple[dict[str, PullRequest], str | None]:
-    """Proposal id -> its newest pull request, from the forge the goals at main name; and
-    why there are none (no forge, no token, forge unreachable), or None."""
+def pull_requests(mirror: Mirror, configured: tuple[ForgeSettings, ...]) -> tuple[dict[str, PullRequest], str | None]:
+    """Proposal id -> its newest pull request, from the forge of ``configured`` the goals at
+    main select; and why there are none (no forge, no token, forge unreachable), or None."""
     try:
         goals = load_goals(mirror.read_goals())
     except (GoalsError, GitStoreError):
         return {}, "the goals at main do not validate: forge settings unknown"
-    settings = goals.fleet.spec.review.forge
-    if settings is None:
+    chosen = goals.fleet.spec.review.forge
+    if chosen is None:
         return {}, None
+    settings = find_forge(configured, chosen.name)
+    if settings is None:
+        return {}, f"pull requests unknown: {unknown_forge(configured, chosen.name)}"
     try:
         forge = connect(settings, read_token(settings))
         pulls = forge.find_pull_requests(only_open=False)
@@ -64,8 +69,8 @@ def run(args: argparse.Namespace) -> int:
             proposals = store.list_proposals()
             closed = store.list_closed() if args.closed else []
             plan = store.plan_head()
-            pulls, note = ({}, None) if args.no_forge else pull_requests(mirror)
-    except GitStoreError as exc:
+            pulls, note = ({}, None) if args.no_forge else pull_requests(mirror, forges(args))
+    except (GitStoreError, GoalsError) as exc:
         print(f"error: {exc}")
         return 1
     print(f"plan branch {args.plan_branch} at {plan[:12] if plan else '(none)'}")

@@ -20,7 +20,7 @@ from kubernetes import client
 
 from qonnect_gitops.demo import cloudburst
 from qonnect_gitops.demo.observe import FleetObserver, Observed, by_component, matches
-from qonnect_gitops.demo.stack import FORGE_REPOSITORY, Stack, git
+from qonnect_gitops.demo.stack import FORGE_NAME, Stack, git
 from qonnect_gitops.forge import (
     CommitState,
     CommitStatus,
@@ -33,7 +33,6 @@ from qonnect_gitops.forge.preview import MARKER
 from qonnect_gitops.gitstore import GitStore, GitStoreError
 from qonnect_gitops.lead.reconcile import placement_document
 from qonnect_gitops.model import load_goals, read_directory
-from qonnect_gitops.model.fleet import ReviewForge
 from qonnect_gitops.render.placement_file import PlacementFileError
 from qonnect_gitops.render.render import _autoscaler_of
 
@@ -618,8 +617,7 @@ def review(d: Demo) -> Result:
     gets its preview comment (updated in place on a push) and ``qonnect/validate``."""
     r = Result("review")
     stack = d.stack
-    forge = connect(ReviewForge(type="github", url=stack.forge_url, repository=FORGE_REPOSITORY),
-                    stack.forge_token_file.read_text().strip())
+    forge = connect(stack.forge_settings(), stack.forge_token_file.read_text().strip())
     plan_before = stack.rev("qonnect/plan")
     before = by_component(d.snapshot()).get("bookinfo/reviews-v2", {})
     # An envelope the cluster it runs on now breaks (where it landed depends on which
@@ -628,7 +626,9 @@ def review(d: Demo) -> Result:
     planned = set(d.expected().get("bookinfo/reviews-v2", {}))
     region = "eu-west" if planned & {"fog-1"} else "eu-central"
     t0 = time.monotonic()
-    forge_line = (f"    forge: {{type: github, url: '{stack.forge_url}', repository: {FORGE_REPOSITORY}}}\n")
+    # The goals select the forge by name; where it is and its token are the leads' own
+    # configuration (--forges), never the goals'.
+    forge_line = f"    forge: {{name: {FORGE_NAME}}}\n"
     commit = d.push_edits([
         ("qonnect.yaml", "mode: auto            # auto | pull-request", "mode: pull-request    # auto | pull-request"),
         ("qonnect.yaml", "    failover: auto        # failover may bypass review\n",

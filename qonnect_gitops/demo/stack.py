@@ -21,12 +21,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from qonnect_gitops.demo.procs import Processes
 from qonnect_gitops.demo.template import PACKAGE, find_template
+from qonnect_gitops.forge import ForgeSettings
 from qonnect_gitops.gitstore.daemon import free_ports
 from qonnect_gitops.lead.tokens import create_token, read_only_subject
 
 FORGE_REPOSITORY = "demo/goals"
+FORGE_NAME = "demo"
+"""The fake forge as the leads' forges file names it, and the demo's goals select it."""
 
 
 def git(*args: str | Path, cwd: Path | None = None) -> str:
@@ -89,6 +94,7 @@ class Stack:
         self.tokens_file = self.root / "tokens"
         self.read_token = ""  # set once the tokens file is written (start)
         self.forge_token_file = self.root / "forge-token"
+        self.forges_file = self.root / "forges.yaml"  # the leads' --forges
         self.forge_url = ""  # the fake forge (GitHub dialect) the review scenario reviews on
         self.git_port = 0
         self.env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")])),
@@ -193,6 +199,15 @@ class Stack:
                          self.logs / "forge.log", self.env)
         self._wait(url_file.exists, 30, "the fake forge", "forge")
         self.forge_url = url_file.read_text().strip()
+        settings = self.forge_settings()
+        self.forges_file.write_text(yaml.safe_dump({"forges": [{
+            "name": settings.name, "type": settings.type, "url": settings.url, "repository": settings.repository,
+            "tokenFile": str(settings.token_file)}]}))
+
+    def forge_settings(self) -> ForgeSettings:
+        """The fake forge as the leads are configured with it (``--forges``)."""
+        return ForgeSettings(name=FORGE_NAME, type="github", url=self.forge_url, repository=FORGE_REPOSITORY,
+                             token_file=self.forge_token_file)
 
     def cli_module(self, module: str, *args: str) -> list[str]:
         return [sys.executable, "-m", module, *args]
@@ -203,9 +218,10 @@ class Stack:
             "--peers", ",".join(other.raft for other in self.leads if other is not lead),
             "--repo", self.repo_url, "--data-dir", str(self.root / lead.node_id),
             "--tokens-file", str(self.tokens_file), "--webhook-secret-file", str(self.secret_file),
+            "--forges", str(self.forges_file),
             "--poll-seconds", str(self.settings.poll_seconds),
             "--reschedule-seconds", str(self.settings.reschedule_seconds)),
-            self.logs / f"{lead.node_id}.log", {**self.env, "QONNECT_FORGE_TOKEN": self.forge_token_file.read_text()})
+            self.logs / f"{lead.node_id}.log", self.env)
 
     def cli(self, *args: str) -> list[str]:
         return [sys.executable, "-m", "qonnect_gitops", *args]

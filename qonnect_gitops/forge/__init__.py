@@ -3,7 +3,8 @@
 One small interface (``Forge`` in ``base``) with one thin HTTP client per dialect
 (``github``, ``gitlab``, ``gitea``) on a shared transport (``http``: timeouts, bounded
 answers, retries with backoff on 5xx and rate limits). ``connect(settings, token)``
-builds the right client from ``spec.review.forge``. ``fake`` is an in-memory forge
+builds the right client for one of the forges of the lead's own configuration (``config``:
+goals only select one by name). ``fake`` is an in-memory forge
 speaking all three dialects, validated against their published OpenAPI descriptions,
 for tests and the demo. See ``docs/review.md``.
 """
@@ -20,6 +21,7 @@ from qonnect_gitops.forge.base import (
     PullRequestDraft,
     PullState,
 )
+from qonnect_gitops.forge.config import ForgeSettings, find_forge, load_forges, unknown_forge
 from qonnect_gitops.forge.connect import TOKEN_ENV, connect, read_token
 
 __all__ = [
@@ -31,9 +33,13 @@ __all__ = [
     "ForgeError",
     "ForgeKind",
     "ForgeRateLimited",
+    "ForgeSettings",
     "PullRequest",
     "PullRequestDraft",
     "PullState",
     "connect",
+    "find_forge",
+    "load_forges",
     "read_token",
+    "unknown_forge",
 ]

@@ -1,4 +1,4 @@
-"""Build the forge client that ``spec.review.forge`` names, with its token."""
+"""Build the client of one of the lead's forges (``config.ForgeSettings``), with its token."""
 
 from __future__ import annotations
 
@@ -8,18 +8,18 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from qonnect_gitops.forge.base import Forge, ForgeError, ForgeKind
+from qonnect_gitops.forge.config import ForgeSettings
 from qonnect_gitops.forge.gitea import Gitea
 from qonnect_gitops.forge.github import API_VERSION, GitHub
 from qonnect_gitops.forge.gitlab import GitLab
 from qonnect_gitops.forge.http import RetryPolicy, Transport
-from qonnect_gitops.model.fleet import ReviewForge
 
 TOKEN_ENV = "QONNECT_FORGE_TOKEN"
 MAX_TOKEN_BYTES = 4096
 
 
-def read_token(settings: ReviewForge, env: Mapping[str, str] | None = None) -> str:
-    """The API token: ``tokenFile`` when set, else ``$QONNECT_FORGE_TOKEN``. Raises
+def read_token(settings: ForgeSettings, env: Mapping[str, str] | None = None) -> str:
+    """The API token: the forge's ``tokenFile`` when set, else ``$QONNECT_FORGE_TOKEN``. Raises
     ``ForgeError`` (naming the file or variable, never the token) when there is none."""
     if settings.token_file:
         path = Path(settings.token_file)
@@ -35,11 +35,11 @@ def read_token(settings: ReviewForge, env: Mapping[str, str] | None = None) -> s
         return token
     token = (os.environ if env is None else env).get(TOKEN_ENV, "").strip()
     if not token:
-        raise ForgeError(f"no forge token: set tokenFile in spec.review.forge or ${TOKEN_ENV}")
+        raise ForgeError(f"no token for forge '{settings.name}': set its tokenFile in the forges file, or ${TOKEN_ENV}")
     return token
 
 
-def api_base(settings: ReviewForge) -> str:
+def api_base(settings: ForgeSettings) -> str:
     """The API base URL for the forge's web URL (the API path added when missing)."""
     kind = ForgeKind(settings.type)
     url = (settings.url or {ForgeKind.GITHUB: "https://github.com",
@@ -55,7 +55,7 @@ def api_base(settings: ReviewForge) -> str:
     return url if url.endswith(suffix) else url + suffix
 
 
-def connect(settings: ReviewForge, token: str, policy: RetryPolicy | None = None) -> Forge:
+def connect(settings: ForgeSettings, token: str, policy: RetryPolicy | None = None) -> Forge:
     """The client for ``settings`` authenticated with ``token``."""
     kind = ForgeKind(settings.type)
     base = api_base(settings)

@@ -26,7 +26,7 @@ from qonnect_gitops.model import (
 )
 from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
 from qonnect_gitops.placement import plan as make_plan
-from qonnect_gitops.render.describe import plan_markdown
+from qonnect_gitops.render.describe import md_code, plan_markdown
 
 MARKER = "<!-- qonnect-preview -->"
 MAX_ERRORS = 50
@@ -44,12 +44,16 @@ class Change:
 
 @dataclass(frozen=True)
 class Preview:
+    """What a goals change would do; ``stopped`` says why there is no answer (the preview
+    ran out of its limits in the leader's sandbox: ``forge.sandbox``)."""
+
     valid: bool
     errors: tuple[str, ...] = ()
     changes: tuple[Change, ...] = ()
     unmet: tuple[dict[str, Any], ...] = ()
     base_valid: bool = True
     head_plan: Plan | None = field(default=None, compare=False)
+    stopped: str | None = None
 
 
 def preview(base_files: Mapping[str, bytes], head_files: Mapping[str, bytes], current: CurrentPlacement,
@@ -104,34 +108,47 @@ def current_from_plan_file(document: Mapping[str, Any] | None) -> CurrentPlaceme
 
 
 def preview_json(p: Preview) -> str:
-    """``{"valid", "errors", "changes", "unmet"}`` as sorted, indented JSON."""
-    data = {
+    """``{"valid", "errors", "changes", "unmet"}`` (and ``"stopped"`` for a preview that was)
+    as sorted, indented JSON."""
+    data: dict[str, Any] = {
         "valid": p.valid,
         "errors": list(p.errors),
         "changes": [{"component": c.component, "before": c.before, "after": c.after} for c in p.changes],
         "unmet": list(p.unmet),
     }
+    if p.stopped is not None:
+        data["stopped"] = p.stopped
     return json.dumps(data, indent=2, sort_keys=True, ensure_ascii=False)
-
-
-def _cell(text: object) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
 
 
 def _where(placement: Mapping[str, int]) -> str:
     return ", ".join(f"{c}={n}" for c, n in sorted(placement.items()) if n) or "-"
 
 
+def unmet_line(item: Mapping[str, Any]) -> str:
+    """One unmet goal as a markdown list item, every part of it in a code span."""
+    detail = item.get("reason") or item.get("detail") or item.get("message") or ""
+    parts = [md_code(item.get("component", "?")), md_code(item.get("goal", "")) + ":", md_code(detail)]
+    return "- " + " ".join(parts)
+
+
 def preview_markdown(p: Preview, base: str | None = None, head: str | None = None) -> str:
-    """The comment a goals pull request gets (one comment, updated in place: ``MARKER`` finds it)."""
-    title = "valid" if p.valid else "invalid"
+    """The comment a goals pull request gets (one comment, updated in place: ``MARKER`` finds it).
+
+    Everything that comes from the goals (problems, names, reasons) is in a code span
+    (``render.describe.md_code``): no backtick, link, @mention or HTML in a pull request
+    renders, or is posted live under the bot's name."""
+    title = "stopped" if p.stopped is not None else "valid" if p.valid else "invalid"
     lines = [MARKER, f"### qonnect preview: {title}"]
     if base or head:
-        lines += ["", f"Base `{(base or '?')[:12]}`, head `{(head or '?')[:12]}`."]
+        lines += ["", f"Base {md_code((base or '?')[:12])}, head {md_code((head or '?')[:12])}."]
+    if p.stopped is not None:
+        lines += ["", md_code(p.stopped), "", "Nothing else was judged; the plan in force is unaffected."]
+        return "\n".join(lines)
     if not p.valid:
         lines += ["", (f"The head does not validate ({len(p.errors)} problem{'s' if len(p.errors) != 1 else ''}); "
                        "merging it would leave the plan in force unchanged and report these:"), ""]
-        lines += [f"- `{_cell(e)}`" for e in p.errors[:MAX_ERRORS]]
+        lines += [f"- {md_code(e)}" for e in p.errors[:MAX_ERRORS]]
         if len(p.errors) > MAX_ERRORS:
             lines.append(f"- ... and {len(p.errors) - MAX_ERRORS} more")
         return "\n".join(lines)
@@ -141,17 +158,15 @@ def preview_markdown(p: Preview, base: str | None = None, head: str | None = Non
     if p.changes:
         lines += [f"{len(p.changes)} component{'s' if len(p.changes) != 1 else ''} would change placement:", "",
                   "| Component | Before | After |", "|---|---|---|"]
-        lines += [f"| `{c.component}` | {_cell(_where(c.before))} | {_cell(_where(c.after))} |"
-                  for c in p.changes[:MAX_ROWS]]
+        lines += [f"| {md_code(c.component, cell=True)} | {md_code(_where(c.before), cell=True)} | "
+                  f"{md_code(_where(c.after), cell=True)} |" for c in p.changes[:MAX_ROWS]]
         if len(p.changes) > MAX_ROWS:
             lines.append(f"| ... | {len(p.changes) - MAX_ROWS} more | |")
     else:
         lines.append("No placement changes.")
     if p.unmet:
         lines += ["", "#### Goals the head cannot meet", ""]
-        for item in p.unmet[:MAX_ROWS]:
-            detail = item.get("reason") or item.get("detail") or item.get("message") or ""
-            lines.append(f"- `{_cell(item.get('component', '?'))}` {_cell(item.get('goal', ''))}: {_cell(detail)}")
+        lines += [unmet_line(item) for item in p.unmet[:MAX_ROWS]]
     if p.head_plan is not None:
         lines += ["", "<details><summary>Placement at the head</summary>", "", plan_markdown(p.head_plan), "",
                   "</details>"]

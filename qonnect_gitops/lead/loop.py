@@ -50,7 +50,7 @@ import logging
 import threading
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -86,7 +86,7 @@ from qonnect_gitops.lead.reconcile import (
     unmet_of,
 )
 from qonnect_gitops.lead.review import TICK_SECONDS as REVIEW_TICK_SECONDS
-from qonnect_gitops.lead.review import ReviewBridge
+from qonnect_gitops.lead.review import ReviewBridge, ReviewConfig
 from qonnect_gitops.logs import get_logger, redact, redact_url
 from qonnect_gitops.model import Goals, GoalsError, Observed, Plan
 from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
@@ -123,6 +123,7 @@ class LoopConfig:
     reschedule_seconds: float = 60.0
     api_url: str | None = None  # this lead's advertised API URL (links in forge statuses)
     goals_limits: TreeLimits = DEFAULT_TREE_LIMITS  # how large a goals tree is accepted
+    review: ReviewConfig = field(default_factory=ReviewConfig)  # the lead's forges and the limits of a preview
 
 
 @dataclass

@@ -10,13 +10,17 @@
   the same decision for the same goals commit and plan in force) and closed in Git.
 * **Previews** (``on_webhook`` + a worker thread): a pull request against the goals
   branch gets one comment with ``qonnect preview``'s markdown, updated in place on every
-  push, and the commit status ``qonnect/validate`` on its head.
+  push, and the commit status ``qonnect/validate`` on its head. Each preview runs in a
+  child process with CPU, memory and time limits (``forge.sandbox``): a hostile head fails
+  its own preview and nothing else, and the worker outlives any error.
 * **What runs** (``tick``): the newest planned goals commit on main carries
   ``qonnect/placed``: pending while clusters apply their generation, success when every
   cluster reports it applied and healthy, failure with refusals and unmet goals.
 
 Only the leader talks to the forge; every call is best effort (a forge outage never stops
-a cycle) and rate limits are honoured by waiting until the forge's reset time.
+a cycle) and rate limits are honoured by waiting until the forge's reset time. Which forges
+exist, where they are and their tokens is the lead's own configuration (``ReviewConfig``:
+``qonnect lead --forges FILE``); goals only select one by name.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from qonnect_gitops.forge import (
@@ -37,11 +42,14 @@ from qonnect_gitops.forge import (
     Forge,
     ForgeError,
     ForgeRateLimited,
+    ForgeSettings,
     PullRequest,
     PullRequestDraft,
     PullState,
     connect,
+    find_forge,
     read_token,
+    unknown_forge,
 )
 from qonnect_gitops.forge.base import STATUS_DESCRIPTION_MAX, clip
 from qonnect_gitops.forge.events import (
@@ -49,11 +57,11 @@ from qonnect_gitops.forge.events import (
     PullRequestEvent,
     parse_pull_request_event,
 )
-from qonnect_gitops.forge.preview import MARKER, preview, preview_markdown, unmet_items
+from qonnect_gitops.forge.preview import MARKER, Preview, preview_markdown, unmet_items, unmet_line
+from qonnect_gitops.forge.sandbox import SandboxLimits, preview_sandboxed
 from qonnect_gitops.gitstore import (
     DecisionMeta,
     GitStoreError,
-    read_tree_files,
     resolve_commit,
 )
 from qonnect_gitops.gitstore.proposals import pull_request_for
@@ -65,7 +73,6 @@ from qonnect_gitops.gitstore.remote import (
 from qonnect_gitops.lead.reconcile import placement_document
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import Goals, Plan
-from qonnect_gitops.model.fleet import ReviewForge
 from qonnect_gitops.model.status import HealthReason
 from qonnect_gitops.render.placement_file import placement_files
 
@@ -84,6 +91,15 @@ TICK_SECONDS = 2.0
 PLACED_TIMEOUT = 600.0  # a generation not applied everywhere within this long fails its status
 REVIEW_CACHE = "review-cache.git"
 MAX_QUEUED_PREVIEWS = 64
+
+
+@dataclass(frozen=True)
+class ReviewConfig:
+    """The lead's own side of forge review: the forges goals may select by name (``qonnect
+    lead --forges FILE``), and what one preview may take (``--preview-cpu-seconds``...)."""
+
+    forges: tuple[ForgeSettings, ...] = ()
+    previews: SandboxLimits = field(default_factory=SandboxLimits)
 
 
 def rejection_key(goals_commit: str, base: str | None, plan: Plan) -> str:
@@ -125,11 +141,21 @@ def unmet_section(mirror: Mirror, commit: str, description: str) -> str:
     items = unmet_items(proposed)[: len(unmet_items(proposed)) - unplaced]  # unplaced: already in the table
     if not items:
         return ""
-    lines = ["", "", "#### Unmet goals", ""]
-    for item in items:
-        detail = item.get("reason") or item.get("detail") or item.get("message") or ""
-        lines.append(f"- `{item.get('component', '?')}` {item.get('goal', '')}: {detail}".rstrip())
-    return "\n".join(lines)
+    return "\n".join(["", "", "#### Unmet goals", "", *(unmet_line(item) for item in items)])
+
+
+def validate_status(result: Preview) -> tuple[CommitState, str]:
+    """The ``qonnect/validate`` status of a previewed head: success with what moves, or
+    failure with the first problem (or why the preview was stopped)."""
+    if result.stopped is not None:
+        return CommitState.FAILURE, clip(result.stopped, STATUS_DESCRIPTION_MAX)
+    if result.valid:
+        text = f"valid: {len(result.changes)} component(s) change placement"
+        if result.unmet:
+            text += f", {len(result.unmet)} unmet goal(s)"
+        return CommitState.SUCCESS, text
+    more = f" (+{len(result.errors) - 1} more)" if len(result.errors) > 1 else ""
+    return CommitState.FAILURE, clip(result.errors[0], STATUS_DESCRIPTION_MAX - len(more)) + more
 
 
 def cluster_progress(entry: Any) -> tuple[int, bool, list[str]]:
@@ -184,7 +210,9 @@ class ReviewBridge:
         self.kb = kb
         self.loop = loop
         self._lock = threading.RLock()
-        self._settings: ReviewForge | None = None
+        self._settings: ForgeSettings | None = None  # the configured forge the goals select
+        self._selected: str | None = None  # spec.review.forge.name of the last goals
+        self._status_base: str | None = None  # spec.review.forge.statusUrl of the last goals
         self._forge: Forge | None = None
         self._branches: tuple[str, str] = ("qonnect/plan", "qonnect/proposals/")
         self.last_error: str | None = None
@@ -200,20 +228,26 @@ class ReviewBridge:
     # ------------------------------------------------------------ configuration
 
     def on_goals(self, goals: Goals) -> None:
-        """Valid goals were read: (re)connect when ``spec.review.forge`` changed."""
+        """Valid goals were read: (re)connect when the forge they select changed."""
         spec = goals.fleet.spec
         with self._lock:
             self._branches = (spec.branches.plan, spec.branches.proposal_prefix)
-            settings = spec.review.forge
-            if settings == self._settings and (self._forge is not None or settings is None):
+            selected = spec.review.forge.name if spec.review.forge is not None else None
+            self._status_base = spec.review.forge.status_url if spec.review.forge is not None else None
+            settings = find_forge(self.loop.config.review.forges, selected) if selected else None
+            if (selected, settings) == (self._selected, self._settings) and (
+                    self._forge is not None or settings is None):
                 return
-            self._settings, self._forge = settings, None
+            self._selected, self._settings, self._forge = selected, settings, None
+            if selected is not None and settings is None:
+                self._error("forge_unknown", ValueError(unknown_forge(self.loop.config.review.forges, selected)))
+                return
             if settings is None:
                 return
             try:
                 self._forge = connect(settings, read_token(settings))
                 self.last_error = None
-                log.info("forge_configured", type=settings.type, repository=settings.repository)
+                log.info("forge_configured", name=settings.name, type=settings.type, repository=settings.repository)
             except (ForgeError, ValueError) as exc:
                 self._error("forge_unusable", exc)
 
@@ -450,9 +484,8 @@ class ReviewBridge:
         log.info("placed_status", commit=placed.goals_commit[:12], state=state.value, description=description)
 
     def _status_url(self) -> str | None:
-        settings = self._settings
-        if settings is not None and settings.status_url:
-            return settings.status_url.rstrip("/") + "/v1/status"
+        if self._status_base:
+            return self._status_base.rstrip("/") + "/v1/status"
         # Statuses are set by the leader only, so its own advertised address is the leader's.
         api = self.loop.config.api_url
         return api.rstrip("/") + "/v1/status" if api else None
@@ -501,10 +534,11 @@ class ReviewBridge:
                 continue
             try:
                 self.preview_pull(forge, event.number)
-            except ForgeError as exc:
+            except (ForgeError, GitStoreError, OSError, ValueError) as exc:
                 self._error("preview_failed", exc)
-            except (GitStoreError, OSError, ValueError) as exc:
-                self._error("preview_failed", exc)
+            except Exception as exc:  # noqa: BLE001 - one pull request must not end the previews of all
+                log.error("preview_crashed", exc_info=True, number=event.number, error=repr(exc))
+                self.last_error = f"preview of pull request {event.number} failed: {exc!r}"
 
     def preview_pull(self, forge: Forge, number: int) -> None:
         """Comment the preview of goals pull request ``number`` (in place) and set
@@ -528,8 +562,9 @@ class ReviewBridge:
             raise ValueError(f"pull request {number}: fetched head {head.id} is not the forge's {pull.head_sha}")
         now = datetime.now(tz=UTC)
         observed, current = self.kb.read(lambda kb: (kb.snapshot(now), kb.current_placement()))
-        result = preview(read_tree_files(repo, base_sha), read_tree_files(repo, pull.head_sha), current,
-                         lambda goals: observed, self.loop.config.goals_limits)
+        # The head is anyone's: read, validated and planned in a child under limits.
+        result = preview_sandboxed(Path(repo.path), base_sha, pull.head_sha, current, observed,
+                                   self.loop.config.goals_limits, self.loop.config.review.previews)
         body = preview_markdown(result, base_sha, pull.head_sha)
         comment_id = (done or {}).get("comment")
         if comment_id is None:
@@ -538,15 +573,7 @@ class ReviewBridge:
             comment_id = forge.comment(number, body).id
         else:
             forge.update_comment(number, comment_id, body)
-        if result.valid:
-            text = f"valid: {len(result.changes)} component(s) change placement"
-            if result.unmet:
-                text += f", {len(result.unmet)} unmet goal(s)"
-            state = CommitState.SUCCESS
-        else:
-            more = f" (+{len(result.errors) - 1} more)" if len(result.errors) > 1 else ""
-            text = clip(result.errors[0], STATUS_DESCRIPTION_MAX - len(more)) + more
-            state = CommitState.FAILURE
+        state, text = validate_status(result)
         forge.set_status(pull.head_sha, CommitStatus(VALIDATE_CONTEXT, state, text, self._status_url()))
         self._previews[number] = {"comment": comment_id, "head": pull.head_sha, "base": base_sha,
                                   "valid": result.valid}
@@ -560,8 +587,8 @@ class ReviewBridge:
         settings = self._settings
         placed = self._placed
         return {
-            "forge": None if settings is None else {"type": settings.type, "url": settings.url,
-                                                    "repository": settings.repository,
+            "forge": None if settings is None else {"name": settings.name, "type": settings.type,
+                                                    "url": settings.url, "repository": settings.repository,
                                                     "connected": self._forge is not None},
             "lastError": self.last_error,
             "pullRequests": dict(self._pulls),

@@ -26,6 +26,7 @@ from qonnect_gitops.lead.loop import MIRROR_DIR, LoopConfig, ReconcileLoop
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode, RaftTiming, ReportBatcher
 from qonnect_gitops.lead.ratelimit import RateLimiter
+from qonnect_gitops.lead.review import ReviewConfig
 from qonnect_gitops.lead.tokens import TokenStore
 from qonnect_gitops.logs import get_logger, redact_url
 from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
@@ -69,6 +70,7 @@ class LeadConfig:
     timing: RaftTiming = field(default_factory=RaftTiming)
     http_limits: HTTPLimits = field(default_factory=HTTPLimits)
     goals_limits: TreeLimits = DEFAULT_TREE_LIMITS
+    review: ReviewConfig = field(default_factory=ReviewConfig)  # --forges, --preview-*: never from the goals
 
     @property
     def tls(self) -> bool:
@@ -105,7 +107,7 @@ class LeadService:
             self.loop = ReconcileLoop(self.node, self.kb, self.metrics, LoopConfig(
                 repo=config.repo, mirror_dir=Path(config.data_dir) / MIRROR_DIR,
                 poll_seconds=config.poll_seconds, reschedule_seconds=config.reschedule_seconds,
-                api_url=config.url, goals_limits=config.goals_limits))
+                api_url=config.url, goals_limits=config.goals_limits, review=config.review))
             self.node.state.report_listener = self.loop.on_reports
         self._threads = [
             threading.Thread(target=self._watch_leadership, name="leadership", daemon=True),

@@ -2,69 +2,107 @@
 
 from __future__ import annotations
 
-import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
 from qonnect_gitops.model.base import Header, Metadata, Name, UserModel
 from qonnect_gitops.model.limits import MAX_DISRUPTION_BUDGET, MAX_SECONDS
 
-# Characters git forbids in ref names, plus what would make a prefix ambiguous.
-_BAD_REF = re.compile(r"(\.\.|[\x00-\x20~^:?*\[\\]|@\{|//|^/|\.lock(/|$)|^\.|/\.)")
+_REF_FORBIDDEN = frozenset(" ~^:?*[\\")
 
 
-def _ref_fragment(value: str) -> str:
-    if not value or _BAD_REF.search(value) or value.endswith((".", ".lock")):
-        raise ValueError(f"'{value}' cannot be used in a git branch name")
+def ref_name_problem(ref: str) -> str | None:
+    """Why Git refuses ``ref`` as a reference name, by the rules of ``git check-ref-format``;
+    None when it takes it."""
+    for char in ref:
+        if char < " " or char == "\x7f":
+            return f"it holds the control character {char!r}"
+        if char in _REF_FORBIDDEN:
+            return f"it holds {char!r}"
+    for sequence in ("..", "@{", "//"):
+        if sequence in ref:
+            return f"it holds {sequence!r}"
+    if ref.startswith("/") or ref.endswith("/"):
+        return "it starts or ends with '/'"
+    if ref.endswith("."):
+        return "it ends with '.'"
+    for part in ref.split("/"):
+        if part.startswith("."):
+            return f"its part {part!r} starts with '.'"
+        if part.endswith(".lock"):
+            return f"its part {part!r} ends with '.lock'"
+    if ref == "@":
+        return "'@' alone is not a reference"
+    return None
+
+
+def branch_name_problem(branch: str) -> str | None:
+    """Why Git refuses ``branch`` as a branch name (``git check-ref-format --branch``): the
+    rules of ``refs/heads/<branch>``, and no leading '-' nor ``HEAD`` (Git would read either
+    as something else); None when it takes it."""
+    if branch.startswith("-"):
+        return "it starts with '-'"
+    if branch == "HEAD":
+        return "'HEAD' is Git's own"
+    return ref_name_problem(f"refs/heads/{branch}")
+
+
+_ANY_CLUSTER = "x"
+"""Stands for the cluster name after a prefix: names are RFC 1123 labels, which add nothing
+Git refuses but a part ending in '.lock' (checked per cluster, ``cluster_branch_conflict``)."""
+
+
+def _branch(value: str) -> str:
+    why = branch_name_problem(value)
+    if why:
+        raise ValueError(f"{value!r} cannot be a Git branch name: {why}")
     return value
 
 
-RefFragment = Annotated[str, AfterValidator(_ref_fragment)]
+def _branch_prefix(value: str) -> str:
+    why = branch_name_problem(f"{value}{_ANY_CLUSTER}")
+    if not value or why:
+        raise ValueError(f"{value!r} cannot start a Git branch name: {why or 'it is empty'}")
+    return value
 
 
-_REPOSITORY = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$|^[0-9]+$"
-_HTTP_URL = r"^https?://[^\s/?#@]+(/[^\s?#]*)?$"
+BranchName = Annotated[str, AfterValidator(_branch)]
+BranchPrefix = Annotated[str, AfterValidator(_branch_prefix)]
+
+HTTP_URL = r"^https?://[^\s/?#@]+(/[^\s?#]*)?$"
+"""An http(s) URL without credentials, query or fragment."""
+
+_MOVED_TO_THE_LEADS = ("type", "url", "repository", "tokenFile", "token_file")
 
 
 class ReviewForge(UserModel):
-    """The forge that shows proposals as pull requests, previews goals changes and carries
-    commit statuses. The API token comes from ``tokenFile`` on the lead's disk, or from the
-    ``QONNECT_FORGE_TOKEN`` environment variable; it never appears in goals."""
+    """Which forge shows proposals as pull requests, previews goals changes and carries commit
+    statuses: one of the forges the leads are configured with, by name. Where a forge is,
+    which repository and which token are the leads' own configuration (``qonnect lead
+    --forges FILE``), never the goals': a goals author could otherwise make the leads read
+    any file on their disks and send it, as the token, to any server."""
 
-    type: Literal["github", "gitlab", "gitea"] = Field(
-        description="`github` (github.com or GitHub Enterprise Server), `gitlab`, or `gitea` "
-        "(Gitea and Forgejo)."
-    )
-    url: str | None = Field(
-        None,
-        max_length=512,
-        pattern=_HTTP_URL,
-        description="Base URL of the forge (`https://github.com`, `https://ghe.example.com`, "
-        "`https://gitlab.example.com`, `https://gitea.example.com`); the API path is added. "
-        "Default: github.com or gitlab.com; required for gitea.",
-    )
-    repository: str = Field(
-        max_length=256,
-        pattern=_REPOSITORY,
-        description="`owner/name` (GitLab: `group/subgroup/project` or the numeric project id).",
-    )
-    token_file: str | None = Field(
-        None, max_length=4096, description="File on each lead holding the API token."
-    )
+    name: Name = Field(description="The name of a forge in the leads' forges file (`qonnect lead --forges`).")
     status_url: str | None = Field(
         None,
         max_length=512,
-        pattern=_HTTP_URL,
+        pattern=HTTP_URL,
         description="Public URL of the lead group's HTTP API; commit statuses link to "
         "`<statusUrl>/v1/status`. Default: the leader's advertised HTTP address.",
     )
 
-    @model_validator(mode="after")
-    def _gitea_needs_url(self) -> ReviewForge:
-        if self.type == "gitea" and self.url is None:
-            raise ValueError("a gitea forge needs its url (there is no public default)")
-        return self
+    @model_validator(mode="before")
+    @classmethod
+    def _settings_moved_to_the_leads(cls, data: Any) -> Any:
+        moved = [key for key in _MOVED_TO_THE_LEADS if isinstance(data, dict) and key in data]
+        if moved:
+            raise ValueError(
+                f"{', '.join(moved)} no longer belong in goals: a goals author could make the leads "
+                "send their forge token to any server, or read any file on their disks. Describe the "
+                "forge (type, url, repository, tokenFile) in the leads' forges file (qonnect lead "
+                "--forges FILE; see docs/review.md) and select it here by its name: forge: {name: <name>}")
+        return data
 
 
 class Review(UserModel):
@@ -101,11 +139,11 @@ class Branches(UserModel):
     """Names of the branches the leader writes. None may equal or nest with another, nor with
     the goals branch ``main``; a cluster whose branch would is refused in its own file."""
 
-    plan: RefFragment = Field("qonnect/plan", description="The branch holding every decision.")
-    cluster_prefix: RefFragment = Field(
+    plan: BranchName = Field("qonnect/plan", description="The branch holding every decision.")
+    cluster_prefix: BranchPrefix = Field(
         "cluster/", description="Each cluster's agent follows `<clusterPrefix><cluster>`."
     )
-    proposal_prefix: RefFragment = Field(
+    proposal_prefix: BranchPrefix = Field(
         "qonnect/proposals/", description="Review mode pushes `<proposalPrefix><id>`."
     )
 
@@ -142,8 +180,14 @@ class Branches(UserModel):
         return f"{self.cluster_prefix}{cluster}"
 
     def cluster_branch_conflict(self, cluster: str) -> str | None:
-        """Why ``cluster``'s branch would collide with the goals or plan branch, or None."""
+        """Why ``cluster``'s branch would collide with the goals or plan branch, or Git would
+        refuse its name; None when it may be written."""
         branch = self.cluster_branch(cluster)
+        why = branch_name_problem(branch)
+        if why:
+            return (f"cluster '{cluster}' would follow branch '{branch}' (clusterPrefix '{self.cluster_prefix}' "
+                    f"+ name), which Git refuses: {why}; rename the cluster or change "
+                    "spec.branches.clusterPrefix in qonnect.yaml")
         for fixed, what in ((GOALS_BRANCH, "the goals branch"), (self.plan, "the plan branch")):
             if branches_collide(branch, fixed):
                 return (f"cluster '{cluster}' would follow branch '{branch}' (clusterPrefix "

@@ -44,7 +44,28 @@ GOALS_LIMIT_OPTIONS: Final = ("--goals-max-files", "--goals-max-bytes")
 
 
 MAX_DEPTH: Final = 100
-"""Deepest nesting of mappings and sequences in one YAML document."""
+"""Deepest nesting of mappings and sequences in one YAML document, counted as the data is
+once aliases are expanded (an alias nests its anchor's content where it stands), and as the
+scanner reads flow collections (``[``, ``{``), before any event is built from them."""
+MAX_FILE_NODES: Final = 1_000_000
+"""Most nodes (scalars, mappings, sequences) of one YAML file once aliases are expanded: what
+building and validating it costs. A 4 MiB manifest file of ordinary objects holds about a
+quarter of that."""
+PARSE_CPU_SECONDS: Final = 1.0
+"""CPU time reading any one YAML file may take, plus ``PARSE_CPU_SECONDS_PER_MIB`` per MiB of it.
+The structural limits above refuse every hostile shape known in milliseconds; this is the
+backstop for the ones not known yet. Reading ordinary YAML costs far less (the goals of a
+10,000-cluster fleet: a few milliseconds per file)."""
+PARSE_CPU_SECONDS_PER_MIB: Final = 20.0
+"""The CPU allowance per MiB of a YAML file on top of ``PARSE_CPU_SECONDS``. The slowest
+ordinary reading (ruamel, for files with anchors, tags or merge keys) takes about 6 s per MiB
+on a shared 2-core machine, so a machine three times slower still has room; libyaml's scan
+takes about 0.2 s per MiB."""
+
+
+def parse_cpu_seconds(size: int) -> float:
+    """The CPU time one read of a YAML file of ``size`` bytes may take."""
+    return PARSE_CPU_SECONDS + PARSE_CPU_SECONDS_PER_MIB * size / MiB
 
 # -- numbers in goals ---------------------------------------------------------------------------
 

@@ -1,11 +1,21 @@
-"""Parsing with limits: the one gate every goals file and every cluster-branch file passes.
+"""Parsing with limits: the one gate every YAML file from outside passes (goals, cluster
+branches, observed and current placements, the bytes of a pull request's head).
 
 Before any YAML is built into objects, a file is checked here: its size
-(``limits.MAX_FILE_BYTES``), UTF-8, and a scan of its YAML events that measures every
-document as it would be once aliases are expanded (``MAX_DOCUMENT_BYTES``) and how deep
-it nests (``MAX_DEPTH``). An alias bomb is refused at the alias that crosses the limit,
-with ``file:line:column``, long before it costs memory. Trees are bounded by
-``TreeLimits`` (``MAX_TREE_FILES`` and ``MAX_TREE_BYTES`` unless raised for goals).
+(``limits.MAX_FILE_BYTES``), UTF-8, and every event of every parser that reads it passes
+``Reading``, which holds the file's limits as the events come: the size of every document as
+it would be once aliases are expanded (``MAX_DOCUMENT_BYTES``), the nodes of the whole file
+expanded (``MAX_FILE_NODES``), how deep it nests with aliases expanded (``MAX_DEPTH``; an alias
+to a collection that contains it is refused), and the CPU time its reading took
+(``parse_cpu_seconds``). An alias bomb, a chain of aliases nesting ever deeper or a recursive
+alias is refused at the alias, with ``file:line:column``, long before it costs memory. Trees are
+bounded by ``TreeLimits`` (``MAX_TREE_FILES`` and ``MAX_TREE_BYTES`` unless raised for goals).
+
+libyaml (C) reads first. When it cannot (invalid YAML, or text where it and ruamel read
+differently), ruamel reads under the same ``Reading``: its scanner refuses flow collections
+(``[``, ``{``) nested past ``MAX_DEPTH`` as it reads them (its look-ahead over deep flow
+nesting is quadratic), and checks the CPU clock as it reads tokens, so no text makes either
+parser run unbounded.
 
 The same scan builds each document's plain data as ruamel reads it (YAML 1.2), for
 ``yamlpos.parse_yaml``: ruamel, pure Python, is run only for positions (when a problem is
@@ -21,12 +31,19 @@ from __future__ import annotations
 
 import re
 import sys
+import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import yaml
+from ruamel.yaml import YAML
+from ruamel.yaml import events as ruamel_events
+from ruamel.yaml.error import MarkedYAMLError, YAMLWarning
+from ruamel.yaml.parser import RoundTripParser
 from ruamel.yaml.resolver import implicit_resolvers
+from ruamel.yaml.scanner import RoundTripScanner, ScannerError
 
 from qonnect_gitops.model.errors import GoalsError, Problem
 from qonnect_gitops.model.limits import (
@@ -34,8 +51,10 @@ from qonnect_gitops.model.limits import (
     MAX_DEPTH,
     MAX_DOCUMENT_BYTES,
     MAX_FILE_BYTES,
+    MAX_FILE_NODES,
     MiB,
     TreeLimits,
+    parse_cpu_seconds,
 )
 
 try:
@@ -79,12 +98,140 @@ def decode(path: str, raw: bytes) -> str:
         raise GoalsError([Problem(path, None, None, "", f"not UTF-8 text ({exc.reason})")]) from None
 
 
-@dataclass
 class _Open:
-    """A mapping or sequence whose end event has not come yet."""
+    """A mapping or sequence whose end event has not come yet: its anchor, and what it holds so
+    far, expanded (size, nodes, and levels of nesting counting itself)."""
 
-    anchor: str | None
-    size: int = 1
+    __slots__ = ("anchor", "height", "nodes", "size")
+
+    def __init__(self, anchor: str | None) -> None:
+        self.anchor = anchor
+        self.size = self.nodes = self.height = 1
+
+
+_DOCUMENT, _START, _END, _SCALAR, _ALIAS = range(5)
+_KINDS: dict[type, int] = {
+    **{kind: _DOCUMENT for kind in (yaml.DocumentStartEvent, ruamel_events.DocumentStartEvent)},
+    **{kind: _START for kind in (yaml.MappingStartEvent, yaml.SequenceStartEvent,
+                                 ruamel_events.MappingStartEvent, ruamel_events.SequenceStartEvent)},
+    **{kind: _END for kind in (yaml.MappingEndEvent, yaml.SequenceEndEvent,
+                               ruamel_events.MappingEndEvent, ruamel_events.SequenceEndEvent)},
+    **{kind: _SCALAR for kind in (yaml.ScalarEvent, ruamel_events.ScalarEvent)},
+    **{kind: _ALIAS for kind in (yaml.AliasEvent, ruamel_events.AliasEvent)},
+}
+"""The events of libyaml (PyYAML) and of ruamel that ``Reading`` counts, by what they are."""
+_CLOCK_EVERY = 255  # events (or ruamel tokens) between two looks at the CPU clock, minus one
+
+
+class Reading:
+    """The limits of one read of one YAML file, as its parsers' events come (see the module
+    docstring). One object per read: the CPU clock starts when it is made and runs across
+    every pass over the file (libyaml's scan, then ruamel's when it reads the file too);
+    ``restart`` begins a pass. Raises GoalsError at the event that crosses a limit."""
+
+    def __init__(self, path: str, size: int) -> None:
+        self.path = path
+        self.cpu_seconds = parse_cpu_seconds(size)
+        self.deadline = time.thread_time() + self.cpu_seconds  # this thread's CPU: load is not counted
+        self.ticks = 0
+        self.restart()
+
+    def restart(self) -> None:
+        """Begin another pass over the file: the structure is counted again, the clock runs on."""
+        self.stack: list[_Open] = []
+        self.anchors: dict[str, tuple[int, int, int]] = {}  # name -> (size, nodes, height) expanded
+        self.open: dict[str, int] = {}  # anchors of collections not ended yet: an alias to one recurses
+        self.total = 0  # this document, expanded
+        self.done_before = 0  # the documents before it, expanded
+        self.nodes = 0  # the whole file, expanded
+
+    def refuse(self, mark: Any, message: str) -> GoalsError:
+        """The error for a limit crossed at ``mark``: a libyaml or ruamel mark, a ruamel reader
+        (its current mark), or None (no position)."""
+        if hasattr(mark, "get_mark"):
+            mark = mark.get_mark()
+        if mark is None:
+            return GoalsError([Problem(self.path, None, None, "", message)])
+        return GoalsError([Problem(self.path, mark.line + 1, mark.column + 1, "", message)])
+
+    def tick(self, mark: Any) -> None:
+        """Count one step of a parser; every few, refuse when the CPU time is spent (at ``mark``,
+        as ``refuse`` takes it)."""
+        self.ticks += 1
+        if not self.ticks & _CLOCK_EVERY and time.thread_time() > self.deadline:
+            raise self.refuse(mark, f"reading this YAML took more than {self.cpu_seconds:.3g} s of CPU "
+                              "(the limit for a file of this size); split it, or write it more plainly")
+
+    def see(self, event: Any) -> None:
+        """Count one event; raises GoalsError when it crosses a limit."""
+        kind = _KINDS.get(type(event))
+        if kind is None:
+            return  # stream and document ends
+        self.tick(event.start_mark)
+        stack = self.stack
+        if kind == _DOCUMENT:
+            self.stack, self.anchors, self.open = [], {}, {}
+            self.done_before, self.total = self.done_before + self.total, 0
+            return
+        if kind == _START:
+            if len(stack) >= MAX_DEPTH:
+                raise self.refuse(event.start_mark, f"nests deeper than {MAX_DEPTH} levels")
+            anchor = event.anchor
+            stack.append(_Open(anchor))
+            if anchor is not None:
+                self.open[anchor] = self.open.get(anchor, 0) + 1
+            size = nodes = 1
+        elif kind == _END:
+            done = stack.pop()
+            if done.anchor is not None:
+                self.anchors[done.anchor] = (done.size, done.nodes, done.height)
+                left = self.open[done.anchor] - 1
+                if left:
+                    self.open[done.anchor] = left
+                else:
+                    del self.open[done.anchor]
+            if stack:
+                parent = stack[-1]
+                parent.size += done.size
+                parent.nodes += done.nodes
+                if done.height >= parent.height:
+                    parent.height = done.height + 1
+            return
+        elif kind == _SCALAR:
+            size, nodes = 1 + len(event.value), 1
+            if event.anchor is not None:
+                self.anchors[event.anchor] = (size, 1, 0)
+        else:
+            name = event.anchor or ""
+            if name in self.open:
+                raise self.refuse(event.start_mark, f"the alias *{name} refers to a collection that contains "
+                                  "it; a recursive structure cannot be written out")
+            size, nodes, height = self.anchors.get(name, (1, 1, 0))  # undefined: the parser says so
+            if len(stack) + height > MAX_DEPTH:
+                raise self.refuse(event.start_mark, f"the alias *{name} nests this document deeper than "
+                                  f"{MAX_DEPTH} levels; write the content out or nest it less")
+            if self.total + size > MAX_DOCUMENT_BYTES or self.done_before + self.total + size > MAX_FILE_BYTES:
+                whole = "document" if self.total + size > MAX_DOCUMENT_BYTES else "file"
+                limit = MAX_DOCUMENT_BYTES if whole == "document" else MAX_FILE_BYTES
+                raise self.refuse(event.start_mark, f"the alias *{name} expands this {whole} past "
+                                  f"{size_text(limit)}; write the content out or use fewer aliases")
+            if self.nodes + nodes > MAX_FILE_NODES:
+                raise self.refuse(event.start_mark, f"the alias *{name} expands this file past "
+                                  f"{MAX_FILE_NODES:,} nodes; write the content out or use fewer aliases")
+            if stack and height >= stack[-1].height:
+                stack[-1].height = height + 1
+        self.total += size
+        self.nodes += nodes
+        if stack and kind != _START:
+            stack[-1].size += size
+            stack[-1].nodes += nodes
+        if self.total > MAX_DOCUMENT_BYTES:
+            raise self.refuse(event.start_mark, f"this YAML document is larger than {size_text(MAX_DOCUMENT_BYTES)}; "
+                              "Kubernetes stores at most about 1.5 MiB per object")
+        if self.done_before + self.total > MAX_FILE_BYTES:
+            raise self.refuse(event.start_mark, f"the documents of this file expand past {size_text(MAX_FILE_BYTES)}")
+        if self.nodes > MAX_FILE_NODES:
+            raise self.refuse(event.start_mark, f"this file holds more than {MAX_FILE_NODES:,} YAML nodes; split it")
 
 
 class _Unusual(Exception):
@@ -184,29 +331,29 @@ _KEY = object()
 _INTERNED = 40
 
 
-def check_structure(path: str, text: str) -> None:
-    """Refuse documents that expand past ``MAX_DOCUMENT_BYTES`` or nest deeper than ``MAX_DEPTH``.
+def check_structure(path: str, text: str, reading: Reading | None = None) -> None:
+    """Refuse documents over the limits of ``Reading`` (size and nodes expanded, depth, CPU).
 
-    Walks libyaml's events once: every node counts one byte plus its scalar's length; an
-    alias counts what its anchor counted. Nothing is built, so a bomb costs only the scan.
-    Text libyaml cannot parse is left to the parser that follows (it names the error).
+    Walks libyaml's events once: nothing is built, so a bomb costs only the scan. Text
+    libyaml cannot parse is left to the parser that follows: it names the error, and reads
+    under the same limits (libyaml itself, or ruamel through ``ruamel_nodes``).
     """
-    _scan(path, text, None)
+    _scan(path, text, None, reading)
 
 
-def scan_documents(path: str, raw: bytes) -> tuple[str, list[tuple[Any, int]] | None]:
-    """``checked_text`` that also builds every document as plain data, as ruamel's round-trip
+def scan_documents(path: str, raw: bytes, reading: Reading | None = None) -> tuple[str, list[tuple[Any, int]] | None]:
+    """``decode`` and the limits, and every document built as plain data, as ruamel's round-trip
     loader and ``yamlpos.to_plain`` would: ``(text, [(data, start line), ...])``, or
-    ``(text, None)`` when the file holds something the scan leaves to ruamel."""
+    ``(text, None)`` when the file holds something the scan leaves to ruamel (which then reads
+    it through ``ruamel_nodes`` with ``reading``, under the same limits)."""
     text = decode(path, raw)
     if _SCANNERS_DIFFER.search(text, 1 if text.startswith("\ufeff") else 0):
-        _scan(path, text, None)
-        return text, None
+        return text, None  # libyaml would count what ruamel does not read: ruamel's own events are counted
     quick = _quick_documents(text)
     if quick is not None:
         return text, quick
     building = _Building()
-    built = _scan(path, text, building)
+    built = _scan(path, text, building, reading)
     return text, (building.docs if built else None)
 
 
@@ -218,57 +365,20 @@ def scan_documents(path: str, raw: bytes) -> tuple[str, list[tuple[Any, int]] | 
 _SCANNERS_DIFFER = re.compile("[\t\x85\u2028\u2029\ufeff]|\r(?!\n)|[|>][-+0-9]*#|^%|^\\.\\.\\.", re.MULTILINE)
 
 
-def _scan(path: str, text: str, building: _Building | None) -> bool:
-    """The limits of ``check_structure``; with ``building``, builds the documents into it as
-    long as they stay usual. True when every document was built."""
-    stack: list[_Open] = []
-    anchors: dict[str, int] = {}
-    total = 0  # this document, expanded
-    done_before = 0  # the documents before it, expanded
+def _scan(path: str, text: str, building: _Building | None, reading: Reading | None = None) -> bool:
+    """libyaml's events through ``reading`` (a new one when None); with ``building``, builds the
+    documents into it as long as they stay usual. True when every document was built; False
+    too when libyaml cannot read the text (the parser that follows names the error)."""
+    see = (reading or Reading(path, len(text))).see
     b = building
     try:
         for event in yaml.parse(text, Loader=_Loader):
+            see(event)
             if b is not None:
                 try:
                     _build(b, event)
                 except (_Unusual, ValueError):  # ValueError: a number ruamel fails on
                     b = None
-            if isinstance(event, yaml.DocumentStartEvent):
-                stack, anchors, done_before, total = [], {}, done_before + total, 0
-                continue
-            if isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                if len(stack) >= MAX_DEPTH:
-                    raise _problem(path, event, f"nests deeper than {MAX_DEPTH} levels")
-                stack.append(_Open(event.anchor))
-                size = 1
-            elif isinstance(event, (yaml.MappingEndEvent, yaml.SequenceEndEvent)):
-                done = stack.pop()
-                if done.anchor is not None:
-                    anchors[done.anchor] = done.size
-                if stack:
-                    stack[-1].size += done.size
-                continue
-            elif isinstance(event, yaml.ScalarEvent):
-                size = 1 + len(event.value)
-                if event.anchor is not None:
-                    anchors[event.anchor] = size
-            elif isinstance(event, yaml.AliasEvent):
-                size = anchors.get(event.anchor or "", 1)
-                if total + size > MAX_DOCUMENT_BYTES or done_before + total + size > MAX_FILE_BYTES:
-                    whole = "document" if total + size > MAX_DOCUMENT_BYTES else "file"
-                    limit = MAX_DOCUMENT_BYTES if whole == "document" else MAX_FILE_BYTES
-                    raise _problem(path, event, f"the alias *{event.anchor} expands this {whole} past "
-                                   f"{size_text(limit)}; write the content out or use fewer aliases")
-            else:
-                continue
-            total += size
-            if stack and not isinstance(event, (yaml.MappingStartEvent, yaml.SequenceStartEvent)):
-                stack[-1].size += size
-            if total > MAX_DOCUMENT_BYTES:
-                raise _problem(path, event, f"this YAML document is larger than {size_text(MAX_DOCUMENT_BYTES)}; "
-                               "Kubernetes stores at most about 1.5 MiB per object")
-            if done_before + total > MAX_FILE_BYTES:
-                raise _problem(path, event, f"the documents of this file expand past {size_text(MAX_FILE_BYTES)}")
     except yaml.YAMLError:
         return False
     return b is not None
@@ -405,15 +515,10 @@ def _construct(node: Any, depth: int) -> Any:
     return mapping
 
 
-def _problem(path: str, event: Any, message: str) -> GoalsError:
-    mark = event.start_mark
-    return GoalsError([Problem(path, mark.line + 1, mark.column + 1, "", message)])
-
-
-def checked_text(path: str, raw: bytes) -> str:
+def checked_text(path: str, raw: bytes, reading: Reading | None = None) -> str:
     """``decode`` then ``check_structure``: the text of a file that is safe to parse."""
     text = decode(path, raw)
-    check_structure(path, text)
+    check_structure(path, text, reading or Reading(path, len(raw)))
     return text
 
 
@@ -426,9 +531,88 @@ def load_documents(path: str, raw: bytes) -> list[Any]:
     try:
         return [d for d in yaml.load_all(text, Loader=_Loader) if d is not None]
     except yaml.MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        what = " ".join(s for s in (exc.context, exc.problem) if s) or "invalid YAML"
-        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
-        raise GoalsError([Problem(path, line, col, "", f"invalid YAML: {what}")]) from None
+        raise _invalid(path, exc) from None
     except (yaml.YAMLError, RecursionError, ValueError) as exc:
         raise GoalsError([Problem(path, None, None, "", f"invalid YAML: {exc}")]) from None
+
+
+# -- ruamel, under the same limits -------------------------------------------------------------
+
+
+class _Scanner(RoundTripScanner):
+    """ruamel's scanner, refusing flow nesting past ``MAX_DEPTH`` as it reads it, watching the
+    CPU clock per token, and finding its possible simple keys in constant time.
+
+    Each open flow level may hold a possible simple key (``[`` and ``{`` may start one), and
+    ruamel looks through all of them several times per token: over ``[[[[...`` it spent 0.5 s
+    before its first event, and 8 ms per line of 99 nested brackets (40 s per MiB). Keys are
+    saved as the reader moves forward, so the dict holding them is in the order of their
+    positions, and the stale ones (on an earlier line, or over 1,024 characters back) are
+    always its first entries: the two methods below stop at the first key that is not."""
+
+    def next_possible_simple_key(self) -> Any:
+        for key in self.possible_simple_keys.values():
+            return key.token_number  # the first saved is the nearest
+        return None
+
+    def stale_possible_simple_keys(self) -> None:
+        keys = self.possible_simple_keys
+        while keys:
+            level, key = next(iter(keys.items()))
+            if key.line == self.reader.line and self.reader.index - key.index <= 1024:
+                return
+            if key.required:
+                raise ScannerError("while scanning a simple key", key.mark, "could not find expected ':'",
+                                   self.reader.get_mark())
+            del keys[level]
+
+    def fetch_more_tokens(self) -> Any:
+        self.loader.reading.tick(self.reader)
+        return super().fetch_more_tokens()
+
+    def fetch_flow_collection_start(self, TokenClass: Any, to_push: str) -> None:
+        if self.flow_level >= MAX_DEPTH:
+            raise self.loader.reading.refuse(self.reader.get_mark(), f"nests deeper than {MAX_DEPTH} levels")
+        super().fetch_flow_collection_start(TokenClass, to_push)
+
+
+class _Parser(RoundTripParser):
+    """ruamel's parser, every event it hands the composer counted by the file's ``Reading``."""
+
+    def get_event(self) -> Any:
+        event = super().get_event()
+        self.loader.reading.see(event)
+        return event
+
+
+# ruamel warns about what YAML 1.2 allows (a reused anchor: the later one counts), once per
+# occurrence with its position in the message: every one would print, and stay in the warnings
+# registry of the process for good (50,000 entries for one file of 50,000 reused anchors).
+warnings.filterwarnings("ignore", category=YAMLWarning)
+
+
+def ruamel_nodes(path: str, text: str, reading: Reading) -> list[Any]:
+    """Every document of ``text`` as ruamel's round-trip nodes (YAML 1.2, duplicate keys
+    refused), read under ``reading``'s limits. Raises GoalsError naming the file, line and
+    what the parser found."""
+    reader = YAML(typ="rt")
+    reader.allow_duplicate_keys = False
+    reader.Scanner, reader.Parser = _Scanner, _Parser
+    reader.reading = reading  # type: ignore[attr-defined]  # what _Scanner and _Parser read
+    reading.restart()
+    try:
+        return list(reader.load_all(text))
+    except GoalsError:
+        raise
+    except MarkedYAMLError as exc:
+        raise _invalid(path, exc) from None
+    except Exception as exc:  # ruamel raises a zoo of types on odd input; all mean "bad YAML"
+        raise GoalsError([Problem(path, None, None, "", f"invalid YAML: {exc}")]) from None
+
+
+def _invalid(path: str, exc: yaml.MarkedYAMLError | MarkedYAMLError) -> GoalsError:
+    """A parser's error (libyaml's or ruamel's: the same fields) at its position."""
+    mark = exc.problem_mark or exc.context_mark
+    what = " ".join(s for s in (exc.context, exc.problem) if s) or "invalid YAML"
+    line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
+    return GoalsError([Problem(path, line, col, "", f"invalid YAML: {what}")])

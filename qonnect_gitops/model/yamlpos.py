@@ -16,13 +16,10 @@ from datetime import date, datetime
 from typing import Any, TypeVar, Union
 
 from pydantic import BaseModel, ValidationError
-from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq, TaggedScalar
-from ruamel.yaml.error import MarkedYAMLError
 
 from qonnect_gitops.model.errors import GoalsError, Problem
-from qonnect_gitops.model.limits import MAX_DOCUMENT_BYTES
-from qonnect_gitops.model.parsing import checked_text, scan_documents, size_text
+from qonnect_gitops.model.parsing import Reading, decode, ruamel_nodes, scan_documents
 
 M = TypeVar("M", bound=BaseModel)
 Loc = Sequence[int | str]
@@ -80,12 +77,20 @@ class _Reparse:
         self.path, self.raw, self.index = path, raw, index
 
     def load(self) -> Any:
-        return _nodes(self.path, self.raw)[self.index]
+        """The node tree, or None when ruamel cannot read the file within its limits."""
+        nodes = _nodes(self.path, self.raw)
+        return nodes[self.index] if nodes is not None and self.index < len(nodes) else None
 
 
 @functools.lru_cache(maxsize=16)
-def _nodes(path: str, raw: bytes) -> list[Any]:
-    return list(_yaml().load_all(checked_text(path, raw)))
+def _nodes(path: str, raw: bytes) -> list[Any] | None:
+    # None (cached too: a file with many problems is not read again for each) when the reading
+    # runs out of CPU where the first one did not: libyaml read it first, ruamel is slower.
+    # Positions then fall back to where each document starts.
+    try:
+        return ruamel_nodes(path, decode(path, raw), Reading(path, len(raw)))
+    except GoalsError:
+        return None
 
 
 def detached(doc: YamlDocument, raw: bytes, index: int) -> YamlDocument:
@@ -105,16 +110,11 @@ def format_loc(loc: Loc) -> str:
     return out
 
 
-def _yaml() -> YAML:
-    yaml = YAML(typ="rt")
-    yaml.allow_duplicate_keys = False
-    return yaml
-
-
 def parse_yaml(path: str, raw: bytes, multi: bool = False) -> list[YamlDocument]:
     """Parse ``raw`` as YAML (all documents when ``multi``; else exactly one).
 
-    The file passes the limits of ``model.parsing`` first (size, alias expansion, depth).
+    The file is read within the limits of ``model.parsing`` (size, nodes and depth with
+    aliases expanded, recursive aliases, CPU time), whichever parser reads it.
     Raises GoalsError naming the file, line and what the parser found.
 
     The data comes from the limits' libyaml scan when it could build it (the usual
@@ -122,28 +122,14 @@ def parse_yaml(path: str, raw: bytes, multi: bool = False) -> list[YamlDocument]
     Files the scan leaves to ruamel, and every file with a problem, are parsed here with
     ruamel, so errors read as they always did.
     """
-    text, built = scan_documents(path, raw)
+    reading = Reading(path, len(raw))
+    text, built = scan_documents(path, raw, reading)
     if built is not None and (multi or (len(built) == 1 and built[0][0] is not None)):
-        # No anchors in a built document, so it is never larger than the scan measured:
-        # the budget below cannot run out for it.
         return [YamlDocument(path, data, _Reparse(path, raw, i), line) for i, (data, line) in enumerate(built)]
-    try:
-        nodes = list(_yaml().load_all(text))
-    except MarkedYAMLError as exc:
-        mark = exc.problem_mark or exc.context_mark
-        what = " ".join(s for s in (exc.context, exc.problem) if s) or "invalid YAML"
-        line, col = (mark.line + 1, mark.column + 1) if mark else (None, None)
-        raise GoalsError([Problem(path, line, col, "", f"invalid YAML: {what}")]) from None
-    except Exception as exc:  # ruamel raises a zoo of types on odd input; all mean "bad YAML"
-        raise GoalsError([Problem(path, None, None, "", f"invalid YAML: {exc}")]) from None
     docs = []
-    for node in nodes:
+    for node in ruamel_nodes(path, text, reading):
         line = node.lc.line + 1 if isinstance(node, (CommentedMap, CommentedSeq)) else 1
-        try:
-            data = to_plain(node, _Budget(MAX_DOCUMENT_BYTES))
-        except ValueError as exc:
-            raise GoalsError([Problem(path, line, 1, "", str(exc))]) from None
-        docs.append(YamlDocument(path, data, node, line))
+        docs.append(YamlDocument(path, to_plain(node), node, line))
     if not multi:
         if len(docs) > 1:
             second = docs[1].start_line
@@ -155,34 +141,15 @@ def parse_yaml(path: str, raw: bytes, multi: bool = False) -> list[YamlDocument]
     return docs
 
 
-class _Budget:
-    """What is left of a document's size as it is expanded (a backstop to ``check_structure``)."""
-
-    def __init__(self, left: int) -> None:
-        self.left = left
-
-    def spend(self, amount: int) -> None:
-        self.left -= amount
-        if self.left < 0:
-            raise ValueError(f"this YAML document expands past {size_text(MAX_DOCUMENT_BYTES)}")
-
-
-def to_plain(node: Any, budget: _Budget | None = None, _active: frozenset[int] = frozenset()) -> Any:
+def to_plain(node: Any) -> Any:
     """ruamel's round-trip nodes as plain dicts, lists, str, int, float, bool and None.
 
-    With ``budget``, raises ValueError once the expanded document outgrows it."""
-    if budget is not None:
-        budget.spend(1 + (len(node) if isinstance(node, str) else 0))
+    The nodes come from ``parsing.ruamel_nodes``, whose limits refused recursive aliases and
+    bound the size and depth of what expanding the others builds."""
     if isinstance(node, dict):
-        if id(node) in _active:
-            raise ValueError("a YAML alias refers to a mapping that contains it")
-        inner = _active | {id(node)}
-        return {_plain_key(k): to_plain(v, budget, inner) for k, v in node.items()}
+        return {_plain_key(k): to_plain(v) for k, v in node.items()}
     if isinstance(node, list):
-        if id(node) in _active:
-            raise ValueError("a YAML alias refers to a sequence that contains it")
-        inner = _active | {id(node)}
-        return [to_plain(v, budget, inner) for v in node]
+        return [to_plain(v) for v in node]
     if isinstance(node, TaggedScalar):
         return str(node.value)
     if isinstance(node, bool) or node is None:

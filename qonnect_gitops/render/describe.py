@@ -5,6 +5,7 @@ the goals the decision cannot meet)."""
 from __future__ import annotations
 
 import json
+import re
 
 from qonnect_gitops.model.plan import Plan
 
@@ -32,8 +33,27 @@ def score_text(score: float | None) -> str:
     return "-" if score is None else f"{score:.3f}"
 
 
+def md_code(text: object, cell: bool = False) -> str:
+    """``text`` as an inline code span nothing in it can leave, so no input (a backtick in a
+    YAML key, a link, an @mention, HTML) is rendered, nor posted live under a bot's name: on one
+    line, fenced by one backtick more than the longest run in it, and padded with a space each
+    side where markdown would otherwise eat an edge (it drops one such pair). In a table
+    ``cell``, '|' becomes U+2223 (DIVIDES, alike): tables split rows on pipes before they see code spans."""
+    flat = " ".join(str(text).splitlines())
+    if cell:
+        flat = flat.replace("|", "\u2223")
+    fence = "`" * (1 + max((len(run) for run in _BACKTICKS.findall(flat)), default=0))
+    if not flat:
+        return "` `"  # an empty pair of fences is one run of two: it could pair with a later span's
+    pad = " " if flat[:1] == "`" or flat[-1:] == "`" or (flat[:1] == flat[-1:] == " " and flat.strip()) else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"
+
+
+_BACKTICKS = re.compile("`+")
+
+
 def _md(text: object) -> str:
-    return "-" if text is None else str(text).replace("|", "\\|").replace("\n", " ")
+    return "-" if text is None else md_code(text, cell=True)
 
 
 def plan_markdown(p: Plan) -> str:

@@ -7,12 +7,14 @@ import json
 from typing import Any
 
 import pygit2
+import pytest
 import yaml
 from kubernetes import client
 
 from qonnect_gitops.gitstore import trailers as tr
 from qonnect_gitops.gitstore.tree import build_tree
 from tests.agent.conftest import LABELS, Branch, configmap, configmap_names, namespace, path_of
+from tests.model.test_bounded_yaml import chained
 from tests.model.test_hostile_input import BOMB
 
 
@@ -63,6 +65,29 @@ def test_alias_bomb_in_a_branch_file_is_refused_and_what_runs_keeps_running(make
     assert "expands this document past 1 MiB" in result.refusals[0].message
     assert configmap_names(core) == {"a"} and result.applied.generation == 1
     assert len(result.health) == 2  # what runs is still observed and reported
+
+
+@pytest.mark.parametrize(("body", "where", "what"), [
+    (b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: chain, namespace: shop}\ndata:\n"
+     + b"".join(b"  " + line + b"\n" for line in chained().splitlines()), ":6:101:",
+     "the alias *a0 nests this document deeper than 100 levels"),
+    (b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: loop, namespace: shop}\ndata: &r {self: *r}\n",
+     ":4:17:", "refers to a collection that contains it"),
+    (b"apiVersion: v1\nkind: ConfigMap\nmetadata: {name: deep, namespace: shop}\ndata: {x: " + b"[" * 1_100
+     + b"]" * 1_100 + b"}\n", ":4:", "nesting depth"),
+], ids=["chained aliases", "recursive alias", "deep flow"])
+def test_nesting_through_aliases_is_unreadable_and_what_runs_keeps_running(make_agent, branch: Branch, core,
+                                                                            body: bytes, where: str, what: str):
+    # Issue 30, defect 8: these crashed the agent's sync (RecursionError), or were applied as a
+    # structure that refers to itself; now the commit is refused like any unreadable branch.
+    branch.publish([namespace("shop"), configmap("a")])
+    agent = make_agent()
+    assert agent.sync().state == "Ready"
+    head = _commit(branch, _files([namespace("shop"), configmap("a")]) | {"shop/web/configmap-x.yaml": body}, 2)
+    result = agent.sync()
+    assert result.commit == head and result.reason == "BranchUnreadable" and result.exit_code == 1
+    assert f"shop/web/configmap-x.yaml{where}" in result.refusals[0].message and what in result.message
+    assert configmap_names(core) == {"a"} and result.applied.generation == 1
 
 
 def test_oversized_file_and_non_string_fields_are_unreadable_not_a_crash(make_agent, branch: Branch, core):

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 
 from qonnect_gitops.forge import Forge, connect
+from qonnect_gitops.forge.config import ForgeSettings
 from qonnect_gitops.forge.fake import FakeForge, FakeForgeConfig, HookTarget
 from qonnect_gitops.forge.http import RetryPolicy
-from qonnect_gitops.model.fleet import ReviewForge
 
 DIALECTS = ("github", "gitlab", "gitea")
 TOKEN = "t0ken-for-the-fake-forge"
@@ -74,6 +74,21 @@ def fake(repo: Repo) -> Iterator[FakeForge]:
         assert forge.violations == []
 
 
+def settings(forge: FakeForge, dialect: str, name: str = "fake", token_file: Path | None = None) -> ForgeSettings:
+    """The fake forge as a lead's forges file describes it."""
+    return ForgeSettings(name=name, type=dialect, url=forge.url, repository=REPOSITORY,  # type: ignore[arg-type]
+                         token_file=token_file)
+
+
+def forges_file(path: Path, forge: FakeForge, dialect: str, name: str = "fake") -> Path:
+    """A lead's ``--forges`` file naming the fake forge, with its token in a file beside it."""
+    token = path.with_name(path.name + ".token")
+    token.write_text(TOKEN + "\n")
+    path.write_text(f"forges:\n  - name: {name}\n    type: {dialect}\n    url: '{forge.url}'\n"
+                    f"    repository: {REPOSITORY}\n    tokenFile: {token}\n")
+    return path
+
+
 def client(forge: FakeForge, dialect: str, token: str = TOKEN, policy: RetryPolicy | None = None) -> Forge:
-    settings = ReviewForge(type=dialect, url=forge.url, repository=REPOSITORY)  # type: ignore[arg-type]
-    return connect(settings, token, policy or RetryPolicy(base_delay=0.05, max_delay=0.2, max_wait=5.0))
+    return connect(settings(forge, dialect), token,
+                   policy or RetryPolicy(base_delay=0.05, max_delay=0.2, max_wait=5.0))

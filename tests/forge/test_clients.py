@@ -18,11 +18,11 @@ from qonnect_gitops.forge import (
     PullRequestDraft,
     PullState,
 )
+from qonnect_gitops.forge.config import ForgeSettings
 from qonnect_gitops.forge.connect import api_base
 from qonnect_gitops.forge.fake import FakeForge
 from qonnect_gitops.forge.fake.server import Fault
 from qonnect_gitops.forge.http import RetryPolicy
-from qonnect_gitops.model.fleet import ReviewForge
 from tests.forge.conftest import DIALECTS, REPOSITORY, TOKEN, Repo, client, git
 
 DRAFT = PullRequestDraft("feature", "main", "rescheduling: 3 components", "| a | b |\n|---|---|", ("qonnect",))
@@ -177,7 +177,7 @@ def test_the_fake_refuses_requests_its_description_does_not_allow(fake: FakeForg
 
 def test_api_base_urls() -> None:
     def base(kind: str, url: str | None) -> str:
-        return api_base(ReviewForge(type=kind, url=url, repository="o/r"))  # type: ignore[arg-type]
+        return api_base(ForgeSettings(name="f", type=kind, url=url, repository="o/r"))  # type: ignore[arg-type]
 
     assert base("github", None) == "https://api.github.com"
     assert base("github", "https://github.com") == "https://api.github.com"

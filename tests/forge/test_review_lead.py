@@ -19,7 +19,7 @@ from qonnect_gitops.forge import CommitState, Forge, PullRequestDraft, PullState
 from qonnect_gitops.forge.fake import FakeForge, FakeForgeConfig, HookTarget
 from qonnect_gitops.forge.preview import MARKER
 from tests.conftest import ROOT
-from tests.forge.conftest import REPOSITORY, TOKEN, client
+from tests.forge.conftest import REPOSITORY, TOKEN, client, forges_file
 from tests.goals_repo import GoalsRepo, served_goals
 from tests.lead.conftest import make_group  # noqa: F401 - the fixture
 from tests.lead.fleet import (
@@ -126,12 +126,11 @@ def run_review(make_group: Callable[..., LeadGroup],  # noqa: F811
     secret.write_text(SECRET)
     with FakeForge(FakeForgeConfig({REPOSITORY: goals.bare}, tokens=(TOKEN,))) as fake:
         forge = client(fake, dialect)
-        goals.edit("qonnect.yaml", FORGE_LINE,
-                   FORGE_LINE + f"    forge: {{type: {dialect}, url: '{fake.url}', repository: {REPOSITORY}}}\n",
-                   "review through the forge")
+        goals.edit("qonnect.yaml", FORGE_LINE, FORGE_LINE + "    forge: {name: fake}\n", "review through the forge")
         source = goals.edit("qonnect.yaml", "mode: auto ", "mode: pull-request ", "review mode")
-        group = make_group(clusters=TEMPLATE_CLUSTERS, repo_url=goals.url, env={"QONNECT_FORGE_TOKEN": TOKEN},
-                           extra_args=["--webhook-secret-file", str(secret)])
+        forges = forges_file(tmp_path / "forges.yaml", fake, dialect)
+        group = make_group(clusters=TEMPLATE_CLUSTERS, repo_url=goals.url,
+                           extra_args=["--webhook-secret-file", str(secret), "--forges", str(forges)])
         fake.set_hooks((HookTarget(",".join(f"{lead.url}/v1/hooks/git" for lead in group.leads), SECRET, dialect),))
         with ApplyingAgents(group, goals):
             group.wait_leader()
@@ -146,6 +145,7 @@ def run_review(make_group: Callable[..., LeadGroup],  # noqa: F811
             shown = group.status(group.wait_leader()) or {}
             review = shown["loop"]["review"]
             assert review["forge"]["type"] == dialect and review["forge"]["connected"]
+            assert review["forge"]["name"] == "fake"
             assert TOKEN not in json.dumps(shown)
             status = wait_for(lambda: (s := latest_status(forge, source, "qonnect/placed")) is not None
                               and "awaiting review" in s.description and s, 15, "qonnect/placed pending", group)
@@ -216,9 +216,9 @@ def run_review(make_group: Callable[..., LeadGroup],  # noqa: F811
             assert [c["id"] for c in again] == [previews[0]["id"]] and "invalid" in again[0]["body"]
             subprocess.run(["git", "checkout", "-q", "main"], cwd=goals.work, check=True)
         # 6. qonnect proposals shows the pull requests.
-        env = {**os.environ, "PYTHONPATH": str(ROOT), "QONNECT_FORGE_TOKEN": TOKEN}
-        shown = subprocess.run([sys.executable, "-m", "qonnect_gitops", "proposals", "--repo", goals.url, "--closed"],
-                               capture_output=True, text=True, env=env, check=True).stdout
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        shown = subprocess.run([sys.executable, "-m", "qonnect_gitops", "proposals", "--repo", goals.url, "--closed",
+                                "--forges", str(forges)], capture_output=True, text=True, env=env, check=True).stdout
         assert f"merged {merged.url}" in shown, shown
         assert fake.violations == []
         for lead in group.leads:  # the token is never logged

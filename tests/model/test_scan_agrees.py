@@ -9,12 +9,13 @@ from typing import Any
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from ruamel.yaml import YAML
 from ruamel.yaml.comments import CommentedMap, CommentedSeq
 from ruamel.yaml.error import MarkedYAMLError
 
 from qonnect_gitops.model import GoalsError
 from qonnect_gitops.model.parsing import load_documents, scan_documents
-from qonnect_gitops.model.yamlpos import YamlDocument, _yaml, parse_yaml, to_plain
+from qonnect_gitops.model.yamlpos import YamlDocument, parse_yaml, to_plain
 from tests.conftest import TEMPLATE
 from tests.fuzz import yaml_files
 
@@ -59,6 +60,13 @@ TRICKY = [
     b"--- |\n---\n",
     b"\xe2\x80\xa8a: 1\n",
 ]
+
+
+def _yaml() -> YAML:
+    """ruamel as it reads goals, without qonnect's limits: what the scan must agree with."""
+    reader = YAML(typ="rt")
+    reader.allow_duplicate_keys = False
+    return reader
 
 
 def _ruamel(raw: bytes) -> list[tuple[Any, int]]:
