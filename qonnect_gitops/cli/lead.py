@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -11,10 +12,12 @@ from typing import Any
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.lead.httpd import EVENT_LOOPS, HTTPLimits
 from qonnect_gitops.lead.raft import RaftTiming
+from qonnect_gitops.lead.raft_transport import SECRET_FILE_ENV, RaftSecret, RaftSecretError, bind_address
 from qonnect_gitops.lead.service import LeadConfig
 from qonnect_gitops.logs import configure
 
 _ADDR = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+BIND_ENV = "QONNECT_RAFT_BIND"
 
 
 def _addr(value: str) -> str:
@@ -35,7 +38,17 @@ def register(sub: Any) -> None:
         "serving the HTTP API. Start three or five with the same --peers.",
     )
     parser.add_argument("--id", required=True, help="this lead's name, e.g. lead-1")
-    parser.add_argument("--raft", required=True, type=_addr, help="Raft address host:port")
+    parser.add_argument("--raft", required=True, type=_addr,
+                        help="Raft address host:port the other leads dial; the Raft port listens "
+                        "on this address only (unless --raft-bind)")
+    parser.add_argument("--raft-bind", type=_addr, default=os.environ.get(BIND_ENV) or None,
+                        help="host:port the Raft port listens on when --raft is not an address of "
+                        f"this host (NAT; a container: its pod IP, or 0.0.0.0) [{BIND_ENV}]")
+    parser.add_argument("--raft-secret-file", type=Path,
+                        default=os.environ.get(SECRET_FILE_ENV) or None,
+                        help="the group's shared secret, one per line: the first seals every Raft "
+                        "frame this lead sends, every one is accepted; re-read when it changes "
+                        f"(required) [{SECRET_FILE_ENV}]")
     parser.add_argument("--peers", type=_addrs, default=(),
                         help="comma-separated Raft addresses of the other leads")
     parser.add_argument("--http", required=True, type=_addr, help="HTTP API address host:port (bind)")
@@ -107,9 +120,23 @@ def _check_tls(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _check_raft(args: argparse.Namespace) -> str | None:
+    """Why the Raft port cannot start (no secret, an address not of this host), or None."""
+    if args.raft_secret_file is None:
+        return (f"--raft-secret-file (or {SECRET_FILE_ENV}) is required: the leads seal every Raft "
+                "message with it. Make one for the group with: python3 -c 'import secrets; "
+                "print(secrets.token_urlsafe(48))' > raft-secret (see docs/operations-leads.md)")
+    try:
+        RaftSecret.load(args.raft_secret_file)
+        bind_address(args.raft, args.raft_bind)
+    except (RaftSecretError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     configure(args.log_level)
-    problem = _check_tls(args)
+    problem = _check_raft(args) or _check_tls(args)
     if problem is None and min(args.max_connections, args.http_workers, args.max_body) < 1:
         problem = "--max-connections, --http-workers and --max-body must be at least 1"
     if problem is None and min(args.read_timeout, args.idle_timeout, args.max_clock_skew) <= 0:
@@ -134,6 +161,8 @@ def run(args: argparse.Namespace) -> int:
         peers=args.peers,
         http=args.http,
         data_dir=args.data_dir,
+        raft_secret_file=args.raft_secret_file,
+        raft_bind=args.raft_bind,
         repo=args.repo,
         tokens_file=args.tokens_file,
         poll_seconds=args.poll_seconds,

@@ -31,7 +31,7 @@ from pysyncobj import FAIL_REASON, SyncObj, SyncObjConf, SyncObjConsumer, replic
 from pysyncobj.atomic_replace import atomicReplace  # type: ignore[import-untyped]
 from pysyncobj.config import SERIALIZER_STATE  # type: ignore[import-untyped]
 from pysyncobj.monotonic import monotonic as pysyncobj_clock  # type: ignore[import-untyped]
-from pysyncobj.utility import TcpUtility, UtilityException  # type: ignore[import-untyped]
+from pysyncobj.utility import UtilityException  # type: ignore[import-untyped]
 
 from qonnect_gitops.kb import (
     KBReader,
@@ -41,6 +41,13 @@ from qonnect_gitops.kb import (
     WorkloadRecord,
 )
 from qonnect_gitops.kb.records import encode_entry, pack_entries, unpack_entries
+from qonnect_gitops.lead.raft_transport import (
+    FrameGuard,
+    GuardedTransport,
+    RaftSecret,
+    bind_address,
+    utility,
+)
 from qonnect_gitops.lead.threads import name_os_thread
 from qonnect_gitops.logs import get_logger
 
@@ -234,32 +241,6 @@ def _fast_dump_compression() -> None:
 
 
 _fast_dump_compression()
-
-# zlib level of pysyncobj's messages between leads (pysyncobj hard-codes 3). An entry
-# of 30 reports is an 8.6 KB message, compressed once per follower: level 3 took about
-# 100 us, level 1 about 60 us for the same 940 bytes (loaded machine, best of 7). Level 0
-# (stored) took 6 us but sends 9x the bytes, which matters between hosts more than the
-# CPU. Any level decompresses alike, so leads of older and newer versions still talk.
-RAFT_MESSAGE_LEVEL = 1
-
-
-def _fast_message_compression(level: int = RAFT_MESSAGE_LEVEL) -> None:
-    """Have pysyncobj compress its messages at ``level`` instead of 3."""
-    import zlib
-
-    import pysyncobj.tcp_connection as tcp_connection  # type: ignore[import-untyped]
-
-    class _Zlib:  # the two names pysyncobj's connection uses from the zlib module
-        decompress = staticmethod(zlib.decompress)
-
-        @staticmethod
-        def compress(data: bytes, _level: int = -1) -> bytes:
-            return zlib.compress(data, level)
-
-    tcp_connection.zlib = _Zlib
-
-
-_fast_message_compression()
 
 # The pickle protocol of pysyncobj's messages between leads, of the commands its log
 # holds and of its full dumps (it hard-codes 2). Protocol 2 writes ``bytes`` as latin-1
@@ -685,18 +666,27 @@ class _TimedSyncObj(SyncObj):  # type: ignore[misc]
     its followers' last answer times: it sent them nothing meanwhile, so they had
     nothing to answer. Only this node's own stall is forgiven: a follower still starts
     an election when the leader's socket stayed silent through the stall (a leader
-    starved that long looks dead to its followers, wherever they run)."""
+    starved that long looks dead to its followers, wherever they run).
+
+    Its ``encryptor`` is the node's ``FrameGuard`` and its transport ``GuardedTransport``
+    (lead/raft_transport.py): every frame between leads is sealed with the group's secret."""
 
     def __init__(self, *args: Any, tick_gaps: TickGaps, catch_up_after: float,
-                 **kwargs: Any) -> None:
+                 guard: FrameGuard, **kwargs: Any) -> None:
         self.tick_gaps = tick_gaps  # before the tick thread starts in SyncObj.__init__
+        self._guard = guard  # before the transport is built in SyncObj.__init__
         self.catch_up_after = catch_up_after
         self.caught_up = 0  # ticks that read their sockets first after a stall
         # Per follower, the answer time a stall last moved: moved again only after a real
         # answer, so a leader that keeps stalling without hearing anyone still steps down.
         self._forgiven: dict[Any, float] = {}
         self._os_named = False
-        super().__init__(*args, **kwargs)
+        super().__init__(*args, transportClass=GuardedTransport, **kwargs)
+
+    @property
+    def encryptor(self) -> FrameGuard:
+        """What pysyncobj seals and opens every frame with (its ``password`` option's place)."""
+        return self._guard
 
     def _onTick(self, timeToWait: float = 0.0) -> None:
         if not self._os_named:
@@ -785,9 +775,16 @@ class RaftNode:
         peers: list[str],
         data_dir: str | os.PathLike[str],
         timing: RaftTiming = RaftTiming(),
+        *,
+        secret: RaftSecret,
+        bind: str | None = None,
     ) -> None:
         self.raft_addr = raft_addr
         self.timing = timing
+        # The Raft port: bound to ``bind`` or this lead's own address, never all of them,
+        # and every frame sealed with the group's secret (lead/raft_transport.py).
+        self.guard = FrameGuard(secret)
+        listen = bind_address(raft_addr, bind)
         data = Path(data_dir)
         data.mkdir(parents=True, exist_ok=True)
         self.state = ReplicatedKB()
@@ -820,6 +817,7 @@ class RaftNode:
             # default, so the others kept dialling the old address for minutes.
             dnsCacheTime=5.0,
             dnsFailCacheTime=1.0,
+            bindAddress=listen,
         )
         others = [p for p in peers if p and p != raft_addr]
         # Half the fallback: a stall that long is worth a line in the log.
@@ -833,7 +831,7 @@ class RaftNode:
             # of twice that is a stall worth reading the sockets first for.
             self.sync = _TimedSyncObj(raft_addr, others, conf=conf, consumers=[self.state],
                                       tick_gaps=self.tick_gaps,
-                                      catch_up_after=2 * conf.autoTickPeriod)
+                                      catch_up_after=2 * conf.autoTickPeriod, guard=self.guard)
         except BaseException:
             self._release_gc_pauses()
             raise
@@ -904,6 +902,8 @@ class RaftNode:
             # What the collector cost this process so far: its share of the CPU.
             "gcCollections": self.gc_pauses.collections,
             "gcCpuSeconds": round(self.gc_pauses.total_cpu, 3),
+            # The Raft port: which secret seals, which are accepted, what was refused.
+            "transport": self.guard.snapshot(),
         }
 
     # ---------------------------------------------------------------- writes
@@ -962,7 +962,7 @@ class RaftNode:
         target = CODE_VERSION
         for node in sorted(self.sync.otherNodes, key=lambda n: n.address):
             try:
-                status = TcpUtility(timeout=timeout).executeCommand(node.address, ["status"])
+                status = utility(self.guard, timeout).executeCommand(node.address, ["status"])
             except UtilityException as exc:
                 log.info("raft_code_version_unknown", member=node.address, error=str(exc))
                 return current

@@ -24,6 +24,7 @@ from qonnect_gitops.lead.httpd import HTTPLimits
 from qonnect_gitops.lead.loop import MIRROR_DIR, LoopConfig, ReconcileLoop
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode, RaftTiming, ReportBatcher
+from qonnect_gitops.lead.raft_transport import RaftSecret
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.tokens import TokenStore
 from qonnect_gitops.logs import get_logger, redact_url
@@ -41,6 +42,10 @@ class LeadConfig:
     peers: tuple[str, ...]
     http: str
     data_dir: Path
+    # The group's shared secret: every Raft frame is sealed with it (lead/raft_transport.py).
+    raft_secret_file: Path
+    # Where the Raft port listens when that is not ``raft``'s host (NAT, containers).
+    raft_bind: str | None = None
     repo: str | None = None
     # The address other leads, agents and operators reach this lead's API at (the
     # --http bind address when unset, e.g. 0.0.0.0:8080 behind a Service name).
@@ -87,7 +92,8 @@ class LeadService:
 
     def __init__(self, config: LeadConfig) -> None:
         self.config = config
-        self.node = RaftNode(config.raft, list(config.peers), config.data_dir, config.timing)
+        self.node = RaftNode(config.raft, list(config.peers), config.data_dir, config.timing,
+                             secret=RaftSecret.load(config.raft_secret_file), bind=config.raft_bind)
         self.kb = self.node.state.reader()
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.report_rate, config.report_burst)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from qonnect_gitops.kb import KnowledgeBase, heartbeat_from_goals, inventory_from_goals, workloads_from_goals
 from qonnect_gitops.lead.raft import GC_THRESHOLDS, GcPauses, RaftNode
+from qonnect_gitops.lead.raft_transport import RaftSecret
 from qonnect_gitops.model import CurrentPlacement, ParseCache, load_goals
 from qonnect_gitops.placement import plan
 from qonnect_gitops.render import render
@@ -27,7 +28,7 @@ def _recorders() -> list[GcPauses]:
 def _single(tmp_path: Path, name: str) -> RaftNode:
     """A one-member group (it leads itself) on a free loopback port."""
     addr = f"127.0.0.1:{free_ports(1)[0]}"
-    return RaftNode(addr, [addr], tmp_path / name)
+    return RaftNode(addr, [addr], tmp_path / name, secret=RaftSecret.generate())
 
 
 def test_the_recorder_is_removed_when_the_last_node_stops(tmp_path: Path) -> None:

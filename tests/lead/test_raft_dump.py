@@ -30,6 +30,7 @@ from qonnect_gitops.lead.raft import (
     _plain,
     _YieldingPickler,
 )
+from qonnect_gitops.lead.raft_transport import RaftSecret
 from tests.kb.test_kb import rep
 from tests.kb.transitions import T0, every_transition, filled_kb
 from tests.ports import free_ports
@@ -45,7 +46,7 @@ def _finished(dump: _BackgroundDump) -> int:
 
 def _lone_leader(addr: str, data_dir: Path, timing: RaftTiming) -> RaftNode:
     """A group of one lead, once it leads."""
-    node = RaftNode(addr, [addr], data_dir, timing)
+    node = RaftNode(addr, [addr], data_dir, timing, secret=RaftSecret.generate())
     deadline = time.monotonic() + 20
     while not node.is_leader():
         if time.monotonic() > deadline:
@@ -133,7 +134,7 @@ def test_a_lead_compacts_off_its_raft_thread_and_restarts_from_the_dump(tmp_path
             node.destroy()
         written = [r for r in records if "raft_dump_written" in r.getMessage()]
         assert {r.threadName for r in written} == {"raft-dump"}
-        restarted = RaftNode(addr, [addr], tmp_path / "n", timing)
+        restarted = RaftNode(addr, [addr], tmp_path / "n", timing, secret=RaftSecret.generate())
         try:
             deadline = time.monotonic() + 20
             while len(restarted.state.reader().read(lambda kb: dict(kb.members))) < 60:
@@ -229,7 +230,7 @@ def test_a_lead_restarts_from_dumps_made_while_reports_were_applied(tmp_path: Pa
     finally:
         node.destroy()
     assert final["reports"]["edge-1"]["count"] == 150
-    restarted = RaftNode(addr, [addr], tmp_path / "n", timing)
+    restarted = RaftNode(addr, [addr], tmp_path / "n", timing, secret=RaftSecret.generate())
     try:
         deadline = time.monotonic() + 20
         while restarted.state.reader().read(lambda kb: kb.to_dict()) != final:

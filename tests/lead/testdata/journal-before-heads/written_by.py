@@ -12,12 +12,13 @@ import time
 from pathlib import Path
 
 from qonnect_gitops.lead.raft import RaftNode, RaftTiming
+from qonnect_gitops.lead.raft_transport import RaftSecret
 from tests.kb.transitions import T0
 
 
 def main(data_dir: Path, addr: str = "127.0.0.1:28874") -> None:
     timing = RaftTiming(compaction_entries=6, compaction_seconds=3600)
-    node = RaftNode(addr, [addr], data_dir, timing)
+    node = RaftNode(addr, [addr], data_dir, timing, secret=RaftSecret.generate())
     while not node.is_leader():
         time.sleep(0.05)
     state = node.state
