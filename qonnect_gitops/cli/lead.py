@@ -83,6 +83,20 @@ def register(sub: Any) -> None:
                         help="seconds a request (or TLS handshake) may take to arrive (default 10)")
     parser.add_argument("--idle-timeout", type=float, default=HTTPLimits.idle_timeout,
                         help="seconds a keep-alive connection may stay idle (default 60)")
+    parser.add_argument("--anonymous-connections", type=int, default=HTTPLimits.anonymous_connections,
+                        help="open API connections without a valid token yet, at most; a new one past "
+                        "it closes the oldest (default 250; the rest of --max-connections is kept "
+                        "for connections that presented a token)")
+    parser.add_argument("--anonymous-per-client", type=int, default=HTTPLimits.anonymous_per_client,
+                        help="connections without a valid token from one source address (default 16)")
+    parser.add_argument("--anonymous-timeout", type=float, default=HTTPLimits.anonymous_timeout,
+                        help="seconds a connection without a valid token has to deliver each whole "
+                        "request, TLS handshake included (default 5)")
+    parser.add_argument("--anonymous-rate", type=float, default=HTTPLimits.anonymous_rate,
+                        help="requests without a valid token per second per source address (default "
+                        "50, bursts of --anonymous-burst, default 200); more get 429")
+    parser.add_argument("--anonymous-burst", type=float, default=HTTPLimits.anonymous_burst,
+                        help="burst of --anonymous-rate (default 200)")
     parser.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                         help="the API's event loop: uvloop where installed (auto, the default), "
                         "or the standard asyncio loop")
@@ -137,10 +151,16 @@ def _check_raft(args: argparse.Namespace) -> str | None:
 def run(args: argparse.Namespace) -> int:
     configure(args.log_level)
     problem = _check_raft(args) or _check_tls(args)
-    if problem is None and min(args.max_connections, args.http_workers, args.max_body) < 1:
-        problem = "--max-connections, --http-workers and --max-body must be at least 1"
-    if problem is None and min(args.read_timeout, args.idle_timeout, args.max_clock_skew) <= 0:
-        problem = "--read-timeout, --idle-timeout and --max-clock-skew must be positive"
+    if problem is None and min(args.max_connections, args.http_workers, args.max_body,
+                               args.anonymous_connections, args.anonymous_per_client) < 1:
+        problem = ("--max-connections, --http-workers, --max-body, --anonymous-connections and "
+                   "--anonymous-per-client must be at least 1")
+    if problem is None and min(args.read_timeout, args.idle_timeout, args.max_clock_skew,
+                               args.anonymous_timeout, args.anonymous_rate) <= 0:
+        problem = ("--read-timeout, --idle-timeout, --max-clock-skew, --anonymous-timeout and "
+                   "--anonymous-rate must be positive")
+    if problem is None and args.anonymous_burst < 1:
+        problem = "--anonymous-burst must be at least 1"
     if problem is not None:
         print(f"qonnect lead: {problem}", file=sys.stderr)
         return 2
@@ -179,7 +199,11 @@ def run(args: argparse.Namespace) -> int:
         event_loop=args.event_loop,
         http_limits=HTTPLimits(max_connections=args.max_connections, workers=args.http_workers,
                                read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
-                               max_body_bytes=args.max_body),
+                               max_body_bytes=args.max_body,
+                               anonymous_connections=args.anonymous_connections,
+                               anonymous_per_client=args.anonymous_per_client,
+                               anonymous_timeout=args.anonymous_timeout,
+                               anonymous_rate=args.anonymous_rate, anonymous_burst=args.anonymous_burst),
         goals_limits=goals_limits(args),
     )
     from qonnect_gitops.lead.process import run_lead

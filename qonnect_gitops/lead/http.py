@@ -217,21 +217,29 @@ class LeadAPI:
 
     def _principal(self, request: Request) -> Principal:
         """Who the bearer token belongs to; 401 without a valid one."""
-        header = request.headers.get("Authorization", "") or ""
-        scheme, _, token = header.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        token = _bearer(request)
+        if token is None:
             raise HTTPError(401, "a bearer token is required",
                             {"WWW-Authenticate": 'Bearer realm="qonnect"'})
+        principal = self._principal_of(token)
+        if principal is None:
+            raise HTTPError(401, "unknown token",
+                            {"WWW-Authenticate": 'Bearer realm="qonnect", error="invalid_token"'})
+        return principal
+
+    def _principal_of(self, token: str) -> Principal | None:
         principal = self.service.tokens.principal(token)
         if principal is None:
             # An agent token the leader issued to a pool cluster (cloud bursting).
             owner = self.service.kb.pool_token_owner(hash_token(token))
             principal = Principal(TokenKind.CLUSTER, owner) if owner else None
-        if principal is None:
-            raise HTTPError(401, "unknown token",
-                            {"WWW-Authenticate": 'Bearer realm="qonnect", error="invalid_token"'})
         return principal
+
+    def authenticated(self, request: Request) -> bool:
+        """Whether ``request`` carries a valid token of any kind (``AsyncHTTPServer``'s
+        ``authenticate``: its connection then stops counting as anonymous)."""
+        token = _bearer(request)
+        return token is not None and self._principal_of(token) is not None
 
     def _admin(self, request: Request) -> None:
         if self._principal(request).kind is not TokenKind.ADMIN:
@@ -597,6 +605,14 @@ def _summarise(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _bearer(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, or None."""
+    header = request.headers.get("Authorization", "") or ""
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
 def _json_object(raw: bytes) -> dict[str, Any]:
     doc = json.loads(raw or b"{}")
     return doc if isinstance(doc, dict) else {}
@@ -626,13 +642,23 @@ def serve(service: LeadService) -> AsyncHTTPServer:
     api = LeadAPI(service)
     server = AsyncHTTPServer(host.strip("[]") or "0.0.0.0", int(port), api, limits,
                              ssl_context=context, name="lead-http", inline=api.inline,
-                             event_loop=config.event_loop)
+                             event_loop=config.event_loop, authenticate=api.authenticated)
+    service.intake = server.intake
     metrics = service.metrics
     metrics.describe("qonnect_http_connections", "gauge", "Open HTTP connections.")
+    metrics.describe("qonnect_http_anonymous_connections", "gauge",
+                     "Open HTTP connections that have not presented a valid token.")
     metrics.describe("qonnect_http_connections_refused_total", "counter",
-                     "Connections refused (503) because --max-connections were open.")
-    metrics.gauges(lambda: [
-        ("qonnect_http_connections", {}, float(server.open_connections)),
-        ("qonnect_http_connections_refused_total", {}, float(server.refused_connections)),
-    ])
+                     "Connections turned away, by reason: full (503: authenticated connections fill "
+                     "--max-connections), evicted / evicted-client (an anonymous connection closed "
+                     "for a newer one), anonymous-timeout, anonymous-rate (429).")
+
+    def gauges() -> list[tuple[str, dict[str, str], float]]:
+        intake = server.intake()
+        return [("qonnect_http_connections", {}, float(intake.open)),
+                ("qonnect_http_anonymous_connections", {}, float(intake.anonymous)),
+                *(("qonnect_http_connections_refused_total", {"reason": reason.value}, float(c.count))
+                  for reason, c in intake.refused.items())]
+
+    metrics.gauges(gauges)
     return server

@@ -14,13 +14,14 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 from qonnect_gitops.kb import KnowledgeBase, iso
-from qonnect_gitops.lead.httpd import HTTPLimits
+from qonnect_gitops.lead.httpd import HTTPLimits, Intake
 from qonnect_gitops.lead.loop import MIRROR_DIR, LoopConfig, ReconcileLoop
 from qonnect_gitops.lead.metrics import Metrics
 from qonnect_gitops.lead.raft import ProposalError, RaftNode, RaftTiming, ReportBatcher
@@ -99,6 +100,9 @@ class LeadService:
         self.limiter = RateLimiter(config.report_rate, config.report_burst)
         self.batcher = ReportBatcher(self.node, window=config.batch_window)
         self.metrics = Metrics()
+        # The API server's connections and refusals (``lead.http.serve`` sets it): the
+        # typed signal that this lead cannot take reports (``Intake.saturated_since``).
+        self.intake: Callable[[], Intake] | None = None
         self._describe_metrics()
         self._stop = threading.Event()
         self._recorded_term = 0
@@ -202,6 +206,7 @@ class LeadService:
             },
             "loop": self.loop.status() if self.loop else None,
             "tokens": {"count": len(self.tokens), "fileError": self.tokens.last_error},
+            "http": self.intake().to_json() if self.intake is not None else None,
             "time": iso(now),
         }
 

@@ -109,6 +109,23 @@ def test_rate_limiter_bucket() -> None:
     assert RateLimiter.retry_after_header(2.1) == "3"
 
 
+def test_rate_limiter_keys_a_client_chooses_are_bounded() -> None:
+    """Keyed by source address, an attacker with many addresses cannot grow the buckets
+    without end: past ``max_keys`` refilled buckets go first, then the oldest half."""
+    now = [0.0]
+    limiter = RateLimiter(rate=1.0, burst=2, clock=lambda: now[0], max_keys=4)
+    for i in range(4):
+        assert limiter.acquire(f"10.0.0.{i}") == 0.0
+    now[0] = 10.0  # every bucket refilled: they are dropped for the new key
+    assert limiter.acquire("10.0.1.0") == 0.0
+    assert len(limiter) == 1
+    for i in range(10):
+        limiter.acquire(f"10.0.2.{i}")
+        limiter.acquire(f"10.0.2.{i}")  # spent: none of these refilled
+        assert len(limiter) <= 4
+    assert limiter.acquire("10.0.2.9") > 0  # the newest keys keep their state
+
+
 def test_report_model_bounds_and_vocabulary() -> None:
     ok = AgentReport.model_validate(report("edge-1"))
     assert ok.nodes[0].free_cpu == 2500 and ok.sync.state == "Ready"
