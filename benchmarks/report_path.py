@@ -35,7 +35,7 @@ from qonnect_gitops.kb import ReportVerdict
 from qonnect_gitops.kb.records import encode_entry
 from qonnect_gitops.lead.http import LeadAPI
 from qonnect_gitops.lead.httpd import Headers, Request, _encode
-from qonnect_gitops.lead.raft_transport import new_secret
+from qonnect_gitops.lead.raft.secret import new_secret
 from qonnect_gitops.lead.report_fast import record_of
 from qonnect_gitops.lead.service import LeadConfig, LeadService
 from qonnect_gitops.lead.tokens import create_tokens

@@ -11,8 +11,9 @@ from typing import Any
 
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.lead.httpd import EVENT_LOOPS, HTTPLimits
-from qonnect_gitops.lead.raft import RaftTiming
-from qonnect_gitops.lead.raft_transport import SECRET_FILE_ENV, RaftSecret, RaftSecretError, bind_address
+from qonnect_gitops.lead.raft.secret import SECRET_FILE_ENV, RaftSecret, RaftSecretError
+from qonnect_gitops.lead.raft.timing import RaftTiming
+from qonnect_gitops.lead.raft.transport import bind_address
 from qonnect_gitops.lead.service import LeadConfig
 from qonnect_gitops.logs import configure
 

@@ -24,7 +24,7 @@ from typing import Any
 from qonnect_gitops.demo.procs import Processes
 from qonnect_gitops.demo.template import PACKAGE, find_template
 from qonnect_gitops.gitstore.daemon import free_ports
-from qonnect_gitops.lead.raft_transport import new_secret
+from qonnect_gitops.lead.raft.secret import new_secret
 from qonnect_gitops.lead.tokens import create_token, read_only_subject
 
 FORGE_REPOSITORY = "demo/goals"

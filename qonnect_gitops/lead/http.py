@@ -51,7 +51,7 @@ from qonnect_gitops.lead.httpd import (
     Response,
     tls_context,
 )
-from qonnect_gitops.lead.raft import ProposalError
+from qonnect_gitops.lead.raft.errors import ProposalError
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.service import LeadService
 from qonnect_gitops.lead.tokens import TOKEN_PREFIX, Principal, TokenKind, hash_token
@@ -206,8 +206,8 @@ class LeadAPI:
             raise HTTPError(404, f"'{cluster}' is no cluster a pool created")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         try:
-            issued = service.node.propose(service.node.state.pool_token, cluster, hash_token(token),
-                                          time.time(), timeout=service.config.commit_timeout)
+            issued = service.node.commands.issue_pool_token(cluster, hash_token(token), time.time(),
+                                                            timeout=service.config.commit_timeout)
         except ProposalError as exc:
             raise HTTPError(503, f"token not committed ({exc.reason}); retry", {"Retry-After": "1"}) from None
         if not issued:
@@ -331,10 +331,9 @@ class LeadAPI:
         node = service.node
         term = service.kb.leader_term()
         try:
-            generation = node.propose(
-                node.state.plan, write.placements, write.reasons, write.reason,
-                write.goals_commit, term, time.time(), timeout=service.config.commit_timeout,
-            )
+            generation = node.commands.record_plan(write.placements, write.reasons, write.reason,
+                                                   write.goals_commit, term, time.time(),
+                                                   timeout=service.config.commit_timeout)
         except ProposalError as exc:
             raise HTTPError(503, f"plan not committed ({exc.reason}); retry",
                             {"Retry-After": "1"}) from None
@@ -358,7 +357,7 @@ class LeadAPI:
                             f"membership change not committed ({exc.reason})") from None
         if change.action == "remove":
             try:
-                service.node.propose(service.node.state.member_removed, change.raft, time.time())
+                service.node.commands.forget_member(change.raft, time.time())
             except ProposalError as exc:
                 log.warning("member_forget_failed", raft=change.raft, reason=exc.reason)
         log.info("membership_changed", action=change.action, raft=change.raft)

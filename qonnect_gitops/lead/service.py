@@ -24,8 +24,11 @@ from qonnect_gitops.kb import KnowledgeBase, iso
 from qonnect_gitops.lead.httpd import HTTPLimits, Intake
 from qonnect_gitops.lead.loop import MIRROR_DIR, LoopConfig, ReconcileLoop
 from qonnect_gitops.lead.metrics import Metrics
-from qonnect_gitops.lead.raft import ProposalError, RaftNode, RaftTiming, ReportBatcher
-from qonnect_gitops.lead.raft_transport import RaftSecret
+from qonnect_gitops.lead.raft.batcher import ReportBatcher
+from qonnect_gitops.lead.raft.errors import ProposalError
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.secret import RaftSecret
+from qonnect_gitops.lead.raft.timing import RaftTiming
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.tokens import TokenStore
 from qonnect_gitops.logs import get_logger, redact_url
@@ -43,7 +46,7 @@ class LeadConfig:
     peers: tuple[str, ...]
     http: str
     data_dir: Path
-    # The group's shared secret: every Raft frame is sealed with it (lead/raft_transport.py).
+    # The group's shared secret: every Raft frame is sealed with it (lead/raft/transport.py).
     raft_secret_file: Path
     # Where the Raft port listens when that is not ``raft``'s host (NAT, containers).
     raft_bind: str | None = None
@@ -254,7 +257,7 @@ class LeadService:
         if not leading and self.loop is not None:
             self.loop.set_leading(False, term)  # at once: a cycle in flight must not publish
         if leading and term > self._recorded_term:
-            node.propose(node.state.leader, self.config.node_id, term, time.time(), timeout=2.0)
+            node.commands.record_leader(self.config.node_id, term, time.time(), timeout=2.0)
             self._recorded_term = term
             log.info("leader_elected", id=self.config.node_id, term=term)
         if leading and term == self._recorded_term and self.loop is not None:
@@ -265,8 +268,8 @@ class LeadService:
         mine = self.kb.read(lambda kb: kb.members.get(cfg.node_id))
         wanted = {"raft": cfg.raft, "http": cfg.advertised, "url": cfg.url}
         if mine != wanted and node.leader_addr() is not None:
-            node.propose(node.state.member, cfg.node_id, cfg.raft, cfg.advertised, cfg.url,
-                         time.time(), timeout=2.0)
+            node.commands.register_member(cfg.node_id, cfg.raft, cfg.advertised, cfg.url, time.time(),
+                                          timeout=2.0)
 
     def poll_goals_once(self) -> str | None:
         """One fetch-validate-record round, folded into the loop: a full cycle on the

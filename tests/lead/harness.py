@@ -22,7 +22,7 @@ from typing import Any
 
 import pygit2
 
-from qonnect_gitops.lead.raft_transport import new_secret
+from qonnect_gitops.lead.raft.secret import new_secret
 from qonnect_gitops.lead.tokens import ADMIN, create_token, create_tokens, read_only_subject
 from tests.load import scaled
 from tests.ports import free_ports

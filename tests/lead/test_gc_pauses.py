@@ -12,8 +12,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from qonnect_gitops.kb import KnowledgeBase, heartbeat_from_goals, inventory_from_goals, workloads_from_goals
-from qonnect_gitops.lead.raft import GC_THRESHOLDS, GcPauses, RaftNode
-from qonnect_gitops.lead.raft_transport import RaftSecret
+from qonnect_gitops.lead.raft.collector import GC_THRESHOLDS, GcPauses
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.secret import RaftSecret
 from qonnect_gitops.model import CurrentPlacement, ParseCache, load_goals
 from qonnect_gitops.placement import plan
 from qonnect_gitops.render import render
@@ -139,7 +140,7 @@ def test_young_generations_at_their_normal_largest_are_collected_not_frozen() ->
     own), so a lead under load never freezes its cyclic garbage, which frozen would never
     be collected. Checked by keeping alive twice the bound's worth of objects while the
     collector runs as the lead runs it."""
-    from qonnect_gitops.lead.raft import FREEZE_YOUNG_ABOVE
+    from qonnect_gitops.lead.raft.collector import FREEZE_YOUNG_ABOVE
 
     young, middle, _ = GC_THRESHOLDS
     assert young * (middle + 1) < FREEZE_YOUNG_ABOVE

@@ -22,17 +22,12 @@ from qonnect_gitops.kb import KnowledgeBase, ReportEntry, ReportRecord
 from qonnect_gitops.kb.records import encode_entry, pack_entries, unpack_entries
 from qonnect_gitops.lead.http import parse_json, parse_report, report_record
 from qonnect_gitops.lead.httpd import HTTPError
-from qonnect_gitops.lead.raft import (
-    FREEZE_YOUNG_ABOVE,
-    MAX_PROPOSED_BATCHES,
-    GcPauses,
-    RaftNode,
-    ReplicatedKB,
-    ReportBatcher,
-    TickGaps,
-    young_objects,
-)
-from qonnect_gitops.lead.raft_transport import RaftSecret
+from qonnect_gitops.lead.raft.batcher import ReportBatcher
+from qonnect_gitops.lead.raft.collector import FREEZE_YOUNG_ABOVE, GcPauses, young_objects
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.secret import RaftSecret
+from qonnect_gitops.lead.raft.state import MAX_PROPOSED_BATCHES, ReplicatedKB
+from qonnect_gitops.lead.raft.timing import TickGaps
 from qonnect_gitops.lead.tokens import TokenStore, create_tokens
 from qonnect_gitops.model.report import AgentReport, _quantity_units
 from tests.lead.harness import report
@@ -233,7 +228,7 @@ def test_an_entry_larger_than_one_append_message_reaches_every_lead(tmp_path: Pa
         entries = [ReportEntry(body["cluster"], 1e9 + i, ReportRecord.from_report(
             parse_report(json.dumps(body).encode())), 0.0) for i, body in enumerate(bodies)]
         assert len(pickle.dumps(entries)) > 2**16 * 4
-        leader.propose(leader.state.reports, entries, timeout=10)
+        leader.propose(10, leader.state.reports, entries)  # the list form: no Commands method sends it
         _wait_all_hold(nodes, 300)  # within far less than a compaction would take
 
 
@@ -343,7 +338,7 @@ def test_raft_pickles_bytes_as_bytes_and_reads_what_older_leads_pickled() -> Non
     what a lead of an older version pickled at 2."""
     import pysyncobj.pickle as pysyncobj_pickle
 
-    from qonnect_gitops.lead.raft import RAFT_PICKLE_PROTOCOL
+    from qonnect_gitops.lead.raft.pickling import RAFT_PICKLE_PROTOCOL
 
     batch = pack_entries([encode_entry(e) for e in _entries(20)])
     command = pysyncobj_pickle.dumps((0, (batch,), {}))

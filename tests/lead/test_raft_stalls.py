@@ -12,8 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from qonnect_gitops.lead.raft import RaftNode, RaftTiming
-from qonnect_gitops.lead.raft_transport import RaftSecret
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.secret import RaftSecret
+from qonnect_gitops.lead.raft.timing import RaftTiming
 from tests.ports import free_ports
 
 

@@ -1,4 +1,4 @@
-"""The Raft port (lead/raft_transport.py): bound to the address given; nothing a peer sends
+"""The Raft port (lead/raft/transport.py): bound to the address given; nothing a peer sends
 is decoded before its frame's MAC checks under the group's secret; frames are bound to
 their connection and numbered; a key holder's frames build no class but the log's data;
 connections that have not authenticated are bounded; the secret rotates without a gap."""
@@ -19,18 +19,11 @@ from typing import Any
 import pytest
 
 from qonnect_gitops.kb.records import WorkloadRecord
-from qonnect_gitops.lead.raft import RaftNode, RaftTiming
-from qonnect_gitops.lead.raft_transport import (
-    RAFT_MESSAGE_LEVEL,
-    FrameGuard,
-    FrameLimits,
-    FrameRefusal,
-    FrameRefused,
-    RaftSecret,
-    RaftSecretError,
-    new_secret,
-    restricted_loads,
-)
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.pickling import restricted_loads
+from qonnect_gitops.lead.raft.secret import RaftSecret, RaftSecretError, new_secret
+from qonnect_gitops.lead.raft.timing import RaftTiming
+from qonnect_gitops.lead.raft.transport import RAFT_MESSAGE_LEVEL, FrameGuard, FrameLimits, FrameRefusal, FrameRefused
 from qonnect_gitops.model.status import SyncState
 from tests.lead.harness import LeadGroup, report
 from tests.load import scaled
@@ -118,24 +111,12 @@ def _kb_view(group: LeadGroup) -> list[dict[str, Any]]:
     return views
 
 
-@pytest.fixture(scope="module")
-def group(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LeadGroup]:
-    group = LeadGroup(tmp_path_factory.mktemp("raft-port"))
-    group.start_all()
-    try:
-        leader = group.wait_leader()
-        group.wait_until(lambda: (group.status(leader) or {}).get("goals", {}).get("lastGood"),
-                         what="goals loaded")
-        yield group
-    finally:
-        group.stop()
-
-
-def test_a_non_member_can_neither_run_code_nor_change_anything(group: LeadGroup, tmp_path: Path) -> None:
+def test_a_non_member_can_neither_run_code_nor_change_anything(api_group: LeadGroup, tmp_path: Path) -> None:
     """A pickle that would create a file when unpickled, sent to every lead's Raft port as
     pysyncobj frames it, sealed under another secret, and garbage: each connection is
     closed, nothing runs, the group keeps its leader, term and Knowledge Base, and each
     lead counts what it refused."""
+    group = api_group
     marker = tmp_path / "ran"
     before = _kb_view(group)
     payload = pickle.dumps(_Marker(marker))
@@ -164,11 +145,11 @@ def test_a_non_member_can_neither_run_code_nor_change_anything(group: LeadGroup,
     assert not marker.exists()
 
 
-def test_the_raft_port_listens_on_the_address_given_only(group: LeadGroup) -> None:
+def test_the_raft_port_listens_on_the_address_given_only(api_group: LeadGroup) -> None:
     """Started with ``--raft 127.0.0.1:P``, a lead listens on 127.0.0.1 alone: not on the
     wildcard, so not on the host's other addresses (127.0.0.2 stands for them: a socket
     bound to 0.0.0.0 answers there, one bound to 127.0.0.1 does not)."""
-    for lead in group.leads:
+    for lead in api_group.leads:
         port = int(lead.raft.rsplit(":", 1)[1])
         assert _listening(port) == ["127.0.0.1"], (lead.node_id, _listening(port))
         with pytest.raises(ConnectionRefusedError):
@@ -335,8 +316,8 @@ def test_the_secret_rotates_without_a_gap_and_a_wrong_one_fails_closed(tmp_path:
         def commits(step: str) -> None:
             leader = _until_leader(nodes)
             # Committed, or ProposalError: the answer itself does not matter.
-            leader.propose(leader.state.member, step, "10.0.0.9:7001", "10.0.0.9:8080", "http://x",
-                           time.time(), timeout=scaled(5))
+            leader.commands.register_member(step, "10.0.0.9:7001", "10.0.0.9:8080", "http://x", time.time(),
+                                            timeout=scaled(5))
             for node in nodes:
                 assert node.guard.refusals(FrameRefusal.BAD_MAC) == 0, step
 

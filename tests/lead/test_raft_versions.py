@@ -12,8 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qonnect_gitops.lead.raft import BRANCH_HEADS_VERSION, CODE_VERSION, RaftNode, RaftTiming
-from qonnect_gitops.lead.raft_transport import RaftSecret
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.secret import RaftSecret
+from qonnect_gitops.lead.raft.state import BRANCH_HEADS_VERSION, CODE_VERSION
+from qonnect_gitops.lead.raft.timing import RaftTiming
 from tests.ports import _claim, free_ports
 
 BEFORE_HEADS = Path(__file__).parent / "testdata" / "journal-before-heads"
@@ -51,7 +53,7 @@ def test_a_lone_lead_enables_the_heads_and_replays_them_after_a_restart(tmp_path
         assert node.code_version() == 0  # a new group starts at version 0
         assert node.enable_code_version() == CODE_VERSION  # a lone lead: no member holds it back
         assert node.code_version() == CODE_VERSION
-        assert node.propose(node.state.branch_heads, {"edge-1": "a" * 40}, node.term())
+        assert node.commands.record_branch_heads({"edge-1": "a" * 40}, node.term())
     finally:
         node.destroy()
     restarted = RaftNode(addr, [addr], tmp_path / "n", RaftTiming(), secret=RaftSecret.generate())
@@ -102,7 +104,7 @@ def test_a_journal_and_dump_written_before_the_heads_replay(tmp_path: Path) -> N
     try:
         _restored(node, expected, "the old journal and dump")
         assert node.enable_code_version() == CODE_VERSION
-        assert node.propose(node.state.branch_heads, {"edge-1": "b" * 40}, node.term())
+        assert node.commands.record_branch_heads({"edge-1": "b" * 40}, node.term())
         expected.update(branchHeads={"edge-1": "b" * 40}, branchHeadsTerm=node.term())
     finally:
         node.destroy()

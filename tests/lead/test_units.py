@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
-from qonnect_gitops.lead.raft_transport import new_secret
+from qonnect_gitops.lead.raft.secret import new_secret
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.tokens import (
     ADMIN,

@@ -8,12 +8,11 @@ pysyncobj's TCP transport as the lead runs it (tests/lead/test_raft_transport.py
   of this host's (NAT, a container whose DNS name is published after it starts).
 * **Every frame sealed with the group's secret.** A frame is a length and a Fernet token
   (``cryptography``: AES-128-CBC, then HMAC-SHA256 over all of it, encrypt-then-MAC) of the
-  zlib-compressed pickle of one message: pysyncobj's ``password`` option, keyed here with
-  HKDF from a secret file (``RaftSecret``) instead of its PBKDF2 of a password under a
-  fixed salt. ``GuardedConnection`` checks the MAC of a whole frame before one byte of it is
-  decrypted, decompressed or unpickled; a frame that fails closes the connection. The
-  first secret of the file seals, every one opens: a secret is rotated without a
-  moment where two leads cannot talk (docs/operations-leads.md).
+  zlib-compressed pickle of one message: pysyncobj's ``password`` option, keyed with the
+  group's secret (lead/raft/secret.py) instead of its PBKDF2 of a password under a fixed
+  salt. ``GuardedConnection`` checks the MAC of a whole frame before one byte of it is
+  decrypted, decompressed or unpickled (lead/raft/pickling.py: only the log's data
+  types); a frame that fails closes the connection.
 * **A connection's frames are its own.** pysyncobj's handshake has each side send a
   random 32-byte key and every later frame carry the key its receiver chose, so a frame
   recorded on another connection is refused; each frame also carries its number on the
@@ -25,64 +24,39 @@ pysyncobj's TCP transport as the lead runs it (tests/lead/test_raft_transport.py
   ``FrameLimits.handshake_bytes``, must finish within ``handshake_seconds``, and at most
   ``unauthenticated`` such connections are open at once, ``unauthenticated_per_host`` from
   one address; a member's frames are bounded too (``frame_bytes``, ``message_bytes``).
-* **A key holder cannot run code in a lead.** Everything pysyncobj unpickles (messages,
-  the log's commands, full dumps, the journal's header) goes through ``restricted_loads``,
-  which builds only the data types the replicated log carries (``replicated_class``: the
-  records and enums of the model and the KB, pysyncobj's nodes). A sealed frame naming
-  any other global is refused like a forged one.
 
 What is refused is counted by reason (``FrameRefusal``) in ``FrameGuard.snapshot()``,
-which ``/v1/status`` shows as ``raft.transport``, and logged at most once per reason
-every ``LOG_EVERY`` seconds.
+which ``/v1/status`` shows as ``self.transport``, and logged at most once per reason
+every ``LOG_EVERY`` seconds. The secret file is watched for rotation.
 """
 
 from __future__ import annotations
 
-import base64
-import dataclasses
-import enum
 import hmac
-import importlib
-import io
-import os
-import pickle
-import secrets
 import socket
 import struct
 import threading
 import time
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
-from pathlib import Path
-from typing import Any, BinaryIO
+from typing import Any
 
-import msgspec
-import pydantic
-import pysyncobj.journal as pysyncobj_journal  # type: ignore[import-untyped]
 import pysyncobj.pickle as pysyncobj_pickle  # type: ignore[import-untyped]
 import pysyncobj.tcp_server as pysyncobj_tcp_server  # type: ignore[import-untyped]
 import pysyncobj.transport as pysyncobj_transport  # type: ignore[import-untyped]
 import pysyncobj.utility as pysyncobj_utility  # type: ignore[import-untyped]
-from cryptography.fernet import Fernet, InvalidToken
-from cryptography.hazmat.primitives import hashes
-from cryptography.hazmat.primitives.kdf.hkdf import HKDF
+from cryptography.fernet import InvalidToken
 from pysyncobj.monotonic import monotonic as pysyncobj_clock  # type: ignore[import-untyped]
-from pysyncobj.node import Node, TCPNode  # type: ignore[import-untyped]
 from pysyncobj.tcp_connection import CONNECTION_STATE, TcpConnection  # type: ignore[import-untyped]
 
+from qonnect_gitops.lead.raft.pickling import ForbiddenGlobal, restricted_loads
+from qonnect_gitops.lead.raft.secret import RaftSecret, RaftSecretError, file_stamp
 from qonnect_gitops.logs import get_logger
 
 log = get_logger(__name__)
 
-SECRET_FILE_ENV = "QONNECT_RAFT_SECRET_FILE"
-# A secret is a line of at least this many characters (``new_secret`` makes 64): the keys
-# are derived from it with HKDF, which adds no work factor, so it must be random.
-MIN_SECRET_CHARS = 32
-MAX_SECRETS = 8
-_HKDF_INFO = b"qonnect-gitops raft frames v1"
-_FINGERPRINT_INFO = b"qonnect-gitops raft key fingerprint v1"
 # zlib level of the messages between leads (pysyncobj hard-codes 3). An entry of 30 reports
 # is an 8.6 KB message, compressed once per follower: level 3 took about 100 us, level 1
 # about 60 us for the same 940 bytes (loaded machine, best of 7). Level 0 (stored) took
@@ -93,10 +67,6 @@ _LENGTH = struct.Struct("i")
 # How often a lead looks whether its secret file changed (a rotation), at most.
 SECRET_RECHECK_SECONDS = 1.0
 LOG_EVERY = 10.0
-
-
-class RaftSecretError(ValueError):
-    """The Raft secret file is missing, unreadable or holds no usable secret."""
 
 
 class FrameRefusal(StrEnum):
@@ -110,70 +80,6 @@ class FrameRefusal(StrEnum):
     HANDSHAKE_TIMEOUT = "handshake-timeout"  # did not show the secret within handshake_seconds
     TOO_MANY_UNAUTHENTICATED = "too-many-unauthenticated"  # over the cap of such connections
     NO_KEY = "no-key"  # a connection without the group's keys (never decodes anything)
-
-
-def new_secret() -> str:
-    """A fresh random secret: 64 URL-safe characters (384 bits). For the demo, the tests
-    and ``docs/operations-leads.md``'s ``python -c`` line."""
-    return secrets.token_urlsafe(48)
-
-
-def _derive(secret: bytes, info: bytes) -> bytes:
-    return HKDF(algorithm=hashes.SHA256(), length=32, salt=None, info=info).derive(secret)
-
-
-@dataclass(frozen=True)
-class RaftSecret:
-    """The group's secrets: the first seals what this lead sends, every one opens what it
-    receives. ``fingerprints`` name them without revealing them (the same secret has the
-    same fingerprint on every lead: compare them during a rotation)."""
-
-    keys: tuple[Fernet, ...]
-    fingerprints: tuple[str, ...]
-    path: Path | None = None
-
-    @classmethod
-    def from_lines(cls, lines: Iterable[str], origin: str = "<secret>",
-                   path: Path | None = None) -> RaftSecret:
-        """Secrets from lines of text: one per line, blank lines and ``#`` comments skipped.
-        Raises ``RaftSecretError`` naming ``origin:line`` and what is expected."""
-        found: list[bytes] = []
-        for number, raw in enumerate(lines, start=1):
-            line = raw.strip()
-            if not line or line.startswith("#"):
-                continue
-            if len(line) < MIN_SECRET_CHARS:
-                raise RaftSecretError(
-                    f"{origin}:{number}: a secret of {len(line)} characters; expected at least "
-                    f"{MIN_SECRET_CHARS} random characters (make one with: python3 -c "
-                    "'import secrets; print(secrets.token_urlsafe(48))')")
-            if any(ord(c) < 0x21 or ord(c) == 0x7F for c in line):
-                raise RaftSecretError(f"{origin}:{number}: a secret holds spaces or control "
-                                      "characters; expected one secret per line")
-            found.append(line.encode())
-        if not found:
-            raise RaftSecretError(f"{origin}: no secret; expected one secret per line (the first "
-                                  "seals, every one is accepted)")
-        if len(found) > MAX_SECRETS:
-            raise RaftSecretError(f"{origin}: {len(found)} secrets; at most {MAX_SECRETS}")
-        keys = tuple(Fernet(base64.urlsafe_b64encode(_derive(s, _HKDF_INFO))) for s in found)
-        prints = tuple(_derive(s, _FINGERPRINT_INFO).hex()[:12] for s in found)
-        return cls(keys, prints, path)
-
-    @classmethod
-    def load(cls, path: Path) -> RaftSecret:
-        """The secrets of a file; ``RaftSecretError`` if it cannot be read or holds none."""
-        try:
-            text = path.read_text(encoding="utf-8")
-        except (OSError, UnicodeDecodeError) as exc:
-            reason = exc.strerror if isinstance(exc, OSError) else "not UTF-8 text"
-            raise RaftSecretError(f"{path}: cannot read the Raft secret file: {reason}") from None
-        return cls.from_lines(text.splitlines(), str(path), path)
-
-    @classmethod
-    def generate(cls) -> RaftSecret:
-        """A one-off secret held only in memory (a group of nodes in one process)."""
-        return cls.from_lines([new_secret()])
 
 
 @dataclass(frozen=True)
@@ -222,7 +128,7 @@ class FrameGuard:
         self._clock = clock
         self._lock = threading.Lock()
         self._refusals: dict[FrameRefusal, _Refusals] = {}
-        self._stamp = _file_stamp(secret.path)
+        self._stamp = file_stamp(secret.path)
         self._checked_at = time.monotonic()
         self.reloads = 0
 
@@ -306,7 +212,7 @@ class FrameGuard:
         if path is None or now - self._checked_at < SECRET_RECHECK_SECONDS:
             return False
         self._checked_at = now
-        stamp = _file_stamp(path)
+        stamp = file_stamp(path)
         if stamp == self._stamp:
             return False
         self._stamp = stamp
@@ -322,102 +228,6 @@ class FrameGuard:
         log.info("raft_secret_reloaded", sealing=fresh.fingerprints[0],
                  accepted=",".join(fresh.fingerprints))
         return True
-
-
-def _file_stamp(path: Path | None) -> tuple[int, int, int] | None:
-    if path is None:
-        return None
-    try:
-        st = os.stat(path)
-    except OSError:
-        return None
-    return (st.st_mtime_ns, st.st_size, st.st_ino)
-
-
-# ---------------------------------------------------------------------- unpickling
-
-# Where the classes the replicated log and the full dumps carry live, besides plain data
-# (dicts, lists, tuples, sets, strings, bytes, numbers): the records of the Knowledge
-# Base's commands and the enums inside them. Both packages hold data types only (the pure
-# model, and the KB, which does no I/O), so building one of their records runs no code
-# that touches anything outside the object.
-DATA_PACKAGES = ("qonnect_gitops.model", "qonnect_gitops.kb")
-# pysyncobj's own: the nodes in its membership entries and full dumps.
-PYSYNCOBJ_CLASSES: tuple[type, ...] = (TCPNode, Node)
-
-
-def replicated_class(module: str, name: str) -> Any:
-    """The class ``module.name`` a pickle of the log may build, or None: an enum, a
-    msgspec record, a dataclass or a pydantic model of ``DATA_PACKAGES``, or one of
-    ``PYSYNCOBJ_CLASSES``. Nothing with a constructor of consequence (a server, a store,
-    a thread) qualifies, and no module outside those packages is imported."""
-    for cls in PYSYNCOBJ_CLASSES:
-        if (cls.__module__, cls.__qualname__) == (module, name):
-            return cls
-    if not any(module == package or module.startswith(package + ".") for package in DATA_PACKAGES):
-        return None
-    try:
-        found: Any = importlib.import_module(module)
-        for part in name.split("."):
-            found = getattr(found, part)
-    except (ImportError, AttributeError):
-        return None
-    if not isinstance(found, type) or found.__module__ != module:
-        return None
-    if issubclass(found, (enum.Enum, msgspec.Struct, pydantic.BaseModel)) or dataclasses.is_dataclass(found):
-        return found
-    return None
-
-
-def _latin1(text: str, encoding: str = "latin1") -> bytes:
-    """How pickle protocol 2 (journals and dumps written before protocol 4) spells bytes:
-    ``_codecs.encode(text, "latin1")``. Only that codec."""
-    if encoding not in ("latin1", "latin-1") or not isinstance(text, str):
-        raise ForbiddenGlobal("_codecs.encode with another codec")
-    return text.encode("latin1")
-
-
-_BUILTINS: dict[tuple[str, str], Any] = {
-    # Protocol 2 names the module __builtin__ and spells sets and bytes with globals.
-    **{(module, "set"): set for module in ("builtins", "__builtin__")},
-    **{(module, "frozenset"): frozenset for module in ("builtins", "__builtin__")},
-    ("_codecs", "encode"): _latin1,
-}
-
-
-class ForbiddenGlobal(pickle.UnpicklingError):
-    """A pickle names a global the replicated log never carries."""
-
-
-# (module, name) -> what it resolved to: every report batch's records name the same few.
-_RESOLVED: dict[tuple[str, str], Any] = {}
-
-
-class _Unpickler(pickle.Unpickler):
-    def find_class(self, module: str, name: str) -> Any:
-        key = (module, name)
-        found = _RESOLVED.get(key)
-        if found is None:
-            found = _BUILTINS.get(key) or replicated_class(module, name)
-            if found is None:
-                raise ForbiddenGlobal(f"{module}.{name}"[:200])
-            if len(_RESOLVED) < 1024:
-                _RESOLVED[key] = found
-        return found
-
-
-def restricted_loads(data: bytes | bytearray | memoryview | str) -> Any:
-    """Unpickle ``data`` building no class but those ``replicated_class`` allows
-    (``ForbiddenGlobal`` otherwise). Replaces ``pysyncobj.pickle.loads``, whose fallback to the pure-Python
-    unpickler for Python 2 pickles is not needed."""
-    if isinstance(data, str):
-        data = data.encode("utf-8")
-    return _Unpickler(io.BytesIO(data)).load()
-
-
-def restricted_load(file: BinaryIO) -> Any:
-    """``restricted_loads`` of a file (pysyncobj's full dump)."""
-    return _Unpickler(file).load()
 
 
 # ---------------------------------------------------------------------- connections
@@ -601,13 +411,10 @@ def bind_address(raft: str, bind: str | None = None) -> str:
 
 
 def install() -> None:
-    """Make pysyncobj use the guarded connection everywhere it opens one, and the
-    restricted unpickler everywhere it unpickles. Idempotent; done at import."""
+    """Make pysyncobj use the guarded connection everywhere it opens one. Idempotent;
+    done at import."""
     for module in (pysyncobj_tcp_server, pysyncobj_transport, pysyncobj_utility):
         module.TcpConnection = GuardedConnection
-    pysyncobj_pickle.loads = restricted_loads
-    pysyncobj_pickle.load = restricted_load
-    pysyncobj_journal.loads = restricted_loads
 
 
 install()
