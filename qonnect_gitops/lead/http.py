@@ -643,6 +643,10 @@ def serve(service: LeadService) -> AsyncHTTPServer:
                              ssl_context=context, name="lead-http", inline=api.inline,
                              event_loop=config.event_loop, authenticate=api.authenticated)
     service.intake = server.intake
+    if service.loop is not None:
+        # Refused for want of room within a grace: some silence may be this lead's own.
+        service.loop.observer_impaired = lambda: server.intake().saturated_since(
+            service.kb.read(lambda kb: kb.grace_seconds))
     metrics = service.metrics
     metrics.describe("qonnect_http_connections", "gauge", "Open HTTP connections.")
     metrics.describe("qonnect_http_anonymous_connections", "gauge",

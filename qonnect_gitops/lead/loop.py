@@ -49,7 +49,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -144,6 +144,10 @@ class ReconcileLoop:
         self.node = node
         self.kb = kb
         self.metrics = metrics
+        # Whether this lead could not take reports lately (its API refused connections for
+        # want of room): silence is then no evidence, and no silent cluster fails over.
+        # The service sets it once its API server runs (``lead.http.serve``).
+        self.observer_impaired: Callable[[], bool] = lambda: False
         self.config = config
         self.poll_seconds = config.poll_seconds
         self.reschedule_seconds = config.reschedule_seconds
@@ -385,13 +389,19 @@ class ReconcileLoop:
 
     def _observe(self, now: datetime) -> Any:
         def observe(goals: Goals) -> Observed:
-            return self.latency_hold.apply(self.kb.snapshot(now), self._envelopes)
+            return self.latency_hold.apply(self._snapshot(now), self._envelopes)
         return observe
 
     def _liveness(self, now: datetime) -> Any:
         def observe(goals: Goals) -> Observed:
-            return liveness_only(self.kb.snapshot(now))
+            return liveness_only(self._snapshot(now))
         return observe
+
+    def _snapshot(self, now: datetime) -> Observed:
+        impaired = self.observer_impaired()
+        if impaired:
+            log.warning("evictions_paused", why="this lead refused connections for want of room lately")
+        return self.kb.snapshot(now, observer_impaired=impaired)
 
     # -------------------------------------------------------- KB records
 
