@@ -271,6 +271,7 @@ class Agent:
         self._components: tuple[SyncResult, tuple[ComponentHealth, ...]] | None = None
         self._submitted = -1e9
         self._beat = threading.Event()  # wakes the heartbeat thread (interval changed, stopping)
+        self._reporting = threading.Lock()  # a pass's report and a heartbeat are handed over in order
         self._announced: int | None = None  # newest generation a lead announced
         # Git polls and the leads' hints (see the module docstring): the head the last
         # successful poll returned and when (monotonic), the latest valid hint and when it
@@ -300,10 +301,13 @@ class Agent:
                     self._phase = "health"
                     self._wait_health(result, wait)
                 self._phase = "report"
-                self._finish(result)
+                report = self._finish(result)
                 result.seconds = time.monotonic() - start
                 self.metrics.set("qonnect_agent_sync_duration_seconds", result.seconds)
-                self.last = result
+                with self._reporting:  # a heartbeat built before this result must not be sent after it
+                    self.last, self._running = result, None
+                    if report is not None:
+                        self._submit(report)
             finally:
                 self._running = None
             return result
@@ -714,7 +718,8 @@ class Agent:
             self._observe(result, Inventory(), self.revision)
             self._settle(result)
 
-    def _finish(self, result: SyncResult) -> None:
+    def _finish(self, result: SyncResult) -> AgentReport | None:
+        """Count and log the pass; its report for the leads (None without leads)."""
         self.metrics.set("qonnect_agent_last_sync_timestamp_seconds", time.time())
         self.metrics.inc("qonnect_agent_syncs_total", result=result.reason)
         log.info("sync_done", cluster=self.cfg.cluster, commit=(result.commit or "")[:12], state=result.state,
@@ -722,9 +727,10 @@ class Agent:
                  pruned=len(result.pruned.deleted), failed=sum(r.action == Action.FAILED for r in result.objects))
         if self.reporter is not None:
             try:
-                self._submit(self.build_report(result))
+                return self.build_report(result)
             except Exception as exc:  # noqa: BLE001 - never let a report problem stop syncing
                 log.error("report_build_failed", error=str(exc))
+        return None
 
     # ------------------------------------------------------------ report
 
@@ -740,18 +746,16 @@ class Agent:
         the first pass has ended or run for a report interval (nothing known yet)."""
         last, running, unanswered = self.last, self._running, self.kube.unanswered
         long_for = None
-        current: SyncResult | None = None
-        if running is not None:
-            current = running[1]
-            age = time.monotonic() - running[0]
-            long_for = age if age >= self.report_interval else None
+        current: SyncResult | None = None  # the pass under way, when the heartbeat speaks of it
+        if running is not None and time.monotonic() - running[0] >= self.report_interval:
+            long_for, current = time.monotonic() - running[0], running[1]
         if last is None and long_for is None and unanswered is None:
             return None
         status = heartbeat_status(_status_of(last, self.source_stale_since) if last else None, long_for,
                                   self._phase, unanswered.message if unanswered else None,
                                   self.kube.unanswered_for())
-        if long_for is None and unanswered is None and current is not None and current.commit is None:
-            current = None  # a short pass: the report is the last pass's
+        # What runs and what is attempted: the pass under way knows them once it read the
+        # inventory and the head; until then, the last pass's.
         applied = (current.applied if current else None) or (last.applied if last else None)
         attempted = (current.commit if current else None) or (last.commit if last else None)
         return self._report(last, status, applied, attempted)
@@ -927,18 +931,18 @@ class Agent:
                 if failures:
                     interval = min(cfg.interval * 2 ** min(failures - 1, 5), max(cfg.interval, 300.0))
                 interval *= 1 + random.uniform(-cfg.jitter, cfg.jitter)
-                deadline = time.monotonic() + interval
                 now = time.monotonic()
-                if now >= next_drift:
-                    full = True
-                    next_drift = now + cfg.drift_interval
-                    continue
-                if self.wake.wait(max(0.01, min(deadline, next_drift) - now)):
+                # Sleep until the next poll or drift check, or until woken (a lead's newer
+                # generation, a webhook, the API server answering again).
+                if now < next_drift and self.wake.wait(max(0.01, min(now + interval, next_drift) - now)):
                     self.wake.clear()
+                if time.monotonic() >= next_drift:
+                    full = True
+                    next_drift = time.monotonic() + cfg.drift_interval
         finally:
             self._beat.set()
             for thread in threads:
-                thread.join(timeout=cfg.api_timeout + 5)
+                thread.join(timeout=2.0)  # daemons: one mid-read (bounded by --api-timeout) is left to end
             if self.reporter:
                 self.reporter.stop()
             for server in servers:
@@ -955,17 +959,17 @@ class Agent:
                 self._beat.wait(due - now)
                 self._beat.clear()
                 continue
-            try:
-                report = self.heartbeat_report()
-            except Exception as exc:  # noqa: BLE001 - the heartbeat must outlive any bad state
-                log.error("heartbeat_failed", error=str(exc))
-                report = None
-            if report is None:
-                self._submitted = now  # nothing known yet: look again in an interval
-                continue
-            self._submit(report)
+            with self._reporting:
+                try:
+                    report = self.heartbeat_report()
+                except Exception as exc:  # noqa: BLE001 - the heartbeat must outlive any bad state
+                    log.error("heartbeat_failed", error=str(exc))
+                    report = None
+                if report is None:
+                    self._submitted = now  # nothing known yet: look again in an interval
+                    continue
+                self._submit(report)
             self.metrics.inc("qonnect_agent_heartbeats_total")
-            self.metrics.set("qonnect_agent_api_answering", 0.0 if self.kube.unanswered else 1.0)
 
     def _signal_loop(self) -> None:
         """Between passes, read the signals reports carry every report interval; while the API
@@ -973,8 +977,10 @@ class Agent:
         it answers again (the passes back off while it is away)."""
         while not self.stopping.wait(self.report_interval):
             try:
+                self.metrics.set("qonnect_agent_api_answering", 0.0 if self.kube.unanswered else 1.0)
                 if self.kube.unanswered is not None:
-                    if self.kube.probe():
+                    last = self.last
+                    if self.kube.probe() and last is not None and last.reason == SyncReason.API_UNAVAILABLE:
                         log.info("api_answering_again", cluster=self.cfg.cluster)
                         self.wake.set()
                     continue

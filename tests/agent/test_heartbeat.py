@@ -169,3 +169,34 @@ def test_a_pass_against_an_api_server_that_never_answers_ends_within_the_timeout
     # knows what the interrupted pass may have created).
     ok = agent.sync()
     assert ok.state == "Ready" and ok.applied is not None and ok.applied.generation == 3, ok.message
+
+
+def test_what_a_heartbeat_says():
+    from qonnect_gitops.agent.agent import heartbeat_status
+    from qonnect_gitops.model.status import SyncStatus
+
+    ready = SyncStatus(state="Ready", reason="ReconciliationSucceeded", message="applied abc")
+    refused = SyncStatus(state="Stalled", reason="PruneLimitExceeded", message="removes 3 of 4 objects")
+    unavailable = SyncStatus(state="Stalled", reason="ApiUnavailable", message="cannot read the inventory")
+    # No pass under way (or a short one): the last pass's result, as it was.
+    assert heartbeat_status(ready, None, "apply", None, 0.0) == ready
+    assert heartbeat_status(refused, None, "apply", None, 0.0) == refused
+    # A long pass: Reconciling/Progressing with its age and phase...
+    long = heartbeat_status(ready, 12.4, "apply", None, 0.0)
+    assert (long.state, long.reason) == ("Reconciling", "Progressing")
+    assert long.message == "sync pass running for 12 s (apply)"
+    assert heartbeat_status(None, 3.0, "fetch", None, 0.0).reason == "Progressing"  # the first pass
+    # ... but a refusal stands until a pass ends otherwise (the leads keep the cluster
+    # cordoned instead of flapping to Ready while it tries again) ...
+    kept = heartbeat_status(refused, 12.0, "guards", None, 0.0)
+    assert (kept.state, kept.reason) == ("Stalled", "PruneLimitExceeded")
+    assert kept.message == "sync pass running for 12 s (guards); the last pass: removes 3 of 4 objects"
+    # ... and an ApiUnavailable pass does not, once the API server answers again.
+    assert heartbeat_status(unavailable, 12.0, "apply", None, 0.0).reason == "Progressing"
+    # The API server known not to answer comes first, whatever the last pass said.
+    for last, running in ((ready, None), (refused, 12.0), (None, 3.0), (None, None)):
+        down = heartbeat_status(last, running, "apply", "Read timed out", 7.2)
+        assert (down.state, down.reason) == ("Stalled", "ApiUnavailable")
+        assert down.message.startswith("the API server has not answered for 7 s (Read timed out)")
+    long_message = SyncStatus(state="Stalled", reason="ApplyFailed", message="x" * 1024)
+    assert len(heartbeat_status(long_message, 5.0, "apply", None, 0.0).message) == 1024
