@@ -79,7 +79,11 @@ class SigningError(Exception):
 
 
 class CommitSigner(Protocol):
-    """What the commit writers need: the signed form of a commit object's content."""
+    """What the commit writers need: the signed form of a commit object's content, and the
+    public key that checks it."""
+
+    @property
+    def public(self) -> PublicKey: ...
 
     def sign_commit(self, content: bytes) -> bytes: ...
 
@@ -193,6 +197,21 @@ class SigningKey:
     def sign_commit(self, content: bytes) -> bytes:
         """A commit object's content with its ``gpgsig`` header, as ``git commit -S`` writes it."""
         return add_signature(content, self.sign(content))
+
+
+def new_key_file(path: Path, comment: str = "qonnect") -> SigningKey:
+    """Write a new Ed25519 key to ``path`` (OpenSSH format, mode 0600) and its public key line
+    to ``path.pub``, as ``ssh-keygen -t ed25519 -N ''`` would (for the demo and benchmarks;
+    operators make theirs with ssh-keygen)."""
+    private = ed25519.Ed25519PrivateKey.generate()
+    data = private.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                 serialization.NoEncryption())
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+    key = SigningKey(private, comment)
+    Path(f"{path}.pub").write_text(f"{key.public.openssh} {comment}\n")
+    return key
 
 
 def add_signature(content: bytes, armored: str) -> bytes:
