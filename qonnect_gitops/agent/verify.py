@@ -22,14 +22,13 @@ agent trust nothing, or anything.
 
 from __future__ import annotations
 
-import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 import pygit2
 
-from qonnect_gitops.gitstore.signing import SignatureStatus, check_commit
+from qonnect_gitops.gitstore.signing import SignatureStatus, check_commit, file_stamp
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.signers import AllowedSigner, SignersError, parse_allowed_signers
 from qonnect_gitops.model.status import RefusalReason
@@ -46,20 +45,13 @@ class TrustedKeys:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._stamp = self._stat()
+        self._stamp = file_stamp(self.path)
         self._signers = _read(self.path)
-
-    def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size
 
     def signers(self) -> tuple[AllowedSigner, ...]:
         """The keys in force, read again first when the file changed."""
         with self._lock:
-            stamp = self._stat()
+            stamp = file_stamp(self.path)
             if stamp is None or stamp == self._stamp:
                 return self._signers
             try:

@@ -226,6 +226,16 @@ def add_signature(content: bytes, armored: str) -> bytes:
     return content[:at] + header + content[at:]
 
 
+def file_stamp(path: Path) -> tuple[int, int, int] | None:
+    """What tells a replaced file from the one read (inode, mtime, size; a Secret or
+    ConfigMap volume swaps the file); None when it cannot be read."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_ino, st.st_mtime_ns, st.st_size
+
+
 class KeyFile:
     """A signing key read from a file and read again when the file changes (checked at most
     once a second): a rotated Secret reaches a running lead without a restart. A file that
@@ -234,16 +244,9 @@ class KeyFile:
     def __init__(self, path: Path) -> None:
         self.path = Path(path)
         self._lock = threading.Lock()
-        self._stamp = self._stat()
+        self._stamp = file_stamp(self.path)
         self._key = SigningKey.load(self.path)  # at start an unusable key is an error
         self._checked = time.monotonic()
-
-    def _stat(self) -> tuple[int, int, int] | None:
-        try:
-            st = os.stat(self.path)
-        except OSError:
-            return None
-        return st.st_ino, st.st_mtime_ns, st.st_size
 
     def current(self) -> SigningKey:
         """The key, re-read first when the file changed."""
@@ -251,7 +254,7 @@ class KeyFile:
             if time.monotonic() - self._checked < _RECHECK_SECONDS:
                 return self._key
             self._checked = time.monotonic()
-            stamp = self._stat()
+            stamp = file_stamp(self.path)
             if stamp is None or stamp == self._stamp:
                 return self._key
             try:

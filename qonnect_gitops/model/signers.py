@@ -18,6 +18,7 @@ import base64
 import binascii
 import hashlib
 import struct
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -114,7 +115,7 @@ def parse_signer_line(line: str, where: str = "") -> AllowedSigner:
     """One allowed-signers line, or a plain public key line; raises ``SignersError``."""
     if len(line) > _MAX_LINE:
         raise SignersError(f"{_at(where)}line longer than {_MAX_LINE} characters")
-    tokens = _tokens(line, where)
+    tokens = _split(line, str.isspace, where)
     if not tokens:
         raise SignersError(f"{_at(where)}empty line")
     if _looks_like_key_type(tokens[0]):
@@ -185,26 +186,24 @@ def _wire_strings(blob: bytes) -> list[bytes]:
     return out
 
 
-def _tokens(line: str, where: str) -> list[str]:
-    """Whitespace-separated tokens; double quotes keep spaces and commas inside a token."""
-    tokens: list[str] = []
+def _split(text: str, is_separator: Callable[[str], bool], where: str) -> list[str]:
+    """``text`` cut at every separator outside double quotes (the quotes are kept), empty
+    pieces dropped: the tokens of a line (whitespace) and the items of its options (commas)."""
+    pieces: list[str] = []
     current: list[str] = []
     quoted = False
-    for char in line:
+    for char in text:
         if char == '"':
             quoted = not quoted
-            current.append(char)
-        elif char.isspace() and not quoted:
-            if current:
-                tokens.append("".join(current))
-                current = []
+        if is_separator(char) and not quoted:
+            pieces.append("".join(current))
+            current = []
         else:
             current.append(char)
     if quoted:
         raise SignersError(f"{_at(where)}unterminated quote")
-    if current:
-        tokens.append("".join(current))
-    return tokens
+    pieces.append("".join(current))
+    return [p for p in pieces if p]
 
 
 def _unquote(value: str) -> str:
@@ -213,7 +212,7 @@ def _unquote(value: str) -> str:
 
 def _options(token: str, where: str) -> dict[str, str]:
     out: dict[str, str] = {}
-    for item in _split_options(token):
+    for item in _split(token, lambda char: char == ",", where):
         name, eq, value = item.partition("=")
         name = name.lower()
         if name == "cert-authority":
@@ -226,22 +225,6 @@ def _options(token: str, where: str) -> dict[str, str]:
             raise SignersError(f"{_at(where)}option {name} given twice")
         out[name] = _unquote(value)
     return out
-
-
-def _split_options(token: str) -> list[str]:
-    items: list[str] = []
-    current: list[str] = []
-    quoted = False
-    for char in token:
-        if char == '"':
-            quoted = not quoted
-        if char == "," and not quoted:
-            items.append("".join(current))
-            current = []
-        else:
-            current.append(char)
-    items.append("".join(current))
-    return [i for i in items if i]
 
 
 def _time(value: str | None, where: str) -> int | None:
