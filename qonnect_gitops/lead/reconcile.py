@@ -54,8 +54,10 @@ from qonnect_gitops.model import (
     Problem,
     load_goals,
 )
-from qonnect_gitops.model.fleet import GoalsPolicy
+from qonnect_gitops.model.fleet import Fleet, GoalsPolicy
 from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
+from qonnect_gitops.model.loader import FLEET_FILE
+from qonnect_gitops.model.parsing import load_documents
 from qonnect_gitops.model.plan import DecisionReason
 from qonnect_gitops.model.signers import AllowedSigner
 from qonnect_gitops.placement.provision import plan_with_pools, with_members
@@ -353,8 +355,7 @@ def _goals_at(mirror: Mirror, commit: str, limits: TreeLimits) -> Goals:
     return goals
 
 
-def check_goals_signed(mirror: Mirror, commit: str, trusted_goals: str | None,
-                       limits: TreeLimits = DEFAULT_TREE_LIMITS) -> None:
+def check_goals_signed(mirror: Mirror, commit: str, trusted_goals: str | None) -> None:
     """Refuse (``GoalsError``, nothing planned) a goals commit that ``spec.goals.requireSignedCommits``
     says must be signed and that is not signed by one of the ``allowedSigners``.
 
@@ -368,25 +369,20 @@ def check_goals_signed(mirror: Mirror, commit: str, trusted_goals: str | None,
     commit can neither switch the requirement off nor add its author's key: those changes,
     like any other, need a signature by a key already allowed, and a key added by one
     signed commit may sign the next even when both arrive in one push. Where no policy is
-    known (a new fleet) or its goals cannot be read, a commit is judged by its own
-    ``qonnect.yaml``: a commit that turns the requirement on must be signed by one of the
-    keys it lists. The commit in force is not judged again."""
+    known (a new fleet), a commit is judged by its own ``qonnect.yaml``: a commit that turns
+    the requirement on must be signed by one of the keys it lists. The commit in force is not
+    judged again. Only ``qonnect.yaml`` is read for a policy (one small file per commit
+    replayed); the goals of ``commit`` are validated whole afterwards, as without the check."""
     anchor = trusted_goals or _trusted_plan_source(mirror)
     if commit == anchor:
         return
-    policy: GoalsPolicy | None = None
-    if anchor is not None:
-        try:
-            policy = _goals_at(mirror, anchor, limits).fleet.spec.goals
-        except (GoalsError, GitStoreError, KeyError, ValueError) as exc:
-            log.warning("goals_policy_unreadable", commit=anchor[:12], error=str(exc)[:200],
-                        then="each commit's own settings apply")
+    policy = _signing_policy(mirror, anchor) if anchor is not None else None
     for earlier in _goals_commits_between(mirror, anchor, commit)[:-1]:
-        try:
-            policy = _judge_goals_commit(mirror, earlier, policy, limits)
-        except (GoalsError, GitStoreError):
-            continue  # not accepted: the policy in force stays
-    _judge_goals_commit(mirror, commit, policy, limits)
+        if _signature_refusal(mirror, earlier, policy) is None:
+            policy = _signing_policy(mirror, earlier) or policy
+    refusal = _signature_refusal(mirror, commit, policy)
+    if refusal is not None:
+        raise refusal
 
 
 MAX_GOALS_WALK = 100
@@ -410,17 +406,27 @@ def _goals_commits_between(mirror: Mirror, anchor: str | None, commit: str) -> l
     return [commit]
 
 
-def _judge_goals_commit(mirror: Mirror, commit: str, policy: GoalsPolicy | None,
-                        limits: TreeLimits) -> GoalsPolicy:
-    """Raise ``GoalsError`` unless ``commit`` is signed as ``policy`` requires (or, when it
-    requires nothing, as the commit's own settings do); return the commit's own policy."""
+def _signing_policy(mirror: Mirror, commit: str) -> GoalsPolicy | None:
+    """``spec.goals`` of ``qonnect.yaml`` at ``commit``; None when it cannot be read (the
+    whole goals are validated, and their errors reported, where they are planned)."""
+    try:
+        raw = read_file(mirror.repo, commit, FLEET_FILE)
+        docs = load_documents(FLEET_FILE, raw) if raw is not None else []
+        return Fleet.model_validate(docs[0]).spec.goals if len(docs) == 1 else None
+    except (GoalsError, GitStoreError, ValidationError, ValueError) as exc:
+        log.debug("goals_policy_unreadable", commit=commit[:12], error=str(exc)[:200])
+        return None
+
+
+def _signature_refusal(mirror: Mirror, commit: str, policy: GoalsPolicy | None) -> GoalsError | None:
+    """Why ``commit`` may not be planned: not signed as ``policy`` requires or, when that
+    requires nothing, as the commit's own ``qonnect.yaml`` does; None when it may."""
     if policy is not None and policy.require_signed_commits:
-        _refuse_unless_signed(mirror, commit, policy, "the goals in force")
-        return _goals_at(mirror, commit, limits).fleet.spec.goals
-    own = _goals_at(mirror, commit, limits).fleet.spec.goals  # invalid goals: GoalsError, as without the check
-    if own.require_signed_commits:
-        _refuse_unless_signed(mirror, commit, own, "this commit's own qonnect.yaml (no policy was in force)")
-    return own
+        return _unless_signed(mirror, commit, policy, "the goals in force")
+    own = _signing_policy(mirror, commit)
+    if own is not None and own.require_signed_commits:
+        return _unless_signed(mirror, commit, own, "this commit's own qonnect.yaml (no policy was in force)")
+    return None
 
 
 def _trusted_plan_source(mirror: Mirror) -> str | None:
@@ -437,13 +443,13 @@ def _trusted_plan_source(mirror: Mirror) -> str | None:
         return None  # a plan commit without our trailers: no source to name
 
 
-def _refuse_unless_signed(mirror: Mirror, commit: str, policy: GoalsPolicy, whose: str) -> None:
+def _unless_signed(mirror: Mirror, commit: str, policy: GoalsPolicy, whose: str) -> GoalsError | None:
     check = check_commit(resolve_commit(mirror.repo, commit), policy.signers())
     if check.trusted:
-        log.info("goals_signature_trusted", commit=commit[:12], signer=check.signer.name if check.signer else "")
-        return
+        log.debug("goals_signature_trusted", commit=commit[:12], signer=check.signer.name if check.signer else "")
+        return None
     names = ", ".join(sorted({s.name for s in policy.signers()}))
-    raise GoalsError([Problem(
+    return GoalsError([Problem(
         path=f"commit {commit[:12]}", line=None, column=None, field="spec.goals.requireSignedCommits",
         message=f"{check.message}; {whose} allows only goals commits signed by {names}; "
                 "not planned, the plan in force stays")])
@@ -480,7 +486,7 @@ def reconcile_once(
     goals_commit = mirror.main_commit()
     if goals_commit is None:
         raise RuntimeError(f"{mirror.display_url} has no main branch")
-    check_goals_signed(mirror, goals_commit, trusted_goals, goals_limits)
+    check_goals_signed(mirror, goals_commit, trusted_goals)
     goals = _goals_at(mirror, goals_commit, goals_limits)
     if hooks.on_goals is not None:
         hooks.on_goals(goals_commit, goals)
