@@ -190,7 +190,9 @@ def test_api_timeout_option(monkeypatch) -> None:
     monkeypatch.setenv("QONNECT_API_TIMEOUT", "12.5")
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    assert build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r"])).api_timeout == 12.5
+    assert build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r",
+                                           "--allow-unsigned"])).api_timeout == 12.5
     for bad in ("0", "-1", "inf", "nan"):
         with pytest.raises(SystemExit, match="--api-timeout"):
-            build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--api-timeout", bad]))
+            build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--allow-unsigned",
+                                            "--api-timeout", bad]))
