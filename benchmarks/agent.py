@@ -43,6 +43,16 @@ sys.path.insert(0, str(ROOT))
 SECRET = b"bench-secret"
 
 
+def _keys(tmp: Path) -> Any:
+    """The leader's signing key in ``tmp`` and the agent's trusted-keys file beside it: the
+    agent verifies every commit it applies, as in production."""
+    from qonnect_gitops.gitstore.signing import new_key_file
+
+    key = new_key_file(tmp / "signing-key", "bench-lead")
+    (tmp / "trusted-keys").write_text(f"{key.public.openssh} bench-lead\n")
+    return key
+
+
 def _serve(conn: Any) -> None:
     from qonnect_gitops.model.cluster import NodeShape
     from qonnect_gitops.sim import SimCluster
@@ -72,7 +82,7 @@ def _prune_benchmark(count: int, fault_rate: float, workers: int) -> dict[str, A
     sim.start()
     kubeconfig, admin = yaml.safe_load(parent.recv()), parent.recv()
     (tmp / "srv").mkdir()
-    store = GitStore.init_bare(tmp / "srv" / "goals.git")
+    store = GitStore.init_bare(tmp / "srv" / "goals.git", signer=_keys(tmp))
     daemon = GitDaemon(tmp / "srv").start()
     labels = {"app.kubernetes.io/managed-by": "qonnect", "qonnect.io/app": "bench", "qonnect.io/component": "c"}
 
@@ -95,7 +105,8 @@ def _prune_benchmark(count: int, fault_rate: float, workers: int) -> dict[str, A
 
     try:
         agent = Agent(AgentConfig(cluster="edge-1", repo=daemon.url("goals.git"), kubeconfig=kubeconfig,
-                                  cache_dir=tmp / "cache", prune_workers=workers))
+                                  cache_dir=tmp / "cache", prune_workers=workers,
+                                  trusted_keys=tmp / "trusted-keys"))
         publish(1, count)
         start = time.perf_counter()
         applied = agent.sync()
@@ -204,7 +215,7 @@ def main() -> int:
     api = config.new_client_from_config(config_file=str(kubeconfig))
     core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
     (tmp / "srv").mkdir()
-    store = GitStore.init_bare(tmp / "srv" / "goals.git")
+    store = GitStore.init_bare(tmp / "srv" / "goals.git", signer=_keys(tmp))
     daemon = GitDaemon(tmp / "srv").start()
     port = free_port()
     (tmp / "secret").write_text(SECRET.decode())
@@ -281,7 +292,8 @@ def main() -> int:
                                   "--repo", daemon.url("goals.git"), "--kubeconfig", str(kubeconfig),
                                   "--cache-dir", str(tmp / "cache"), "--interval", str(args.interval), "--drift-interval", "3600",
                                   "--webhook-addr", f"127.0.0.1:{port}", "--metrics-addr", f"127.0.0.1:{port}",
-                                  "--webhook-secret-file", str(tmp / "secret"), "--log-level", "warning"],
+                                  "--webhook-secret-file", str(tmp / "secret"), "--log-level", "warning",
+                                  "--trusted-keys", str(tmp / "trusted-keys")],
                                  env=env, stderr=agent_log)
         deadline = time.time() + 30
         while time.time() < deadline:

@@ -4,6 +4,7 @@ Run from the project root::
 
     PYTHONPATH=. python benchmarks/gitstore.py           # readable table
     PYTHONPATH=. python benchmarks/gitstore.py --json    # one JSON object
+    PYTHONPATH=. python benchmarks/gitstore.py --signing-only --clusters 10000   # signing cost
 
 Everything runs on loopback: a bare repository served by ``git daemon``, the lead's
 mirror, and an agent's cache.
@@ -13,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -20,11 +22,14 @@ import time
 from pathlib import Path
 
 import pygit2
+from cryptography.hazmat.primitives.asymmetric import ed25519, rsa
 
 from qonnect_gitops.cli.table import format_table
 from qonnect_gitops.gitstore import DecisionMeta
 from qonnect_gitops.gitstore.daemon import GitDaemon
 from qonnect_gitops.gitstore.remote import Mirror, narrow_fetch
+from qonnect_gitops.gitstore.signing import SigningKey
+from qonnect_gitops.gitstore.store import GitStore
 from tests.gitstore.helpers import CountingProxy
 
 MANIFEST = """apiVersion: apps/v1
@@ -157,6 +162,51 @@ def run(clusters: int, manifests: int) -> dict[str, float | int]:
     return figures
 
 
+class _TimedSigner:
+    """A signing key that counts its signatures and the CPU seconds they took."""
+
+    def __init__(self, key: SigningKey) -> None:
+        self.key = key
+        self.public = key.public
+        self.count = 0
+        self.seconds = 0.0
+
+    def sign_commit(self, content: bytes) -> bytes:
+        start = time.process_time()
+        signed = self.key.sign_commit(content)
+        self.seconds += time.process_time() - start
+        self.count += 1
+        return signed
+
+
+def signing(clusters: int, manifests: int) -> dict[str, float | int]:
+    """What signing every commit costs a first fan-out of ``clusters`` clusters (one plan commit
+    and a commit per cluster, all signed): the same decision written unsigned and signed
+    (Ed25519, then RSA 3072), CPU seconds of the whole write and of the signatures alone."""
+    figures: dict[str, float | int] = {}
+    names = [f"c{c:04d}" for c in range(clusters)]
+    files = fleet_plan(clusters, manifests)
+    meta = DecisionMeta("0" * 40, 1, 1, "goals-changed")
+    with tempfile.TemporaryDirectory(prefix="qonnect-bench-sign-") as tmp:
+        keys: dict[str, _TimedSigner | None] = {"unsigned": None}
+        for name, private in (("ed25519", ed25519.Ed25519PrivateKey.generate()),
+                              ("rsa3072", rsa.generate_private_key(public_exponent=65537, key_size=3072))):
+            keys[name] = _TimedSigner(SigningKey(private))
+        for name, signer in keys.items():
+            store = GitStore.init_bare(Path(tmp) / f"{name}.git", signer=signer)
+            start = time.process_time()
+            written = store.write_decision(files, summary="Initial placement", body="bench", clusters=names,
+                                           timestamp=1_700_000_100, meta=meta)
+            figures[f"fanout_{name}_cpu_s"] = time.process_time() - start
+            if signer is not None:
+                figures[f"signatures_{name}"] = signer.count
+                figures[f"signing_{name}_cpu_s"] = signer.seconds
+                figures[f"signing_{name}_us_per_commit"] = 1e6 * signer.seconds / max(signer.count, 1)
+            assert len(written.clusters) == clusters
+    figures["loadavg_1m"] = os.getloadavg()[0]
+    return figures
+
+
 GOALS = {"fanout_1000_s": 3.0, "fanout_one_changed_s": 0.3}
 
 
@@ -166,8 +216,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--json", action="store_true", help="print one JSON object")
     parser.add_argument("--clusters", type=int, default=1000)
     parser.add_argument("--manifests", type=int, default=10)
+    parser.add_argument("--signing-only", action="store_true",
+                        help="only the cost of signing every commit of a first fan-out (no git daemon)")
     args = parser.parse_args(argv)
-    figures = run(args.clusters, args.manifests)
+    figures = {} if args.signing_only else run(args.clusters, args.manifests)
+    figures.update(signing(args.clusters, args.manifests))
     if args.json:
         print(json.dumps({k: round(v, 4) if isinstance(v, float) else v for k, v in figures.items()}))
         return 0

@@ -44,6 +44,7 @@ SLOW_FILES = {
     "reconcile/test_incremental.py": "reconcile cycles against a goals repo on git daemon",
     "reconcile/test_memo.py": "the leader's decision memo over reconcile cycles against git daemon",
     "reconcile/test_reconcile_once.py": "`qonnect reconcile --once` against a goals repo on git daemon",
+    "reconcile/test_signed_goals.py": "`qonnect reconcile --once --signing-key` against a goals repo on git daemon",
 }
 # Hypothesis fuzzers of hostile input (also slow): files, or single tests as FILE::NAME.
 FUZZ = {

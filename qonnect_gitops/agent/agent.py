@@ -85,6 +85,7 @@ from qonnect_gitops.agent.sync import (
     Syncer,
     normalise_namespaces,
 )
+from qonnect_gitops.agent.verify import TrustedKeys
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.pool import POOL_APP, ClusterApiStatus
 from qonnect_gitops.model.report import (
@@ -241,6 +242,7 @@ class Agent:
                                  backoff=cfg.api_backoff, backoff_max=cfg.api_backoff_max,
                                  timeout=cfg.api_timeout)
         self.cache = cfg.cache_dir / f"{cfg.cluster}.git"
+        self.trust = TrustedKeys(cfg.trusted_keys) if cfg.trusted_keys is not None else None
         self.store = InventoryStore(self.kube, cfg.namespace)
         self.syncer = Syncer(self.kube, workers=cfg.workers, ready_timeout=cfg.ready_timeout,
                              reserved=frozenset({("", "v1", "ConfigMap", cfg.namespace, INVENTORY_NAME)}),
@@ -375,11 +377,11 @@ class Agent:
                                observe=Observe.RUNNING, kind=None)
         p.result.commit = p.head
         try:
-            p.rev = read_revision(self.cache, p.head)
-        except SourceError as exc:
-            return self._stall(p, SyncReason.BRANCH_UNREADABLE, f"{exc}; keeping "
+            p.rev = read_revision(self.cache, p.head, self.trust, applied=p.inv.commit)
+        except SourceError as exc:  # unreadable, or not signed by a trusted key (agent.verify)
+            return self._stall(p, SyncReason(exc.reason), f"{exc}; keeping "
                                f"{(p.inv.commit or 'nothing')[:12]} running",
-                               [refusal(RefusalReason.BRANCH_UNREADABLE, str(exc), p.head)], observe=Observe.RUNNING)
+                               [refusal(exc.reason, str(exc), p.head)], observe=Observe.RUNNING)
         p.result.generation, p.result.term = p.rev.generation, p.rev.term
         return None
 

@@ -71,6 +71,10 @@ class AgentConfig:
     # adopt, change and prune: (kind, namespace or "", name). None by default.
     system_objects: frozenset[tuple[str, str, str]] = frozenset()
     prune_workers: int = 16
+    # The keys a branch commit must be signed by (an allowed-signers file, agent.verify).
+    # Without it the agent refuses to start, unless allow_unsigned (trials only).
+    trusted_keys: Path | None = None
+    allow_unsigned: bool = False
 
     @property
     def reserved_namespaces(self) -> frozenset[str]:
@@ -82,6 +86,9 @@ class AgentConfig:
             self.branch = f"cluster/{self.cluster}"
         if not 0 < self.prune_fraction <= 1:
             raise ValueError("prune fraction must be in (0, 1]")
+        if self.trusted_keys is None and not self.allow_unsigned:
+            raise ValueError("no trusted keys: give the keys whose signatures the agent accepts "
+                             "(--trusted-keys), or allow unsigned commits for a trial (--allow-unsigned)")
         if not 0 <= self.git_poll_max_interval < float("inf"):
             raise ValueError("git poll max interval must be 0 (off) or a finite number of seconds")
         if not 0 < self.api_timeout < float("inf"):

@@ -22,6 +22,8 @@ from typing import Any
 
 import pygit2
 
+from qonnect_gitops.agent import verify
+from qonnect_gitops.agent.verify import TrustedKeys
 from qonnect_gitops.gitstore import trailers as tr
 from qonnect_gitops.gitstore.lsrefs import LsRefsError, Unsupported, ls_ref
 from qonnect_gitops.gitstore.remote import narrow_fetch
@@ -30,6 +32,7 @@ from qonnect_gitops.logs import get_logger, redact_url
 from qonnect_gitops.model.errors import GoalsError
 from qonnect_gitops.model.parsing import check_tree, load_documents
 from qonnect_gitops.model.report import MAX_GENERATION
+from qonnect_gitops.model.status import RefusalReason
 
 log = get_logger(__name__)
 MAX_PROBLEMS_SHOWN = 5
@@ -37,7 +40,12 @@ _NUMBER = re.compile(r"[0-9]{1,16}")  # ASCII digits only: int() also takes "+1"
 
 
 class SourceError(Exception):
-    """The branch could not be fetched or read (``BranchUnreadable``)."""
+    """The branch could not be fetched or read (``BranchUnreadable``), or its head is not
+    signed by a key the agent trusts (``UnsignedCommit``, ``UntrustedSigner``: ``agent.verify``)."""
+
+    def __init__(self, message: str, reason: RefusalReason = RefusalReason.BRANCH_UNREADABLE) -> None:
+        super().__init__(message)
+        self.reason = reason
 
 
 @dataclass(frozen=True)
@@ -107,12 +115,17 @@ def _cached_head(cache: Path, ref: str) -> str | None:
     return str(target)
 
 
-def read_revision(cache: Path, commit: str) -> Revision:
-    """Parse the commit's trailers and manifests. Raises ``SourceError`` on unreadable content."""
+def read_revision(cache: Path, commit: str, trust: TrustedKeys | None = None, applied: str | None = None) -> Revision:
+    """Parse the commit's trailers and manifests. Raises ``SourceError`` on unreadable content,
+    and, with ``trust``, on a commit not signed by a trusted key before anything of it is
+    parsed (``applied``, the commit the cluster runs, was judged when it was adopted)."""
     ignored: list[str] = []
     try:
         repo = pygit2.Repository(str(cache))
         obj = repo[commit].peel(pygit2.Commit)
+        untrusted = verify.judge(obj, trust) if trust is not None and commit != applied else None
+        if untrusted is not None:
+            raise SourceError(untrusted.message, untrusted.reason)
         files = read_tree_files(repo, commit, skipped=ignored)
     except (KeyError, ValueError, pygit2.GitError) as exc:
         raise SourceError(f"commit {commit[:12]} unreadable: {exc}") from exc

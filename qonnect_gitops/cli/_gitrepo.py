@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import sys
 import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
+from qonnect_gitops.gitstore.signing import KeyFile, SigningError
+
+SIGNING_KEY_ENV = "QONNECT_SIGNING_KEY"
 
 
 def add_repo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -21,12 +27,34 @@ def add_repo_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--cluster-prefix", default="cluster/", help="default: %(default)s")
 
 
+def add_signing_argument(parser: argparse.ArgumentParser) -> None:
+    """``--signing-key FILE`` [QONNECT_SIGNING_KEY]: the key every written commit is signed with."""
+    parser.add_argument("--signing-key", type=Path, default=os.environ.get(SIGNING_KEY_ENV) or None, metavar="FILE",
+                        help="SSH private key (Ed25519, or RSA of 2048 bits or more; unencrypted) every plan and "
+                             "cluster-branch commit is signed with, as git commit -S with gpg.format=ssh; re-read "
+                             f"when the file changes. Without it commits are unsigned [{SIGNING_KEY_ENV}]")
+
+
+def signer_from(args: argparse.Namespace, command: str) -> KeyFile | None:
+    """The ``--signing-key`` of ``args`` loaded, or None; an unusable key exits with status 2."""
+    if args.signing_key is None:
+        print(f"qonnect {command}: no --signing-key: the commits written are unsigned, and agents that "
+              "verify signatures refuse them", file=sys.stderr)
+        return None
+    try:
+        return KeyFile(args.signing_key)
+    except SigningError as exc:
+        print(f"qonnect {command}: --signing-key {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+
+
 @contextlib.contextmanager
-def open_mirror(args: argparse.Namespace) -> Iterator[Mirror]:
-    """A fetched mirror of ``args.repo`` in ``args.cache`` or a temporary directory."""
+def open_mirror(args: argparse.Namespace, signer: KeyFile | None = None) -> Iterator[Mirror]:
+    """A fetched mirror of ``args.repo`` in ``args.cache`` or a temporary directory, signing
+    what it writes with ``signer``."""
     with contextlib.ExitStack() as stack:
         path = args.cache or stack.enter_context(tempfile.TemporaryDirectory(prefix="qonnect-mirror-"))
         mirror = Mirror(path, args.repo, credentials_from_env(),
-                        plan_branch=args.plan_branch, cluster_prefix=args.cluster_prefix)
+                        plan_branch=args.plan_branch, cluster_prefix=args.cluster_prefix, signer=signer)
         mirror.fetch()
         yield mirror

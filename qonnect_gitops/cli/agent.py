@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from qonnect_gitops.cli.table import format_table
-from qonnect_gitops.logs import configure, redact
+from qonnect_gitops.logs import configure, get_logger, redact
+
+log = get_logger(__name__)
 
 # option dest -> (env var, help)
 _ENV = {
@@ -34,6 +36,7 @@ _ENV = {
     "protect_namespace": "QONNECT_PROTECT_NAMESPACES", "protect_kind": "QONNECT_PROTECT_KINDS",
     "prune_workers": "QONNECT_PRUNE_WORKERS", "git_poll_max_interval": "QONNECT_GIT_POLL_MAX_INTERVAL",
     "allow_system_object": "QONNECT_ALLOW_SYSTEM_OBJECTS", "api_timeout": "QONNECT_API_TIMEOUT",
+    "trusted_keys": "QONNECT_TRUSTED_KEYS", "allow_unsigned": "QONNECT_ALLOW_UNSIGNED",
 }
 
 
@@ -52,6 +55,13 @@ def register(sub: Any) -> None:
                    help="bearer token for reports; re-read when it changes [QONNECT_TOKEN_FILE]")
     p.add_argument("--lead-ca", default=e(_ENV["lead_ca"]), type=Path,
                    help="CA bundle to verify https:// leads (default: the system store) [QONNECT_LEAD_CA]")
+    p.add_argument("--trusted-keys", default=e(_ENV["trusted_keys"]), type=Path, metavar="FILE",
+                   help="apply only commits signed by a key in FILE: Git's allowed-signers format "
+                        "(principal keytype base64) or public key lines; re-read when it changes "
+                        "[QONNECT_TRUSTED_KEYS]")
+    p.add_argument("--allow-unsigned", action="store_true", default=e(_ENV["allow_unsigned"], "") in ("1", "true"),
+                   help="for trials only: apply commits whoever wrote them, without --trusted-keys "
+                        "[QONNECT_ALLOW_UNSIGNED=true]")
     p.add_argument("--prometheus", default=e(_ENV["prometheus"]), help="Prometheus base URL [QONNECT_PROMETHEUS]")
     p.add_argument("--latency-metric", default=e(_ENV["latency_metric"], "qonnect_network_latency_ms"))
     p.add_argument("--traffic-metric", default=e(_ENV["traffic_metric"], "qonnect_component_requests_per_second"))
@@ -148,6 +158,7 @@ def build_config(args: argparse.Namespace) -> Any:
         raise SystemExit("qonnect agent: --git-poll-max-interval must be 0 (off) or a finite number of seconds")
     if not 0 < args.api_timeout < float("inf"):
         raise SystemExit(f"qonnect agent: --api-timeout {args.api_timeout:g}: expected a positive number of seconds")
+    _check_trust(args)
     cache = args.cache_dir or Path(tempfile.gettempdir()) / "qonnect-agent"
     return AgentConfig(
         cluster=args.cluster, repo=args.repo, branch=args.branch, kubeconfig=args.kubeconfig,
@@ -163,7 +174,30 @@ def build_config(args: argparse.Namespace) -> Any:
         protected_namespaces=RESERVED_NAMESPACES | frozenset(args.protect_namespace),
         protected_kinds=DEFAULT_PROTECTED_KINDS | frozenset(_kind(k) for k in args.protect_kind),
         system_objects=frozenset(_system_object(o) for o in args.allow_system_object),
-        prune_workers=args.prune_workers, api_timeout=args.api_timeout)
+        prune_workers=args.prune_workers, api_timeout=args.api_timeout, trusted_keys=args.trusted_keys,
+        allow_unsigned=args.allow_unsigned)
+
+
+def _check_trust(args: argparse.Namespace) -> None:
+    """Exactly one of --trusted-keys (a usable file) and --allow-unsigned."""
+    from qonnect_gitops.agent.verify import TrustedKeys
+    from qonnect_gitops.model.signers import SignersError
+
+    if args.trusted_keys is None and not args.allow_unsigned:
+        raise SystemExit("qonnect agent: no trusted keys: give --trusted-keys FILE (QONNECT_TRUSTED_KEYS) with the "
+                         "public keys the leads sign with; --allow-unsigned applies unsigned commits (trials only)")
+    if args.trusted_keys is not None and args.allow_unsigned:
+        raise SystemExit("qonnect agent: --trusted-keys and --allow-unsigned exclude each other")
+    if args.trusted_keys is not None:
+        try:
+            keys = TrustedKeys(args.trusted_keys).signers()
+        except SignersError as exc:
+            raise SystemExit(f"qonnect agent: --trusted-keys {exc}") from None
+        log.info("trusted_keys", path=str(args.trusted_keys), keys=len(keys),
+                 fingerprints=",".join(k.key.fingerprint for k in keys))
+    else:
+        log.warning("unsigned_commits_allowed", why="--allow-unsigned: any commit on the branch is applied, "
+                    "whoever wrote it; for trials only")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -7,7 +7,7 @@ import importlib
 from collections.abc import Callable
 from typing import Any
 
-from qonnect_gitops.cli._gitrepo import add_repo_arguments, open_mirror
+from qonnect_gitops.cli._gitrepo import add_repo_arguments, add_signing_argument, open_mirror, signer_from
 from qonnect_gitops.cli.table import format_table
 from qonnect_gitops.gitstore.errors import GitStoreError, StaleProposal, StaleRef
 
@@ -21,6 +21,7 @@ def register(subparsers: Any) -> None:
     )
     parser.add_argument("id", help="proposal id (see `qonnect proposals`)")
     add_repo_arguments(parser)
+    add_signing_argument(parser)
     parser.add_argument("--no-validate", action="store_true",
                         help="skip re-validating the goals the proposal was computed from")
     parser.set_defaults(handler=run)
@@ -44,8 +45,9 @@ def run(args: argparse.Namespace) -> int:
             print("error: goals validation is unavailable (qonnect_gitops.model not installed); "
                   "pass --no-validate to approve without it")
             return 2
+    signer = signer_from(args, "approve")
     try:
-        with open_mirror(args) as mirror:
+        with open_mirror(args, signer) as mirror:
             try:
                 result = mirror.store.approve(args.id, validate=validate)
             except StaleProposal as exc:

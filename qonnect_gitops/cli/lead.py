@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 from qonnect_gitops.cli._forge import add_forges_argument, add_preview_arguments, forges, preview_limits
+from qonnect_gitops.cli._gitrepo import add_signing_argument
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
+from qonnect_gitops.gitstore.signing import SigningError, SigningKey
 from qonnect_gitops.lead.httpd import EVENT_LOOPS, HTTPLimits
 from qonnect_gitops.lead.raft.secret import SECRET_FILE_ENV, RaftSecret, RaftSecretError
 from qonnect_gitops.lead.raft.timing import RaftTiming
@@ -117,6 +119,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--compaction-entries", type=int,
                         default=RaftTiming.compaction_entries,
                         help="compact the Raft log into a full dump after this many entries")
+    add_signing_argument(parser)
     add_goals_limit_arguments(parser)
     add_forges_argument(parser)
     add_preview_arguments(parser)
@@ -173,6 +176,12 @@ def run(args: argparse.Namespace) -> int:
     if not args.election_min < args.election_max:
         print("qonnect lead: --election-min must be below --election-max", file=sys.stderr)
         return 2
+    if args.signing_key is not None:
+        try:
+            SigningKey.load(args.signing_key)  # refuse to start with a key that cannot sign
+        except SigningError as exc:
+            print(f"qonnect lead: --signing-key {exc}", file=sys.stderr)
+            return 2
     fallback = args.leader_fallback or round(args.election_min * 0.9, 3)
     if fallback >= args.election_min:
         print("qonnect lead: --leader-fallback must be below --election-min, or an isolated "
@@ -217,6 +226,7 @@ def run(args: argparse.Namespace) -> int:
                                anonymous_rate=args.anonymous_rate, anonymous_burst=args.anonymous_burst),
         goals_limits=goals_limits(args),
         review=review,
+        signing_key=args.signing_key,
     )
     from qonnect_gitops.lead.process import run_lead
 

@@ -10,6 +10,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from qonnect_gitops.cli._gitrepo import add_signing_argument, signer_from
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.cli.plan import plan_table
 from qonnect_gitops.cli.table import format_table
@@ -39,6 +40,7 @@ def register(sub: Any) -> None:
     parser.add_argument("--cache", metavar="DIR", help="bare mirror to reuse between runs")
     parser.add_argument("--once", action="store_true", required=True,
                         help="run a single cycle and exit (the continuous loop is `qonnect lead`)")
+    add_signing_argument(parser)
     add_goals_limit_arguments(parser)
     parser.set_defaults(handler=run)
 
@@ -71,8 +73,9 @@ def _cycle(args: argparse.Namespace, cache: Path, now: datetime) -> CycleResult:
         return load_observed(args.observed, raw, goals)
 
     limits = goals_limits(args)
+    signer = signer_from(args, "reconcile")
     for attempt in range(1, ATTEMPTS + 1):
-        mirror = open_mirror_for_goals(cache, args.repo, credentials_from_env(), limits)
+        mirror = open_mirror_for_goals(cache, args.repo, credentials_from_env(), limits, signer=signer)
         try:
             return reconcile_once(mirror, observe, now=now, goals_limits=limits)
         except StaleRef:

@@ -27,6 +27,7 @@ from qonnect_gitops.demo.procs import Processes
 from qonnect_gitops.demo.template import PACKAGE, find_template
 from qonnect_gitops.forge import ForgeSettings
 from qonnect_gitops.gitstore.daemon import free_ports
+from qonnect_gitops.gitstore.signing import new_key_file
 from qonnect_gitops.lead.raft.secret import new_secret
 from qonnect_gitops.lead.tokens import create_token, read_only_subject
 
@@ -97,6 +98,9 @@ class Stack:
         self.read_token = ""  # set once the tokens file is written (start)
         self.forge_token_file = self.root / "forge-token"
         self.forges_file = self.root / "forges.yaml"  # the leads' --forges
+        # The leads sign every decision with this key; the agents trust only its public half.
+        self.signing_key = self.root / "signing-key"
+        self.trusted_keys = self.root / "trusted-keys"
         self.forge_url = ""  # the fake forge (GitHub dialect) the review scenario reviews on
         self.git_port = 0
         self.env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")])),
@@ -118,6 +122,8 @@ class Stack:
         self.secret_file.chmod(0o600)
         self.raft_secret_file.write_text(new_secret() + "\n")
         self.raft_secret_file.chmod(0o600)
+        lead_key = new_key_file(self.signing_key, "qonnect-demo-leads")
+        self.trusted_keys.write_text(f"qonnect@localhost {lead_key.public.openssh} qonnect-demo-leads\n")
         template = self.template or find_template()
         self.clusters = sorted(p.stem for p in (template / "clusters").glob("*.yaml"))
         ports = free_ports(1 + 2 * 3 + len(self.clusters))
@@ -182,7 +188,7 @@ class Stack:
             "agent", "--cluster", cluster, "--repo", self.repo_url, "--kubeconfig", str(self.kubeconfig(cluster)),
             "--lead", ",".join(lead.url for lead in self.leads), "--token-file", str(token_file),
             "--prometheus", prometheus,
-            "--cache-dir", str(token_file.parent / "cache"),
+            "--cache-dir", str(token_file.parent / "cache"), "--trusted-keys", str(self.trusted_keys),
             "--interval", str(self.settings.agent_interval),
             "--report-interval", str(self.settings.report_interval), *hook),
             self.logs / f"agent-{cluster}.log", self.env, restart=True)  # as kubelet restarts it
@@ -224,6 +230,7 @@ class Stack:
             "--raft-secret-file", str(self.raft_secret_file),
             "--tokens-file", str(self.tokens_file), "--webhook-secret-file", str(self.secret_file),
             "--forges", str(self.forges_file),
+            "--signing-key", str(self.signing_key),
             "--poll-seconds", str(self.settings.poll_seconds),
             "--reschedule-seconds", str(self.settings.reschedule_seconds)),
             self.logs / f"{lead.node_id}.log", self.env)

@@ -17,7 +17,7 @@ import os
 import struct
 import tempfile
 import zlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 import pygit2
@@ -134,9 +134,11 @@ class ObjectBatch:
         author: pygit2.Signature,
         committer: pygit2.Signature,
         message: str,
+        sign: Callable[[bytes], bytes] | None = None,
     ) -> pygit2.Oid:
-        """Queue a commit."""
-        return self.add(COMMIT, serialize_commit(tree.raw, [p.raw for p in parents], author, committer, message))
+        """Queue a commit; ``sign`` turns its content into the signed content (``gitstore.signing``)."""
+        content = serialize_commit(tree.raw, [p.raw for p in parents], author, committer, message)
+        return self.add(COMMIT, content if sign is None else sign(content))
 
     def flush(self) -> int:
         """Write every queued object (one pack, or loose objects for small batches); returns the count."""

@@ -27,6 +27,7 @@ import pygit2
 from qonnect_gitops.gitstore import gitcli
 from qonnect_gitops.gitstore.errors import FanOutStale, RemoteError, StaleRef
 from qonnect_gitops.gitstore.lsrefs import LsRefsError, Unsupported, local_path, ls_ref, remote_refs
+from qonnect_gitops.gitstore.signing import CommitSigner
 from qonnect_gitops.gitstore.store import (
     CLOSED_NAMESPACE,
     DEFAULT_CLUSTER_PREFIX,
@@ -166,6 +167,7 @@ class Mirror:
         proposal_prefix: str = DEFAULT_PROPOSAL_PREFIX,
         identity: Identity | None = None,
         gc: bool = True,
+        signer: CommitSigner | None = None,
     ) -> None:
         self.path = Path(path)
         self.url = _absolute(url)
@@ -183,6 +185,7 @@ class Mirror:
             cluster_prefix=cluster_prefix,
             proposal_prefix=proposal_prefix,
             identity=identity,
+            signer=signer,
         )
         self._cluster_refs = f"refs/heads/{cluster_prefix}"  # every cluster branch starts so
         cluster_glob = f"{self._cluster_refs}*"

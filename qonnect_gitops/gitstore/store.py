@@ -37,6 +37,7 @@ from qonnect_gitops.gitstore.errors import (
 )
 from qonnect_gitops.gitstore.objects import MODE_TREE, ObjectBatch
 from qonnect_gitops.gitstore.packedrefs import short_id
+from qonnect_gitops.gitstore.signing import CommitSigner
 from qonnect_gitops.gitstore.trailers import DecisionMeta
 from qonnect_gitops.gitstore.tree import (
     EMPTY_TREE_HEX,
@@ -202,7 +203,10 @@ class GitStore:
 
     ``plan_branch``, ``cluster_prefix`` and ``proposal_prefix`` are branch names without
     ``refs/heads/``. Every commit is authored and committed by ``identity`` at the
-    caller's timestamp, so the same inputs give the same commit ids.
+    caller's timestamp, so the same inputs give the same commit ids. With ``signer``
+    (``gitstore.signing``) every plan, cluster and proposal commit is signed as
+    ``git commit -S`` with ``gpg.format=ssh`` signs (Ed25519 and RSA sign
+    deterministically: the ids stay reproducible); without one they are unsigned.
     """
 
     def __init__(
@@ -213,8 +217,10 @@ class GitStore:
         cluster_prefix: str = DEFAULT_CLUSTER_PREFIX,
         proposal_prefix: str = DEFAULT_PROPOSAL_PREFIX,
         identity: Identity | None = None,
+        signer: CommitSigner | None = None,
     ) -> None:
         self.repo = open_repo(repo)
+        self.signer = signer
         self.plan_ref = f"refs/heads/{plan_branch}"
         self.cluster_prefix = cluster_prefix
         self.proposal_prefix = proposal_prefix
@@ -313,7 +319,7 @@ class GitStore:
         message = tr.format_message(summary, body, trailers)
         sig = self.identity.signature(timestamp)
         parents = [current] if current is not None else []
-        commit = batch.commit(tree_id, parents, sig, sig, message)
+        commit = batch.commit(tree_id, parents, sig, sig, message, self._sign)
         # The cluster commits are computed now too, so one pack holds the whole decision.
         # They are exactly what fan_out(commit) would write; the refs move in order below.
         # The new clusters tree holds directories only (_prepare refused anything else).
@@ -409,6 +415,7 @@ class GitStore:
     ) -> dict[str, tuple[pygit2.Oid | None, pygit2.Oid | None]]:
         """Queue a commit for every cluster whose tree changed; returns ref -> (old, new)."""
         sig = self.identity.signature(when)
+        sign = self._sign  # one key for the whole fan-out, even if its file is replaced meanwhile
         empty = pygit2.Oid(hex=EMPTY_TREE_HEX)
         updates: dict[str, tuple[pygit2.Oid | None, pygit2.Oid | None]] = {}
         for name in sorted(subtrees):
@@ -432,7 +439,7 @@ class GitStore:
                 trailers.append((tr.PRUNE_LIMIT, str(limit)))
             body = f"Files of clusters/{name} in plan commit {plan_id}."
             message = tr.format_message(f"{summary} [{name}]", body, trailers)
-            updates[ref] = (old, batch.commit(tree_id, [old] if old else [], sig, sig, message))
+            updates[ref] = (old, batch.commit(tree_id, [old] if old else [], sig, sig, message, sign))
         return updates
 
     def _move_clusters(
@@ -499,7 +506,7 @@ class GitStore:
         )
         message = tr.format_message(summary, description, trailers)
         sig = self.identity.signature(timestamp)
-        commit = batch.commit(tree_id, [current] if current else [], sig, sig, message)
+        commit = batch.commit(tree_id, [current] if current else [], sig, sig, message, self._sign)
         batch.flush()
         self._update_refs({ref: (None, commit)}, f"qonnect: proposal {proposal_id}")
         log.info("proposal_written", proposal=proposal_id, commit=str(commit), generation=meta.generation)
@@ -619,6 +626,11 @@ class GitStore:
         wanted = prefix.encode()
         return [name.decode(errors="replace") for name in self.repo.raw_listall_references()
                 if name.startswith(wanted)]
+
+    @property
+    def _sign(self) -> Callable[[bytes], bytes] | None:
+        """How a commit's content is signed (None: unsigned)."""
+        return None if self.signer is None else self.signer.sign_commit
 
     def _update_refs(self, updates: Mapping[str, tuple[pygit2.Oid | None, pygit2.Oid | None]], message: str) -> None:
         """``cas_update_refs`` on this repository, remembering the refs in ``moved``."""

@@ -59,6 +59,7 @@ from apscheduler.schedulers.background import BackgroundScheduler  # type: ignor
 
 from qonnect_gitops.gitstore import GitStoreError, StaleRef
 from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
+from qonnect_gitops.gitstore.signing import KeyFile
 from qonnect_gitops.kb import (
     PLAN_BASE_MOVED,
     KBReader,
@@ -126,6 +127,7 @@ class LoopConfig:
     api_url: str | None = None  # this lead's advertised API URL (links in forge statuses)
     goals_limits: TreeLimits = DEFAULT_TREE_LIMITS  # how large a goals tree is accepted
     review: ReviewConfig = field(default_factory=ReviewConfig)  # the lead's forges and the limits of a preview
+    signing_key: Path | None = None  # signs every commit the leader writes (re-read when replaced)
 
 
 @dataclass
@@ -155,6 +157,9 @@ class ReconcileLoop:
         self.failures = 0  # consecutive failed cycles
         self.degraded: str | None = None  # why the last cycle planned from liveness alone
         self._mirror: Mirror | None = None
+        self.signer = KeyFile(config.signing_key) if config.signing_key is not None else None
+        if self.signer is None:
+            log.warning("decisions_unsigned", why="no --signing-key: agents that verify refuse these commits")
         self._seen_head: str | None = _UNKNOWN  # plan head at the end of the last cycle
         self._branches: tuple[str, str, str] | None = None
         self._lock = threading.Lock()
@@ -331,7 +336,8 @@ class ReconcileLoop:
                 result = reconcile_once(mirror, self._observe(now), now=now, term=term,
                                         hooks=hooks, describe=plan_markdown,
                                         fallback=self._liveness(now), memo=self.memo,
-                                        goals_limits=self.config.goals_limits)
+                                        goals_limits=self.config.goals_limits,
+                                        trusted_goals=self.kb.last_good_commit())
                 break
             except GoalsError as exc:
                 self._record_failure(exc, term)
@@ -384,7 +390,8 @@ class ReconcileLoop:
     def _open_mirror(self) -> Mirror:
         if self._mirror is None:
             self._mirror = open_mirror_for_goals(self.config.mirror_dir, self.config.repo,
-                                                 credentials_from_env(), self.config.goals_limits)
+                                                 credentials_from_env(), self.config.goals_limits,
+                                                 signer=self.signer)
         return self._mirror
 
     def _observe(self, now: datetime) -> Any:

@@ -24,7 +24,9 @@ from qonnect_gitops.gitstore import (
     read_file,
     read_tree_files,
 )
+from qonnect_gitops.gitstore.errors import GitStoreError
 from qonnect_gitops.gitstore.remote import Credentials, Mirror, PublishResult
+from qonnect_gitops.gitstore.signing import CommitSigner, check_commit
 from qonnect_gitops.gitstore.store import (
     DEFAULT_CLUSTER_PREFIX,
     DEFAULT_PLAN_BRANCH,
@@ -49,10 +51,15 @@ from qonnect_gitops.model import (
     Observed,
     ParseCache,
     Plan,
+    Problem,
     load_goals,
 )
+from qonnect_gitops.model.fleet import Fleet, GoalsPolicy
 from qonnect_gitops.model.limits import DEFAULT_TREE_LIMITS, TreeLimits
+from qonnect_gitops.model.loader import FLEET_FILE
+from qonnect_gitops.model.parsing import load_documents
 from qonnect_gitops.model.plan import DecisionReason
+from qonnect_gitops.model.signers import AllowedSigner
 from qonnect_gitops.placement.provision import plan_with_pools, with_members
 from qonnect_gitops.render import RenderedPlan, render
 from qonnect_gitops.render.describe import plan_markdown
@@ -134,23 +141,26 @@ class CycleResult:
         return self.published.pushed if self.published else ()
 
 
-def open_mirror(path: str | Path, url: str, credentials: Credentials, goals: Goals | None = None) -> Mirror:
-    """A mirror whose branch names follow the fleet settings (defaults before goals are known)."""
+def open_mirror(path: str | Path, url: str, credentials: Credentials, goals: Goals | None = None,
+                signer: CommitSigner | None = None) -> Mirror:
+    """A mirror whose branch names follow the fleet settings (defaults before goals are known),
+    signing what it writes with ``signer`` (``gitstore.signing``; None: unsigned)."""
     if goals is None:
-        return Mirror(path, url, credentials)
+        return Mirror(path, url, credentials, signer=signer)
     branches = goals.fleet.spec.branches
-    return Mirror(path, url, credentials, plan_branch=branches.plan,
-                  cluster_prefix=branches.cluster_prefix, proposal_prefix=branches.proposal_prefix)
+    return Mirror(path, url, credentials, plan_branch=branches.plan, cluster_prefix=branches.cluster_prefix,
+                  proposal_prefix=branches.proposal_prefix, signer=signer)
 
 
 def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials,
-                          goals_limits: TreeLimits = DEFAULT_TREE_LIMITS) -> Mirror:
+                          goals_limits: TreeLimits = DEFAULT_TREE_LIMITS,
+                          signer: CommitSigner | None = None) -> Mirror:
     """A fetched mirror whose branch names are the ones the goals at main configure.
 
     The names live in the goals, so the first fetch uses the defaults; when the fleet
     names other branches the mirror is reopened with them.
     """
-    mirror = open_mirror(path, url, credentials)
+    mirror = open_mirror(path, url, credentials, signer=signer)
     mirror.fetch()
     commit = mirror.main_commit()
     if commit is None:
@@ -164,7 +174,7 @@ def open_mirror_for_goals(path: str | Path, url: str, credentials: Credentials,
         DEFAULT_PLAN_BRANCH, DEFAULT_CLUSTER_PREFIX, DEFAULT_PROPOSAL_PREFIX
     ):
         return mirror
-    return open_mirror(path, url, credentials, goals)
+    return open_mirror(path, url, credentials, goals, signer=signer)
 
 
 _PLANS: dict[str, Plan] = {}  # decisions of the last plan commits read (immutable)
@@ -345,6 +355,106 @@ def _goals_at(mirror: Mirror, commit: str, limits: TreeLimits) -> Goals:
     return goals
 
 
+def check_goals_signed(mirror: Mirror, commit: str, trusted_goals: str | None) -> None:
+    """Refuse (``GoalsError``, nothing planned) a goals commit that ``spec.goals.requireSignedCommits``
+    says must be signed and that is not signed by one of the ``allowedSigners``.
+
+    A commit is judged by the policy in force, never by its own. The policy in force starts
+    as that of ``trusted_goals`` (the last good goals commit the lead group recorded) or,
+    without one, of the goals commit the plan in force was computed from, when that plan
+    commit carries this writer's own signature (anyone with push access could write an
+    unsigned one naming any source). The commits on ``main`` between it and ``commit``
+    (first parents, at most ``MAX_GOALS_WALK``) are replayed in order: one that passes the
+    policy in force puts its own in force, one that does not changes nothing. So an unsigned
+    commit can neither switch the requirement off nor add its author's key: those changes,
+    like any other, need a signature by a key already allowed, and a key added by one
+    signed commit may sign the next even when both arrive in one push. Where no policy is
+    known (a new fleet), a commit is judged by its own ``qonnect.yaml``: a commit that turns
+    the requirement on must be signed by one of the keys it lists. The commit in force is not
+    judged again. Only ``qonnect.yaml`` is read for a policy (one small file per commit
+    replayed); the goals of ``commit`` are validated whole afterwards, as without the check."""
+    anchor = trusted_goals or _trusted_plan_source(mirror)
+    if commit == anchor:
+        return
+    policy = _signing_policy(mirror, anchor) if anchor is not None else None
+    for earlier in _goals_commits_between(mirror, anchor, commit)[:-1]:
+        if _signature_refusal(mirror, earlier, policy) is None:
+            policy = _signing_policy(mirror, earlier) or policy
+    refusal = _signature_refusal(mirror, commit, policy)
+    if refusal is not None:
+        raise refusal
+
+
+MAX_GOALS_WALK = 100
+"""Most commits of ``main`` replayed by ``check_goals_signed``; further back, only the newest is judged."""
+
+
+def _goals_commits_between(mirror: Mirror, anchor: str | None, commit: str) -> list[str]:
+    """The first-parent commits after ``anchor`` up to ``commit``, oldest first; just
+    ``[commit]`` when ``anchor`` is not among its last ``MAX_GOALS_WALK`` first parents."""
+    path = [commit]
+    current = resolve_commit(mirror.repo, commit)
+    while anchor is not None and len(path) <= MAX_GOALS_WALK and current.parent_ids:
+        parent = str(current.parent_ids[0])
+        if parent == anchor:
+            return path[::-1]
+        path.append(parent)
+        try:
+            current = resolve_commit(mirror.repo, parent)
+        except GitStoreError:
+            break  # history not in the mirror
+    return [commit]
+
+
+def _signing_policy(mirror: Mirror, commit: str) -> GoalsPolicy | None:
+    """``spec.goals`` of ``qonnect.yaml`` at ``commit``; None when it cannot be read (the
+    whole goals are validated, and their errors reported, where they are planned)."""
+    try:
+        raw = read_file(mirror.repo, commit, FLEET_FILE)
+        docs = load_documents(FLEET_FILE, raw) if raw is not None else []
+        return Fleet.model_validate(docs[0]).spec.goals if len(docs) == 1 else None
+    except (GoalsError, GitStoreError, ValidationError, ValueError) as exc:
+        log.debug("goals_policy_unreadable", commit=commit[:12], error=str(exc)[:200])
+        return None
+
+
+def _signature_refusal(mirror: Mirror, commit: str, policy: GoalsPolicy | None) -> GoalsError | None:
+    """Why ``commit`` may not be planned: not signed as ``policy`` requires or, when that
+    requires nothing, as the commit's own ``qonnect.yaml`` does; None when it may."""
+    if policy is not None and policy.require_signed_commits:
+        return _unless_signed(mirror, commit, policy, "the goals in force")
+    own = _signing_policy(mirror, commit)
+    if own is not None and own.require_signed_commits:
+        return _unless_signed(mirror, commit, own, "this commit's own qonnect.yaml (no policy was in force)")
+    return None
+
+
+def _trusted_plan_source(mirror: Mirror) -> str | None:
+    """The goals commit the plan in force was computed from, when the plan commit is signed
+    by the key this mirror signs with; None otherwise (no plan, no key, another signer)."""
+    head, signer = mirror.store.plan_head(), mirror.store.signer
+    if head is None or signer is None:
+        return None
+    if not check_commit(resolve_commit(mirror.repo, head), (AllowedSigner(signer.public),)).trusted:
+        return None
+    try:
+        return mirror.store.decision_of(head).source
+    except ValueError:
+        return None  # a plan commit without our trailers: no source to name
+
+
+def _unless_signed(mirror: Mirror, commit: str, policy: GoalsPolicy, whose: str) -> GoalsError | None:
+    check = check_commit(resolve_commit(mirror.repo, commit), policy.signers())
+    if check.trusted:
+        log.debug("goals_signature_trusted", commit=commit[:12], signer=check.signer.name if check.signer else "")
+        return None
+    names = ", ".join(sorted({s.name for s in policy.signers()}))
+    return GoalsError([Problem(
+        path=f"commit {commit[:12]}", line=None, column=None, field="spec.goals.requireSignedCommits",
+        message=f"{check.message}; {whose} allows only goals commits signed by {names}; "
+                "not planned, the plan in force stays")])
+
+
 def reconcile_once(
     mirror: Mirror,
     observe: ObservationSource,
@@ -356,6 +466,7 @@ def reconcile_once(
     fallback: ObservationSource | None = None,
     memo: DecisionMemo | None = None,
     goals_limits: TreeLimits = DEFAULT_TREE_LIMITS,
+    trusted_goals: str | None = None,
 ) -> CycleResult:
     """Fetch, validate, plan, render, write and publish once.
 
@@ -367,12 +478,15 @@ def reconcile_once(
     the result says why in ``degraded``: failover must not stop because of one bad
     measurement. With ``memo`` (the leader's), a cycle whose inputs equal the last one's
     reuses that decision and its rendering (``lead.memo``). Goals over ``goals_limits``
-    are invalid (GoalsError).
+    are invalid (GoalsError), as is a commit not signed as ``spec.goals.requireSignedCommits``
+    of the goals in force requires (``check_goals_signed``; ``trusted_goals`` is the last good
+    goals commit the caller knows).
     """
     mirror.fetch()
     goals_commit = mirror.main_commit()
     if goals_commit is None:
         raise RuntimeError(f"{mirror.display_url} has no main branch")
+    check_goals_signed(mirror, goals_commit, trusted_goals)
     goals = _goals_at(mirror, goals_commit, goals_limits)
     if hooks.on_goals is not None:
         hooks.on_goals(goals_commit, goals)

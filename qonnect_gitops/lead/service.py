@@ -80,6 +80,9 @@ class LeadConfig:
     http_limits: HTTPLimits = field(default_factory=HTTPLimits)
     goals_limits: TreeLimits = DEFAULT_TREE_LIMITS
     review: ReviewConfig = field(default_factory=ReviewConfig)  # --forges, --preview-*: never from the goals
+    # The private key the leader signs plan and cluster-branch commits with (gitstore.signing);
+    # None: unsigned commits, which only agents started with --allow-unsigned apply.
+    signing_key: Path | None = None
 
     @property
     def tls(self) -> bool:
@@ -120,7 +123,8 @@ class LeadService:
             self.loop = ReconcileLoop(self.node, self.kb, self.metrics, LoopConfig(
                 repo=config.repo, mirror_dir=Path(config.data_dir) / MIRROR_DIR,
                 poll_seconds=config.poll_seconds, reschedule_seconds=config.reschedule_seconds,
-                api_url=config.url, goals_limits=config.goals_limits, review=config.review))
+                api_url=config.url, goals_limits=config.goals_limits, review=config.review,
+                signing_key=config.signing_key))
             self.node.state.report_listener = self.loop.on_reports
         self._threads = [
             threading.Thread(target=self._watch_leadership, name="leadership", daemon=True),

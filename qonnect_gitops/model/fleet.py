@@ -8,6 +8,7 @@ from pydantic import AfterValidator, Field, model_validator
 
 from qonnect_gitops.model.base import Header, Metadata, Name, UserModel
 from qonnect_gitops.model.limits import MAX_DISRUPTION_BUDGET, MAX_SECONDS
+from qonnect_gitops.model.signers import MAX_SIGNERS, AllowedSigner, parse_signer_line
 
 _REF_FORBIDDEN = frozenset(" ~^:?*[\\")
 
@@ -288,10 +289,53 @@ class Stability(UserModel):
     )
 
 
+def _signer_line(value: str) -> str:
+    parse_signer_line(value)  # SignersError is a ValueError: reported at the entry
+    return value
+
+
+SignerLine = Annotated[str, AfterValidator(_signer_line)]
+
+
+class GoalsPolicy(UserModel):
+    """Which goals commits the leader plans. With ``requireSignedCommits`` a commit on
+    ``main`` must carry an SSH signature (``git commit -S`` with ``gpg.format=ssh``) by one
+    of ``allowedSigners``; the leader judges each commit by these settings as they stand in
+    the last good goals, so a commit cannot loosen its own check."""
+
+    require_signed_commits: bool = Field(
+        False,
+        description="Plan only goals commits signed by one of `allowedSigners`; an unsigned or "
+        "otherwise signed commit is refused like invalid goals and the plan in force stays.",
+    )
+    allowed_signers: tuple[Annotated[SignerLine, Field(max_length=16384)], ...] = Field(
+        (),
+        max_length=MAX_SIGNERS,
+        description="Who may sign goals commits: lines of Git's allowed-signers format "
+        "(`alice@example.org ssh-ed25519 AAAA...`, options `namespaces=`, `valid-after=`, "
+        "`valid-before=` as in `ssh-keygen`) or plain public keys (`ssh-ed25519 AAAA... alice`). "
+        "Key types: ssh-ed25519, ecdsa-sha2-nistp256/384/521, ssh-rsa (2048 bits or more).",
+    )
+
+    @model_validator(mode="after")
+    def _keys_with_requirement(self) -> GoalsPolicy:
+        if self.require_signed_commits and not self.allowed_signers:
+            raise ValueError("requireSignedCommits needs at least one key in allowedSigners")
+        if self.allowed_signers and not self.require_signed_commits:
+            raise ValueError("allowedSigners has no effect without requireSignedCommits: true")
+        return self
+
+    def signers(self) -> tuple[AllowedSigner, ...]:
+        """The allowed signers, parsed (each entry was checked when the file was read)."""
+        return tuple(parse_signer_line(line, f"qonnect.yaml spec.goals.allowedSigners[{i}]")
+                     for i, line in enumerate(self.allowed_signers))
+
+
 class FleetSpec(UserModel):
     """Settings that apply to the whole fleet."""
 
     review: Review = Field(default_factory=Review)
+    goals: GoalsPolicy = Field(default_factory=GoalsPolicy)
     branches: Branches = Field(default_factory=Branches)
     heartbeat: Heartbeat = Field(default_factory=Heartbeat)
     stability: Stability = Field(default_factory=Stability)

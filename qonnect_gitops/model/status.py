@@ -41,6 +41,8 @@ class RefusalReason(StrEnum):
     PROTECTED_NAMESPACE = "ProtectedNamespace"  # an object in (or of) a reserved namespace
     DUPLICATE_OBJECT = "DuplicateObject"  # the same object in two files of the branch
     SYSTEM_OBJECT = "SystemObject"  # the cluster's own RBAC (system:*, cluster-admin), not allowed by the agent
+    UNSIGNED_COMMIT = "UnsignedCommit"  # the head commit carries no signature (agent.verify)
+    UNTRUSTED_SIGNER = "UntrustedSigner"  # signed, but not validly by a key the agent trusts
 
 
 class SyncReason(StrEnum):
@@ -62,6 +64,8 @@ class SyncReason(StrEnum):
     PROTECTED_NAMESPACE = "ProtectedNamespace"
     DUPLICATE_OBJECT = "DuplicateObject"
     SYSTEM_OBJECT = "SystemObject"
+    UNSIGNED_COMMIT = "UnsignedCommit"
+    UNTRUSTED_SIGNER = "UntrustedSigner"
 
 
 class ClusterState(StrEnum):

@@ -19,9 +19,11 @@ from qonnect_gitops.agent.agent import Agent
 from qonnect_gitops.agent.config import AgentConfig
 from qonnect_gitops.gitstore import trailers as tr
 from qonnect_gitops.gitstore.daemon import GitDaemon, free_port
+from qonnect_gitops.gitstore.signing import SigningKey
 from qonnect_gitops.gitstore.store import GitStore
 from qonnect_gitops.gitstore.trailers import DecisionMeta
 from qonnect_gitops.sim import SimCluster
+from tests.signing_keys import KeyPair, allowed_signers, make_key
 
 CLUSTER = "edge-1"
 LABELS = {"app.kubernetes.io/managed-by": "qonnect", "qonnect.io/app": "shop"}
@@ -74,11 +76,14 @@ def path_of(obj: dict[str, Any]) -> str:
 
 @dataclass
 class Branch:
-    """The goals repository's ``cluster/edge-1`` branch, written the way the leader writes it."""
+    """The goals repository's ``cluster/edge-1`` branch, written the way the leader writes it
+    (signed with ``key``, which the agents of ``make_agent`` trust through ``trusted``)."""
 
     store: GitStore
     daemon: GitDaemon
     bare: Path
+    key: KeyPair
+    trusted: Path
     generation: int = 0
     clock: Iterator[int] = field(default_factory=lambda: itertools.count(1_700_000_000, 10))
 
@@ -102,23 +107,39 @@ class Branch:
         return head
 
     def raw_commit(self, objects: list[dict[str, Any]], generation: int | None, term: int = 1,
-                   extra: list[tuple[str, str]] | None = None) -> str:
+                   extra: list[tuple[str, str]] | None = None, signer: SigningKey | bool | None = True) -> str:
         """A cluster commit written directly (no GitStore checks): e.g. a deposed leader's
-        late write with an older generation, or an empty tree without ``Qonnect-Allow-Empty``."""
+        late write with an older generation, or an empty tree without ``Qonnect-Allow-Empty``.
+        Signed with the branch's key (``signer=True``), another key, or not at all (``None``)."""
         from qonnect_gitops.gitstore.tree import build_tree
 
-        repo = self.store.repo
-        tree = build_tree(repo, {path_of(o): yaml.safe_dump(o, sort_keys=False).encode() for o in objects})
-        ref = f"refs/heads/cluster/{CLUSTER}"
-        parent = repo.references[ref].target
+        tree = build_tree(self.store.repo, {path_of(o): yaml.safe_dump(o, sort_keys=False).encode() for o in objects})
         sig = pygit2.Signature("old leader", "old@example.org", next(self.clock), 0)
         trailers = [(tr.SOURCE, "0" * 40), (tr.TERM, str(term))]
         if generation is not None:
             trailers.append((tr.GENERATION, str(generation)))
         trailers += [(tr.REASON, "goals-changed"), *(extra or [])]
-        oid = repo.create_commit(None, sig, sig, tr.format_message("raw write", "written by a test", trailers),
-                                 tree, [parent])
-        repo.references[ref].set_target(oid)
+        return self.write_commit(tree, tr.format_message("raw write", "written by a test", trailers), sig,
+                                 signer=signer)
+
+    def write_commit(self, tree: pygit2.Oid, message: str, sig: pygit2.Signature,
+                     signer: SigningKey | bool | None = True) -> str:
+        """Commit ``tree`` on top of the cluster branch (creating it) and move the branch there,
+        signed with the branch's key (``signer=True``), another key, or not at all (``None``)."""
+        from qonnect_gitops.gitstore.objects import serialize_commit
+
+        repo = self.store.repo
+        ref = f"refs/heads/cluster/{CLUSTER}"
+        parents = [repo.references[ref].target] if ref in repo.references else []
+        content = serialize_commit(tree.raw, [p.raw for p in parents], sig, sig, message)
+        key = self.key.signer() if signer is True else signer or None
+        if key is not None:
+            content = key.sign_commit(content)
+        oid = repo.odb.write(pygit2.enums.ObjectType.COMMIT, content)
+        if parents:
+            repo.references[ref].set_target(oid)
+        else:
+            repo.references.create(ref, oid)
         return str(oid)
 
 
@@ -148,9 +169,11 @@ def branch(tmp_path: Path) -> Iterator[Branch]:
     srv = tmp_path / "srv"
     srv.mkdir()
     bare = srv / "goals.git"
-    store = GitStore.init_bare(bare)
+    key = make_key(tmp_path / "keys", "lead")
+    trusted = allowed_signers(tmp_path / "trusted-keys", key.allowed())
+    store = GitStore.init_bare(bare, signer=key.signer())
     with GitDaemon(srv, port=free_port()) as daemon:  # a fixed port: a stopped daemon comes back at the same URL
-        yield Branch(store, daemon, bare)
+        yield Branch(store, daemon, bare, key, trusted)
 
 
 @pytest.fixture
@@ -161,7 +184,7 @@ def make_agent(sim: SimCluster, branch: Branch, tmp_path: Path) -> Iterator[Any]
         settings: dict[str, Any] = dict(
             cluster=CLUSTER, repo=branch.url, kubeconfig=sim.kubeconfig(), cache_dir=tmp_path / "cache",
             api_backoff=0.01, api_backoff_max=0.1, interval=0.2, jitter=0.1, drift_interval=0.5,
-            report_interval=0.3, wait_timeout=0.0, ready_timeout=5.0)
+            report_interval=0.3, wait_timeout=0.0, ready_timeout=5.0, trusted_keys=branch.trusted)
         settings.update(overrides)
         agent = Agent(AgentConfig(**settings))
         made.append(agent)

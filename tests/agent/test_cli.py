@@ -39,7 +39,8 @@ def kubeconfig(sim, tmp_path: Path) -> Path:
 
 def _once(branch: Branch, kubeconfig: Path, tmp_path: Path, *extra: str) -> int:
     return main(["agent", "--once", "--cluster", "edge-1", "--repo", branch.url, "--kubeconfig", str(kubeconfig),
-                 "--cache-dir", str(tmp_path / "cli-cache"), "--wait-timeout", "0", *extra])
+                 "--cache-dir", str(tmp_path / "cli-cache"), "--wait-timeout", "0",
+                 "--trusted-keys", str(branch.trusted), *extra])
 
 
 def test_once_exit_codes_and_table(branch: Branch, kubeconfig: Path, tmp_path: Path, capsys) -> None:
@@ -67,8 +68,14 @@ def test_options_from_environment(branch: Branch, kubeconfig: Path, tmp_path: Pa
     monkeypatch.setenv("QONNECT_CACHE_DIR", str(tmp_path / "env-cache"))
     monkeypatch.setenv("QONNECT_NAMESPACE", "agent-ns")
     monkeypatch.setenv("QONNECT_ONCE", "true")
+    with pytest.raises(SystemExit, match="no trusted keys"):  # the agent trusts nothing by default
+        main(["agent"])
+    monkeypatch.setenv("QONNECT_TRUSTED_KEYS", str(branch.trusted))
     assert main(["agent"]) == 0
     assert core.read_namespaced_config_map("qonnect-inventory", "agent-ns").data["inventory"]
+    monkeypatch.setenv("QONNECT_TRUSTED_KEYS", str(tmp_path / "missing"))
+    with pytest.raises(SystemExit, match="cannot read the trusted keys"):
+        main(["agent"])
 
 
 def test_reports_to_a_real_lead_group_via_another_lead(branch: Branch, kubeconfig: Path, tmp_path: Path, capsys) -> None:
@@ -146,7 +153,8 @@ def test_protection_options_are_parsed_strictly(monkeypatch) -> None:
     monkeypatch.setenv("QONNECT_PROTECT_KINDS", "apps/Deployment, ConfigMap")  # read when the parser is built
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    args = parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--protect-namespace", "billing"])
+    args = parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--protect-namespace", "billing",
+                              "--allow-unsigned"])
     cfg = build_config(args)
     assert {("apps", "Deployment"), ("", "ConfigMap"), ("", "Namespace")} <= cfg.protected_kinds
     assert {"billing", "kube-system", "default", cfg.namespace} <= cfg.reserved_namespaces
@@ -155,7 +163,8 @@ def test_protection_options_are_parsed_strictly(monkeypatch) -> None:
                 ["--allow-system-object", "cluster-admin"], ["--allow-system-object", "Role/system:x"],
                 ["--allow-system-object", "ClusterRole/ns/x"], ["--allow-system-object", "ConfigMap/kube-system/x"]):
         with pytest.raises(SystemExit):
-            build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", *bad]))
+            build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--allow-unsigned",
+                                            *bad]))
 
 
 def test_system_objects_are_allowed_only_by_the_agents_own_options(monkeypatch) -> None:
@@ -166,7 +175,8 @@ def test_system_objects_are_allowed_only_by_the_agents_own_options(monkeypatch) 
     monkeypatch.setenv("QONNECT_ALLOW_SYSTEM_OBJECTS", "ClusterRoleBinding/cluster-admin")
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    cfg = build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--allow-system-object",
+    cfg = build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--allow-unsigned",
+                                          "--allow-system-object",
                                           "RoleBinding/kube-public/system:controller:bootstrap-signer"]))
     assert cfg.system_objects == {("ClusterRoleBinding", "", "cluster-admin"),
                                   ("RoleBinding", "kube-public", "system:controller:bootstrap-signer")}
@@ -180,7 +190,9 @@ def test_api_timeout_option(monkeypatch) -> None:
     monkeypatch.setenv("QONNECT_API_TIMEOUT", "12.5")
     parser = argparse.ArgumentParser()
     register(parser.add_subparsers())
-    assert build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r"])).api_timeout == 12.5
+    assert build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r",
+                                           "--allow-unsigned"])).api_timeout == 12.5
     for bad in ("0", "-1", "inf", "nan"):
         with pytest.raises(SystemExit, match="--api-timeout"):
-            build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--api-timeout", bad]))
+            build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--allow-unsigned",
+                                            "--api-timeout", bad]))

@@ -69,7 +69,7 @@ def test_kill_9_at_random_points_leaves_nothing_unprunable(sim: SimCluster, bran
     sim.faults.set_latency(0.015, jitter=0.015)  # passes long enough to be hit in the middle
     command = [sys.executable, "-m", "qonnect_gitops", "agent", "--cluster", CLUSTER, "--repo", branch.url,
                "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"), "--interval", "0.05",
-               "--drift-interval", "3600", "--log-level", "warning"]
+               "--drift-interval", "3600", "--log-level", "warning", "--trusted-keys", str(branch.trusted)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = open(tmp_path / "agent.log", "ab")  # noqa: SIM115 - closed at the end
     hits = {"apply": 0, "prune": 0, "time": 0}
@@ -153,7 +153,7 @@ def test_kill_9_at_random_points_of_large_passes_never_stalls_the_cluster(sim_wi
     kubeconfig.write_text(sim.kubeconfig_yaml())
     command = [sys.executable, "-m", "qonnect_gitops", "agent", "--cluster", CLUSTER, "--repo", branch.url,
                "--kubeconfig", str(kubeconfig), "--cache-dir", str(tmp_path / "cache"), "--interval", "0.05",
-               "--drift-interval", "3600", "--log-level", "warning"]
+               "--drift-interval", "3600", "--log-level", "warning", "--trusted-keys", str(branch.trusted)]
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log = open(tmp_path / "agent.log", "ab")  # noqa: SIM115 - closed at the end
     stable = [configmap(f"s{i}") for i in range(STABLE)] + [deployment(n, replicas=1) for n in ("web", "api")]

@@ -16,11 +16,15 @@ from qonnect_gitops.sim import SimCluster
 from tests.conftest import ROOT
 from tests.gitstore.helpers import git
 from tests.goals_repo import served_goals
+from tests.signing_keys import allowed_signers, make_key
 
 
 def test_rendered_branches_apply_cleanly_and_converge(tmp_path: Path) -> None:
+    key = make_key(tmp_path / "keys", "lead")
+    trusted = allowed_signers(tmp_path / "trusted-keys", key.allowed())
     with served_goals(tmp_path / "goals") as goals:
-        run = subprocess.run([sys.executable, "-m", "qonnect_gitops", "reconcile", "--repo", goals.url, "--once"],
+        run = subprocess.run([sys.executable, "-m", "qonnect_gitops", "reconcile", "--repo", goals.url, "--once",
+                              "--signing-key", str(key.private)],
                              capture_output=True, text=True, cwd=ROOT, timeout=120, check=False)
         assert run.returncode == 0, run.stderr
         refs = git("-C", goals.bare, "for-each-ref", "--format=%(refname:strip=3)", "refs/heads/cluster/").split()
@@ -32,7 +36,8 @@ def test_rendered_branches_apply_cleanly_and_converge(tmp_path: Path) -> None:
             manifests = [f for f in files if f.endswith(".yaml") and not f.rsplit("/", 1)[-1].startswith("sops-")]
             with SimCluster(name=cluster, namespace_delay=0.0) as sim:
                 agent = Agent(AgentConfig(cluster=cluster, repo=goals.url, kubeconfig=sim.kubeconfig(),
-                                          cache_dir=tmp_path / "cache", api_backoff=0.01, wait_timeout=0))
+                                          cache_dir=tmp_path / "cache", api_backoff=0.01, wait_timeout=0,
+                                          trusted_keys=trusted))
                 first = agent.sync()
                 failed = [(r.name, r.message) for r in first.objects if r.action == "failed"]
                 assert failed == [], failed

@@ -22,7 +22,6 @@ def _commit(branch: Branch, files: dict[str, bytes], generation: int, extra: lis
             links: dict[str, bytes] | None = None) -> str:
     """A cluster commit of exactly ``files`` (plus symlink entries ``links``: name -> target)."""
     repo = branch.store.repo
-    ref = "refs/heads/cluster/edge-1"
     tree = build_tree(repo, files)
     if links:
         builder = repo.TreeBuilder(repo[tree])
@@ -32,14 +31,9 @@ def _commit(branch: Branch, files: dict[str, bytes], generation: int, extra: lis
     sig = pygit2.Signature("t", "t@example.org", 1_700_000_000 + generation, 0)
     msg = tr.format_message("test", "", [(tr.SOURCE, "0" * 40), (tr.TERM, "1"), (tr.GENERATION, str(generation)),
                                          (tr.REASON, "goals-changed"), *(extra or [])])
-    parents = [repo.references[ref].target] if ref in repo.references else []
-    oid = repo.create_commit(None, sig, sig, msg, tree, parents)
-    if parents:
-        repo.references[ref].set_target(oid)
-    else:
-        repo.references.create(ref, oid)
+    oid = branch.write_commit(tree, msg, sig)  # signed as the leader signs: the content is what is hostile
     branch.generation = max(branch.generation, generation)
-    return str(oid)
+    return oid
 
 
 def _files(objects: list[dict[str, Any]]) -> dict[str, bytes]:

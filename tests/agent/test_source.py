@@ -10,18 +10,10 @@ from tests.agent.conftest import Branch, configmap, configmap_names, namespace
 
 
 def _commit(branch: Branch, files: dict[str, bytes], generation: int) -> str:
-    repo = branch.store.repo
-    ref = "refs/heads/cluster/edge-1"
-    parents = [repo.references[ref].target] if ref in repo.references else []
     sig = pygit2.Signature("t", "t@example.org", 1_700_000_000 + generation, 0)
     msg = tr.format_message("test", "", [(tr.SOURCE, "0" * 40), (tr.TERM, "1"), (tr.GENERATION, str(generation)),
                                          (tr.REASON, "goals-changed")])
-    oid = repo.create_commit(None, sig, sig, msg, build_tree(repo, files), parents)
-    if parents:
-        repo.references[ref].set_target(oid)
-    else:
-        repo.references.create(ref, oid)
-    return str(oid)
+    return branch.write_commit(build_tree(branch.store.repo, files), msg, sig)
 
 
 def test_sops_files_are_skipped_and_non_yaml_ignored(make_agent, branch: Branch, core):
