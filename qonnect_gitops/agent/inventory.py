@@ -44,6 +44,7 @@ from qonnect_gitops.model.labels import (
     NAME_LABEL,
     PART_OF_LABEL,
 )
+from qonnect_gitops.model.limits import RBAC_GROUP, RBAC_KINDS, system_rbac_name
 from qonnect_gitops.model.report import MAX_GENERATION
 
 ObjKey = tuple[str, str, str, str, str]
@@ -214,8 +215,7 @@ def in_namespaces(key: ObjKey, namespaces: frozenset[str]) -> bool:
     return ns in namespaces or ((group, kind) == ("", "Namespace") and name in namespaces)
 
 
-RBAC_GROUP = "rbac.authorization.k8s.io"
-_RBAC_KINDS = frozenset({"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
+_RBAC_KINDS = RBAC_KINDS
 # The API server's own RBAC policy (cluster-admin, admin, edit, view, system:*) carries it.
 BOOTSTRAP_LABEL, BOOTSTRAP_VALUE = "kubernetes.io/bootstrapping", "rbac-defaults"
 
@@ -232,7 +232,7 @@ def system_object(key: ObjKey, live: dict[str, Any] | None = None,
     group, _, kind, ns, name = key
     if group != RBAC_GROUP or kind not in _RBAC_KINDS or (kind, ns, name) in allowed:
         return False
-    if name.startswith("system:") or name == "cluster-admin":
+    if system_rbac_name(group, kind, name):
         return True
     labels = ((live or {}).get("metadata") or {}).get("labels") or {}
     return isinstance(labels, dict) and labels.get(BOOTSTRAP_LABEL) == BOOTSTRAP_VALUE

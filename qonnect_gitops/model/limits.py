@@ -108,3 +108,14 @@ AGENT_NAMESPACE: Final = "qonnect-system"
 RESERVED_NAMESPACES: Final = frozenset({"kube-system", "kube-public", "kube-node-lease", "default",
                                         AGENT_NAMESPACE})
 """Namespaces goals may not target and agents never touch."""
+
+
+RBAC_GROUP: Final = "rbac.authorization.k8s.io"
+RBAC_KINDS: Final = frozenset({"ClusterRole", "ClusterRoleBinding", "Role", "RoleBinding"})
+
+
+def system_rbac_name(group: str, kind: str, name: str) -> bool:
+    """Whether an object is part of a cluster's own RBAC by its name: a ClusterRole,
+    ClusterRoleBinding, Role or RoleBinding named ``system:...`` or ``cluster-admin``.
+    Agents never adopt, change or delete one unless their own configuration lists it."""
+    return group == RBAC_GROUP and kind in RBAC_KINDS and (name.startswith("system:") or name == "cluster-admin")

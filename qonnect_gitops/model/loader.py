@@ -38,6 +38,7 @@ from qonnect_gitops.model.limits import (
     MAX_TREE_FILES,
     RESERVED_NAMESPACES,
     TreeLimits,
+    system_rbac_name,
 )
 from qonnect_gitops.model.network import Network, latency_table
 from qonnect_gitops.model.parsing import check_tree, load_documents
@@ -675,6 +676,11 @@ class _Loader:
                 and name in RESERVED_NAMESPACES:
             problems.append(doc.problem(("metadata", "name"), f"namespace '{name}' is reserved "
                                  f"({', '.join(sorted(RESERVED_NAMESPACES))}); agents never touch it"))
+        if system_rbac_name(split_api_version(obj["apiVersion"])[0], obj["kind"], name):
+            warnings.append(doc.problem(
+                ("metadata", "name"), f"{obj['kind']} '{name}' is part of the cluster's own RBAC: agents refuse "
+                "it (SystemObject) and keep running what they applied, unless an agent's own "
+                "--allow-system-object lists it"))
         annotations = obj["metadata"].get("annotations")
         if isinstance(annotations, dict) and annotations.get(PRUNE_ANNOTATION) == "enabled":
             warnings.append(doc.problem(

@@ -77,3 +77,19 @@ def test_a_pod_using_an_object_no_manifest_defines_is_warned_about(template_file
     files = _edit(template_files, "apps/bookinfo/manifests/details.yaml",
                   "serviceAccountName: bookinfo-details", "serviceAccountName: bookinfo-ratings")
     assert load_goals(files).warnings == ()
+
+
+def test_the_clusters_own_rbac_in_goals_is_warned_about(template_files) -> None:
+    """Agents refuse system RBAC (SystemObject): validate says so before a cluster stalls."""
+    files = {**template_files, "apps/bookinfo/manifests/admin.yaml": b"""apiVersion: rbac.authorization.k8s.io/v1
+kind: ClusterRoleBinding
+metadata: {name: cluster-admin}
+roleRef: {apiGroup: rbac.authorization.k8s.io, kind: ClusterRole, name: cluster-admin}
+subjects: [{kind: Group, name: "system:masters", apiGroup: rbac.authorization.k8s.io}]
+"""}
+    files = _edit(files, "apps/bookinfo/app.yaml", "manifests: [manifests/details.yaml]",
+                  "manifests: [manifests/details.yaml, manifests/admin.yaml]")
+    warnings = load_goals(files).warnings
+    assert [(w.path, w.field, w.line) for w in warnings] == [
+        ("apps/bookinfo/manifests/admin.yaml", "metadata.name", 3)]
+    assert "cluster's own RBAC" in warnings[0].message and "--allow-system-object" in warnings[0].message
