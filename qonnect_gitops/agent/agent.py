@@ -661,14 +661,7 @@ class Agent:
             nodes = capacity.read_capacity(self.kube)
         except (KubeError, ValueError) as exc:
             log.warning("capacity_failed", error=str(exc))
-        latencies: list[Any] = []
-        traffic: list[Any] = []
-        if self.cfg.prometheus:
-            try:
-                latencies = prometheus.latencies(self.cfg.prometheus, self.cfg.cluster, self.cfg.latency_metric)
-                traffic = prometheus.traffic(self.cfg.prometheus, self.cfg.traffic_metric)
-            except (OSError, ValueError) as exc:
-                log.warning("prometheus_failed", error=str(exc))
+        signals = self.signals()
         status = result.status()
         if result.source_stale and self.source_stale_since:
             age = int(time.time() - self.source_stale_since)
@@ -677,8 +670,20 @@ class Agent:
         return AgentReport(
             cluster=self.cfg.cluster, agent_time=datetime.now(UTC), applied=result.applied,
             attempted=result.commit, sync=status, refusals=tuple(result.refusals[:32]),
-            components=tuple(comps[:1000]), nodes=tuple(nodes), latencies=tuple(latencies),
-            traffic=tuple(traffic), cluster_api=self._cluster_api(result))
+            components=tuple(comps[:1000]), nodes=tuple(nodes), latencies=signals.latencies,
+            traffic=signals.traffic, cluster_api=self._cluster_api(result))
+
+    def signals(self) -> prometheus.Signals:
+        """Latency and traffic from the cluster's Prometheus (nothing without ``--prometheus``);
+        workloads are mapped to components by the revision read last."""
+        if not self.cfg.prometheus:
+            return prometheus.Signals()
+        found = prometheus.read(self.cfg.prometheus, self.cfg.cluster, self.cfg.queries, self.cfg.prometheus_window,
+                                self.revision.objects if self.revision is not None else ())
+        if found.problem is not None:
+            self.metrics.inc("qonnect_agent_errors_total", kind="prometheus")
+            log.warning("prometheus_failed", error=found.problem)
+        return found
 
     def _cluster_api(self, result: SyncResult) -> tuple[Any, ...]:
         """The Cluster API clusters this cluster runs (a management cluster: cloud bursting)."""
