@@ -26,7 +26,8 @@ DROP = {
         "operation", "status.sourceHydrator", "status.resources", "status.summary",
         "status.observedAt", "status.resourceHealthSource", "status.controllerNamespace",
         "status.sourceType", "status.sourceTypes", "spec.sources", "spec.sourceHydrator",
-        "status.history.*.sources", "status.operationState.operation", "status.operationState.syncResult.sources",
+        "status.history.*.sources", "status.operationState.operation.sync.sources",
+        "status.operationState.syncResult.sources",
         "status.sync.comparedTo.sources",
     ],
     "applicationsets.argoproj.io": [
@@ -53,6 +54,8 @@ def _drop(schema: dict[str, Any], path: str) -> None:
     *parents, last = path.split(".")
     for part in parents:
         node = node["items"] if part == "*" else node["properties"][part]
+    if last in node.get("required", ()):  # an object Argo CD writes could not validate any more
+        raise ValueError(f"{path} is required: it cannot be dropped")
     del node["properties"][last]
 
 
