@@ -13,8 +13,8 @@ from typing import Any, Self
 import yaml
 
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.model.labels import APP_LABEL, COMPONENT_LABEL
 from qonnect_gitops.model.cluster import Cluster, NodeShape, Taint
+from qonnect_gitops.model.labels import APP_LABEL, COMPONENT_LABEL
 from qonnect_gitops.sim.admin import admin_route
 from qonnect_gitops.sim.api import ApiCore
 from qonnect_gitops.sim.bootstrap import bootstrap

@@ -243,20 +243,22 @@ class Signals:
             # In the order they were set: a histogram's buckets in increasing order.
             counters = list(self._counters.items())
             values = [(name, labels, counter.value(now)) for (name, labels), counter in counters]
-        lines = [f"# HELP {LATENCY_METRIC} Probed round-trip latency to a cluster or user region, in milliseconds.",
-                 f"# TYPE {LATENCY_METRIC} gauge",
-                 f"# HELP {TRAFFIC_METRIC} Requests per second a component serves to a user region.",
-                 f"# TYPE {TRAFFIC_METRIC} gauge"]
-        for labels, value in self.series():
-            name = labels.pop("__name__")
-            lines.append(f"{name}{_render(tuple(labels.items()))} {format_value(value)}")
+        lines: list[str] = []
+        gauges = self.series()
+        for family, text in ((LATENCY_METRIC, "Probed round-trip latency to a cluster or user region, in milliseconds."),
+                             (TRAFFIC_METRIC, "Requests per second a component serves to a user region.")):
+            lines += [f"# HELP {family} {text}", f"# TYPE {family} gauge"]
+            for gauge, value in gauges:
+                if gauge["__name__"] == family:
+                    shown = tuple((k, v) for k, v in gauge.items() if k != "__name__")
+                    lines.append(f"{family}{_render(shown)} {format_value(value)}")
         for family, kind, text in ((ISTIO_REQUESTS, "counter", "Requests handled by an Istio proxy."),
                                    (ISTIO_DURATION, "histogram", "Duration of requests, in milliseconds.")):
             lines += [f"# HELP {family} {text}", f"# TYPE {family} {kind}"]
-            for name, labels, value in values:
-                shown = self._mesh_labels(labels) if (name == ISTIO_REQUESTS) == (family == ISTIO_REQUESTS) else None
-                if shown is not None:
-                    lines.append(f"{name}{_render(shown)} {format_value(value)}")
+            for name, series, value in values:
+                mesh = self._mesh_labels(series) if (name == ISTIO_REQUESTS) == (family == ISTIO_REQUESTS) else None
+                if mesh is not None:
+                    lines.append(f"{name}{_render(mesh)} {format_value(value)}")
         return "\n".join(lines) + "\n"
 
     def _mesh_labels(self, labels: Labels) -> Labels | None:
