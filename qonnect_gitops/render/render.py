@@ -187,10 +187,26 @@ def kustomization(files: Mapping[str, bytes]) -> bytes:
 
     SOPS files (``sops-*``) are left out: the agent cannot decrypt them and skips them, and
     a build must yield what the agent applies. Written by hand, not by the YAML emitter: it
-    is one line per file and is rebuilt for every cluster on every cycle."""
+    is one line per file, and every cluster asks for it on every cycle (remembered by its names)."""
+    paths = tuple(sorted(files))
+    text = _KUSTOMIZATIONS.get(paths)
+    if text is None:
+        if len(_KUSTOMIZATIONS) >= _KUSTOMIZATIONS_MAX:
+            _KUSTOMIZATIONS.clear()
+        text = _KUSTOMIZATIONS[paths] = _kustomization_text(paths)
+    return text
+
+
+# A cluster's file names change far less often than it is rendered (every cycle, every
+# cluster): the text by the sorted names. Content-keyed, so rendering stays pure.
+_KUSTOMIZATIONS: dict[tuple[str, ...], bytes] = {}
+_KUSTOMIZATIONS_MAX = 1 << 15
+
+
+def _kustomization_text(paths: tuple[str, ...]) -> bytes:
     lines = ["# Written by qonnect: the objects of this cluster branch, for kubectl kustomize, Flux and Argo CD.\n",
              "apiVersion: kustomize.config.k8s.io/v1beta1\n", "kind: Kustomization\n", "resources:\n"]
-    for path in sorted(files):
+    for path in paths:
         if path == KUSTOMIZATION_FILE or posixpath.basename(path).startswith("sops-") \
                 or not path.endswith((".yaml", ".yml")):
             continue
