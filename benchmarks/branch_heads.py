@@ -40,7 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from qonnect_gitops.kb import KBReader, KnowledgeBase
 from qonnect_gitops.lead.loop import heads_changes, heads_chunks
-from qonnect_gitops.lead.raft import RAFT_PICKLE_PROTOCOL
+from qonnect_gitops.lead.raft.pickling import RAFT_PICKLE_PROTOCOL
 
 
 def _commit(i: int, salt: str = "") -> str:

@@ -124,7 +124,7 @@ from qonnect_gitops.kb import (
 from qonnect_gitops.lead import reconcile
 from qonnect_gitops.lead.latency_hold import LatencyHold, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
-from qonnect_gitops.lead.raft import GC_THRESHOLDS, freeze_long_lived
+from qonnect_gitops.lead.raft.collector import GC_THRESHOLDS, freeze_long_lived
 from qonnect_gitops.lead.reconcile import CycleHooks, reconcile_once
 from qonnect_gitops.model import (
     CurrentPlacement,
@@ -384,7 +384,7 @@ def run(clusters: int, workdir: Path, two_pushes: bool = False) -> dict[str, Any
 
         def record_goals(commit: str, goals: Goals) -> None:
             # The lead records a new goals commit through Raft, which moves what is alive
-            # then out of the collector's reach (lead/raft.py): the cycle's collections
+            # then out of the collector's reach (lead/raft/collector.py): the cycle's collections
             # here are then the lead's, not full walks of the whole fleet's goals.
             if recorded[-1:] != [commit]:
                 recorded.append(commit)
@@ -585,7 +585,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.libgit2:
         gitcli.available = lambda credentials: False  # type: ignore[assignment]
-    gc.set_threshold(*GC_THRESHOLDS)  # the collector as a lead runs it (lead/raft.py)
+    gc.set_threshold(*GC_THRESHOLDS)  # the collector as a lead runs it (lead/raft/collector.py)
     sizes: dict[str, Any] = {}
     for n in args.clusters or [100]:
         with tempfile.TemporaryDirectory(prefix="qonnect-fleet-") as tmp:

@@ -34,7 +34,7 @@ sys.path.insert(0, str(ROOT))
 import benchmarks.fleet as fleet
 import qonnect_gitops.kb as kb
 from qonnect_gitops.lead import reconcile
-from qonnect_gitops.lead.raft import GC_THRESHOLDS, GcPauses
+from qonnect_gitops.lead.raft.collector import GC_THRESHOLDS, GcPauses
 
 DETAIL_ABOVE = 20_000  # objects walked: list the biggest and the types
 

@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from qonnect_gitops.kb import KnowledgeBase, placement_changes
-from qonnect_gitops.lead.raft import RAFT_PICKLE_PROTOCOL
+from qonnect_gitops.lead.raft.pickling import RAFT_PICKLE_PROTOCOL
 
 RUNS = 3
 T0 = 1_800_000_000.0

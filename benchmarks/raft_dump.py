@@ -39,12 +39,9 @@ sys.path.insert(0, str(ROOT))
 from pysyncobj.config import SERIALIZER_STATE  # type: ignore[import-untyped]
 
 from qonnect_gitops.kb import ReportEntry, ReportRecord, WorkloadRecord
-from qonnect_gitops.lead.raft import (
-    GcPauses,
-    ReplicatedKB,
-    _BackgroundDump,
-    freeze_long_lived,
-)
+from qonnect_gitops.lead.raft.collector import GcPauses, freeze_long_lived
+from qonnect_gitops.lead.raft.dump import _BackgroundDump
+from qonnect_gitops.lead.raft.state import ReplicatedKB
 from qonnect_gitops.model.report import AgentReport
 from tests.lead.harness import report
 

@@ -35,6 +35,7 @@ from qonnect_gitops.kb import ReportVerdict
 from qonnect_gitops.kb.records import encode_entry
 from qonnect_gitops.lead.http import LeadAPI
 from qonnect_gitops.lead.httpd import Headers, Request, _encode
+from qonnect_gitops.lead.raft.secret import new_secret
 from qonnect_gitops.lead.report_fast import record_of
 from qonnect_gitops.lead.service import LeadConfig, LeadService
 from qonnect_gitops.lead.tokens import create_tokens
@@ -70,9 +71,10 @@ def measure(clusters: int, reports: int, workdir: Path) -> dict[str, Any]:
     """The stages' microseconds per report at ``clusters`` clusters."""
     names = [f"edge-{i}" for i in range(clusters)]
     tokens = create_tokens(workdir / "tokens", names)
+    (workdir / "raft-secret").write_text(new_secret())
     config = LeadConfig(node_id="lead-1", raft=f"127.0.0.1:{free_ports(1)[0]}", peers=(),
                         http="127.0.0.1:0", data_dir=workdir / "data", tokens_file=workdir / "tokens",
-                        report_rate=1e9, report_burst=1e9)
+                        raft_secret_file=workdir / "raft-secret", report_rate=1e9, report_burst=1e9)
     service = LeadService(config)
     try:
         deadline = time.monotonic() + 20

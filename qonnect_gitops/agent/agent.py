@@ -13,6 +13,17 @@ it names the commit the agent fetched last, a pass reads that commit from the lo
 instead of asking Git, for at most ``git_poll_max_interval``; a different commit makes the
 agent ask Git at once (at most one such early poll per report interval). The answer is only
 a hint: what is applied is always what the agent itself fetched from Git.
+
+Reports do not wait for passes. Every pass ends with a report, and a heartbeat thread
+reports at least every report interval whatever a pass is doing, from what the agent
+knows in memory only (it never waits on the API server or Git): the last pass's result;
+``Reconciling/Progressing`` with how long while a pass has run longer than a report
+interval (a refusal of the last pass stands until a pass ends otherwise); and
+``Stalled/ApiUnavailable`` whenever the API server is known not to answer (``Kube``).
+Capacity, Prometheus and Cluster API signals are read at the end of each pass and, between
+passes, by a signal thread every report interval (bounded calls); reports carry the latest
+values read. The signal thread also asks a silent API server once per report interval
+whether it answers again, and starts a pass at once when it does.
 Nothing here knows whether the API server is a real cluster or the simulation.
 """
 
@@ -75,12 +86,15 @@ from qonnect_gitops.agent.sync import (
     normalise_namespaces,
 )
 from qonnect_gitops.logs import get_logger
-from qonnect_gitops.model.pool import POOL_APP
+from qonnect_gitops.model.pool import POOL_APP, ClusterApiStatus
 from qonnect_gitops.model.report import (
     MAX_REFUSALS,
     AgentReport,
     AppliedCommit,
     ComponentHealth,
+    Latency,
+    NodeCapacity,
+    Traffic,
 )
 from qonnect_gitops.model.status import (
     CHANGED_ACTIONS,
@@ -149,6 +163,44 @@ class SyncResult:
                 self.refusals.append(refusal)
 
 
+@dataclass(frozen=True)
+class Signals:
+    """What reports carry beside a pass's result, as last read: node capacity, Prometheus
+    latency and traffic, Cluster API clusters. ``read_at``: when (monotonic) they were read."""
+
+    nodes: tuple[NodeCapacity, ...] = ()
+    latencies: tuple[Latency, ...] = ()
+    traffic: tuple[Traffic, ...] = ()
+    cluster_api: tuple[ClusterApiStatus, ...] = ()
+    read_at: float = -1e9
+
+
+def heartbeat_status(last: SyncStatus | None, running_for: float | None, phase: str,
+                     unanswered: str | None, unanswered_for: float) -> SyncStatus:
+    """What a heartbeat says of the sync (pure): ``last``, the last pass's status;
+    ``running_for``, seconds the current pass has run when that is longer than a report
+    interval (else None); ``unanswered``, the error of the call that found the API server
+    not answering, ``unanswered_for`` seconds ago (None while it answers).
+
+    The API server known not to answer is said first (``ApiUnavailable``, the leads' sign of
+    a Degraded cluster). A long pass is ``Reconciling/Progressing`` with its age, unless the
+    last pass ended in a refusal: that stands until a pass ends otherwise, so the leads do
+    not take a refusing cluster for a healthy one while it tries again."""
+    running = f"sync pass running for {running_for:.0f} s ({phase})" if running_for is not None else ""
+    if unanswered is not None:
+        message = f"the API server has not answered for {unanswered_for:.0f} s ({unanswered})"
+        return SyncStatus(state=SyncState.STALLED, reason=SyncReason.API_UNAVAILABLE,
+                          message=(f"{message}; {running}" if running else message)[:MAX_MESSAGE])
+    if running and last is not None and last.state == SyncState.STALLED \
+            and last.reason != SyncReason.API_UNAVAILABLE:
+        return SyncStatus(state=last.state, reason=last.reason,
+                          message=f"{running}; the last pass: {last.message}"[:MAX_MESSAGE])
+    if running:
+        return SyncStatus(state=SyncState.RECONCILING, reason=SyncReason.PROGRESSING, message=running)
+    assert last is not None
+    return last
+
+
 def refusal(reason: RefusalReason, message: str, commit: str | None) -> Refusal:
     """A refusal with its message cut to the report's limit."""
     return Refusal(reason=reason, message=message[:MAX_MESSAGE], commit=commit)
@@ -186,7 +238,8 @@ class Agent:
     def __init__(self, cfg: AgentConfig, kube: Kube | None = None) -> None:
         self.cfg = cfg
         self.kube = kube or Kube(api_client_from(cfg.kubeconfig), retries=cfg.api_retries,
-                                 backoff=cfg.api_backoff, backoff_max=cfg.api_backoff_max)
+                                 backoff=cfg.api_backoff, backoff_max=cfg.api_backoff_max,
+                                 timeout=cfg.api_timeout)
         self.cache = cfg.cache_dir / f"{cfg.cluster}.git"
         self.store = InventoryStore(self.kube, cfg.namespace)
         self.syncer = Syncer(self.kube, workers=cfg.workers, ready_timeout=cfg.ready_timeout,
@@ -209,6 +262,16 @@ class Agent:
         if cfg.leads:
             self.reporter = Reporter.from_config(cfg, on_response=self._on_lead_response)
         self._lock = threading.Lock()  # one sync at a time
+        # What the heartbeat reads (no I/O): the pass under way (its start, monotonic, and
+        # its result so far) and its phase, the latest signals, the components of the last
+        # result, and when a report was last handed to the reporter.
+        self._running: tuple[float, SyncResult] | None = None
+        self._phase = ""
+        self.signals = Signals()
+        self._components: tuple[SyncResult, tuple[ComponentHealth, ...]] | None = None
+        self._submitted = -1e9
+        self._beat = threading.Event()  # wakes the heartbeat thread (interval changed, stopping)
+        self._reporting = threading.Lock()  # a pass's report and a heartbeat are handed over in order
         self._announced: int | None = None  # newest generation a lead announced
         # Git polls and the leads' hints (see the module docstring): the head the last
         # successful poll returned and when (monotonic), the latest valid hint and when it
@@ -229,22 +292,36 @@ class Agent:
         ``wait``: seconds to wait for health after applying."""
         with self._lock:
             start = time.monotonic()
-            result = self._sync(full)
-            if wait > 0 and not result.failed:
-                self._wait_health(result, wait)
-            self._finish(result)
-            result.seconds = time.monotonic() - start
-            self.metrics.set("qonnect_agent_sync_duration_seconds", result.seconds)
-            self.last = result
+            self._running, self._phase = (start, SyncResult()), "start"
+            try:
+                if self.kube.unanswered is not None:
+                    self.kube.probe()  # one bounded question: does it answer again?
+                result = self._sync(full)
+                if wait > 0 and not result.failed:
+                    self._phase = "health"
+                    self._wait_health(result, wait)
+                self._phase = "report"
+                report = self._finish(result)
+                result.seconds = time.monotonic() - start
+                self.metrics.set("qonnect_agent_sync_duration_seconds", result.seconds)
+                with self._reporting:  # a heartbeat built before this result must not be sent after it
+                    self.last, self._running = result, None
+                    if report is not None:
+                        self._submit(report)
+            finally:
+                self._running = None
             return result
 
     def _sync(self, full: bool) -> SyncResult:
         p = _Pass(full)
+        if self._running is not None:
+            self._running = (self._running[0], p.result)  # heartbeats name its commit once known
         for phase in self.phases:
+            self._phase = phase.__name__.strip("_").replace("_", " ")
             ended = phase(p)
             if ended is not None:
-                return ended
-        return self._settle(p.result)
+                return self._unanswered(p, ended)
+        return self._unanswered(p, self._settle(p.result))
 
     # -- phases: each returns None to go on, or the pass's result ---------------------------
 
@@ -513,7 +590,7 @@ class Agent:
         if observe is Observe.NOTHING:
             result.health = []
         elif observe is Observe.RUNNING:
-            self._observe(result, p.inv, self._running(p.inv))
+            self._observe(result, p.inv, self._running_revision(p.inv))
         elif observe is Observe.INVENTORY:
             self._observe(result, p.inv, None)
         elif observe is Observe.BRANCH:
@@ -521,7 +598,17 @@ class Agent:
         result.state, result.reason, result.message = SyncState.STALLED, reason, message
         return result
 
-    def _running(self, inv: Inventory) -> Revision | None:
+    def _unanswered(self, p: _Pass, result: SyncResult) -> SyncResult:
+        """A pass that ends while the API server is not answering ends ``ApiUnavailable``,
+        whichever phase met it (the apply's failed objects, a prune's errors, health that
+        could not be read): what it refused stays refused and what it did stays done."""
+        err = self.kube.unanswered
+        if err is None or (result.failed and result.reason == SyncReason.API_UNAVAILABLE):
+            return result
+        return self._stall(p, SyncReason.API_UNAVAILABLE, f"the API server is not answering ({err.message}); "
+                           f"the pass ended {result.state}/{result.reason}", observe=Observe.KEEP, kind=None)
+
+    def _running_revision(self, inv: Inventory) -> Revision | None:
         """The revision that runs (the inventory's commit), if it was read in this process;
         otherwise None and health is read from the inventory's object list."""
         rev = self.revision
@@ -631,7 +718,8 @@ class Agent:
             self._observe(result, Inventory(), self.revision)
             self._settle(result)
 
-    def _finish(self, result: SyncResult) -> None:
+    def _finish(self, result: SyncResult) -> AgentReport | None:
+        """Count and log the pass; its report for the leads (None without leads)."""
         self.metrics.set("qonnect_agent_last_sync_timestamp_seconds", time.time())
         self.metrics.inc("qonnect_agent_syncs_total", result=result.reason)
         log.info("sync_done", cluster=self.cfg.cluster, commit=(result.commit or "")[:12], state=result.state,
@@ -639,13 +727,56 @@ class Agent:
                  pruned=len(result.pruned.deleted), failed=sum(r.action == Action.FAILED for r in result.objects))
         if self.reporter is not None:
             try:
-                self.reporter.submit(self.build_report(result))
+                return self.build_report(result)
             except Exception as exc:  # noqa: BLE001 - never let a report problem stop syncing
                 log.error("report_build_failed", error=str(exc))
+        return None
 
     # ------------------------------------------------------------ report
 
     def build_report(self, result: SyncResult) -> AgentReport:
+        """The report of a pass: its result, with capacity, Prometheus and Cluster API signals
+        read now (bounded calls; see ``read_signals``)."""
+        self.read_signals(result)
+        return self._report(result, _status_of(result, self.source_stale_since), result.applied, result.commit)
+
+    def heartbeat_report(self) -> AgentReport | None:
+        """A heartbeat: what the agent knows now, from memory only (no call to the API server,
+        Prometheus or Git, so it never waits on them); see ``heartbeat_status``. None before
+        the first pass has ended or run for a report interval (nothing known yet)."""
+        last, running, unanswered = self.last, self._running, self.kube.unanswered
+        long_for = None
+        current: SyncResult | None = None  # the pass under way, when the heartbeat speaks of it
+        if running is not None and time.monotonic() - running[0] >= self.report_interval:
+            long_for, current = time.monotonic() - running[0], running[1]
+        if last is None and long_for is None and unanswered is None:
+            return None
+        status = heartbeat_status(_status_of(last, self.source_stale_since) if last else None, long_for,
+                                  self._phase, unanswered.message if unanswered else None,
+                                  self.kube.unanswered_for())
+        # What runs and what is attempted: the pass under way knows them once it read the
+        # inventory and the head; until then, the last pass's.
+        applied = (current.applied if current else None) or (last.applied if last else None)
+        attempted = (current.commit if current else None) or (last.commit if last else None)
+        return self._report(last, status, applied, attempted)
+
+    def _report(self, result: SyncResult | None, status: SyncStatus, applied: AppliedCommit | None,
+                attempted: str | None) -> AgentReport:
+        """A report of ``result`` (the components and refusals it found) and the latest
+        signals, saying ``status``."""
+        signals = self.signals
+        return AgentReport(
+            cluster=self.cfg.cluster, agent_time=datetime.now(UTC), applied=applied, attempted=attempted,
+            sync=status, refusals=tuple(result.refusals[:MAX_REFUSALS]) if result else (),
+            components=self._components_of(result) if result else (), nodes=signals.nodes,
+            latencies=signals.latencies, traffic=signals.traffic, cluster_api=signals.cluster_api)
+
+    def _components_of(self, result: SyncResult) -> tuple[ComponentHealth, ...]:
+        """The components of ``result``'s health as a report carries them (kept for the
+        heartbeats that repeat the same result)."""
+        cached = self._components
+        if cached is not None and cached[0] is result:
+            return cached[1]
         comps = []
         for c in rollup(result.health, result.health_reasons):
             if c.component.startswith(POOL_APP + "/"):
@@ -656,42 +787,51 @@ class Agent:
             comps.append(ComponentHealth(component=c.component, healthy=c.status == HEALTHY, ready_replicas=c.ready,
                                          desired_replicas=c.desired, completed=c.completed, message=c.message,
                                          reason=c.reason))
-        nodes: list[Any] = []
+        out = tuple(comps[:1000])
+        self._components = (result, out)
+        return out
+
+    def _submit(self, report: AgentReport) -> None:
+        assert self.reporter is not None
+        self._submitted = time.monotonic()
+        self.reporter.submit(report)
+
+    def read_signals(self, result: SyncResult | None) -> None:
+        """Read node capacity, Prometheus latency and traffic, and the Cluster API clusters of
+        ``result`` into ``signals``. Every call is bounded (``--api-timeout``; Prometheus 5 s
+        a query); a part that cannot be read keeps its last known value, and nothing is
+        asked of an API server known not to answer."""
+        old = self.signals
+        if self.kube.unanswered is not None:
+            return
+        read_at = time.monotonic()
+        nodes: tuple[NodeCapacity, ...] = old.nodes
         try:
-            nodes = capacity.read_capacity(self.kube)
+            nodes = tuple(capacity.read_capacity(self.kube))
         except (KubeError, ValueError) as exc:
             log.warning("capacity_failed", error=str(exc))
-        signals = self.signals()
-        status = result.status()
-        if result.source_stale and self.source_stale_since:
-            age = int(time.time() - self.source_stale_since)
-            status = SyncStatus(state=status.state, reason=SyncReason.SOURCE_UNAVAILABLE,
-                                message=f"source stale for {age}s: {status.message}"[:1024])
-        return AgentReport(
-            cluster=self.cfg.cluster, agent_time=datetime.now(UTC), applied=result.applied,
-            attempted=result.commit, sync=status, refusals=tuple(result.refusals[:32]),
-            components=tuple(comps[:1000]), nodes=tuple(nodes), latencies=signals.latencies,
-            traffic=signals.traffic, cluster_api=self._cluster_api(result))
+        latencies, traffic = old.latencies, old.traffic
+        if self.cfg.prometheus:
+            # Workloads are mapped to components by the revision read last (agent/prometheus.py).
+            reading = prometheus.read(self.cfg.prometheus, self.cfg.cluster, self.cfg.queries,
+                                      self.cfg.prometheus_window, self.revision.objects if self.revision else ())
+            if reading.problem is None:
+                latencies, traffic = reading.latencies, reading.traffic
+            else:
+                self.metrics.inc("qonnect_agent_errors_total", kind="prometheus")
+                log.warning("prometheus_failed", error=reading.problem)
+        cluster_api = old.cluster_api
+        if self.kube.unanswered is None:  # its reads fall back to what the pass saw: not while unanswered
+            cluster_api = self._cluster_api(result) if result is not None else ()
+        self.signals = Signals(nodes, latencies, traffic, cluster_api, read_at)
 
-    def signals(self) -> prometheus.Signals:
-        """Latency and traffic from the cluster's Prometheus (nothing without ``--prometheus``);
-        workloads are mapped to components by the revision read last."""
-        if not self.cfg.prometheus:
-            return prometheus.Signals()
-        found = prometheus.read(self.cfg.prometheus, self.cfg.cluster, self.cfg.queries, self.cfg.prometheus_window,
-                                self.revision.objects if self.revision is not None else ())
-        if found.problem is not None:
-            self.metrics.inc("qonnect_agent_errors_total", kind="prometheus")
-            log.warning("prometheus_failed", error=found.problem)
-        return found
-
-    def _cluster_api(self, result: SyncResult) -> tuple[Any, ...]:
+    def _cluster_api(self, result: SyncResult) -> tuple[ClusterApiStatus, ...]:
         """The Cluster API clusters this cluster runs (a management cluster: cloud bursting)."""
         try:
             return capi.statuses(self.kube, result.health)
         except (KubeError, ValueError) as exc:
             log.warning("capi_status_failed", error=str(exc))
-            return ()
+            return self.signals.cluster_api
 
     def _git_skippable(self) -> bool:
         """Whether this pass may use the head fetched last without asking Git: no poll is
@@ -743,7 +883,7 @@ class Agent:
             # The fleet's heartbeat (qonnect.yaml) governs; --report-interval is the fallback.
             if float(interval) != self.report_interval:
                 self.report_interval = float(interval)
-                self.wake.set()  # the loop may be sleeping on the old interval
+                self._beat.set()  # the heartbeat thread may be sleeping on the old interval
         newest = doc.get("generation")
         last = self.last
         running = last.applied.generation if last and last.applied else None
@@ -760,7 +900,7 @@ class Agent:
     # ------------------------------------------------------------ loop
 
     def run(self) -> None:
-        """Sync until ``stopping`` is set."""
+        """Sync until ``stopping`` is set; heartbeats and signals run on their own threads."""
         cfg = self.cfg
         servers = []
         if cfg.metrics_addr:
@@ -770,10 +910,13 @@ class Agent:
                                  self.poll_git_now))
         if cfg.webhook_addr and cfg.webhook_addr != cfg.metrics_addr:
             servers.append(serve(cfg.webhook_addr, None, cfg.webhook_secret, self.poll_git_now))
+        threads = [threading.Thread(target=self._signal_loop, name="signals", daemon=True)]
         if self.reporter:
             self.reporter.start()
+            threads.append(threading.Thread(target=self._heartbeat_loop, name="heartbeat", daemon=True))
+        for thread in threads:
+            thread.start()
         next_drift = time.monotonic() + cfg.drift_interval
-        last_report = 0.0
         failures = 0
         full = True  # the first pass after a start compares everything
         try:
@@ -786,40 +929,83 @@ class Agent:
                     log.error("sync_crashed", exc_info=True, error=str(exc))  # noqa: G201 - EventLogger API
                     self.metrics.inc("qonnect_agent_errors_total", kind="internal")
                     unhealthy_source = True
-                last_report = time.monotonic()
                 failures = failures + 1 if unhealthy_source else 0
                 interval = cfg.interval
                 if failures:
                     interval = min(cfg.interval * 2 ** min(failures - 1, 5), max(cfg.interval, 300.0))
                 interval *= 1 + random.uniform(-cfg.jitter, cfg.jitter)
-                deadline = time.monotonic() + interval
-                while not self.stopping.is_set():
-                    now = time.monotonic()
-                    if now >= next_drift:
-                        full = True
-                        next_drift = now + cfg.drift_interval
-                        break
-                    if now >= deadline:
-                        break
-                    if now - last_report >= self.report_interval and self.reporter and self.last:
-                        self.reporter.submit(self.build_report(self.last))  # heartbeat
-                        last_report = now
-                    until = min(deadline, next_drift)
-                    if self.reporter:
-                        until = min(until, last_report + self.report_interval)
-                    if self.wake.wait(max(0.01, until - now)):
-                        self.wake.clear()
-                        break
+                now = time.monotonic()
+                # Sleep until the next poll or drift check, or until woken (a lead's newer
+                # generation, a webhook, the API server answering again).
+                if now < next_drift and self.wake.wait(max(0.01, min(now + interval, next_drift) - now)):
+                    self.wake.clear()
+                if time.monotonic() >= next_drift:
+                    full = True
+                    next_drift = time.monotonic() + cfg.drift_interval
         finally:
+            self._beat.set()
+            for thread in threads:
+                thread.join(timeout=2.0)  # daemons: one mid-read (bounded by --api-timeout) is left to end
             if self.reporter:
                 self.reporter.stop()
             for server in servers:
                 server.shutdown()
                 server.server_close()
 
+    def _heartbeat_loop(self) -> None:
+        """Report at least every report interval, whatever a pass is doing. Builds reports from
+        memory only (``heartbeat_report``): nothing here waits on the cluster or Git."""
+        while not self.stopping.is_set():
+            due = self._submitted + self.report_interval
+            now = time.monotonic()
+            if now < due:
+                self._beat.wait(due - now)
+                self._beat.clear()
+                continue
+            with self._reporting:
+                try:
+                    report = self.heartbeat_report()
+                except Exception as exc:  # noqa: BLE001 - the heartbeat must outlive any bad state
+                    log.error("heartbeat_failed", error=str(exc))
+                    report = None
+                if report is None:
+                    self._submitted = now  # nothing known yet: look again in an interval
+                    continue
+                self._submit(report)
+            self.metrics.inc("qonnect_agent_heartbeats_total")
+
+    def _signal_loop(self) -> None:
+        """Between passes, read the signals reports carry every report interval; while the API
+        server does not answer, ask it once per interval instead, and start a pass as soon as
+        it answers again (the passes back off while it is away)."""
+        while not self.stopping.wait(self.report_interval):
+            try:
+                self.metrics.set("qonnect_agent_api_answering", 0.0 if self.kube.unanswered else 1.0)
+                if self.kube.unanswered is not None:
+                    last = self.last
+                    if self.kube.probe() and last is not None and last.reason == SyncReason.API_UNAVAILABLE:
+                        log.info("api_answering_again", cluster=self.cfg.cluster)
+                        self.wake.set()
+                    continue
+                if self._running is None and time.monotonic() - self.signals.read_at >= self.report_interval:
+                    self.read_signals(self.last)
+            except Exception as exc:  # noqa: BLE001 - a bad read must not end the signals
+                log.error("signals_failed", error=str(exc))
+
     def stop(self) -> None:
         self.stopping.set()
         self.wake.set()
+        self._beat.set()
+
+
+def _status_of(result: SyncResult, source_stale_since: float | None) -> SyncStatus:
+    """The sync status a report gives ``result``: a stale source says for how long."""
+    status = result.status()
+    if result.source_stale and source_stale_since:
+        age = int(time.time() - source_stale_since)
+        status = SyncStatus(state=status.state, reason=SyncReason.SOURCE_UNAVAILABLE,
+                            message=f"source stale for {age}s: {status.message}"[:MAX_MESSAGE])
+    return status
 
 
 def _applied(inv: Inventory) -> AppliedCommit | None:

@@ -62,6 +62,9 @@ class AgentConfig:
     api_retries: int = 6
     api_backoff: float = 0.2
     api_backoff_max: float = 5.0
+    # Longest one call to the cluster's API server may take, retries included; a call that
+    # gets no answer in that time marks the API server as not answering (agent/kube.py).
+    api_timeout: float = 30.0
     workers: int = 8
     metrics_addr: str | None = None
     webhook_addr: str | None = None
@@ -94,3 +97,5 @@ class AgentConfig:
         check_window(self.prometheus_window)
         if not 0 <= self.git_poll_max_interval < float("inf"):
             raise ValueError("git poll max interval must be 0 (off) or a finite number of seconds")
+        if not 0 < self.api_timeout < float("inf"):
+            raise ValueError("api timeout must be a positive, finite number of seconds")

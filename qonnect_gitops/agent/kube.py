@@ -4,6 +4,16 @@ Discovery maps (group, version, kind) to a resource path and scope; every reques
 retries transport errors, 5xx and 429 (honouring ``Retry-After``) with capped
 exponential backoff and jitter. Errors that retrying cannot fix (4xx) surface at
 once as ``KubeError`` with the API's ``Status`` reason and message.
+
+No call waits forever: one call, its retries included, ends within ``timeout`` seconds
+(``--api-timeout``): each attempt may take what is left of it (the connect timeout is at
+most ``connect_timeout``), and no retry starts that would end after it. A call that got
+no answer at all in that time (refused, reset, timed out) marks the API server as *not
+answering* (``unanswered``): from then on every call fails at once with that error,
+without touching the network, until a call gets an answer again. Only ``probe()`` (one
+bounded ``GET /version``) asks while it is so. An API server that stops answering in the
+middle of a pass therefore costs that pass at most two timeouts (the calls in flight end
+within one, the first of them to fail stops the rest), not one timeout per object.
 """
 
 from __future__ import annotations
@@ -27,6 +37,9 @@ log = get_logger(__name__)
 _RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
 LIST_PAGE_SIZE = 500  # what kubectl and client-go's pager ask for
 LIST_RESTARTS = 3
+
+
+NO_ANSWER = "NoAnswer"  # the reason of a call refused at once because the API server is not answering
 
 
 class KubeError(Exception):
@@ -56,6 +69,12 @@ class KubeError(Exception):
     @property
     def transient(self) -> bool:
         return (self.status in _RETRY_STATUS or self.status == 0) and not self.schema_error
+
+    @property
+    def unanswered(self) -> bool:
+        """The API server gave no answer (refused, reset, timed out), retries included:
+        retrying at once cannot help."""
+        return self.status == 0
 
 
 @dataclass(frozen=True)
@@ -102,41 +121,94 @@ def api_client_from(kubeconfig: dict[str, Any] | str | None) -> client.ApiClient
 
 
 class Kube:
-    """Discovery-backed REST access with retries; safe to share between threads."""
+    """Discovery-backed REST access with retries and a time bound per call; safe to share
+    between threads (a pass's workers, the agent's signal reader)."""
 
     def __init__(self, api: client.ApiClient, *, retries: int = 6, backoff: float = 0.2,
-                 backoff_max: float = 5.0, timeout: tuple[float, float] = (5.0, 30.0)) -> None:
+                 backoff_max: float = 5.0, timeout: float = 30.0, connect_timeout: float = 5.0) -> None:
         self.api = api
         self.retries = retries
         self.backoff = backoff
         self.backoff_max = backoff_max
         self.timeout = timeout
+        self.connect_timeout = connect_timeout
         self._lock = threading.Lock()
         self._discovery: dict[tuple[str, str], dict[str, Resource]] = {}
         self.requests = 0
         self.retried = 0
+        # Not answering: since when (monotonic) and the error of the call that found it.
+        self._unanswered: tuple[float, KubeError] | None = None
+
+    # ------------------------------------------------------------- not answering
+
+    @property
+    def unanswered(self) -> KubeError | None:
+        """The error of the call that found the API server not answering, while it is so."""
+        down = self._unanswered
+        return down[1] if down is not None else None
+
+    def unanswered_for(self) -> float:
+        """Seconds since the API server was found not answering (0 while it answers)."""
+        down = self._unanswered
+        return time.monotonic() - down[0] if down is not None else 0.0
+
+    def probe(self) -> bool:
+        """Whether the API server answers now: one ``GET /version`` without retries, within
+        the timeout, made even while it is marked not answering (any answer clears that)."""
+        try:
+            self._call("GET", "/version", None, None, "application/json", retries=0)
+        except KubeError as exc:
+            return not exc.unanswered
+        return True
+
+    def _answered(self) -> None:
+        if self._unanswered is not None:
+            with self._lock:
+                down, self._unanswered = self._unanswered, None
+            if down is not None:
+                log.info("kube_answering_again", after_seconds=round(time.monotonic() - down[0], 1))
+
+    def _not_answering(self, err: KubeError) -> None:
+        with self._lock:
+            first = self._unanswered is None
+            if first:
+                self._unanswered = (time.monotonic(), err)
+        if first:
+            log.warning("kube_not_answering", error=err.message, timeout=self.timeout)
 
     # ------------------------------------------------------------- transport
 
     def request(self, method: str, path: str, query: dict[str, str] | None = None, body: Any = None,
                 content_type: str = "application/json") -> Any:
-        """One API call, retried on transient failures; returns the decoded JSON body."""
+        """One API call, retried on transient failures within the timeout; returns the decoded
+        JSON body. Fails at once while the API server is marked not answering."""
+        down = self._unanswered
+        if down is not None:
+            raise KubeError(0, NO_ANSWER, f"the API server has not answered for {time.monotonic() - down[0]:.0f} s "
+                            f"({down[1].message})")
+        return self._call(method, path, query, body, content_type, retries=self.retries)
+
+    def _call(self, method: str, path: str, query: dict[str, str] | None, body: Any, content_type: str, *,
+              retries: int) -> Any:
         url_path = path + ("?" + urlencode(query) if query else "")
         headers = {"Accept": "application/json"}
         if body is not None:
             headers["Content-Type"] = content_type
+        deadline = time.monotonic() + self.timeout
         attempt = 0
         while True:
             attempt += 1
             wait: float | None = None
+            left = max(0.001, deadline - time.monotonic())
             try:
                 method_, url, hdrs, _, _ = self.api.param_serialize(
                     method, url_path, header_params=dict(headers), auth_settings=["BearerToken"])
                 raw = json.dumps(body) if body is not None else None
                 resp = self.api.rest_client.pool_manager.request(
                     method_, url, body=raw, headers=hdrs, timeout=urllib3.Timeout(
-                        connect=self.timeout[0], read=self.timeout[1]), retries=False, preload_content=True)
+                        connect=min(self.connect_timeout, left), read=left), retries=False, preload_content=True)
                 self.requests += 1
+                self._answered()
                 status = resp.status
                 data = resp.data
                 if 200 <= status < 300:
@@ -151,10 +223,12 @@ class Kube:
                             wait = None
             except urllib3.exceptions.HTTPError as exc:
                 err = KubeError(0, "ConnectionError", str(exc))
-            if not err.transient or attempt > self.retries:
-                raise err
             if wait is None:
                 wait = min(self.backoff_max, self.backoff * 2 ** (attempt - 1)) * random.uniform(0.5, 1.0)
+            if not err.transient or attempt > retries or time.monotonic() + wait >= deadline:
+                if err.unanswered:
+                    self._not_answering(err)
+                raise err
             self.retried += 1
             log.debug("kube_retry", method=method, path=path, status=err.status, wait=round(wait, 3),
                       attempt=attempt)

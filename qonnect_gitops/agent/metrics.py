@@ -48,6 +48,10 @@ class Metrics:
         "qonnect_agent_git_polls_total": ("counter", "Polls of the branch that asked the Git server."),
         "qonnect_agent_git_polls_skipped_total": ("counter", "Polls skipped because the lead's answer "
                                                   "named the commit the agent has."),
+        "qonnect_agent_heartbeats_total": ("counter", "Reports sent by the heartbeat thread, between and "
+                                           "during passes."),
+        "qonnect_agent_api_answering": ("gauge", "1 while the cluster's API server answers; 0 once a call "
+                                        "got no answer within --api-timeout, until one does."),
     }
 
     def __init__(self) -> None:

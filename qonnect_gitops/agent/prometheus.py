@@ -16,8 +16,8 @@ explains each. What the answer does not say is left out, never guessed: a sample
 ``NaN`` (``histogram_quantile`` over a range without requests), infinite, negative, over
 the report's bounds, or without usable labels gives no entry, and the leads keep the
 declared latency (network.yaml) for a target the report does not name. A Prometheus that
-cannot be reached, or answers an error, gives a report without latency and traffic
-(``read`` returns the problem; the agent logs it as ``prometheus_failed``).
+cannot be reached, or answers an error, gives no reading (``read`` returns the problem):
+the agent keeps what it read last and logs ``prometheus_failed``.
 """
 
 from __future__ import annotations
@@ -189,7 +189,7 @@ def traffic(base: str, promql: str, workloads: Mapping[tuple[str, str], str] | N
 
 
 @dataclass(frozen=True)
-class Signals:
+class Reading:
     """What one reading found, and why it found nothing when it could not ask."""
 
     latencies: tuple[Latency, ...] = ()
@@ -198,12 +198,12 @@ class Signals:
 
 
 def read(base: str, cluster: str, queries: Queries, window: str,
-         objects: Iterable[Mapping[str, Any]] = ()) -> Signals:
-    """Both queries; a Prometheus that is down or refuses a query gives no latency and no
-    traffic, with the problem named (a half answer would mix two moments)."""
+         objects: Iterable[Mapping[str, Any]] = ()) -> Reading:
+    """Both queries; a Prometheus that is down or refuses a query gives no reading, with
+    the problem named (a half answer would mix two moments)."""
     try:
         found = latencies(base, cluster, expand(queries.latency, cluster, window))
         served = traffic(base, expand(queries.traffic, cluster, window), workload_components(objects))
     except (OSError, ValueError) as exc:
-        return Signals(problem=str(exc)[:500])
-    return Signals(tuple(found), tuple(served))
+        return Reading(problem=str(exc)[:500])
+    return Reading(tuple(found), tuple(served))

@@ -237,7 +237,7 @@ def _prune_one(kube: Kube, key: ObjKey, rules: PruneRules, dry_run: bool,
             return _try_delete(kube, key, rules, dry_run, listed if attempt == 0 else {})
         except KubeError as exc:
             last = str(exc)
-            if not exc.transient:
+            if not exc.transient or exc.unanswered:  # no answer within the client's timeout: retrying cannot help now
                 break
     log.warning("prune_failed", object=describe(key), error=last)
     return "error", last

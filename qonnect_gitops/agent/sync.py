@@ -236,6 +236,9 @@ class Syncer:
                 try:
                     live = self.kube.get(res, ns or None, name)
                 except KubeError as exc:
+                    if exc.unanswered:  # the API server is not answering: waiting on cannot help
+                        result.action, result.reason, result.message = Action.FAILED, API_ERROR, str(exc)
+                        break
                     live = None
                     result.message = str(exc)
                 if live is not None and health_of(live)[0] == HEALTHY:

@@ -33,7 +33,7 @@ _ENV = {
     "log_level": "QONNECT_LOG_LEVEL", "once": "QONNECT_ONCE", "lead_ca": "QONNECT_LEAD_CA",
     "protect_namespace": "QONNECT_PROTECT_NAMESPACES", "protect_kind": "QONNECT_PROTECT_KINDS",
     "prune_workers": "QONNECT_PRUNE_WORKERS", "git_poll_max_interval": "QONNECT_GIT_POLL_MAX_INTERVAL",
-    "allow_system_object": "QONNECT_ALLOW_SYSTEM_OBJECTS",
+    "allow_system_object": "QONNECT_ALLOW_SYSTEM_OBJECTS", "api_timeout": "QONNECT_API_TIMEOUT",
     "signals": "QONNECT_SIGNALS", "latency_query": "QONNECT_LATENCY_QUERY", "traffic_query": "QONNECT_TRAFFIC_QUERY",
     "prometheus_window": "QONNECT_PROMETHEUS_WINDOW",
 }
@@ -82,6 +82,10 @@ def register(sub: Any) -> None:
                    "the API server's bootstrap roles) the agent may adopt, change and prune, e.g. "
                    "ClusterRoleBinding/cluster-admin (repeatable; none by default) "
                    "[QONNECT_ALLOW_SYSTEM_OBJECTS, comma-separated]")
+    p.add_argument("--api-timeout", type=float, default=float(e(_ENV["api_timeout"], "30")),
+                   help="longest one call to the cluster's API server may take, retries included (default 30 s); "
+                        "one that gets no answer marks the API server as not answering and ends the pass "
+                        "ApiUnavailable [QONNECT_API_TIMEOUT]")
     p.add_argument("--prune-workers", type=int, default=int(e(_ENV["prune_workers"], "16")),
                    help="deletes in flight at once while pruning (default 16) [QONNECT_PRUNE_WORKERS]")
     p.add_argument("--wait-timeout", type=float, default=float(e(_ENV["wait_timeout"], "60")),
@@ -176,6 +180,8 @@ def build_config(args: argparse.Namespace) -> Any:
         raise SystemExit("qonnect agent: --prune-workers must be between 1 and 256")
     if not 0 <= args.git_poll_max_interval < float("inf"):
         raise SystemExit("qonnect agent: --git-poll-max-interval must be 0 (off) or a finite number of seconds")
+    if not 0 < args.api_timeout < float("inf"):
+        raise SystemExit(f"qonnect agent: --api-timeout {args.api_timeout:g}: expected a positive number of seconds")
     cache = args.cache_dir or Path(tempfile.gettempdir()) / "qonnect-agent"
     return AgentConfig(
         cluster=args.cluster, repo=args.repo, branch=args.branch, kubeconfig=args.kubeconfig,
@@ -190,7 +196,7 @@ def build_config(args: argparse.Namespace) -> Any:
         protected_namespaces=RESERVED_NAMESPACES | frozenset(args.protect_namespace),
         protected_kinds=DEFAULT_PROTECTED_KINDS | frozenset(_kind(k) for k in args.protect_kind),
         system_objects=frozenset(_system_object(o) for o in args.allow_system_object),
-        prune_workers=args.prune_workers)
+        prune_workers=args.prune_workers, api_timeout=args.api_timeout)
 
 
 def run(args: argparse.Namespace) -> int:

@@ -6,7 +6,8 @@ import argparse
 from pathlib import Path
 from typing import Any
 
-SCENARIO_NAMES = ("initial", "goals-change", "resize", "regions", "failover", "burst", "leader-kill", "review")
+SCENARIO_NAMES = ("initial", "goals-change", "resize", "regions", "failover", "api-down", "stalled", "burst",
+                  "leader-kill", "review")
 EXTRA_SCENARIOS = ("cloud-burst",)  # only with --scenario: the default run keeps its length
 
 

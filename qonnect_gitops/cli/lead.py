@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 from pathlib import Path
@@ -11,13 +12,16 @@ from typing import Any
 from qonnect_gitops.cli._forge import add_forges_argument, add_preview_arguments, forges, preview_limits
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.lead.httpd import EVENT_LOOPS, HTTPLimits
-from qonnect_gitops.lead.raft import RaftTiming
+from qonnect_gitops.lead.raft.secret import SECRET_FILE_ENV, RaftSecret, RaftSecretError
+from qonnect_gitops.lead.raft.timing import RaftTiming
+from qonnect_gitops.lead.raft.transport import bind_address
 from qonnect_gitops.lead.review import ReviewConfig
 from qonnect_gitops.lead.service import LeadConfig
 from qonnect_gitops.logs import configure
 from qonnect_gitops.model import GoalsError
 
 _ADDR = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
+BIND_ENV = "QONNECT_RAFT_BIND"
 
 
 def _addr(value: str) -> str:
@@ -38,7 +42,17 @@ def register(sub: Any) -> None:
         "serving the HTTP API. Start three or five with the same --peers.",
     )
     parser.add_argument("--id", required=True, help="this lead's name, e.g. lead-1")
-    parser.add_argument("--raft", required=True, type=_addr, help="Raft address host:port")
+    parser.add_argument("--raft", required=True, type=_addr,
+                        help="Raft address host:port the other leads dial; the Raft port listens "
+                        "on this address only (unless --raft-bind)")
+    parser.add_argument("--raft-bind", type=_addr, default=os.environ.get(BIND_ENV) or None,
+                        help="host:port the Raft port listens on when --raft is not an address of "
+                        f"this host (NAT; a container: its pod IP, or 0.0.0.0) [{BIND_ENV}]")
+    parser.add_argument("--raft-secret-file", type=Path,
+                        default=os.environ.get(SECRET_FILE_ENV) or None,
+                        help="the group's shared secret, one per line: the first seals every Raft "
+                        "frame this lead sends, every one is accepted; re-read when it changes "
+                        f"(required) [{SECRET_FILE_ENV}]")
     parser.add_argument("--peers", type=_addrs, default=(),
                         help="comma-separated Raft addresses of the other leads")
     parser.add_argument("--http", required=True, type=_addr, help="HTTP API address host:port (bind)")
@@ -73,6 +87,20 @@ def register(sub: Any) -> None:
                         help="seconds a request (or TLS handshake) may take to arrive (default 10)")
     parser.add_argument("--idle-timeout", type=float, default=HTTPLimits.idle_timeout,
                         help="seconds a keep-alive connection may stay idle (default 60)")
+    parser.add_argument("--anonymous-connections", type=int, default=HTTPLimits.anonymous_connections,
+                        help="open API connections without a valid token yet, at most; a new one past "
+                        "it closes the oldest (default 250; the rest of --max-connections is kept "
+                        "for connections that presented a token)")
+    parser.add_argument("--anonymous-per-client", type=int, default=HTTPLimits.anonymous_per_client,
+                        help="connections without a valid token from one source address (default 16)")
+    parser.add_argument("--anonymous-timeout", type=float, default=HTTPLimits.anonymous_timeout,
+                        help="seconds a connection without a valid token has to deliver each whole "
+                        "request, TLS handshake included (default 5)")
+    parser.add_argument("--anonymous-rate", type=float, default=HTTPLimits.anonymous_rate,
+                        help="requests without a valid token per second per source address (default "
+                        "50, bursts of --anonymous-burst, default 200); more get 429")
+    parser.add_argument("--anonymous-burst", type=float, default=HTTPLimits.anonymous_burst,
+                        help="burst of --anonymous-rate (default 200)")
     parser.add_argument("--event-loop", choices=EVENT_LOOPS, default="auto",
                         help="the API's event loop: uvloop where installed (auto, the default), "
                         "or the standard asyncio loop")
@@ -112,13 +140,33 @@ def _check_tls(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _check_raft(args: argparse.Namespace) -> str | None:
+    """Why the Raft port cannot start (no secret, an address not of this host), or None."""
+    if args.raft_secret_file is None:
+        return (f"--raft-secret-file (or {SECRET_FILE_ENV}) is required: the leads seal every Raft "
+                "message with it. Make one for the group with: python3 -c 'import secrets; "
+                "print(secrets.token_urlsafe(48))' > raft-secret (see docs/operations-leads.md)")
+    try:
+        RaftSecret.load(args.raft_secret_file)
+        bind_address(args.raft, args.raft_bind)
+    except (RaftSecretError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     configure(args.log_level)
-    problem = _check_tls(args)
-    if problem is None and min(args.max_connections, args.http_workers, args.max_body) < 1:
-        problem = "--max-connections, --http-workers and --max-body must be at least 1"
-    if problem is None and min(args.read_timeout, args.idle_timeout, args.max_clock_skew) <= 0:
-        problem = "--read-timeout, --idle-timeout and --max-clock-skew must be positive"
+    problem = _check_raft(args) or _check_tls(args)
+    if problem is None and min(args.max_connections, args.http_workers, args.max_body,
+                               args.anonymous_connections, args.anonymous_per_client) < 1:
+        problem = ("--max-connections, --http-workers, --max-body, --anonymous-connections and "
+                   "--anonymous-per-client must be at least 1")
+    if problem is None and min(args.read_timeout, args.idle_timeout, args.max_clock_skew,
+                               args.anonymous_timeout, args.anonymous_rate) <= 0:
+        problem = ("--read-timeout, --idle-timeout, --max-clock-skew, --anonymous-timeout and "
+                   "--anonymous-rate must be positive")
+    if problem is None and args.anonymous_burst < 1:
+        problem = "--anonymous-burst must be at least 1"
     if problem is not None:
         print(f"qonnect lead: {problem}", file=sys.stderr)
         return 2
@@ -144,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
         peers=args.peers,
         http=args.http,
         data_dir=args.data_dir,
+        raft_secret_file=args.raft_secret_file,
+        raft_bind=args.raft_bind,
         repo=args.repo,
         tokens_file=args.tokens_file,
         poll_seconds=args.poll_seconds,
@@ -160,7 +210,11 @@ def run(args: argparse.Namespace) -> int:
         event_loop=args.event_loop,
         http_limits=HTTPLimits(max_connections=args.max_connections, workers=args.http_workers,
                                read_timeout=args.read_timeout, idle_timeout=args.idle_timeout,
-                               max_body_bytes=args.max_body),
+                               max_body_bytes=args.max_body,
+                               anonymous_connections=args.anonymous_connections,
+                               anonymous_per_client=args.anonymous_per_client,
+                               anonymous_timeout=args.anonymous_timeout,
+                               anonymous_rate=args.anonymous_rate, anonymous_burst=args.anonymous_burst),
         goals_limits=goals_limits(args),
         review=review,
     )

@@ -35,6 +35,7 @@ from qonnect_gitops.demo.procs import Processes
 from qonnect_gitops.demo.template import PACKAGE, find_template
 from qonnect_gitops.forge import ForgeSettings
 from qonnect_gitops.gitstore.daemon import free_ports
+from qonnect_gitops.lead.raft.secret import new_secret
 from qonnect_gitops.lead.tokens import create_token, read_only_subject
 
 FORGE_REPOSITORY = "demo/goals"
@@ -102,6 +103,7 @@ class Stack:
         self.kube = self.root / "kube"
         self.logs = self.root / "logs"
         self.secret_file = self.root / "webhook-secret"
+        self.raft_secret_file = self.root / "raft-secret"  # the leads seal Raft frames with it
         self.tokens_file = self.root / "tokens"
         self.read_token = ""  # set once the tokens file is written (start)
         self.forge_token_file = self.root / "forge-token"
@@ -128,6 +130,8 @@ class Stack:
             d.mkdir(parents=True, exist_ok=True)
         self.secret_file.write_text(secrets.token_hex(16))
         self.secret_file.chmod(0o600)
+        self.raft_secret_file.write_text(new_secret() + "\n")
+        self.raft_secret_file.chmod(0o600)
         template = self.template or find_template()
         self.clusters = sorted(p.stem for p in (template / "clusters").glob("*.yaml"))
         ports = free_ports(1 + 2 * 3 + len(self.clusters) + 1)
@@ -257,6 +261,7 @@ class Stack:
             "lead", "--id", lead.node_id, "--raft", lead.raft, "--http", lead.http,
             "--peers", ",".join(other.raft for other in self.leads if other is not lead),
             "--repo", self.repo_url, "--data-dir", str(self.root / lead.node_id),
+            "--raft-secret-file", str(self.raft_secret_file),
             "--tokens-file", str(self.tokens_file), "--webhook-secret-file", str(self.secret_file),
             "--forges", str(self.forges_file),
             "--poll-seconds", str(self.settings.poll_seconds),

@@ -306,11 +306,19 @@ def _silent_since(j: ClusterJudgement, now: float) -> float:
 
 def judge_fleet(tracks: Mapping[str, ClusterTrack], heard: Mapping[str, float | None],
                 groups: Mapping[str, tuple[str, str]], now: float, settings: HealthSettings,
+                observer_impaired: bool = False,
                 ) -> tuple[dict[str, ClusterJudgement], tuple[Storm, ...]]:
     """Every cluster of ``heard`` (name -> since when the group could hear it) judged at
-    ``now``, storm guard included."""
+    ``now``, storm guard included. ``observer_impaired``: the judging lead knows it could
+    not take reports lately (its API refused connections for want of room): no silence
+    is evidence then, and no silent cluster is failed over (``EvictionsPaused``)."""
     judged = {name: judge_cluster(tracks.get(name), since, now, settings) for name, since in heard.items()}
-    return storm_guard(judged, {n: g for n, g in groups.items() if n in judged}, now, settings)
+    guarded, storms = storm_guard(judged, {n: g for n, g in groups.items() if n in judged}, now, settings)
+    if not observer_impaired:
+        return guarded, storms
+    held = {name: ClusterJudgement(j.state, EVICTIONS_PAUSED, False, False, j.age, j.threshold, j.next_change)
+            if j.state == ClusterState.SILENT and j.gone else j for name, j in guarded.items()}
+    return held, storms
 
 
 def component_ready(component: ComponentRecord | None, placed: int, kind: str) -> bool:

@@ -46,10 +46,11 @@ class KBReader:
 
     # ------------------------------------------------------------ the planner's inputs
 
-    def snapshot(self, now: datetime) -> Observed:
+    def snapshot(self, now: datetime, observer_impaired: bool = False) -> Observed:
         """The planner's frozen view of the fleet at ``now``: the inputs are copied under
-        the lock, the view is built outside it (the Raft thread waits for the lock)."""
-        return self.read(lambda kb: kb.capture()).snapshot(now)
+        the lock, the view is built outside it (the Raft thread waits for the lock).
+        ``observer_impaired``: this lead could not take reports lately (``KnowledgeBase.judge``)."""
+        return self.read(lambda kb: kb.capture()).snapshot(now, observer_impaired)
 
     def current_placement(self) -> CurrentPlacement:
         """The placement in force as the planner's ``current`` input."""

@@ -752,13 +752,16 @@ class KnowledgeBase:
         since = self._heard_since(cluster)
         return None if since is None else max(0.0, now - since)
 
-    def judge(self, now: float) -> tuple[dict[str, ClusterJudgement], tuple[Storm, ...]]:
+    def judge(self, now: float, observer_impaired: bool = False,
+              ) -> tuple[dict[str, ClusterJudgement], tuple[Storm, ...]]:
         """Every cluster (declared, or a pool cluster whose agent reported) judged at ``now``
-        by the one health model (``kb.health``), storm guard included; and the storms."""
+        by the one health model (``kb.health``), storm guard included; and the storms.
+        ``observer_impaired``: the judging lead could not take reports lately (no silent
+        cluster is failed over; ``kb.health.judge_fleet``)."""
         heard = {name: self._heard_since(name) for name in sorted(set(self.inventory) | set(self.dynamic))
                  if name in self.inventory or name in self.reports}
         groups = {name: (str(c["tier"]), str(c["region"])) for name, c in self.inventory.items()}
-        return judge_fleet(self.cluster_tracks, heard, groups, now, self.health_settings)
+        return judge_fleet(self.cluster_tracks, heard, groups, now, self.health_settings, observer_impaired)
 
     def cluster_health(self, cluster: str, now: float) -> bool:
         """Whether the cluster counts as alive (not failed over) at ``now``. Judges the whole
@@ -832,15 +835,16 @@ class KnowledgeBase:
         view.branch_heads_term = self.branch_heads_term
         return view
 
-    def snapshot(self, now: datetime) -> Observed:
-        """The planner's frozen view of the fleet at ``now`` (an aware datetime)."""
+    def snapshot(self, now: datetime, observer_impaired: bool = False) -> Observed:
+        """The planner's frozen view of the fleet at ``now`` (an aware datetime);
+        ``observer_impaired``: see ``judge``."""
         ts = now.timestamp()
         clusters: dict[str, ObservedCluster] = {}
         latencies: dict[tuple[str, str], float] = {}
         traffic: dict[tuple[str, str], float] = {}
         cluster_api: dict[str, tuple[ClusterApiStatus, ...]] = {}
         window = self.latency_window
-        judged, _ = self.judge(ts)
+        judged, _ = self.judge(ts, observer_impaired)
         for name, judgement in judged.items():
             entry = self.reports.get(name)
             condition = _observed_condition(judgement)

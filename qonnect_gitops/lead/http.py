@@ -51,7 +51,7 @@ from qonnect_gitops.lead.httpd import (
     Response,
     tls_context,
 )
-from qonnect_gitops.lead.raft import ProposalError
+from qonnect_gitops.lead.raft.errors import ProposalError
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.service import LeadService
 from qonnect_gitops.lead.tokens import TOKEN_PREFIX, Principal, TokenKind, hash_token
@@ -206,8 +206,8 @@ class LeadAPI:
             raise HTTPError(404, f"'{cluster}' is no cluster a pool created")
         token = TOKEN_PREFIX + secrets.token_urlsafe(32)
         try:
-            issued = service.node.propose(service.node.state.pool_token, cluster, hash_token(token),
-                                          time.time(), timeout=service.config.commit_timeout)
+            issued = service.node.commands.issue_pool_token(cluster, hash_token(token), time.time(),
+                                                            timeout=service.config.commit_timeout)
         except ProposalError as exc:
             raise HTTPError(503, f"token not committed ({exc.reason}); retry", {"Retry-After": "1"}) from None
         if not issued:
@@ -217,21 +217,29 @@ class LeadAPI:
 
     def _principal(self, request: Request) -> Principal:
         """Who the bearer token belongs to; 401 without a valid one."""
-        header = request.headers.get("Authorization", "") or ""
-        scheme, _, token = header.partition(" ")
-        token = token.strip()
-        if scheme.lower() != "bearer" or not token:
+        token = _bearer(request)
+        if token is None:
             raise HTTPError(401, "a bearer token is required",
                             {"WWW-Authenticate": 'Bearer realm="qonnect"'})
+        principal = self._principal_of(token)
+        if principal is None:
+            raise HTTPError(401, "unknown token",
+                            {"WWW-Authenticate": 'Bearer realm="qonnect", error="invalid_token"'})
+        return principal
+
+    def _principal_of(self, token: str) -> Principal | None:
         principal = self.service.tokens.principal(token)
         if principal is None:
             # An agent token the leader issued to a pool cluster (cloud bursting).
             owner = self.service.kb.pool_token_owner(hash_token(token))
             principal = Principal(TokenKind.CLUSTER, owner) if owner else None
-        if principal is None:
-            raise HTTPError(401, "unknown token",
-                            {"WWW-Authenticate": 'Bearer realm="qonnect", error="invalid_token"'})
         return principal
+
+    def authenticated(self, request: Request) -> bool:
+        """Whether ``request`` carries a valid token of any kind (``AsyncHTTPServer``'s
+        ``authenticate``: its connection then stops counting as anonymous)."""
+        token = _bearer(request)
+        return token is not None and self._principal_of(token) is not None
 
     def _admin(self, request: Request) -> None:
         if self._principal(request).kind is not TokenKind.ADMIN:
@@ -323,10 +331,9 @@ class LeadAPI:
         node = service.node
         term = service.kb.leader_term()
         try:
-            generation = node.propose(
-                node.state.plan, write.placements, write.reasons, write.reason,
-                write.goals_commit, term, time.time(), timeout=service.config.commit_timeout,
-            )
+            generation = node.commands.record_plan(write.placements, write.reasons, write.reason,
+                                                   write.goals_commit, term, time.time(),
+                                                   timeout=service.config.commit_timeout)
         except ProposalError as exc:
             raise HTTPError(503, f"plan not committed ({exc.reason}); retry",
                             {"Retry-After": "1"}) from None
@@ -350,7 +357,7 @@ class LeadAPI:
                             f"membership change not committed ({exc.reason})") from None
         if change.action == "remove":
             try:
-                service.node.propose(service.node.state.member_removed, change.raft, time.time())
+                service.node.commands.forget_member(change.raft, time.time())
             except ProposalError as exc:
                 log.warning("member_forget_failed", raft=change.raft, reason=exc.reason)
         log.info("membership_changed", action=change.action, raft=change.raft)
@@ -597,6 +604,14 @@ def _summarise(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
+def _bearer(request: Request) -> str | None:
+    """The token of an ``Authorization: Bearer`` header, or None."""
+    header = request.headers.get("Authorization", "") or ""
+    scheme, _, token = header.partition(" ")
+    token = token.strip()
+    return token if scheme.lower() == "bearer" and token else None
+
+
 def _json_object(raw: bytes) -> dict[str, Any]:
     doc = json.loads(raw or b"{}")
     return doc if isinstance(doc, dict) else {}
@@ -626,13 +641,27 @@ def serve(service: LeadService) -> AsyncHTTPServer:
     api = LeadAPI(service)
     server = AsyncHTTPServer(host.strip("[]") or "0.0.0.0", int(port), api, limits,
                              ssl_context=context, name="lead-http", inline=api.inline,
-                             event_loop=config.event_loop)
+                             event_loop=config.event_loop, authenticate=api.authenticated)
+    service.intake = server.intake
+    if service.loop is not None:
+        # Refused for want of room within a grace: some silence may be this lead's own.
+        service.loop.observer_impaired = lambda: server.intake().saturated_since(
+            service.kb.read(lambda kb: kb.grace_seconds))
     metrics = service.metrics
     metrics.describe("qonnect_http_connections", "gauge", "Open HTTP connections.")
+    metrics.describe("qonnect_http_anonymous_connections", "gauge",
+                     "Open HTTP connections that have not presented a valid token.")
     metrics.describe("qonnect_http_connections_refused_total", "counter",
-                     "Connections refused (503) because --max-connections were open.")
-    metrics.gauges(lambda: [
-        ("qonnect_http_connections", {}, float(server.open_connections)),
-        ("qonnect_http_connections_refused_total", {}, float(server.refused_connections)),
-    ])
+                     "Connections turned away, by reason: full (503: authenticated connections fill "
+                     "--max-connections), evicted / evicted-client (an anonymous connection closed "
+                     "for a newer one), anonymous-timeout, anonymous-rate (429).")
+
+    def gauges() -> list[tuple[str, dict[str, str], float]]:
+        intake = server.intake()
+        return [("qonnect_http_connections", {}, float(intake.open)),
+                ("qonnect_http_anonymous_connections", {}, float(intake.anonymous)),
+                *(("qonnect_http_connections_refused_total", {"reason": reason.value}, float(c.count))
+                  for reason, c in intake.refused.items())]
+
+    metrics.gauges(gauges)
     return server

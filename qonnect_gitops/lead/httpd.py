@@ -7,8 +7,18 @@ Here:
 
 * connections live on one asyncio loop as protocol objects (an idle one costs a
   socket and a few hundred bytes, no thread and no task); a request is parsed from
-  the connection's buffer once it is whole; at most ``max_connections`` are open,
-  the next ones get ``503`` and are closed;
+  the connection's buffer once it is whole; at most ``max_connections`` are open;
+* a connection is *anonymous* until one of its requests carries a valid token (the
+  ``authenticate`` hook says so); anonymous connections are held to
+  ``anonymous_connections`` in all and ``anonymous_per_client`` per source address, must
+  deliver each whole request within ``anonymous_timeout``, and their requests without a
+  valid token are rate limited per address. Past those limits the oldest anonymous
+  connections that are not being answered are closed (by the sweep, so clients that
+  connect together all get the time to show a token), and when a new connection finds
+  ``max_connections`` open, the oldest anonymous one is closed for it at once: idle or
+  slow connections cannot keep agents out, the room they leave is held for connections
+  that authenticated. Only when authenticated connections fill ``max_connections``
+  does a new one get ``503`` (``Intake`` counts each refusal by reason, with its time);
 * a request must arrive whole (request line, headers and body) within
   ``read_timeout`` of its first byte, and a keep-alive connection may sit idle for
   ``idle_timeout``; a TLS handshake gets ``read_timeout`` too. One timer for the
@@ -43,14 +53,18 @@ import resource
 import socket
 import ssl
 import threading
+import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from enum import StrEnum
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any, cast
 
 import msgspec
 
+from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.threads import name_os_thread
 from qonnect_gitops.logs import get_logger
 
@@ -102,6 +116,64 @@ class HTTPLimits:
     max_body_bytes: int = 256 * 1024
     max_header_bytes: int = 16 * 1024
     max_headers: int = 100
+    # Connections without a valid token yet (a server with an ``authenticate`` hook):
+    # at most this many in all (the rest of ``max_connections`` is theirs once they
+    # authenticate) and from one address; each request within ``anonymous_timeout`` of
+    # the connection or of its previous answer; requests without a valid token at
+    # ``anonymous_rate`` per second per address (bursts of ``anonymous_burst``).
+    anonymous_connections: int = 250
+    anonymous_per_client: int = 16
+    anonymous_timeout: float = 5.0
+    anonymous_rate: float = 50.0
+    anonymous_burst: float = 200.0
+
+
+class IntakeRefusal(StrEnum):
+    """Why the server closed or refused a connection (``Intake``)."""
+
+    # No room: connections that presented a valid token fill max_connections. The one
+    # reason that means the server cannot take more agents.
+    FULL = "full"
+    # An anonymous connection closed to make room for a newer one: the anonymous pool
+    # was full (``EVICTED``), or its own address held anonymous_per_client (``EVICTED_CLIENT``).
+    EVICTED = "evicted"
+    EVICTED_CLIENT = "evicted-client"
+    # An anonymous connection that did not deliver a whole request within anonymous_timeout.
+    ANONYMOUS_TIMEOUT = "anonymous-timeout"
+    # A request without a valid token over its address's rate (429).
+    ANONYMOUS_RATE = "anonymous-rate"
+
+
+@dataclass(frozen=True)
+class RefusalCount:
+    """How often one ``IntakeRefusal`` happened, and when last (``time.time()``, 0: never)."""
+
+    count: int = 0
+    last_at: float = 0.0
+
+
+@dataclass(frozen=True)
+class Intake:
+    """What the server's connections are and what it turned away: the typed signal that
+    it is saturated (``refused[IntakeRefusal.FULL]`` moving: agents cannot get in)."""
+
+    open: int
+    anonymous: int
+    max_connections: int
+    anonymous_limit: int
+    refused: dict[IntakeRefusal, RefusalCount]
+
+    def saturated_since(self, seconds: float, now: float | None = None) -> bool:
+        """Whether a connection was refused for want of room within the last ``seconds``."""
+        last = self.refused.get(IntakeRefusal.FULL, RefusalCount()).last_at
+        return last > 0 and (now if now is not None else time.time()) - last <= seconds
+
+    def to_json(self) -> dict[str, Any]:
+        """For ``/v1/status``."""
+        return {"open": self.open, "anonymous": self.anonymous, "maxConnections": self.max_connections,
+                "anonymousLimit": self.anonymous_limit,
+                "refused": {reason.value: {"count": c.count, "lastAt": round(c.last_at, 3)}
+                            for reason, c in sorted(self.refused.items())}}
 
 
 class Headers:
@@ -222,6 +294,9 @@ class Deferred:
 
 
 Handler = Callable[[Request], Response]
+Authenticate = Callable[[Request], bool]
+"""Called on the loop thread for each request of an anonymous connection: whether it
+carries a valid token (the connection is then no longer anonymous). Must not block."""
 InlineHandler = Callable[[Request], "Response | Deferred | None"]
 """Called on the event loop thread before ``Handler``: a ``Response`` or a ``Deferred``
 answers the request, ``None`` passes it to the worker pool. Must not block."""
@@ -241,13 +316,17 @@ class AsyncHTTPServer:
     def __init__(self, host: str, port: int, handler: Handler, limits: HTTPLimits = HTTPLimits(),
                  ssl_context: ssl.SSLContext | None = None,
                  name: str = "http", inline: InlineHandler | None = None,
-                 event_loop: str = "auto") -> None:
+                 event_loop: str = "auto", authenticate: Authenticate | None = None) -> None:
         if event_loop not in EVENT_LOOPS:
             raise ValueError(f"event_loop must be one of {', '.join(EVENT_LOOPS)}, not {event_loop!r}")
         self.event_loop = event_loop
         self.handler = handler
         self.inline = inline
+        # Without it no connection is anonymous: every one is served as before the
+        # anonymous limits (the lead always passes one).
+        self.authenticate = authenticate
         self.limits = limits
+        self.anonymous_limit = min(limits.anonymous_connections, limits.max_connections)
         self.name = name
         self._ssl = ssl_context
         self._sock = socket.create_server((host, port), family=_family(host), backlog=1024,
@@ -262,8 +341,15 @@ class AsyncHTTPServer:
         self._sweeper: asyncio.TimerHandle | None = None
         self._connections: set[_Connection] = set()
         self.open_connections = 0
-        self.refused_connections = 0
         self.requests = 0
+        # Anonymous connections in the order they connected, all and per address: the
+        # oldest is the one closed to make room.
+        self._anonymous: OrderedDict[_Connection, None] = OrderedDict()
+        self._anonymous_of: dict[str, OrderedDict[_Connection, None]] = {}
+        self._anonymous_requests = RateLimiter(limits.anonymous_rate, limits.anonymous_burst,
+                                               max_keys=4 * limits.max_connections)
+        self._refusals: dict[IntakeRefusal, RefusalCount] = {}
+        self._crowded: set[str] = set()  # addresses over anonymous_per_client since the last sweep
         # Heads that parsed and passed, by their bytes: an agent sends the same head (path,
         # token, length) with every report, and parsing it cost as much as a report's
         # decoding. Bounded (``_HEADS_KEPT``); a refused head is never kept.
@@ -298,7 +384,7 @@ class AsyncHTTPServer:
         self._completions = _Completions(loop)
         server = await loop.create_server(
             lambda: _Connection(self), sock=self._sock,
-            ssl=self._ssl, ssl_handshake_timeout=self.limits.read_timeout if self._ssl else None,
+            ssl=self._ssl, ssl_handshake_timeout=self._handshake_timeout if self._ssl else None,
             ssl_shutdown_timeout=2.0 if self._ssl else None)
         self._sweeper = loop.call_later(self._sweep_every, self._sweep)
         self._started.set()
@@ -316,7 +402,114 @@ class AsyncHTTPServer:
     def _sweep_every(self) -> float:
         """How often deadlines are checked: often enough that a timeout fires within a
         quarter of the shortest limit (one timer for the server, none per request)."""
-        return min(0.25, self.limits.read_timeout / 4, self.limits.idle_timeout / 4)
+        return min(0.25, self.limits.read_timeout / 4, self.limits.idle_timeout / 4,
+                   self.limits.anonymous_timeout / 4)
+
+    @property
+    def _handshake_timeout(self) -> float:
+        """A TLS handshake comes before any token: it gets the anonymous timeout too."""
+        if self.authenticate is None:
+            return self.limits.read_timeout
+        return min(self.limits.read_timeout, self.limits.anonymous_timeout)
+
+    # -------------------------------------------------------------- intake
+
+    @property
+    def refused_connections(self) -> int:
+        """Connections refused with 503 for want of room (``IntakeRefusal.FULL``)."""
+        return self._refusals.get(IntakeRefusal.FULL, RefusalCount()).count
+
+    def intake(self) -> Intake:
+        """The connections and refusals as of now (any thread: a copy of a few numbers)."""
+        return Intake(self.open_connections, len(self._anonymous), self.limits.max_connections,
+                      self.anonymous_limit, dict(self._refusals))
+
+    def _refused(self, reason: IntakeRefusal) -> None:
+        before = self._refusals.get(reason, RefusalCount())
+        self._refusals[reason] = RefusalCount(before.count + 1, time.time())
+
+    def _admit(self, conn: _Connection) -> bool:
+        """Room for a new connection (loop thread): when ``max_connections`` are open, the
+        oldest anonymous connection not being answered is closed for it; False when there
+        is none (connections that presented a token fill the server). The anonymous pool
+        and each address's share are trimmed by the sweep instead (``_trim``): a burst of
+        clients connecting at once (agents behind one NAT after a restart) is accepted
+        before any of them was read, and each gets the time to a sweep to show its token."""
+        if self.authenticate is None:
+            return self.open_connections < self.limits.max_connections
+        while self.open_connections >= self.limits.max_connections:
+            victim = _oldest_idle(self._anonymous)
+            if victim is None:
+                return False
+            self._evict(victim, IntakeRefusal.EVICTED)
+        return True
+
+    def _trim(self) -> None:
+        """Close the oldest anonymous connections (not being answered) of every address
+        over ``anonymous_per_client``, then of all while over ``anonymous_connections``
+        (the sweep, on the loop thread)."""
+        limit = self.limits.anonymous_per_client
+        for client in list(self._crowded):
+            own = self._anonymous_of.get(client)
+            while own and len(own) > limit:
+                victim = _oldest_idle(own)
+                if victim is None:
+                    break
+                self._evict(victim, IntakeRefusal.EVICTED_CLIENT)
+        self._crowded.clear()
+        while len(self._anonymous) > self.anonymous_limit:
+            victim = _oldest_idle(self._anonymous)
+            if victim is None:
+                break
+            self._evict(victim, IntakeRefusal.EVICTED)
+
+    def _evict(self, victim: _Connection, reason: IntakeRefusal) -> None:
+        self._refused(reason)
+        victim.evicted()
+
+    def _count_in(self, conn: _Connection) -> None:
+        self.open_connections += 1
+        self._connections.add(conn)
+        if conn.anonymous:
+            self._anonymous[conn] = None
+            own = self._anonymous_of.setdefault(conn.client, OrderedDict())
+            own[conn] = None
+            if len(own) > self.limits.anonymous_per_client:
+                self._crowded.add(conn.client)
+
+    def _count_out(self, conn: _Connection) -> None:
+        self.open_connections -= 1
+        self._connections.discard(conn)
+        self._forget_anonymous(conn)
+
+    def _forget_anonymous(self, conn: _Connection) -> None:
+        if self._anonymous.pop(conn, False) is None:
+            own = self._anonymous_of.get(conn.client)
+            if own is not None:
+                own.pop(conn, None)
+                if not own:
+                    del self._anonymous_of[conn.client]
+
+    def _anonymous_request(self, conn: _Connection, request: Request) -> Response | None:
+        """A request on an anonymous connection (loop thread): a valid token makes the
+        connection authenticated; without one, the request spends from its address's
+        bucket, and past it is answered 429 (and the connection closed)."""
+        assert self.authenticate is not None
+        try:
+            valid = self.authenticate(request)
+        except Exception as exc:  # a bug in the hook: treat as no token, keep serving
+            log.error("http_authenticate_failed", error=f"{type(exc).__name__}: {exc}")
+            valid = False
+        if valid:
+            conn.anonymous = False
+            self._forget_anonymous(conn)
+            return None
+        wait = self._anonymous_requests.acquire(conn.client)
+        if wait <= 0:
+            return None
+        self._refused(IntakeRefusal.ANONYMOUS_RATE)
+        return error_response(429, "too many requests without a valid token from this address; retry later",
+                               {"Retry-After": RateLimiter.retry_after_header(wait)}, close=True)
 
     def _sweep(self) -> None:
         """Act on every connection whose deadline passed (on the loop thread)."""
@@ -326,6 +519,8 @@ class AsyncHTTPServer:
         for conn in list(self._connections):
             if conn.deadline <= now:
                 conn.expired()
+        if self.authenticate is not None:
+            self._trim()
         self._sweeper = loop.call_later(self._sweep_every, self._sweep)
 
     # -------------------------------------------------------------- handlers
@@ -500,6 +695,9 @@ class _Connection(asyncio.Protocol):
         self.write_paused = False
         self.advancing = False
         self.tls = False
+        self.client = "?"  # the peer's address without its port: what per-client limits count
+        # Until a request carries a valid token (``AsyncHTTPServer.authenticate``).
+        self.anonymous = server.authenticate is not None
 
     # ------------------------------------------------------------ transport events
 
@@ -507,28 +705,30 @@ class _Connection(asyncio.Protocol):
         # uvloop's transports do not subclass asyncio.Transport, but have its methods.
         self.transport = cast(asyncio.Transport, transport)
         server = self.server
-        if server.open_connections >= self.limits.max_connections:
-            server.refused_connections += 1
+        self.peer = _peer(transport)
+        self.client = self.peer.rpartition(":")[0] or self.peer
+        if not server._admit(self):
+            server._refused(IntakeRefusal.FULL)
             self.transport.write(_encode(error_response(
                 503, f"too many connections (limit {self.limits.max_connections}); retry",
                 {"Retry-After": "1"}, close=True), head_only=False, keep_alive=False))
             self.state = _CLOSED
             self.transport.close()
             return
-        server.open_connections += 1
-        server._connections.add(self)
+        server._count_in(self)
         self.counted = True
         self.tls = transport.get_extra_info("sslcontext") is not None
-        self.peer = _peer(transport)
         self._idle()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.state = _CLOSED
         self.pending = None
+        self._uncount()
+
+    def _uncount(self) -> None:
         if self.counted:
             self.counted = False
-            self.server.open_connections -= 1
-            self.server._connections.discard(self)
+            self.server._count_out(self)
 
     def data_received(self, data: bytes) -> None:
         if self.state == _CLOSED:
@@ -567,7 +767,8 @@ class _Connection(asyncio.Protocol):
         self.state = _IDLE
         self.body_length = None
         self.continued = False
-        self.deadline = self.loop.time() + self.limits.idle_timeout
+        limits = self.limits
+        self.deadline = self.loop.time() + (limits.anonymous_timeout if self.anonymous else limits.idle_timeout)
 
     def _advance(self) -> None:
         """Read and dispatch every whole request in the buffer, one at a time."""
@@ -592,7 +793,9 @@ class _Connection(asyncio.Protocol):
         limits, buf = self.limits, self.buf
         if self.state == _IDLE:
             self.state = _READING
-            self.deadline = self.loop.time() + limits.read_timeout
+            # An anonymous connection's first byte does not buy it more time.
+            reading = self.loop.time() + limits.read_timeout
+            self.deadline = min(self.deadline, reading) if self.anonymous else reading
         end = buf.find(b"\r\n\r\n")
         if end < 0 or end > limits.max_header_bytes:
             if end > limits.max_header_bytes or len(buf) > limits.max_header_bytes:
@@ -632,6 +835,11 @@ class _Connection(asyncio.Protocol):
         self.state = _BUSY
         self.seq += 1
         seq = self.seq
+        if self.anonymous:
+            refused = server._anonymous_request(self, request)
+            if refused is not None:
+                self._answer(request, refused)
+                return
         if server.inline is not None:
             early = server._guarded(server.inline, request)
             if isinstance(early, Deferred):
@@ -679,9 +887,14 @@ class _Connection(asyncio.Protocol):
             self.transport.abort()
             return
         if self.state == _IDLE:
+            if self.anonymous:
+                self.server._refused(IntakeRefusal.ANONYMOUS_TIMEOUT)
             self.close()
         elif self.state == _READING:
             limit = self.limits.read_timeout
+            if self.anonymous:
+                limit = min(limit, self.limits.anonymous_timeout)
+                self.server._refused(IntakeRefusal.ANONYMOUS_TIMEOUT)
             message = (f"body of {self.body_length} bytes not received within {limit:g} s"
                        if self.body_length else f"request not received within {limit:g} s")
             self._refuse(error_response(408, message, close=True))
@@ -712,6 +925,24 @@ class _Connection(asyncio.Protocol):
         self.pending = None
         if self.transport is not None:
             self.transport.close()
+
+    def evicted(self) -> None:
+        """Closed to make room for a newer connection (loop thread): uncounted now, not when
+        the transport reports it lost. A request half read is told why."""
+        if self.state == _READING and self.transport is not None:
+            self.transport.write(_encode(error_response(
+                503, "closed to make room: too many connections without a valid token; retry",
+                {"Retry-After": "1"}, close=True), head_only=False, keep_alive=False))
+        self._uncount()
+        self.close()
+
+
+def _oldest_idle(connections: OrderedDict[_Connection, None]) -> _Connection | None:
+    """The oldest of ``connections`` not being answered (busy ones are about to finish)."""
+    for conn in connections:
+        if conn.state != _BUSY:
+            return conn
+    return None
 
 
 def tls_context(cert: Path, key: Path) -> ssl.SSLContext:

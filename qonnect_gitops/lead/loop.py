@@ -49,7 +49,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -75,7 +75,9 @@ from qonnect_gitops.lead.faults import armed, fault_point
 from qonnect_gitops.lead.latency_hold import LatencyHold, envelopes_broken, latency_envelopes
 from qonnect_gitops.lead.memo import DecisionMemo
 from qonnect_gitops.lead.metrics import Metrics
-from qonnect_gitops.lead.raft import BRANCH_HEADS_VERSION, PLAN_CHANGES_VERSION, ProposalError, RaftNode
+from qonnect_gitops.lead.raft.errors import ProposalError
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.state import BRANCH_HEADS_VERSION, PLAN_CHANGES_VERSION
 from qonnect_gitops.lead.reconcile import (
     CycleHooks,
     CycleResult,
@@ -142,6 +144,10 @@ class ReconcileLoop:
         self.node = node
         self.kb = kb
         self.metrics = metrics
+        # Whether this lead could not take reports lately (its API refused connections for
+        # want of room): silence is then no evidence, and no silent cluster fails over.
+        # The service sets it once its API server runs (``lead.http.serve``).
+        self.observer_impaired: Callable[[], bool] = lambda: False
         self.config = config
         self.poll_seconds = config.poll_seconds
         self.reschedule_seconds = config.reschedule_seconds
@@ -383,13 +389,19 @@ class ReconcileLoop:
 
     def _observe(self, now: datetime) -> Any:
         def observe(goals: Goals) -> Observed:
-            return self.latency_hold.apply(self.kb.snapshot(now), self._envelopes)
+            return self.latency_hold.apply(self._snapshot(now), self._envelopes)
         return observe
 
     def _liveness(self, now: datetime) -> Any:
         def observe(goals: Goals) -> Observed:
-            return liveness_only(self.kb.snapshot(now))
+            return liveness_only(self._snapshot(now))
         return observe
+
+    def _snapshot(self, now: datetime) -> Observed:
+        impaired = self.observer_impaired()
+        if impaired:
+            log.warning("evictions_paused", why="this lead refused connections for want of room lately")
+        return self.kb.snapshot(now, observer_impaired=impaired)
 
     # -------------------------------------------------------- KB records
 
@@ -411,8 +423,8 @@ class ReconcileLoop:
         if not self.may_write(term):
             raise Fenced("lost leadership before recording goals")
         try:
-            self.node.propose(self.node.state.goals, commit, inventory_from_goals(goals),
-                              heartbeat_from_goals(goals), workloads_from_goals(goals), time.time())
+            self.node.commands.record_goals(commit, inventory_from_goals(goals), heartbeat_from_goals(goals),
+                                            workloads_from_goals(goals), time.time())
         except ProposalError as exc:
             raise Fenced(f"goals not recorded: {exc.reason}") from exc
         log.info("goals_accepted", commit=commit, clusters=len(goals.clusters))
@@ -425,7 +437,7 @@ class ReconcileLoop:
         if self.kb.last_failed_commit() == commit or not self.may_write(term):
             return
         try:
-            self.node.propose(self.node.state.goals_failure, commit, errors, time.time())
+            self.node.commands.record_goals_failure(commit, errors, time.time())
         except ProposalError as err:
             log.warning("goals_failure_not_recorded", reason=err.reason)
             return
@@ -461,19 +473,19 @@ class ReconcileLoop:
         plan, a merged proposal, a proposal that timed out and committed later: the KB
         refuses the change) or the group runs code without that entry; then whole."""
         placements = plan.placements()
-        reasons = {move.component: move.reason for move in plan.moves}
-        state, at, unmet = self.node.state, now.timestamp(), unmet_of(plan)
+        reasons: dict[str, str] = {move.component: move.reason for move in plan.moves}
+        commands, at, unmet = self.node.commands, now.timestamp(), unmet_of(plan)
         recorded, self._recorded = self._recorded, None  # unknown until the KB answers
         generation, form = PLAN_BASE_MOVED, "whole"
         if recorded is not None and self.node.code_version() >= PLAN_CHANGES_VERSION:
             base, before = recorded
             changed, removed = placement_changes(before, placements)
-            generation = self.node.propose(state.plan_changes, base, changed, removed, reasons,
-                                           plan.reason, goals_commit, term, at, unmet)
+            generation = commands.record_plan_changes(base, changed, removed, reasons, plan.reason,
+                                                      goals_commit, term, at, unmet)
             form = "changes"
         if generation == PLAN_BASE_MOVED:
-            generation, form = self.node.propose(state.plan, placements, reasons, plan.reason,
-                                                 goals_commit, term, at, unmet), "whole"
+            generation, form = commands.record_plan(placements, reasons, plan.reason, goals_commit,
+                                                    term, at, unmet), "whole"
         self.metrics.inc("qonnect_decisions_recorded_total", form=form)
         if generation >= 0:
             self._recorded = (generation, placements)
@@ -489,7 +501,7 @@ class ReconcileLoop:
         if record == self.kb.dynamic_clusters():
             return
         try:
-            self.node.propose(self.node.state.dynamic, record, now.timestamp())
+            self.node.commands.record_pool_clusters(record, now.timestamp())
         except ProposalError as exc:
             raise Fenced(f"pool clusters not recorded: {exc.reason}") from exc
         self._dynamic = set(record)
@@ -519,7 +531,7 @@ class ReconcileLoop:
         changes = heads_changes(self.kb.branch_heads(), mirror.published_heads())
         for chunk in heads_chunks(changes):
             try:
-                self.node.propose(self.node.state.branch_heads, chunk, term)
+                self.node.commands.record_branch_heads(chunk, term)
             except ProposalError as exc:
                 log.warning("branch_heads_not_recorded", reason=exc.reason, clusters=len(chunk))
                 return
@@ -548,8 +560,8 @@ class ReconcileLoop:
             return
         meta = mirror.store.decision_of(head)
         try:
-            generation = self.node.propose(self.node.state.plan, placements, {}, meta.reason,
-                                           meta.source, term, time.time(), unmet_of(in_force))
+            generation = self.node.commands.record_plan(placements, {}, meta.reason, meta.source, term,
+                                                        time.time(), unmet_of(in_force))
             self._recorded = (generation, placements) if generation >= 0 else None
         except ProposalError as exc:
             self._seen_head = seen  # try again next cycle

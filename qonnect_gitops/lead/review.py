@@ -34,7 +34,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from qonnect_gitops.forge import (
     CommitState,
@@ -73,16 +73,47 @@ from qonnect_gitops.gitstore.remote import (
 from qonnect_gitops.lead.reconcile import placement_document
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model import Goals, Plan
+from qonnect_gitops.model.limits import TreeLimits
 from qonnect_gitops.model.status import HealthReason
 from qonnect_gitops.render.placement_file import placement_files
 
 if TYPE_CHECKING:
     from qonnect_gitops.kb import KBReader
-    from qonnect_gitops.lead.loop import ReconcileLoop
-    from qonnect_gitops.lead.raft import RaftNode
+    from qonnect_gitops.lead.raft.node import RaftNode
     from qonnect_gitops.lead.reconcile import CycleResult
 
 log = get_logger(__name__)
+
+
+class ReviewSettings(Protocol):
+    """The loop's settings the bridge reads (``lead.loop.LoopConfig`` has them)."""
+
+    @property
+    def repo(self) -> str: ...
+    @property
+    def mirror_dir(self) -> Path: ...
+    @property
+    def api_url(self) -> str | None: ...
+    @property
+    def goals_limits(self) -> TreeLimits: ...
+    @property
+    def review(self) -> ReviewConfig: ...
+
+
+class LeaderLoop(Protocol):
+    """What the bridge needs of the leader's reconcile loop (``lead.loop.ReconcileLoop``),
+    so this module does not import it."""
+
+    @property
+    def config(self) -> ReviewSettings: ...
+
+    def may_write(self, term: int) -> bool:
+        """Whether this lead still leads in ``term`` with a quorum (its fence)."""
+        ...
+
+    def trigger(self, why: str) -> None:
+        """Run a cycle soon."""
+        ...
 
 LABEL = "qonnect"
 VALIDATE_CONTEXT = "qonnect/validate"
@@ -205,7 +236,7 @@ class ReviewBridge:
     """See the module docstring. Created by the loop; every public method is safe to call
     whatever the configuration (without a forge they do nothing)."""
 
-    def __init__(self, node: RaftNode, kb: KBReader, loop: ReconcileLoop) -> None:
+    def __init__(self, node: RaftNode, kb: KBReader, loop: LeaderLoop) -> None:
         self.node = node
         self.kb = kb
         self.loop = loop
@@ -369,8 +400,7 @@ class ReviewBridge:
         decided = Plan.model_validate(document) if document else None
         if decided is not None and self.loop.may_write(term):
             key = rejection_key(meta.source, proposal.base, decided)
-            node = self.node
-            node.propose(node.state.proposal_rejected, key, proposal.id, meta.source, pull.url, time.time())
+            self.node.commands.reject_proposal(key, proposal.id, meta.source, pull.url, time.time())
             log.info("proposal_rejected", proposal=proposal.id, number=pull.number, goals=meta.source[:12])
         with self._lock:
             if self._placed is not None and self._placed.goals_commit == meta.source:

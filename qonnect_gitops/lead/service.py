@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -21,10 +22,14 @@ from typing import Any
 
 from qonnect_gitops.kb import KnowledgeBase, iso
 from qonnect_gitops.kb.health import EVICTIONS_PAUSED, EVICTIONS_SLOWED
-from qonnect_gitops.lead.httpd import HTTPLimits
+from qonnect_gitops.lead.httpd import HTTPLimits, Intake
 from qonnect_gitops.lead.loop import MIRROR_DIR, LoopConfig, ReconcileLoop
 from qonnect_gitops.lead.metrics import Metrics
-from qonnect_gitops.lead.raft import ProposalError, RaftNode, RaftTiming, ReportBatcher
+from qonnect_gitops.lead.raft.batcher import ReportBatcher
+from qonnect_gitops.lead.raft.errors import ProposalError
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.secret import RaftSecret
+from qonnect_gitops.lead.raft.timing import RaftTiming
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.review import ReviewConfig
 from qonnect_gitops.lead.tokens import TokenStore
@@ -45,6 +50,10 @@ class LeadConfig:
     peers: tuple[str, ...]
     http: str
     data_dir: Path
+    # The group's shared secret: every Raft frame is sealed with it (lead/raft/transport.py).
+    raft_secret_file: Path
+    # Where the Raft port listens when that is not ``raft``'s host (NAT, containers).
+    raft_bind: str | None = None
     repo: str | None = None
     # The address other leads, agents and operators reach this lead's API at (the
     # --http bind address when unset, e.g. 0.0.0.0:8080 behind a Service name).
@@ -92,12 +101,16 @@ class LeadService:
 
     def __init__(self, config: LeadConfig) -> None:
         self.config = config
-        self.node = RaftNode(config.raft, list(config.peers), config.data_dir, config.timing)
+        self.node = RaftNode(config.raft, list(config.peers), config.data_dir, config.timing,
+                             secret=RaftSecret.load(config.raft_secret_file), bind=config.raft_bind)
         self.kb = self.node.state.reader()
         self.tokens = TokenStore(config.tokens_file)
         self.limiter = RateLimiter(config.report_rate, config.report_burst)
         self.batcher = ReportBatcher(self.node, window=config.batch_window)
         self.metrics = Metrics()
+        # The API server's connections and refusals (``lead.http.serve`` sets it): the
+        # typed signal that this lead cannot take reports (``Intake.saturated_since``).
+        self.intake: Callable[[], Intake] | None = None
         self._describe_metrics()
         self._stop = threading.Event()
         self._recorded_term = 0
@@ -211,6 +224,7 @@ class LeadService:
             },
             "loop": self.loop.status() if self.loop else None,
             "tokens": {"count": len(self.tokens), "fileError": self.tokens.last_error},
+            "http": self.intake().to_json() if self.intake is not None else None,
             "time": iso(now),
         }
 
@@ -258,7 +272,7 @@ class LeadService:
         if not leading and self.loop is not None:
             self.loop.set_leading(False, term)  # at once: a cycle in flight must not publish
         if leading and term > self._recorded_term:
-            node.propose(node.state.leader, self.config.node_id, term, time.time(), timeout=2.0)
+            node.commands.record_leader(self.config.node_id, term, time.time(), timeout=2.0)
             self._recorded_term = term
             log.info("leader_elected", id=self.config.node_id, term=term)
         if leading and term == self._recorded_term and self.loop is not None:
@@ -269,8 +283,8 @@ class LeadService:
         mine = self.kb.read(lambda kb: kb.members.get(cfg.node_id))
         wanted = {"raft": cfg.raft, "http": cfg.advertised, "url": cfg.url}
         if mine != wanted and node.leader_addr() is not None:
-            node.propose(node.state.member, cfg.node_id, cfg.raft, cfg.advertised, cfg.url,
-                         time.time(), timeout=2.0)
+            node.commands.register_member(cfg.node_id, cfg.raft, cfg.advertised, cfg.url, time.time(),
+                                          timeout=2.0)
 
     def poll_goals_once(self) -> str | None:
         """One fetch-validate-record round, folded into the loop: a full cycle on the

@@ -174,10 +174,12 @@ def make_agent(sim: SimCluster, branch: Branch, tmp_path: Path) -> Iterator[Any]
 
 @dataclass
 class Recorder:
-    """A loopback stand-in for a lead: records report bodies, answers with ``response``."""
+    """A loopback stand-in for a lead: records report bodies and when each arrived
+    (``times``, monotonic, one per accepted report), answers with ``response``."""
 
     server: Any
     reports: list[dict[str, Any]] = field(default_factory=list)
+    times: list[float] = field(default_factory=list)
     auth: list[str] = field(default_factory=list)
     response: dict[str, Any] = field(default_factory=lambda: {"accepted": True, "generation": 0})
     status: int = 200
@@ -191,6 +193,7 @@ class Recorder:
 def recorder() -> Iterator[Recorder]:
     import json
     import threading
+    import time
     from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
     rec: Recorder
@@ -204,6 +207,7 @@ def recorder() -> Iterator[Recorder]:
             rec.auth.append(self.headers.get("Authorization", ""))
             if rec.status == 200:
                 rec.reports.append({"path": self.path, **body})
+                rec.times.append(time.monotonic())
             data = json.dumps(rec.response if rec.status == 200 else {"message": "nope"}).encode()
             self.send_response(rec.status)
             self.send_header("Content-Type", "application/json")

@@ -170,3 +170,17 @@ def test_system_objects_are_allowed_only_by_the_agents_own_options(monkeypatch) 
                                           "RoleBinding/kube-public/system:controller:bootstrap-signer"]))
     assert cfg.system_objects == {("ClusterRoleBinding", "", "cluster-admin"),
                                   ("RoleBinding", "kube-public", "system:controller:bootstrap-signer")}
+
+
+def test_api_timeout_option(monkeypatch) -> None:
+    import argparse
+
+    from qonnect_gitops.cli.agent import build_config, register
+
+    monkeypatch.setenv("QONNECT_API_TIMEOUT", "12.5")
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    assert build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r"])).api_timeout == 12.5
+    for bad in ("0", "-1", "inf", "nan"):
+        with pytest.raises(SystemExit, match="--api-timeout"):
+            build_config(parser.parse_args(["agent", "--cluster", "c", "--repo", "file:///r", "--api-timeout", bad]))

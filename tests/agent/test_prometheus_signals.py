@@ -2,7 +2,7 @@
 Istio-style metrics, queried by the agent with the documented PromQL (agent/prometheus.py):
 what the agent reports matches what the sim generated, within the histogram's bucket, and
 an empty range, a stale series and a Prometheus that is down each give the documented
-report."""
+report (docs/agent.md, "Latency and traffic from Prometheus")."""
 
 from __future__ import annotations
 
@@ -105,17 +105,29 @@ def test_a_stale_series_leaves_the_report_once_its_window_passed(istio, sim) -> 
     assert traffic.keys() == {("shop/web", "eu-central")}
 
 
-def test_a_prometheus_that_is_down_gives_a_report_without_signals(make_agent, branch, tmp_path) -> None:
+def test_a_prometheus_that_goes_down_leaves_the_last_reading_in_the_reports(sim, branch, make_agent, tmp_path) -> None:
+    """As every part of a report that cannot be read: the last values read stay (none for
+    an agent that never read any), the failure is logged and counted."""
     require()
+    sim.signals.peers = frozenset({"fog-1"})
     branch.publish([namespace("shop"), deployment("web", component="web")])
-    with running(tmp_path / "prometheus", {}) as url:
-        agent = make_agent(prometheus=url, latency_query=PRESETS["istio"].latency,
-                           traffic_query=PRESETS["istio"].traffic)
-        result = agent.sync()
-    report = agent.build_report(result)  # the server has stopped: connection refused
-    assert report.latencies == () and report.traffic == ()
-    assert [c.component for c in report.components] == ["shop/web"] and report.nodes is not None
-    assert 'qonnect_agent_errors_total{kind="prometheus"} 1' in agent.metrics.render()
+    sim.signals.set_latency("fog-1", 12.0)
+    sim.signals.set_traffic("shop", "web", "eu-central", 30.0)
+    with running(tmp_path / "prometheus", {CLUSTER: sim.prometheus_url}) as url:
+        settings = dict(prometheus=url, latency_query=PRESETS["istio"].latency, traffic_query=PRESETS["istio"].traffic,
+                        prometheus_window=WINDOW)
+        agent, never = make_agent(**settings), make_agent(**settings)
+        agent.sync()
+        _covered(url, 0)
+        before = _signals(agent)
+        assert before[0].keys() == {"fog-1"} and before[1].keys() == {("shop/web", "eu-central")}
+    report = agent.build_report(agent.sync())  # the server has stopped: connection refused
+    assert ({lat.to: lat.ms for lat in report.latencies}, {(t.component, t.region): t.rps for t in report.traffic}) \
+        == before
+    assert [c.component for c in report.components] == ["shop/web"]
+    assert 'qonnect_agent_errors_total{kind="prometheus"}' in agent.metrics.render()
+    fresh = never.build_report(never.sync())
+    assert fresh.latencies == () and fresh.traffic == () and fresh.components
 
 
 def test_every_preset_is_promql_a_real_prometheus_accepts(tmp_path) -> None:

@@ -53,7 +53,8 @@ def resolved_env(objects: list[dict[str, Any]], workload: dict[str, Any], pod: s
             continue
         ref = e["valueFrom"]
         if "fieldRef" in ref:
-            env[e["name"]] = {"metadata.name": pod, "metadata.namespace": ns}[ref["fieldRef"]["fieldPath"]]
+            env[e["name"]] = {"metadata.name": pod, "metadata.namespace": ns,
+                              "status.podIP": "10.42.0.7"}[ref["fieldRef"]["fieldPath"]]
         elif "configMapKeyRef" in ref:
             cm = one(objects, "ConfigMap", ref["configMapKeyRef"]["name"])
             env[e["name"]] = cm["data"][ref["configMapKeyRef"]["key"]]
@@ -128,6 +129,10 @@ def test_lead_volumes_ports_and_probes(objects: list[dict[str, Any]]) -> None:
     assert "subPath" not in tokens_mount, "a subPath mount never sees Secret updates (no token reload)"
     volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
     assert "secret" in volumes[tokens_mount["name"]]
+    raft_mount = mounts[str(args.raft_secret_file.parent)]
+    assert "subPath" not in raft_mount, "a subPath mount never sees Secret updates (no rotation)"
+    assert volumes[raft_mount["name"]]["secret"]["secretName"] == "qonnect-raft"
+    assert args.raft_bind == "10.42.0.7:7001", "the Raft port listens on the pod's IP"
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert int(args.http.rsplit(":", 1)[1]) == ports["http"]
     assert int(args.raft.rsplit(":", 1)[1]) == ports["raft"]

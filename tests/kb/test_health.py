@@ -269,3 +269,20 @@ def test_health_state_survives_a_dump() -> None:
     assert again.cluster_tracks == kb.cluster_tracks
     assert again.unready_since == kb.unready_since
     assert again.snapshot(at(T0 + 10)) == kb.snapshot(at(T0 + 10))
+
+
+def test_a_lead_that_could_not_take_reports_fails_no_silent_cluster_over() -> None:
+    """Issue 30/31: idle connections filled a lead, reports were refused, and after the grace
+    the leader failed clusters over. Its own refusals make silence no evidence."""
+    kb = kb_with(["edge-1", "edge-2", "edge-3", "edge-4", "edge-5"])
+    for t in range(0, 20):
+        for name in ("edge-1", "edge-2", "edge-3", "edge-4", "edge-5"):
+            send(kb, name, T0 + t)
+    for t in range(20, 40):
+        send(kb, "edge-1", T0 + t)  # one agent still gets through; edge-2 is silent
+        send(kb, "edge-3", T0 + t)
+        send(kb, "edge-4", T0 + t)
+        send(kb, "edge-5", T0 + t)
+    assert not kb.snapshot(at(T0 + 39)).clusters["edge-2"].healthy  # one of five: no storm
+    held = kb.snapshot(at(T0 + 39), observer_impaired=True).clusters["edge-2"]
+    assert (held.healthy, held.state, held.reason, held.cordoned) == (True, "Silent", "EvictionsPaused", True)

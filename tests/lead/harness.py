@@ -22,6 +22,7 @@ from typing import Any
 
 import pygit2
 
+from qonnect_gitops.lead.raft.secret import new_secret
 from qonnect_gitops.lead.tokens import ADMIN, create_token, create_tokens, read_only_subject
 from tests.load import scaled
 from tests.ports import free_ports
@@ -237,6 +238,11 @@ class LeadGroup:
         if self.repo_url is None:
             self.goals_commit = commit_goals(self.repo_path,
                                              goals_files(self.clusters, self.grace, shop=self.shop))
+        # The group's Raft secret: every frame between the leads is sealed with it.
+        self.raft_secret_file = self.root / "raft-secret"
+        if not self.raft_secret_file.exists():
+            self.raft_secret_file.write_text(new_secret() + "\n")
+            self.raft_secret_file.chmod(0o600)
         self.tokens_file = self.root / "tokens"
         self.tokens.update(zip(self.clusters, create_tokens(self.tokens_file, self.clusters)))
         self.admin_token = create_token(self.tokens_file, ADMIN)
@@ -256,6 +262,7 @@ class LeadGroup:
             "--id", lead.node_id, "--raft", lead.raft, "--http", lead.http,
             "--peers", ",".join(p for p in peers if p != lead.raft),
             "--repo", self.repo_url or str(self.repo_path), "--data-dir", str(lead.data_dir),
+            "--raft-secret-file", str(self.raft_secret_file),
             *(["--tokens-file", str(self.tokens_file)] if self.use_tokens else []),
             "--poll-seconds", "0.5",
             *self.tls_args(), *self.extra_args, *lead.args,

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from http.client import HTTPConnection
 from pathlib import Path
 from typing import Any
 
@@ -225,36 +226,60 @@ def test_idle_connections_hold_no_threads_and_the_lead_answers(group: LeadGroup)
     assert lead.proc is not None
     before = thread_count(lead.proc.pid)
     host, port = lead.http.split(":")
-    sockets = [socket.create_connection((host, int(port)), timeout=5) for _ in range(400)]
+    # 400 connections from 40 addresses: past --anonymous-connections (250) the oldest
+    # without a token are closed to make room, so the last 250 stay open.
+    sockets = [socket.create_connection((host, int(port)), timeout=5, source_address=(f"127.0.0.{2 + i % 40}", 0))
+               for i in range(400)]
     try:
-        for sock in sockets[:200]:  # half send a partial request line and stall
+        for sock in sockets[200:300]:  # of those, 100 send a partial request line and stall
             sock.sendall(b"GET /heal")
         time.sleep(0.5)
         assert thread_count(lead.proc.pid) < before + 20
         code, _, body = http("GET", lead.url + "/healthz", timeout=5)
         assert code == 200 and body["ok"]
-        # The stalled half is answered 408 after the read timeout (1 s here) and closed.
-        sockets[0].settimeout(5)
-        code, _ = status_line(sockets[0].recv(4096))
+        # A stalled one is answered 408 after the read timeout (1 s here) and closed.
+        sockets[200].settimeout(5)
+        code, _ = status_line(sockets[200].recv(4096))
         assert code == 408
+        sockets[0].settimeout(5)
+        assert sockets[0].recv(4096) == b""  # among the oldest idle: closed for a newer one
     finally:
         for sock in sockets:
             sock.close()
 
 
-def test_the_connection_cap_answers_503(make_group: Callable[..., LeadGroup]) -> None:
+def test_the_connection_cap_answers_503_once_authenticated_connections_fill_it(
+        make_group: Callable[..., LeadGroup]) -> None:
+    """Connections without a token never hold the last place: a new one closes the oldest
+    of them. Only connections that presented a valid token fill --max-connections, and
+    then a new connection is answered 503."""
     g = make_group(size=1, extra_args=["--max-connections", "20", "--idle-timeout", "30"])
     lead = g.leads[0]
     g.wait_until(lambda: g.status(lead), what="lead up")
     host, port = lead.http.split(":")
-    held = [socket.create_connection((host, int(port)), timeout=5) for _ in range(20)]
+    idle = [socket.create_connection((host, int(port)), timeout=5) for _ in range(20)]
+    readers: list[HTTPConnection] = []
     try:
         time.sleep(0.3)
+        code, _, _ = http("GET", lead.url + "/healthz")
+        assert code == 200  # an idle connection without a token made room
+        for _ in range(20):
+            reader = HTTPConnection(host, int(port), timeout=5)
+            reader.request("GET", "/v1/status", headers={"Authorization": f"Bearer {g.read_token}"})
+            answer = reader.getresponse()
+            answer.read()
+            assert answer.status == 200
+            readers.append(reader)
         code, headers, body = http("GET", lead.url + "/healthz")
         assert code == 503 and "too many connections" in body["message"] and headers["Retry-After"]
+        readers[0].request("GET", "/v1/status", headers={"Authorization": f"Bearer {g.read_token}"})
+        intake = json.loads(readers[0].getresponse().read())["http"]
+        assert intake["refused"]["full"]["count"] >= 1 and intake["open"] == 20, intake
     finally:
-        for sock in held:
+        for sock in idle:
             sock.close()
+        for reader in readers:
+            reader.close()
     g.wait_until(lambda: http("GET", lead.url + "/healthz")[0] == 200, what="served again")
 
 

@@ -12,7 +12,9 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 from qonnect_gitops.kb import KnowledgeBase, heartbeat_from_goals, inventory_from_goals, workloads_from_goals
-from qonnect_gitops.lead.raft import GC_THRESHOLDS, GcPauses, RaftNode
+from qonnect_gitops.lead.raft.collector import GC_THRESHOLDS, GcPauses
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.secret import RaftSecret
 from qonnect_gitops.model import CurrentPlacement, ParseCache, load_goals
 from qonnect_gitops.placement import plan
 from qonnect_gitops.render import render
@@ -27,7 +29,7 @@ def _recorders() -> list[GcPauses]:
 def _single(tmp_path: Path, name: str) -> RaftNode:
     """A one-member group (it leads itself) on a free loopback port."""
     addr = f"127.0.0.1:{free_ports(1)[0]}"
-    return RaftNode(addr, [addr], tmp_path / name)
+    return RaftNode(addr, [addr], tmp_path / name, secret=RaftSecret.generate())
 
 
 def test_the_recorder_is_removed_when_the_last_node_stops(tmp_path: Path) -> None:
@@ -138,7 +140,7 @@ def test_young_generations_at_their_normal_largest_are_collected_not_frozen() ->
     own), so a lead under load never freezes its cyclic garbage, which frozen would never
     be collected. Checked by keeping alive twice the bound's worth of objects while the
     collector runs as the lead runs it."""
-    from qonnect_gitops.lead.raft import FREEZE_YOUNG_ABOVE
+    from qonnect_gitops.lead.raft.collector import FREEZE_YOUNG_ABOVE
 
     young, middle, _ = GC_THRESHOLDS
     assert young * (middle + 1) < FREEZE_YOUNG_ABOVE

@@ -19,17 +19,12 @@ from pysyncobj.config import SERIALIZER_STATE
 
 from qonnect_gitops.kb import KnowledgeBase, ReportEntry
 from qonnect_gitops.kb.records import encode_entry, pack_entries
-from qonnect_gitops.lead import raft
-from qonnect_gitops.lead.raft import (
-    RaftNode,
-    RaftTiming,
-    ReplicatedKB,
-    StateCapture,
-    _BackgroundDump,
-    _pickled,
-    _plain,
-    _YieldingPickler,
-)
+from qonnect_gitops.lead.raft import dump as raft_dump
+from qonnect_gitops.lead.raft.dump import StateCapture, _BackgroundDump, _pickled, _plain, _YieldingPickler
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.secret import RaftSecret
+from qonnect_gitops.lead.raft.state import ReplicatedKB
+from qonnect_gitops.lead.raft.timing import RaftTiming
 from tests.kb.test_kb import rep
 from tests.kb.transitions import T0, every_transition, filled_kb
 from tests.ports import free_ports
@@ -45,7 +40,7 @@ def _finished(dump: _BackgroundDump) -> int:
 
 def _lone_leader(addr: str, data_dir: Path, timing: RaftTiming) -> RaftNode:
     """A group of one lead, once it leads."""
-    node = RaftNode(addr, [addr], data_dir, timing)
+    node = RaftNode(addr, [addr], data_dir, timing, secret=RaftSecret.generate())
     deadline = time.monotonic() + 20
     while not node.is_leader():
         if time.monotonic() > deadline:
@@ -73,14 +68,14 @@ def test_a_dump_received_from_the_leader_is_not_overwritten_by_an_older_one(
     Raft thread does not wait for it, the file left behind is the leader's, and its own
     dump is never reported done (nor its temporary file left)."""
     held, resume = threading.Event(), threading.Event()
-    pickled = raft._pickled
+    pickled = raft_dump._pickled
 
     def held_pickled(data: Any) -> bytes:
         held.set()
         assert resume.wait(10)
         return pickled(data)
 
-    monkeypatch.setattr(raft, "_pickled", held_pickled)
+    monkeypatch.setattr(raft_dump, "_pickled", held_pickled)
     path = str(tmp_path / "raft.dump")
     dump = _BackgroundDump(path, 1000, False, None, None, None)
     dump.serialize(({"older": "x" * 5_000_000}, (), (), set()), 3)
@@ -124,8 +119,8 @@ def test_a_lead_compacts_off_its_raft_thread_and_restarts_from_the_dump(tmp_path
         try:
             deadline = time.monotonic() + 20
             for i in range(60):
-                node.propose(node.state.member, f"lead-{i}", f"10.0.0.{i}:4321", f"10.0.0.{i}:8080",
-                             f"http://10.0.0.{i}:8080", time.time())
+                node.commands.register_member(f"lead-{i}", f"10.0.0.{i}:4321", f"10.0.0.{i}:8080",
+                                              f"http://10.0.0.{i}:8080", time.time())
             while not any("raft_dump_written" in r.getMessage() for r in records):
                 assert time.monotonic() < deadline, "no dump written"
                 time.sleep(0.05)
@@ -133,7 +128,7 @@ def test_a_lead_compacts_off_its_raft_thread_and_restarts_from_the_dump(tmp_path
             node.destroy()
         written = [r for r in records if "raft_dump_written" in r.getMessage()]
         assert {r.threadName for r in written} == {"raft-dump"}
-        restarted = RaftNode(addr, [addr], tmp_path / "n", timing)
+        restarted = RaftNode(addr, [addr], tmp_path / "n", timing, secret=RaftSecret.generate())
         try:
             deadline = time.monotonic() + 20
             while len(restarted.state.reader().read(lambda kb: dict(kb.members))) < 60:
@@ -223,13 +218,13 @@ def test_a_lead_restarts_from_dumps_made_while_reports_were_applied(tmp_path: Pa
         records = {name: rep(name) for name in ("edge-1", "edge-2", "edge-3")}
         for i in range(150):
             batch = [ReportEntry(name, T0 + i, record) for name, record in records.items()]
-            node.propose(node.state.reports, pack_entries([encode_entry(e) for e in batch]))
+            node.commands.store_reports(pack_entries([encode_entry(e) for e in batch]))
         final = node.state.reader().read(lambda kb: kb.to_dict())
         assert node.raft_status()["logLength"] < 150  # compacted: the dumps were made
     finally:
         node.destroy()
     assert final["reports"]["edge-1"]["count"] == 150
-    restarted = RaftNode(addr, [addr], tmp_path / "n", timing)
+    restarted = RaftNode(addr, [addr], tmp_path / "n", timing, secret=RaftSecret.generate())
     try:
         deadline = time.monotonic() + 20
         while restarted.state.reader().read(lambda kb: kb.to_dict()) != final:

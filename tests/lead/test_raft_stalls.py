@@ -12,7 +12,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from qonnect_gitops.lead.raft import RaftNode, RaftTiming
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.secret import RaftSecret
+from qonnect_gitops.lead.raft.timing import RaftTiming
 from tests.ports import free_ports
 
 
@@ -20,7 +22,8 @@ from tests.ports import free_ports
 def _group(tmp_path: Path, timing: RaftTiming) -> Iterator[list[RaftNode]]:
     """Three in-process Raft nodes on loopback, once one of them leads."""
     addrs = [f"127.0.0.1:{p}" for p in free_ports(3)]
-    nodes = [RaftNode(addr, addrs, tmp_path / f"n{i}", timing) for i, addr in enumerate(addrs)]
+    secret = RaftSecret.generate()  # the group's: every node seals and opens with it
+    nodes = [RaftNode(addr, addrs, tmp_path / f"n{i}", timing, secret=secret) for i, addr in enumerate(addrs)]
     try:
         deadline = time.monotonic() + 20
         while sum(n.is_leader() for n in nodes) != 1:

@@ -12,7 +12,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from qonnect_gitops.lead.raft import BRANCH_HEADS_VERSION, CODE_VERSION, RaftNode, RaftTiming
+from qonnect_gitops.lead.raft.node import RaftNode
+from qonnect_gitops.lead.raft.secret import RaftSecret
+from qonnect_gitops.lead.raft.state import BRANCH_HEADS_VERSION, CODE_VERSION
+from qonnect_gitops.lead.raft.timing import RaftTiming
 from tests.ports import _claim, free_ports
 
 BEFORE_HEADS = Path(__file__).parent / "testdata" / "journal-before-heads"
@@ -32,7 +35,7 @@ def _numbers(node: RaftNode) -> dict[str, int]:
 
 def test_replicated_methods_keep_their_numbers(tmp_path: Path) -> None:
     addr = f"127.0.0.1:{free_ports(1)[0]}"
-    node = RaftNode(addr, [addr], tmp_path / "n", RaftTiming())
+    node = RaftNode(addr, [addr], tmp_path / "n", RaftTiming(), secret=RaftSecret.generate())
     try:
         assert _numbers(node) == NUMBERS
     finally:
@@ -41,7 +44,7 @@ def test_replicated_methods_keep_their_numbers(tmp_path: Path) -> None:
 
 def test_a_lone_lead_enables_the_heads_and_replays_them_after_a_restart(tmp_path: Path) -> None:
     addr = f"127.0.0.1:{free_ports(1)[0]}"
-    node = RaftNode(addr, [addr], tmp_path / "n", RaftTiming())
+    node = RaftNode(addr, [addr], tmp_path / "n", RaftTiming(), secret=RaftSecret.generate())
     try:
         deadline = time.monotonic() + 20
         while not node.is_leader():
@@ -50,10 +53,10 @@ def test_a_lone_lead_enables_the_heads_and_replays_them_after_a_restart(tmp_path
         assert node.code_version() == 0  # a new group starts at version 0
         assert node.enable_code_version() == CODE_VERSION  # a lone lead: no member holds it back
         assert node.code_version() == CODE_VERSION
-        assert node.propose(node.state.branch_heads, {"edge-1": "a" * 40}, node.term())
+        assert node.commands.record_branch_heads({"edge-1": "a" * 40}, node.term())
     finally:
         node.destroy()
-    restarted = RaftNode(addr, [addr], tmp_path / "n", RaftTiming())
+    restarted = RaftNode(addr, [addr], tmp_path / "n", RaftTiming(), secret=RaftSecret.generate())
     try:
         deadline = time.monotonic() + 20
         while restarted.state.reader().branch_heads() != {"edge-1": "a" * 40}:
@@ -97,15 +100,15 @@ def test_a_journal_and_dump_written_before_the_heads_replay(tmp_path: Path) -> N
     expected = json.loads((BEFORE_HEADS / "expected.json").read_text())
     expected.update(branchHeads={}, branchHeadsTerm=0)
     _own(int(BEFORE_HEADS_ADDR.rsplit(":", 1)[1]))
-    node = RaftNode(BEFORE_HEADS_ADDR, [BEFORE_HEADS_ADDR], data, RaftTiming())
+    node = RaftNode(BEFORE_HEADS_ADDR, [BEFORE_HEADS_ADDR], data, RaftTiming(), secret=RaftSecret.generate())
     try:
         _restored(node, expected, "the old journal and dump")
         assert node.enable_code_version() == CODE_VERSION
-        assert node.propose(node.state.branch_heads, {"edge-1": "b" * 40}, node.term())
+        assert node.commands.record_branch_heads({"edge-1": "b" * 40}, node.term())
         expected.update(branchHeads={"edge-1": "b" * 40}, branchHeadsTerm=node.term())
     finally:
         node.destroy()
-    restarted = RaftNode(BEFORE_HEADS_ADDR, [BEFORE_HEADS_ADDR], data, RaftTiming())
+    restarted = RaftNode(BEFORE_HEADS_ADDR, [BEFORE_HEADS_ADDR], data, RaftTiming(), secret=RaftSecret.generate())
     try:
         _restored(restarted, expected, "old and new entries")
         assert restarted.code_version() >= BRANCH_HEADS_VERSION

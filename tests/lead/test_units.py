@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 from pydantic import ValidationError
 
+from qonnect_gitops.lead.raft.secret import new_secret
 from qonnect_gitops.lead.ratelimit import RateLimiter
 from qonnect_gitops.lead.tokens import (
     ADMIN,
@@ -108,6 +109,23 @@ def test_rate_limiter_bucket() -> None:
     assert RateLimiter.retry_after_header(2.1) == "3"
 
 
+def test_rate_limiter_keys_a_client_chooses_are_bounded() -> None:
+    """Keyed by source address, an attacker with many addresses cannot grow the buckets
+    without end: past ``max_keys`` refilled buckets go first, then the oldest half."""
+    now = [0.0]
+    limiter = RateLimiter(rate=1.0, burst=2, clock=lambda: now[0], max_keys=4)
+    for i in range(4):
+        assert limiter.acquire(f"10.0.0.{i}") == 0.0
+    now[0] = 10.0  # every bucket refilled: they are dropped for the new key
+    assert limiter.acquire("10.0.1.0") == 0.0
+    assert len(limiter) == 1
+    for i in range(10):
+        limiter.acquire(f"10.0.2.{i}")
+        limiter.acquire(f"10.0.2.{i}")  # spent: none of these refilled
+        assert len(limiter) <= 4
+    assert limiter.acquire("10.0.2.9") > 0  # the newest keys keep their state
+
+
 def test_report_model_bounds_and_vocabulary() -> None:
     ok = AgentReport.model_validate(report("edge-1"))
     assert ok.nodes[0].free_cpu == 2500 and ok.sync.state == "Ready"
@@ -137,12 +155,39 @@ def test_report_model_bounds_and_vocabulary() -> None:
 def test_lead_cli_refuses_unsafe_timing(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     from qonnect_gitops.cli import main
 
+    secret = tmp_path / "raft-secret"
+    secret.write_text(new_secret())
+    data = tmp_path / "data"
     base = ["lead", "--id", "x", "--raft", "127.0.0.1:1", "--http", "127.0.0.1:2",
-            "--data-dir", str(tmp_path)]
+            "--data-dir", str(data), "--raft-secret-file", str(secret)]
     assert main([*base, "--election-min", "1.0", "--election-max", "0.5"]) == 2
     assert main([*base, "--election-min", "0.4", "--leader-fallback", "0.5"]) == 2
     assert "below --election-min" in capsys.readouterr().err
-    assert not any(tmp_path.iterdir())  # refused before any Raft file was created
+    assert not data.exists()  # refused before any Raft file was created
+
+
+def test_lead_cli_refuses_to_start_without_a_raft_secret_or_off_its_address(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> None:
+    from qonnect_gitops.cli import main
+
+    monkeypatch.delenv("QONNECT_RAFT_SECRET_FILE", raising=False)
+    monkeypatch.delenv("QONNECT_RAFT_BIND", raising=False)
+    data = tmp_path / "data"
+    base = ["lead", "--id", "x", "--http", "127.0.0.1:2", "--data-dir", str(data)]
+    assert main([*base, "--raft", "127.0.0.1:1"]) == 2
+    assert "--raft-secret-file (or QONNECT_RAFT_SECRET_FILE) is required" in capsys.readouterr().err
+    secret = tmp_path / "raft-secret"
+    secret.write_text("too-short\n")
+    assert main([*base, "--raft", "127.0.0.1:1", "--raft-secret-file", str(secret)]) == 2
+    assert f"{secret}:1: a secret of 9 characters; expected at least 32" in capsys.readouterr().err
+    secret.write_text(f"# the group's Raft secret\n{new_secret()}\n")
+    # 192.0.2.1 (TEST-NET-1) is no address of this host: bind a local one with --raft-bind.
+    assert main([*base, "--raft", "192.0.2.1:7001", "--raft-secret-file", str(secret)]) == 2
+    assert "is no address of this host" in capsys.readouterr().err
+    monkeypatch.setenv("QONNECT_RAFT_SECRET_FILE", str(tmp_path / "absent"))
+    assert main([*base, "--raft", "192.0.2.1:7001", "--raft-bind", "127.0.0.1:7001"]) == 2
+    assert "cannot read the Raft secret file" in capsys.readouterr().err
+    assert not data.exists()
 
 
 def test_token_cli_needs_cluster_or_admin(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
