@@ -31,6 +31,7 @@ SLOW_DIRS = {
 }
 # Files in otherwise fast directories whose tests do.
 SLOW_FILES = {
+    "deploy/test_syncers.py": "the Flux and Argo CD CRDs served by a simulated cluster, applied with kubectl",
     "gitstore/test_concurrency.py": "concurrent writers over a git daemon",
     "gitstore/test_proposals.py": "review mode over a repository served by git daemon",
     "gitstore/test_quiet_fetch.py": "a lead's mirror polling a git daemon through a byte-counting relay",

@@ -814,11 +814,14 @@ class Agent:
             log.warning("capacity_failed", error=str(exc))
         latencies, traffic = old.latencies, old.traffic
         if self.cfg.prometheus:
-            try:
-                latencies = tuple(prometheus.latencies(self.cfg.prometheus, self.cfg.cluster, self.cfg.latency_metric))
-                traffic = tuple(prometheus.traffic(self.cfg.prometheus, self.cfg.traffic_metric))
-            except (OSError, ValueError) as exc:
-                log.warning("prometheus_failed", error=str(exc))
+            # Workloads are mapped to components by the revision read last (agent/prometheus.py).
+            reading = prometheus.read(self.cfg.prometheus, self.cfg.cluster, self.cfg.queries,
+                                      self.cfg.prometheus_window, self.revision.objects if self.revision else ())
+            if reading.problem is None:
+                latencies, traffic = reading.latencies, reading.traffic
+            else:
+                self.metrics.inc("qonnect_agent_errors_total", kind="prometheus")
+                log.warning("prometheus_failed", error=reading.problem)
         cluster_api = old.cluster_api
         if self.kube.unanswered is None:  # its reads fall back to what the pass saw: not while unanswered
             cluster_api = self._cluster_api(result) if result is not None else ()

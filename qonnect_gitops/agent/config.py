@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
+from qonnect_gitops.agent.prometheus import Queries, check_window, plain
 from qonnect_gitops.model.limits import AGENT_NAMESPACE, RESERVED_NAMESPACES
 
 FIELD_MANAGER = "qonnect-agent"
@@ -39,6 +40,11 @@ class AgentConfig:
     prometheus: str | None = None
     latency_metric: str = "qonnect_network_latency_ms"
     traffic_metric: str = "qonnect_component_requests_per_second"
+    # PromQL templates ($cluster, $window; agent/prometheus.py); None: a plain selector of
+    # the metric above. prometheus_window: the range of rate() in them.
+    latency_query: str | None = None
+    traffic_query: str | None = None
+    prometheus_window: str = "1m"
     interval: float = 30.0
     jitter: float = 0.1
     drift_interval: float = 300.0
@@ -77,6 +83,12 @@ class AgentConfig:
     allow_unsigned: bool = False
 
     @property
+    def queries(self) -> Queries:
+        """The latency and traffic queries this agent asks its Prometheus."""
+        fallback = plain(self.latency_metric, self.traffic_metric)
+        return Queries(self.latency_query or fallback.latency, self.traffic_query or fallback.traffic)
+
+    @property
     def reserved_namespaces(self) -> frozenset[str]:
         """Namespaces the agent never applies to or deletes from: the protected ones and its own."""
         return frozenset(self.protected_namespaces) | {self.namespace}
@@ -89,6 +101,7 @@ class AgentConfig:
         if self.trusted_keys is None and not self.allow_unsigned:
             raise ValueError("no trusted keys: give the keys whose signatures the agent accepts "
                              "(--trusted-keys), or allow unsigned commits for a trial (--allow-unsigned)")
+        check_window(self.prometheus_window)
         if not 0 <= self.git_poll_max_interval < float("inf"):
             raise ValueError("git poll max interval must be 0 (off) or a finite number of seconds")
         if not 0 < self.api_timeout < float("inf"):

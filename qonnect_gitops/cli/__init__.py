@@ -29,6 +29,7 @@ COMMANDS: tuple[str, ...] = (
     "members",
     "token",
     "agent",
+    "observer",
     "sim",
     "demo",
 )

@@ -37,6 +37,8 @@ _ENV = {
     "prune_workers": "QONNECT_PRUNE_WORKERS", "git_poll_max_interval": "QONNECT_GIT_POLL_MAX_INTERVAL",
     "allow_system_object": "QONNECT_ALLOW_SYSTEM_OBJECTS", "api_timeout": "QONNECT_API_TIMEOUT",
     "trusted_keys": "QONNECT_TRUSTED_KEYS", "allow_unsigned": "QONNECT_ALLOW_UNSIGNED",
+    "signals": "QONNECT_SIGNALS", "latency_query": "QONNECT_LATENCY_QUERY", "traffic_query": "QONNECT_TRAFFIC_QUERY",
+    "prometheus_window": "QONNECT_PROMETHEUS_WINDOW",
 }
 
 
@@ -62,9 +64,7 @@ def register(sub: Any) -> None:
     p.add_argument("--allow-unsigned", action="store_true", default=e(_ENV["allow_unsigned"], "") in ("1", "true"),
                    help="for trials only: apply commits whoever wrote them, without --trusted-keys "
                         "[QONNECT_ALLOW_UNSIGNED=true]")
-    p.add_argument("--prometheus", default=e(_ENV["prometheus"]), help="Prometheus base URL [QONNECT_PROMETHEUS]")
-    p.add_argument("--latency-metric", default=e(_ENV["latency_metric"], "qonnect_network_latency_ms"))
-    p.add_argument("--traffic-metric", default=e(_ENV["traffic_metric"], "qonnect_component_requests_per_second"))
+    add_signal_arguments(p)
     p.add_argument("--namespace", default=e(_ENV["namespace"], "qonnect-system"), help="where the inventory lives [QONNECT_NAMESPACE]")
     p.add_argument("--cache-dir", default=e(_ENV["cache_dir"]), type=Path, help="local bare Git cache [QONNECT_CACHE_DIR]")
     p.add_argument("--interval", type=float, default=float(e(_ENV["interval"], "30")), help="poll seconds (default 30)")
@@ -110,6 +110,40 @@ def register(sub: Any) -> None:
     p.add_argument("--once", action="store_true", default=e(_ENV["once"], "") in ("1", "true"),
                    help="sync once, print the result, exit 0 healthy / 1 failed / 2 not healthy")
     p.set_defaults(handler=run)
+
+
+def add_signal_arguments(p: Any) -> None:
+    """The options that say what to ask Prometheus (the agent's and the observer's)."""
+    e = os.environ.get
+    p.add_argument("--prometheus", default=e(_ENV["prometheus"]), help="Prometheus base URL [QONNECT_PROMETHEUS]")
+    p.add_argument("--signals", default=e(_ENV["signals"], "qonnect"), choices=("qonnect", "istio", "linkerd", "cilium"),
+                   help="the latency and traffic queries for a mesh (docs/agent.md; default qonnect: the "
+                        "gauges of --latency-metric and --traffic-metric) [QONNECT_SIGNALS]")
+    p.add_argument("--latency-query", default=e(_ENV["latency_query"]),
+                   help="PromQL giving milliseconds by `target`; $cluster and $window are filled in "
+                        "(overrides --signals) [QONNECT_LATENCY_QUERY]")
+    p.add_argument("--traffic-query", default=e(_ENV["traffic_query"]),
+                   help="PromQL giving requests/s by `region` and `app`+`component` or `namespace`+`workload` "
+                        "(overrides --signals) [QONNECT_TRAFFIC_QUERY]")
+    p.add_argument("--prometheus-window", default=e(_ENV["prometheus_window"], "1m"),
+                   help="the range of rate() in the queries ($window; default 1m) [QONNECT_PROMETHEUS_WINDOW]")
+    p.add_argument("--latency-metric", default=e(_ENV["latency_metric"], "qonnect_network_latency_ms"))
+    p.add_argument("--traffic-metric", default=e(_ENV["traffic_metric"], "qonnect_component_requests_per_second"))
+
+
+def signal_settings(args: argparse.Namespace, command: str) -> dict[str, Any]:
+    """The ``AgentConfig`` fields of ``add_signal_arguments``."""
+    from qonnect_gitops.agent.prometheus import PRESETS, check_window
+
+    try:
+        check_window(args.prometheus_window)
+    except ValueError as exc:
+        raise SystemExit(f"qonnect {command}: --prometheus-window: {exc}") from None
+    preset = PRESETS[args.signals] if args.signals != "qonnect" else None
+    return {"prometheus": args.prometheus, "latency_metric": args.latency_metric,
+            "traffic_metric": args.traffic_metric, "prometheus_window": args.prometheus_window,
+            "latency_query": args.latency_query or (preset.latency if preset else None),
+            "traffic_query": args.traffic_query or (preset.traffic if preset else None)}
 
 
 def _csv(value: str | None) -> list[str]:
@@ -163,8 +197,7 @@ def build_config(args: argparse.Namespace) -> Any:
     return AgentConfig(
         cluster=args.cluster, repo=args.repo, branch=args.branch, kubeconfig=args.kubeconfig,
         namespace=args.namespace, cache_dir=cache, leads=leads, token_file=args.token_file,
-        lead_ca=args.lead_ca, prometheus=args.prometheus,
-        latency_metric=args.latency_metric, traffic_metric=args.traffic_metric, interval=args.interval,
+        lead_ca=args.lead_ca, **signal_settings(args, "agent"), interval=args.interval,
         drift_interval=args.drift_interval, drift=args.drift, report_interval=args.report_interval,
         git_poll_max_interval=args.git_poll_max_interval, prune_fraction=args.prune_fraction, wait_timeout=args.wait_timeout,
         unschedulable_grace=args.unschedulable_grace, metrics_addr=args.metrics_addr,

@@ -83,7 +83,8 @@ def run(only: str | None = None, report: Path | None = None, keep: bool = False,
         view.stop()
         passed = bool(results) and all(r.passed for r in results) and not interrupted
         doc: dict[str, Any] = {"passed": passed, "scenarios": [r.as_json() for r in results],
-                               "seconds": round(time.monotonic() - started, 3), "root": str(stack.root)}
+                               "seconds": round(time.monotonic() - started, 3), "root": str(stack.root),
+                               "signals": stack.signals}
         if report is not None:
             report.write_text(json.dumps(doc, indent=2) + "\n")
         summary(results, sys.stdout)
@@ -124,4 +125,6 @@ def keep_text(stack: Stack) -> str:
         f"  git clone --branch cluster/edge-1 {stack.repo_url}",
         f"  cd {stack.work} && edit goals && git commit -am ... && git push   (the hook tells the leads)",
         f"  logs: {stack.logs}/",
+        *([f"  Prometheus: {stack.prometheus_url}/graph   (the agents' latency and traffic)"]
+          if stack.prometheus_url else []),
     ])

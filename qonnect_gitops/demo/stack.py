@@ -2,7 +2,13 @@
 
 Every long-running piece is a separate process in its own process group (``Processes``):
 ``git daemon`` (with the post-receive hook), one ``qonnect sim`` for the nine clusters,
-three ``qonnect lead`` and nine ``qonnect agent``. ``stop()`` ends them all.
+one ``prometheus`` scraping them when the binary is installed (``demo.prometheus``), three
+``qonnect lead`` and nine ``qonnect agent``. ``stop()`` ends them all.
+
+Signals: with Prometheus the agents ask it, the latency from the probes (gauges, so the
+scenarios judge by the latencies the goals declare) and the traffic with the Istio preset
+(``rate()`` of the sims' ``istio_requests_total``); without it, each agent asks its sim's
+own query subset. ``signals`` says which, and the demo prints it.
 """
 
 from __future__ import annotations
@@ -23,6 +29,8 @@ from typing import Any
 
 import yaml
 
+from qonnect_gitops.agent.prometheus import PRESETS
+from qonnect_gitops.demo import prometheus
 from qonnect_gitops.demo.procs import Processes
 from qonnect_gitops.demo.template import PACKAGE, find_template
 from qonnect_gitops.forge import ForgeSettings
@@ -72,6 +80,9 @@ class Settings:
     agent_interval: float = 10.0     # agents: poll of their branch
     report_interval: float = 2.0     # agents: heartbeat (the template's intervalSeconds)
     reschedule_seconds: float = 10.0  # leads: periodic rescheduling pass (stability rules decide)
+    use_prometheus: bool = True      # a real Prometheus when the binary is installed
+    scrape_seconds: float = 1.0      # its scrape interval
+    prometheus_window: str = "10s"   # the agents' rate() range
 
 
 @dataclass
@@ -103,6 +114,9 @@ class Stack:
         self.trusted_keys = self.root / "trusted-keys"
         self.forge_url = ""  # the fake forge (GitHub dialect) the review scenario reviews on
         self.git_port = 0
+        self.prometheus_url = ""  # the real Prometheus, when one runs
+        self.scraped: set[str] = set()  # the clusters it scrapes
+        self.signals = "the simulated clusters' own query API"
         self.env = {"PYTHONPATH": os.pathsep.join(filter(None, [str(PACKAGE.parent), os.environ.get("PYTHONPATH")])),
                     "PYTHONUNBUFFERED": "1"}
 
@@ -126,11 +140,11 @@ class Stack:
         self.trusted_keys.write_text(f"qonnect@localhost {lead_key.public.openssh} qonnect-demo-leads\n")
         template = self.template or find_template()
         self.clusters = sorted(p.stem for p in (template / "clusters").glob("*.yaml"))
-        ports = free_ports(1 + 2 * 3 + len(self.clusters))
+        ports = free_ports(1 + 2 * 3 + len(self.clusters) + 1)
         self.git_port = ports[0]
         self.leads = [LeadInfo(f"lead-{i + 1}", f"127.0.0.1:{ports[1 + 2 * i]}", f"127.0.0.1:{ports[2 + 2 * i]}")
                       for i in range(3)]
-        self.agent_hooks = {c: f"http://127.0.0.1:{p}" for c, p in zip(self.clusters, ports[7:])}
+        self.agent_hooks = {c: f"http://127.0.0.1:{p}" for c, p in zip(self.clusters, ports[7:-1], strict=True)}
 
         # the goals repository: bare, served by git daemon, with the forge-like hook
         git("init", "-q", "--bare", "-b", "main", self.bare)
@@ -169,12 +183,38 @@ class Stack:
                    "simulated clusters", "sim")
         self.endpoints = {c: json.loads((self.kube / f"{c}.endpoints.json").read_text()) for c in self.clusters}
         on_step(f"{len(self.clusters)} simulated clusters up (kubeconfigs in {self.kube})")
+        self.start_prometheus(ports[-1])
+        on_step(f"signals: {self.signals}")
         for cluster in self.clusters:
             self.start_agent(cluster, tokens[cluster], self.endpoints[cluster]["prometheus"],
                              self.agent_hooks[cluster])
         self._wait(lambda: self.leader() is not None, 60, "an elected lead", "lead-1")
         on_step(f"3 leads up, leader {getattr(self.leader(), 'node_id', None)}; "
                 f"{len(self.clusters)} agents started")
+
+    def start_prometheus(self, port: int) -> None:
+        """One real Prometheus scraping every cluster's sim, when the binary is installed; not
+        waited for: until its first scrapes the agents report no signals, as after any start."""
+        exe = prometheus.binary() if self.settings.use_prometheus else None
+        if exe is None:
+            return
+        data = self.root / "prometheus"
+        data.mkdir(parents=True, exist_ok=True)
+        targets = {c: self.endpoints[c]["prometheus"] for c in self.clusters}
+        (data / "prometheus.yml").write_text(prometheus.config(targets, self.settings.scrape_seconds))
+        listen = f"127.0.0.1:{port}"
+        self.procs.start("prometheus", prometheus.command(exe, data / "prometheus.yml", data / "tsdb", listen),
+                         self.logs / "prometheus.log", self.env)
+        self.prometheus_url, self.scraped = f"http://{listen}", set(targets)
+        self.signals = (f"a real Prometheus ({exe}) at {self.prometheus_url}, scraping {len(targets)} clusters "
+                        f"every {self.settings.scrape_seconds:g}s")
+
+    def signal_args(self, cluster: str, sim_prometheus: str) -> list[str]:
+        """The agent's Prometheus options: the real server for a cluster it scrapes, else the sim's own API."""
+        if cluster not in self.scraped:
+            return ["--prometheus", sim_prometheus]
+        return ["--prometheus", self.prometheus_url, "--signals", "istio",
+                "--latency-query", PRESETS["qonnect"].latency, "--prometheus-window", self.settings.prometheus_window]
 
     def start_agent(self, cluster: str, token: str, prometheus: str, webhook: str | None) -> None:
         """Start the agent of ``cluster`` with its token (also for a cluster a pool created)."""
@@ -187,7 +227,7 @@ class Stack:
         self.procs.start(f"agent-{cluster}", self.cli(
             "agent", "--cluster", cluster, "--repo", self.repo_url, "--kubeconfig", str(self.kubeconfig(cluster)),
             "--lead", ",".join(lead.url for lead in self.leads), "--token-file", str(token_file),
-            "--prometheus", prometheus,
+            *self.signal_args(cluster, prometheus),
             "--cache-dir", str(token_file.parent / "cache"), "--trusted-keys", str(self.trusted_keys),
             "--interval", str(self.settings.agent_interval),
             "--report-interval", str(self.settings.report_interval), *hook),

@@ -7,9 +7,14 @@ Layout of the plan tree (the cluster branches carry the ``clusters/<name>`` subt
     clusters/<cluster>/_cluster/namespace-<ns>.yaml
     clusters/<cluster>/<ns>/<component>/<kind>-<name>.yaml     one object per file
     clusters/<cluster>/<ns>/<component>/sops-<file>            SOPS files, untouched
+    clusters/<cluster>/Kustomization                           the objects' files, for kustomize
 
 Every object gets the ownership labels and a digest annotation of its own rendered
 content, so a change elsewhere in the goals repository touches no cluster branch.
+
+Each cluster that hosts something also gets a ``Kustomization`` file listing its object
+files, so ``kubectl kustomize``, Flux and Argo CD build the branch as it is (see
+``kustomization``). A cluster hosting nothing keeps the empty tree.
 """
 
 from __future__ import annotations
@@ -19,6 +24,7 @@ import hashlib
 import json
 import math
 import posixpath
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -47,6 +53,12 @@ from qonnect_gitops.render.placement_file import placement_files
 from qonnect_gitops.render.shared import SharedObject, borrowed, definitions
 
 SERVICE_EXPORT_API = "multicluster.x-k8s.io/v1alpha1"
+# The name kustomize, Flux and Argo CD all recognise beside kustomization.yaml/.yml. Agents
+# read only *.yaml and *.yml files, so this one is never taken for an object: an agent of
+# an older version reads a branch that holds it exactly as before (a kustomization.yaml
+# would stall every such agent with BranchUnreadable until it is upgraded).
+KUSTOMIZATION_FILE = "Kustomization"
+_PLAIN_PATH = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]*")
 
 
 class RenderError(Exception):
@@ -164,8 +176,44 @@ def render(goals: Goals, plan: Plan) -> RenderedPlan:
             files[f"_cluster/namespace-{ns}.yaml"] = _dump(_owned(
                 {"apiVersion": "v1", "kind": "Namespace", "metadata": meta}, None, None))
         objects[cluster] = len(files)
+        if files:
+            files[KUSTOMIZATION_FILE] = kustomization(files)
     grouped = {cluster: tuple(sorted(by_cluster[cluster].items())) for cluster in sorted(by_cluster)}
     return RenderedPlan(PlanFiles(placement, grouped), tuple(goals.clusters), objects)
+
+
+def kustomization(files: Mapping[str, bytes]) -> bytes:
+    """The ``Kustomization`` of one cluster's files: every object file, in path order.
+
+    SOPS files (``sops-*``) are left out: the agent cannot decrypt them and skips them, and
+    a build must yield what the agent applies. Written by hand, not by the YAML emitter: it
+    is one line per file, and every cluster asks for it on every cycle (remembered by its names)."""
+    paths = tuple(sorted(files))
+    text = _KUSTOMIZATIONS.get(paths)
+    if text is None:
+        if len(_KUSTOMIZATIONS) >= _KUSTOMIZATIONS_MAX:
+            _KUSTOMIZATIONS.clear()
+        text = _KUSTOMIZATIONS[paths] = _kustomization_text(paths)
+    return text
+
+
+# A cluster's file names change far less often than it is rendered (every cycle, every
+# cluster): the text by the sorted names. Content-keyed, so rendering stays pure.
+_KUSTOMIZATIONS: dict[tuple[str, ...], bytes] = {}
+_KUSTOMIZATIONS_MAX = 1 << 15
+
+
+def _kustomization_text(paths: tuple[str, ...]) -> bytes:
+    lines = ["# Written by qonnect: the objects of this cluster branch, for kubectl kustomize, Flux and Argo CD.\n",
+             "apiVersion: kustomize.config.k8s.io/v1beta1\n", "kind: Kustomization\n", "resources:\n"]
+    for path in paths:
+        if path == KUSTOMIZATION_FILE or posixpath.basename(path).startswith("sops-") \
+                or not path.endswith((".yaml", ".yml")):
+            continue
+        # A path of plain characters is a plain YAML scalar; any other is JSON-quoted,
+        # which is a valid YAML double-quoted scalar.
+        lines.append(f"- {path if _PLAIN_PATH.fullmatch(path) else json.dumps(path)}\n")
+    return "".join(lines).encode()
 
 
 def _caller_clusters(goals: Goals, hosts: Mapping[str, Mapping[str, int]]) -> dict[str, set[str]]:

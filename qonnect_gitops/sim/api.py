@@ -409,7 +409,10 @@ class ApiCore:
                     continue
                 causes.append({"reason": "FieldValueRequired", "message": "Required value", "field": path})
         elif root is not None and rt.crd_name:
-            causes += crdvalidation.validate({k: v for k, v in obj.items() if k != "metadata"}, root)
+            # metadata is validated as ObjectMeta above; a schema that lists it as required
+            # (Argo CD's do) is satisfied by every object, as on a real API server.
+            body_schema = {**root, "required": [r for r in root.get("required") or () if r != "metadata"]}
+            causes += crdvalidation.validate({k: v for k, v in obj.items() if k != "metadata"}, body_schema)
         if causes:
             raise errors.invalid(rt.group, rt.kind, name, causes)
 

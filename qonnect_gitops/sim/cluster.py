@@ -14,6 +14,7 @@ import yaml
 
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.cluster import Cluster, NodeShape, Taint
+from qonnect_gitops.model.labels import APP_LABEL, COMPONENT_LABEL
 from qonnect_gitops.sim.admin import admin_route
 from qonnect_gitops.sim.api import ApiCore
 from qonnect_gitops.sim.bootstrap import bootstrap
@@ -66,7 +67,8 @@ class SimCluster:
     them the controllers, scheduler and fake kubelet run (``controllers`` forces them
     on or off); bound Pods turn Ready ``startup_delay`` seconds after binding.
     ``region``, ``taints`` and ``distribution`` shape the nodes. ``latencies``
-    (target -> ms) seed the Prometheus signals. ``prometheus_port`` and
+    (target -> ms) seed the Prometheus signals; ``peers`` are the targets that are clusters
+    of the mesh (see ``signals``). ``prometheus_port`` and
     ``admin_port`` (0: the OS picks) are the ports of the Prometheus query API and
     the admin endpoint. ``SimCluster.from_cluster(cluster)`` builds all of this from
     a ``Cluster`` model.
@@ -77,7 +79,7 @@ class SimCluster:
                  nodes: Sequence[NodeShape] | None = None, region: str = "local", taints: Sequence[Taint] = (),
                  distribution: str = "k8s", startup_delay: float = 1.0, controllers: bool | None = None,
                  latencies: Mapping[str, float] | None = None, prometheus_port: int = 0,
-                 admin_port: int = 0) -> None:
+                 admin_port: int = 0, peers: Sequence[str] = ()) -> None:
         self.name = name
         self.bookmark_interval = bookmark_interval
         self.host = host
@@ -88,7 +90,7 @@ class SimCluster:
         self.server: SimHTTPServer | None = None
         self._thread: threading.Thread | None = None
         self.faults = Faults(name)
-        self.signals = Signals(name)
+        self.signals = Signals(name, peers=frozenset(peers), workload_of=self.workload_of)
         for target, ms in (latencies or {}).items():
             self.signals.set_latency(target, ms)
         self.prometheus_port, self.admin_port = prometheus_port, admin_port
@@ -120,6 +122,18 @@ class SimCluster:
         with self.core.store.lock:
             self.core.store.virtual[NODES] = pool
             self.pool = pool
+
+    def workload_of(self, app: str, component: str) -> tuple[str, str] | None:
+        """(namespace, name) of a Deployment, StatefulSet or DaemonSet running ``app``/``component``
+        (its qonnect labels), for the mesh's labels on the requests it serves."""
+        want = {APP_LABEL: app, COMPONENT_LABEL: component}
+        with self.core.store.lock:
+            for resource in ("deployments", "statefulsets", "daemonsets"):
+                for obj in self.core.store.list(("apps", resource)):
+                    labels = obj["metadata"].get("labels") or {}
+                    if all(labels.get(k) == v for k, v in want.items()):
+                        return obj["metadata"].get("namespace", ""), obj["metadata"]["name"]
+        return None
 
     @property
     def url(self) -> str:

@@ -78,7 +78,8 @@ class SimFleet:
         sims = {}
         for name, cluster in clusters.items():
             latencies = {t: ms for (s, t), ms in (goals.latencies.items() if goals else ()) if s == name}
-            sims[name] = SimCluster.from_cluster(cluster, startup_delay=startup_delay, latencies=latencies, **kwargs)
+            sims[name] = SimCluster.from_cluster(cluster, startup_delay=startup_delay, latencies=latencies,
+                                                 peers=sorted(set(clusters) - {name}), **kwargs)
         return cls(sims)
 
     @classmethod

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -147,6 +148,9 @@ def test_failover_scenario(tmp_path: Path) -> None:
     report = json.loads((tmp_path / "report.json").read_text())
     check_report(report, ["initial", "failover"])
     fo = report["scenarios"][1]
+    # The agents asked one real Prometheus scraping the nine sims (.ci/run installs it).
+    assert report["signals"].startswith("a real Prometheus") == (shutil.which("prometheus") is not None)
+    assert f"signals: {report['signals']}" in out
     hosted = fo["expected"]["hosted before"]
     assert hosted, fo                                       # edge-1 ran something to fail over
     for comp in hosted:

@@ -19,7 +19,7 @@ from tests.deploy.kustomize import kubectl, kustomize
 
 DEPLOY = ROOT / "deploy"
 K8S_VERSION = "1.37"
-KUSTOMIZATIONS = ["", "leads", "agent", "agent-tenant"]
+KUSTOMIZATIONS = ["", "leads", "agent", "agent-tenant", "observer"]
 
 try:
     kubectl()
@@ -198,6 +198,32 @@ def test_agent_lead_url_points_at_the_lead_service(objects: list[dict[str, Any]]
     url = one(objects, "ConfigMap", "qonnect-agent")["data"]["lead"]
     port = one(objects, "Service", "qonnect-lead")["spec"]["ports"][0]["port"]
     assert url == f"http://qonnect-lead.qonnect-system.svc:{port}"
+
+
+def test_observer_env_parses_with_the_real_cli_and_its_rbac_only_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    from qonnect_gitops.cli.observer import _OWN_ENV, settings
+
+    objects = kustomize(DEPLOY / "observer")
+    dep = one(objects, "Deployment", "qonnect-observer")
+    env = resolved_env(objects, dep, "qonnect-observer-x")
+    known = set(_ENV.values()) | set(_OWN_ENV.values())
+    assert not {n for n in env if n not in known and not n.startswith("QONNECT_GIT_")} - {"HOME"}
+    for name in [*known, "KUBECONFIG"]:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("QONNECT_TOKEN_FILE", __file__)  # the Secret's mount: any readable file
+    args = build_parser().parse_args(container(dep)["args"])
+    assert args.command == "observer"
+    cm = one(objects, "ConfigMap", "qonnect-observer")["data"]
+    assert (args.cluster, args.syncer, args.syncer_object) == (cm["cluster"], "flux", "flux-system/qonnect")
+    cfg, ref = settings(args)
+    assert ref.namespace == "flux-system" and cfg.leads == (cm["lead"],) and cfg.kubeconfig is None
+    assert dep["spec"]["template"]["spec"]["serviceAccountName"] == "qonnect-observer"
+    for _, rule in rules_of(objects, "ClusterRole"):
+        assert set(rule["verbs"]) <= {"get", "list", "watch"}, rule
+        assert "secrets" not in rule["resources"] and "*" not in rule["resources"]
+    assert not [o for o in objects if o["kind"] in ("Role", "RoleBinding")]
 
 
 # -------------------------------------------------------------------- RBAC

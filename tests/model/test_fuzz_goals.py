@@ -27,6 +27,7 @@ from qonnect_gitops.model.parsing import load_documents
 from qonnect_gitops.model.plan import Assignment, ComponentPlan, Plan
 from qonnect_gitops.model.source import scan_directory
 from qonnect_gitops.render import RenderError, render
+from qonnect_gitops.render.render import KUSTOMIZATION_FILE
 from tests.conftest import TEMPLATE
 from tests.fuzz import NAMESPACES, max_rss_mib, plausible_files, yaml_files
 
@@ -72,7 +73,8 @@ def _branch_acceptable(goals: Goals) -> None:
     except RenderError as exc:  # pragma: no cover - validate refuses what render would
         raise AssertionError(f"valid goals failed to render: {exc}") from exc
     files = rendered.cluster_files("cloud-1")
-    objects = [(p, d) for p, body in files.items() if not p.rsplit("/", 1)[-1].startswith("sops-")
+    objects = [(p, d) for p, body in files.items()
+               if not p.rsplit("/", 1)[-1].startswith("sops-") and p != KUSTOMIZATION_FILE
                for d in load_documents(p, body)]
     catalog = KindCatalog(custom_kinds(d for _, d in objects))
     for path, obj in objects:
