@@ -6,8 +6,10 @@ import argparse
 import contextlib
 import tempfile
 from collections.abc import Iterator
+from typing import TYPE_CHECKING
 
-from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
+if TYPE_CHECKING:
+    from qonnect_gitops.gitstore.remote import Mirror
 
 
 def add_repo_arguments(parser: argparse.ArgumentParser) -> None:
@@ -24,6 +26,8 @@ def add_repo_arguments(parser: argparse.ArgumentParser) -> None:
 @contextlib.contextmanager
 def open_mirror(args: argparse.Namespace) -> Iterator[Mirror]:
     """A fetched mirror of ``args.repo`` in ``args.cache`` or a temporary directory."""
+    from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env  # pygit2: not for `--help`
+
     with contextlib.ExitStack() as stack:
         path = args.cache or stack.enter_context(tempfile.TemporaryDirectory(prefix="qonnect-mirror-"))
         mirror = Mirror(path, args.repo, credentials_from_env(),

@@ -10,9 +10,11 @@ from typing import Any
 
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.lead.httpd import EVENT_LOOPS, HTTPLimits
-from qonnect_gitops.lead.raft import RaftTiming
-from qonnect_gitops.lead.service import LeadConfig
 from qonnect_gitops.logs import configure
+
+# The Raft options default to RaftTiming's values, read when the command runs: lead.raft
+# imports the Knowledge Base and its models, too much for `qonnect --help` to load.
+_TIMING_OPTIONS = ("election_min", "election_max", "heartbeat", "compaction_entries")
 
 _ADDR = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
 
@@ -76,15 +78,14 @@ def register(sub: Any) -> None:
     parser.add_argument("--max-clock-skew", type=float, default=300.0,
                         help="seconds an agent's clock may differ from the lead's before its reports "
                         "are flagged; they count at the lead's receipt time anyway (default 300)")
-    parser.add_argument("--election-min", type=float, default=RaftTiming.election_min)
-    parser.add_argument("--election-max", type=float, default=RaftTiming.election_max)
-    parser.add_argument("--heartbeat", type=float, default=RaftTiming.heartbeat,
+    parser.add_argument("--election-min", type=float, default=None)
+    parser.add_argument("--election-max", type=float, default=None)
+    parser.add_argument("--heartbeat", type=float, default=None,
                         help="Raft append-entries period in seconds")
     parser.add_argument("--leader-fallback", type=float, default=None,
                         help="seconds an isolated leader keeps leading (default: "
                         "0.9 x --election-min)")
-    parser.add_argument("--compaction-entries", type=int,
-                        default=RaftTiming.compaction_entries,
+    parser.add_argument("--compaction-entries", type=int, default=None,
                         help="compact the Raft log into a full dump after this many entries")
     add_goals_limit_arguments(parser)
     parser.add_argument("--log-level", default="info")
@@ -107,7 +108,21 @@ def _check_tls(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _timing_defaults(args: argparse.Namespace) -> None:
+    """Give the Raft options left out RaftTiming's values."""
+    from qonnect_gitops.lead.raft import RaftTiming
+
+    for name in _TIMING_OPTIONS:
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(RaftTiming, name))
+
+
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.lead.raft import RaftTiming
+    from qonnect_gitops.lead.service import LeadConfig
+
+    _timing_defaults(args)
     configure(args.log_level)
     problem = _check_tls(args)
     if problem is None and min(args.max_connections, args.http_workers, args.max_body) < 1:

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qonnect_gitops.cli._gitrepo import add_repo_arguments, open_mirror
 from qonnect_gitops.cli.table import format_table
-from qonnect_gitops.forge import ForgeError, PullRequest, connect, read_token
-from qonnect_gitops.gitstore.errors import GitStoreError
-from qonnect_gitops.gitstore.remote import Mirror
-from qonnect_gitops.model import GoalsError, load_goals
+
+if TYPE_CHECKING:
+    from qonnect_gitops.forge import PullRequest
+    from qonnect_gitops.gitstore.remote import Mirror
 
 
 def register(subparsers: Any) -> None:
@@ -32,6 +32,10 @@ def register(subparsers: Any) -> None:
 def pull_requests(mirror: Mirror) -> tuple[dict[str, PullRequest], str | None]:
     """Proposal id -> its newest pull request, from the forge the goals at main name; and
     why there are none (no forge, no token, forge unreachable), or None."""
+    from qonnect_gitops.forge import ForgeError, connect, read_token
+    from qonnect_gitops.gitstore.errors import GitStoreError
+    from qonnect_gitops.model import GoalsError, load_goals
+
     try:
         goals = load_goals(mirror.read_goals())
     except (GoalsError, GitStoreError):
@@ -58,6 +62,9 @@ def _pull_cell(pull: PullRequest | None) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the proposals as a table; exit 1 if the repository cannot be read."""
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.gitstore.errors import GitStoreError
+
     try:
         with open_mirror(args) as mirror:
             store = mirror.store
