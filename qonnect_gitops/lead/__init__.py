@@ -9,8 +9,9 @@ option defaults there).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from qonnect_gitops._lazy import exports
 
 # name -> the module of the package that defines it
 _EXPORTS = {"run_lead": "process", "LeadConfig": "service", "LeadService": "service"}
@@ -19,13 +20,6 @@ if TYPE_CHECKING:  # what type checkers and the import contracts read; at run ti
     from qonnect_gitops.lead.process import run_lead
     from qonnect_gitops.lead.service import LeadConfig, LeadService
 else:
-    def __getattr__(name: str) -> Any:
-        """Import the module that defines ``name`` on first use (PEP 562)."""
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value  # the next lookup is a plain attribute
-        return value
+    __getattr__ = exports(__name__, _EXPORTS)
 
 __all__ = ["LeadConfig", "LeadService", "run_lead"]

@@ -9,8 +9,9 @@ alone, not pydantic and every model (``qonnect --help`` reads its defaults from 
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from qonnect_gitops._lazy import exports
 
 # name -> the module of the package that defines it
 _EXPORTS = {
@@ -46,14 +47,7 @@ if TYPE_CHECKING:  # what type checkers and the import contracts read; at run ti
     from qonnect_gitops.model.plan import CurrentPlacement, Plan
     from qonnect_gitops.model.source import read_directory
 else:
-    def __getattr__(name: str) -> Any:
-        """Import the module that defines ``name`` on first use (PEP 562)."""
-        module = _EXPORTS.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-        globals()[name] = value  # the next lookup is a plain attribute
-        return value
+    __getattr__ = exports(__name__, _EXPORTS)
 
 __all__ = [
     "App",
