@@ -9,7 +9,7 @@ Starting fast: ``qonnect X`` imports the module of X alone, and a command module
 at its top only what its parser needs (the rest inside its handler), so ``--help`` and
 the start of every process (an agent, a lead, a simulated cluster) do not load the
 planner, the simulator, pydantic models or pygit2 they do not use.
-tests/test_cli_help.py checks both.
+tests/test_cli_startup.py checks both.
 """
 
 from __future__ import annotations
