@@ -63,10 +63,12 @@ def _heavy(modules: list[str]) -> list[str]:
     return [m for m in modules if any(m == h or m.startswith(h + ".") for h in HEAVY)]
 
 
+@pytest.mark.slow  # a fresh interpreter in a subprocess
 def test_the_parsers_and_their_help_load_nothing_heavy(probe: dict[str, list[str]]) -> None:
     assert _heavy(probe["after_all"]) == []
 
 
+@pytest.mark.slow  # a fresh interpreter in a subprocess
 def test_a_command_loads_its_own_module_only(probe: dict[str, list[str]]) -> None:
     cli = [m for m in probe["after_one"] if m.startswith("qonnect_gitops.cli.")]
     assert cli == ["qonnect_gitops.cli.token"]
