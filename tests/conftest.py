@@ -2,11 +2,12 @@
 
 Two tiers (docs/contributing.md): ``pytest -m "not slow"`` is the inner loop; the whole
 suite (``pytest``) is what CI runs. ``slow`` marks the tests that start processes or
-servers: simulated clusters, agents, lead groups, git daemons, forges, the demo. ``fuzz``
+servers: simulated clusters, agents, lead groups, git daemons, forges, the demo, and
+the few tests that take seconds of CPU (property tests planning many fleets). ``fuzz``
 marks the hypothesis fuzzers of hostile input; they are slow too. The lists below are the
 one place that says which tests those are: whole directories where every test does it,
-single files elsewhere. A test that starts a process in a fast directory is marked with
-``@pytest.mark.slow`` where it is written.
+single files or tests elsewhere. A test that starts a process in a fast directory is
+marked with ``@pytest.mark.slow`` where it is written.
 """
 
 from __future__ import annotations
@@ -47,6 +48,24 @@ SLOW_FILES = {
     "reconcile/test_reconcile_once.py": "`qonnect reconcile --once` against a goals repo on git daemon",
     "reconcile/test_signed_goals.py": "`qonnect reconcile --once --signing-key` against a goals repo on git daemon",
 }
+# Single tests of fast files that take seconds of CPU each (hypothesis examples of whole
+# fleets planned over many cycles, strict validation of every rendered object): the inner
+# loop leaves them to the whole suite. A test over about 2 s of CPU belongs here or gets
+# smaller inputs that test the same thing.
+SLOW_TESTS = {
+    "placement/test_carry.py::test_a_remembered_offload_plans_what_a_fresh_distribution_plans":
+        "60 fleets of 8-16 clusters, each planned warm and from nothing over 10 cycles",
+    "placement/test_carry.py::test_a_carried_cycle_plans_what_a_cycle_from_nothing_plans":
+        "120 fleets, each planned carried and from nothing over up to 10 cycles",
+    "placement/test_properties.py::test_every_cycle_meets_every_goal_or_says_which_not":
+        "150 fleet histories, every cycle planned twice and checked",
+    "model/test_quick_paths.py::test_the_quick_check_never_passes_what_jsonschema_refuses":
+        "300 mutated objects, each validated by jsonschema",
+    "render/test_placement_file.py::test_the_fast_writer_writes_what_yaml_reads_back":
+        "400 hypothesis documents, each written and read back by both YAML loaders",
+    "render/test_nodes.py::test_amd64_only_components_are_pinned_on_mixed_clusters_only":
+        "strict Kubernetes validation of every object rendered for the template",
+}
 # Hypothesis fuzzers of hostile input (also slow): files, or single tests as FILE::NAME.
 FUZZ = {
     "agent/test_fuzz_branches.py",
@@ -66,10 +85,16 @@ if os.environ.get("CI"):
     settings.load_profile("ci")
 
 
+def _exists(path: str) -> bool:
+    """A listed directory or file exists, and a listed FILE::NAME defines that test."""
+    file, _, name = path.partition("::")
+    return (TESTS / file).exists() and (not name or f"def {name}(" in (TESTS / file).read_text(encoding="utf-8"))
+
+
 def pytest_configure(config: pytest.Config) -> None:
-    """Fail at once when a listed directory or file no longer exists (a rename would
+    """Fail at once when a listed directory, file or test no longer exists (a rename would
     otherwise move its tests to the fast tier without anyone noticing)."""
-    missing = [p for p in [*SLOW_DIRS, *SLOW_FILES, *FUZZ] if not (TESTS / p.split("::")[0]).exists()]
+    missing = [p for p in [*SLOW_DIRS, *SLOW_FILES, *SLOW_TESTS, *FUZZ] if not _exists(p)]
     if missing:
         raise pytest.UsageError(f"tests/conftest.py lists test paths that do not exist: {missing}")
 
@@ -85,7 +110,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
         if rel in FUZZ or f"{rel}::{name}" in FUZZ:
             item.add_marker(pytest.mark.fuzz)
         if (item.get_closest_marker("fuzz") is not None or rel.split("/", 1)[0] in SLOW_DIRS
-                or rel in SLOW_FILES):
+                or rel in SLOW_FILES or f"{rel}::{name}" in SLOW_TESTS):
             item.add_marker(pytest.mark.slow)
 
 

@@ -9,9 +9,11 @@ import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
-from qonnect_gitops.gitstore.signing import KeyFile, SigningError
+if TYPE_CHECKING:
+    from qonnect_gitops.gitstore.remote import Mirror
+    from qonnect_gitops.gitstore.signing import KeyFile
 
 SIGNING_KEY_ENV = "QONNECT_SIGNING_KEY"
 
@@ -41,6 +43,8 @@ def signer_from(args: argparse.Namespace, command: str) -> KeyFile | None:
         print(f"qonnect {command}: no --signing-key: the commits written are unsigned, and agents that "
               "verify signatures refuse them", file=sys.stderr)
         return None
+    from qonnect_gitops.gitstore.signing import KeyFile, SigningError  # cryptography: not for `--help`
+
     try:
         return KeyFile(args.signing_key)
     except SigningError as exc:
@@ -52,6 +56,8 @@ def signer_from(args: argparse.Namespace, command: str) -> KeyFile | None:
 def open_mirror(args: argparse.Namespace, signer: KeyFile | None = None) -> Iterator[Mirror]:
     """A fetched mirror of ``args.repo`` in ``args.cache`` or a temporary directory, signing
     what it writes with ``signer``."""
+    from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env  # pygit2: not for `--help`
+
     with contextlib.ExitStack() as stack:
         path = args.cache or stack.enter_context(tempfile.TemporaryDirectory(prefix="qonnect-mirror-"))
         mirror = Mirror(path, args.repo, credentials_from_env(),

@@ -6,7 +6,6 @@ import argparse
 
 from qonnect_gitops.model.limits import GOALS_LIMIT_OPTIONS, MAX_TREE_BYTES, MAX_TREE_FILES, TreeLimits
 from qonnect_gitops.model.parsing import size_text
-from qonnect_gitops.model.quantity import parse_quantity
 
 
 def _count(value: str) -> int:
@@ -20,6 +19,8 @@ def _count(value: str) -> int:
 
 
 def _size(value: str) -> int:
+    from qonnect_gitops.model.quantity import parse_quantity  # pydantic: not for `--help`
+
     try:
         size = parse_quantity(value)
     except ValueError as exc:

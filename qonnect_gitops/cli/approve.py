@@ -9,7 +9,6 @@ from typing import Any
 
 from qonnect_gitops.cli._gitrepo import add_repo_arguments, add_signing_argument, open_mirror, signer_from
 from qonnect_gitops.cli.table import format_table
-from qonnect_gitops.gitstore.errors import GitStoreError, StaleProposal, StaleRef
 
 
 def register(subparsers: Any) -> None:
@@ -38,6 +37,9 @@ def goals_validator() -> Callable[[dict[str, bytes]], object] | None:
 
 def run(args: argparse.Namespace) -> int:
     """Approve and push; exit 1 when the proposal is missing, stale or its goals are invalid."""
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.gitstore.errors import GitStoreError, StaleProposal, StaleRef
+
     validate = None
     if not args.no_validate:
         validate = goals_validator()

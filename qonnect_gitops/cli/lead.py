@@ -12,18 +12,17 @@ from typing import Any
 from qonnect_gitops.cli._forge import add_forges_argument, add_preview_arguments, forges, preview_limits
 from qonnect_gitops.cli._gitrepo import add_signing_argument
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
-from qonnect_gitops.gitstore.signing import SigningError, SigningKey
 from qonnect_gitops.lead.httpd import EVENT_LOOPS, HTTPLimits
-from qonnect_gitops.lead.raft.secret import SECRET_FILE_ENV, RaftSecret, RaftSecretError
-from qonnect_gitops.lead.raft.timing import RaftTiming
-from qonnect_gitops.lead.raft.transport import bind_address
-from qonnect_gitops.lead.review import ReviewConfig
-from qonnect_gitops.lead.service import LeadConfig
 from qonnect_gitops.logs import configure
 from qonnect_gitops.model import GoalsError
 
+# The Raft options default to RaftTiming's values, read when the command runs: lead.raft
+# imports the Knowledge Base and its models, too much for `qonnect --help` to load.
+_TIMING_OPTIONS = ("election_min", "election_max", "heartbeat", "compaction_entries")
+
 _ADDR = re.compile(r"^[A-Za-z0-9.\-\[\]:]+:\d{1,5}$")
 BIND_ENV = "QONNECT_RAFT_BIND"
+SECRET_FILE_ENV = "QONNECT_RAFT_SECRET_FILE"  # lead.raft.secret's, without importing cryptography
 
 
 def _addr(value: str) -> str:
@@ -109,15 +108,14 @@ def register(sub: Any) -> None:
     parser.add_argument("--max-clock-skew", type=float, default=300.0,
                         help="seconds an agent's clock may differ from the lead's before its reports "
                         "are flagged; they count at the lead's receipt time anyway (default 300)")
-    parser.add_argument("--election-min", type=float, default=RaftTiming.election_min)
-    parser.add_argument("--election-max", type=float, default=RaftTiming.election_max)
-    parser.add_argument("--heartbeat", type=float, default=RaftTiming.heartbeat,
+    parser.add_argument("--election-min", type=float, default=None)
+    parser.add_argument("--election-max", type=float, default=None)
+    parser.add_argument("--heartbeat", type=float, default=None,
                         help="Raft append-entries period in seconds")
     parser.add_argument("--leader-fallback", type=float, default=None,
                         help="seconds an isolated leader keeps leading (default: "
                         "0.9 x --election-min)")
-    parser.add_argument("--compaction-entries", type=int,
-                        default=RaftTiming.compaction_entries,
+    parser.add_argument("--compaction-entries", type=int, default=None,
                         help="compact the Raft log into a full dump after this many entries")
     add_signing_argument(parser)
     add_goals_limit_arguments(parser)
@@ -145,6 +143,9 @@ def _check_tls(args: argparse.Namespace) -> str | None:
 
 def _check_raft(args: argparse.Namespace) -> str | None:
     """Why the Raft port cannot start (no secret, an address not of this host), or None."""
+    from qonnect_gitops.lead.raft.secret import RaftSecret, RaftSecretError
+    from qonnect_gitops.lead.raft.transport import bind_address
+
     if args.raft_secret_file is None:
         return (f"--raft-secret-file (or {SECRET_FILE_ENV}) is required: the leads seal every Raft "
                 "message with it. Make one for the group with: python3 -c 'import secrets; "
@@ -157,7 +158,23 @@ def _check_raft(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _timing_defaults(args: argparse.Namespace) -> None:
+    """Give the Raft options left out RaftTiming's values."""
+    from qonnect_gitops.lead.raft.timing import RaftTiming
+
+    for name in _TIMING_OPTIONS:
+        if getattr(args, name) is None:
+            setattr(args, name, getattr(RaftTiming, name))
+
+
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.gitstore.signing import SigningError, SigningKey
+    from qonnect_gitops.lead.raft.timing import RaftTiming
+    from qonnect_gitops.lead.review import ReviewConfig
+    from qonnect_gitops.lead.service import LeadConfig
+
+    _timing_defaults(args)
     configure(args.log_level)
     problem = _check_raft(args) or _check_tls(args)
     if problem is None and min(args.max_connections, args.http_workers, args.max_body,

@@ -6,15 +6,13 @@ from __future__ import annotations
 import argparse
 import sys
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.cli.table import format_table
-from qonnect_gitops.model import GoalsError, load_goals, read_directory
-from qonnect_gitops.model.observed import empty_observation, load_observed
-from qonnect_gitops.model.plan import CurrentPlacement, Plan, load_current
-from qonnect_gitops.placement import plan as make_plan
-from qonnect_gitops.render.describe import plan_json, plan_markdown, score_text
+
+if TYPE_CHECKING:
+    from qonnect_gitops.model.plan import Plan
 
 
 def register(sub: Any) -> None:
@@ -33,6 +31,8 @@ def register(sub: Any) -> None:
 
 
 def _rows(p: Plan) -> list[list[object]]:
+    from qonnect_gitops.render.describe import score_text
+
     rows: list[list[object]] = []
     for key, cp in p.components.items():
         for a in cp.assignments:
@@ -67,6 +67,13 @@ def _read(path: str) -> bytes:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.model import GoalsError, load_goals, read_directory
+    from qonnect_gitops.model.observed import empty_observation, load_observed
+    from qonnect_gitops.model.plan import CurrentPlacement, load_current
+    from qonnect_gitops.placement import plan as make_plan
+    from qonnect_gitops.render.describe import plan_json, plan_markdown
+
     try:
         limits = goals_limits(args)
         goals = load_goals(read_directory(args.dir, limits), limits=limits)

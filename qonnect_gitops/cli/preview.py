@@ -7,26 +7,13 @@ import argparse
 import sys
 import tempfile
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
-from qonnect_gitops.forge.preview import (
-    current_from_plan_file,
-    preview,
-    preview_json,
-    preview_markdown,
-)
-from qonnect_gitops.gitstore import (
-    GitStoreError,
-    read_tree_files,
-    resolve_commit,
-)
-from qonnect_gitops.gitstore.remote import credentials_from_env, fetch_for_review
-from qonnect_gitops.gitstore.store import DEFAULT_PLAN_BRANCH
-from qonnect_gitops.lead.reconcile import placement_document
-from qonnect_gitops.model import Goals, GoalsError, Observed, load_goals
-from qonnect_gitops.model.limits import TreeLimits
-from qonnect_gitops.model.observed import empty_observation, load_observed
+
+if TYPE_CHECKING:
+    from qonnect_gitops.model import Goals, Observed
+    from qonnect_gitops.model.limits import TreeLimits
 
 
 def register(sub: Any) -> None:
@@ -49,6 +36,8 @@ def register(sub: Any) -> None:
 
 
 def _plan_branch(goals: list[Goals | None]) -> str:
+    from qonnect_gitops.gitstore.store import DEFAULT_PLAN_BRANCH
+
     for g in goals:
         if g is not None:
             return g.fleet.spec.branches.plan
@@ -56,6 +45,8 @@ def _plan_branch(goals: list[Goals | None]) -> str:
 
 
 def _valid(files: dict[str, bytes], limits: TreeLimits) -> Goals | None:
+    from qonnect_gitops.model import GoalsError, load_goals
+
     try:
         return load_goals(files, limits=limits)
     except GoalsError:
@@ -64,6 +55,14 @@ def _valid(files: dict[str, bytes], limits: TreeLimits) -> Goals | None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the preview; the exit code says whether the head validates."""
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.forge.preview import current_from_plan_file, preview, preview_json, preview_markdown
+    from qonnect_gitops.gitstore import GitStoreError, read_tree_files, resolve_commit
+    from qonnect_gitops.gitstore.remote import credentials_from_env, fetch_for_review
+    from qonnect_gitops.lead.reconcile import placement_document
+    from qonnect_gitops.model import GoalsError
+    from qonnect_gitops.model.observed import empty_observation, load_observed
+
     extra = [r for r in (args.base, args.head) if r.startswith("refs/") and not r.startswith("refs/heads/")]
     observed_raw: bytes | None = None
     try:

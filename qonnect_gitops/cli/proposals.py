@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 import argparse
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qonnect_gitops.cli._forge import add_forges_argument, forges
 from qonnect_gitops.cli._gitrepo import add_repo_arguments, open_mirror
 from qonnect_gitops.cli.table import format_table
-from qonnect_gitops.forge import ForgeError, ForgeSettings, PullRequest, connect, find_forge, read_token, unknown_forge
-from qonnect_gitops.gitstore.errors import GitStoreError
-from qonnect_gitops.gitstore.remote import Mirror
-from qonnect_gitops.model import GoalsError, load_goals
+
+if TYPE_CHECKING:
+    from qonnect_gitops.forge import ForgeSettings, PullRequest
+    from qonnect_gitops.gitstore.remote import Mirror
 
 
 def register(subparsers: Any) -> None:
@@ -34,6 +34,10 @@ def register(subparsers: Any) -> None:
 def pull_requests(mirror: Mirror, configured: tuple[ForgeSettings, ...]) -> tuple[dict[str, PullRequest], str | None]:
     """Proposal id -> its newest pull request, from the forge of ``configured`` the goals at
     main select; and why there are none (no forge, no token, forge unreachable), or None."""
+    from qonnect_gitops.forge import ForgeError, connect, find_forge, read_token, unknown_forge
+    from qonnect_gitops.gitstore.errors import GitStoreError
+    from qonnect_gitops.model import GoalsError, load_goals
+
     try:
         goals = load_goals(mirror.read_goals())
     except (GoalsError, GitStoreError):
@@ -63,6 +67,10 @@ def _pull_cell(pull: PullRequest | None) -> str | None:
 
 def run(args: argparse.Namespace) -> int:
     """Print the proposals as a table; exit 1 if the repository cannot be read."""
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.gitstore.errors import GitStoreError
+    from qonnect_gitops.model import GoalsError
+
     try:
         with open_mirror(args) as mirror:
             store = mirror.store

@@ -8,18 +8,17 @@ import sys
 import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qonnect_gitops.cli._gitrepo import add_signing_argument, signer_from
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
 from qonnect_gitops.cli.plan import plan_table
 from qonnect_gitops.cli.table import format_table
-from qonnect_gitops.gitstore import GitStoreError, StaleRef
-from qonnect_gitops.gitstore.remote import credentials_from_env
-from qonnect_gitops.lead.reconcile import CycleResult, open_mirror_for_goals, reconcile_once
 from qonnect_gitops.logs import redact
-from qonnect_gitops.model import Goals, GoalsError, Observed
-from qonnect_gitops.model.observed import empty_observation, load_observed
+
+if TYPE_CHECKING:
+    from qonnect_gitops.lead.reconcile import CycleResult
+    from qonnect_gitops.model import Goals, Observed
 
 ATTEMPTS = 3  # a lost compare-and-swap race is retried from a fresh fetch
 
@@ -46,6 +45,10 @@ def register(sub: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.gitstore import GitStoreError
+    from qonnect_gitops.model import GoalsError
+
     now = datetime.now(UTC)  # the shell owns the clock; plan() never reads it
     with contextlib.ExitStack() as stack:
         cache = args.cache or stack.enter_context(tempfile.TemporaryDirectory(prefix="qonnect-"))
@@ -65,6 +68,11 @@ def run(args: argparse.Namespace) -> int:
 
 
 def _cycle(args: argparse.Namespace, cache: Path, now: datetime) -> CycleResult:
+    from qonnect_gitops.gitstore import StaleRef
+    from qonnect_gitops.gitstore.remote import credentials_from_env
+    from qonnect_gitops.lead.reconcile import open_mirror_for_goals, reconcile_once
+    from qonnect_gitops.model.observed import empty_observation, load_observed
+
     raw = Path(args.observed).read_bytes() if args.observed else None
 
     def observe(goals: Goals) -> Observed:

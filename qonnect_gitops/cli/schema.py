@@ -7,7 +7,16 @@ import json
 import sys
 from typing import Any
 
-from qonnect_gitops.model.schema import KINDS, combined_schema, schema_for
+
+class _KindHelp(str):
+    """The help of KIND, naming the kinds only when the help is printed: they are the keys
+    of ``model.schema.KINDS``, whose pydantic models take longer to load than the rest of
+    ``qonnect --help`` (which builds this parser too)."""
+
+    def __mod__(self, params: Any) -> str:  # argparse fills in a help text as `help % params`
+        from qonnect_gitops.model.schema import KINDS
+
+        return f"one of {', '.join(KINDS)} (case-insensitive)"
 
 
 def register(sub: Any) -> None:
@@ -17,11 +26,13 @@ def register(sub: Any) -> None:
         description="Print the JSON Schema of one goals file kind, or with no KIND one "
         "schema that accepts any goals file (its `kind` selects which).",
     )
-    parser.add_argument("kind", nargs="?", help=f"one of {', '.join(KINDS)} (case-insensitive)")
+    parser.add_argument("kind", nargs="?", help=_KindHelp("one of the goals file kinds (case-insensitive)"))
     parser.set_defaults(handler=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from qonnect_gitops.model.schema import KINDS, combined_schema, schema_for
+
     if args.kind is None:
         document = combined_schema()
     else:

@@ -10,11 +10,12 @@ import sys
 import threading
 from pathlib import Path
 from types import FrameType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qonnect_gitops.cli.table import format_table
-from qonnect_gitops.model import GoalsError
-from qonnect_gitops.sim.fleet import SimFleet, load_clusters, write_atomic
+
+if TYPE_CHECKING:
+    from qonnect_gitops.sim.fleet import SimFleet
 
 USER_NAME = re.compile(r"^(?!system:)[A-Za-z0-9][A-Za-z0-9._-]{0,62}$")
 
@@ -51,6 +52,10 @@ def register(sub: Any) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Start the fleet, print where it listens, wait for a stop signal."""
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.model import GoalsError
+    from qonnect_gitops.sim.fleet import SimFleet
+
     if args.startup_delay < 0:
         print("qonnect sim: --startup-delay must not be negative", file=sys.stderr)
         return 2
@@ -106,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
 
 def _capi_managers(fleet: SimFleet, args: argparse.Namespace) -> list[str]:
     """The management clusters for --capi (ValueError: what is wrong)."""
+    from qonnect_gitops.sim.fleet import load_clusters
+
     if args.capi_delay < 0 or args.capi_fail < 0:
         raise ValueError("--capi-delay and --capi-fail must not be negative")
     _, goals = load_clusters(args.clusters)
@@ -123,6 +130,7 @@ def _capi_managers(fleet: SimFleet, args: argparse.Namespace) -> list[str]:
 def _enable_capi(fleet: SimFleet, args: argparse.Namespace, out: Path) -> list[Any]:
     """Cluster API on the management clusters (``_capi_managers``)."""
     from qonnect_gitops.sim.control import capi
+    from qonnect_gitops.sim.fleet import write_atomic
 
     managers = _capi_managers(fleet, args)
 

@@ -9,8 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from qonnect_gitops.lead.tokens import ADMIN, create_token, read_only_subject
-
 _NAME = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
@@ -36,6 +34,9 @@ def register(sub: Any) -> None:
 
 
 def run_create(args: argparse.Namespace) -> int:
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.lead.tokens import ADMIN, create_token, read_only_subject
+
     if args.admin and args.read_only:
         print("qonnect token create: --admin and --read-only exclude each other", file=sys.stderr)
         return 2

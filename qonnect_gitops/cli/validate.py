@@ -5,18 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from qonnect_gitops.cli._limits import add_goals_limit_arguments, goals_limits
-from qonnect_gitops.gitstore import (
-    GitStoreError,
-    RemoteError,
-    read_tree_files,
-    resolve_commit,
-)
-from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
-from qonnect_gitops.model import Goals, GoalsError, Problem, load_goals
-from qonnect_gitops.model.source import scan_directory
+
+if TYPE_CHECKING:
+    from qonnect_gitops.model import Goals, Problem
 
 
 def register(sub: Any) -> None:
@@ -48,6 +42,11 @@ def summary(goals: Goals) -> str:
 
 def _read(args: argparse.Namespace) -> tuple[str, dict[str, bytes], list[Problem]]:
     """The goals files, how to name where they came from, and what was skipped reading them."""
+    from qonnect_gitops.gitstore import RemoteError, read_tree_files, resolve_commit
+    from qonnect_gitops.gitstore.remote import Mirror, credentials_from_env
+    from qonnect_gitops.model import Problem
+    from qonnect_gitops.model.source import scan_directory
+
     if args.repo is None:
         tree = scan_directory(args.dir, goals_limits(args))
         return args.dir, tree.files, tree.skipped
@@ -67,6 +66,10 @@ def _read(args: argparse.Namespace) -> tuple[str, dict[str, bytes], list[Problem
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported here, not with the module: `qonnect --help` builds this parser too.
+    from qonnect_gitops.gitstore import GitStoreError
+    from qonnect_gitops.model import GoalsError, load_goals
+
     try:
         where, files, skipped = _read(args)
     except (FileNotFoundError, GitStoreError) as exc:

@@ -509,8 +509,32 @@ class ApiCore:
     def _commit(self, rt: ResourceType, ns: str, live: dict[str, Any] | None, candidate: dict[str, Any],
                 opts: WriteOptions, subresource: str = "",
                 managers: builtins.list[ssa.Manager] | None = None, warnings: builtins.list[str] | None = None) -> Result:
-        """Finish a write: server fields, defaults, ownership, validation, generation, store."""
+        """Finish a write: server fields, status, defaults, ownership, validation, generation, store."""
         warnings = list(warnings or [])
+        root = rt.schema_root()
+        candidate = self._with_server_fields(rt, ns, live, candidate)
+        candidate = self._with_status(rt, live, candidate, subresource)
+        candidate = self._defaulted(rt, ns, live, candidate, root, subresource)
+        self._own(rt, live, candidate, root, opts, subresource, managers)
+        self._validate(rt, candidate)
+        if live is not None:
+            self._validate_update(rt, live, candidate)
+            if self._same(live, candidate):
+                return Result(self._present(rt, live), 200, warnings)
+        if subresource in ("", "status"):
+            self.admission.validate(rt, candidate, live, ns)
+        code = 201 if live is None else 200
+        if opts.dry_run:
+            if live is None:
+                candidate["metadata"].pop("resourceVersion", None)
+            return Result(self._present(rt, candidate), code, warnings)
+        return Result(self._present(rt, self._store_write(rt, live, candidate, subresource)), code, warnings)
+
+    @staticmethod
+    def _with_server_fields(rt: ResourceType, ns: str, live: dict[str, Any] | None,
+                            candidate: dict[str, Any]) -> dict[str, Any]:
+        """The candidate with its type, its namespace (none when cluster-scoped) and the
+        fields the server owns (uid, creation, generation, deletion) as the live object has them."""
         meta = dict(_meta(candidate))
         candidate = dict(candidate)
         candidate["apiVersion"], candidate["kind"] = rt.group_version, rt.kind
@@ -526,28 +550,48 @@ class ApiCore:
                 else:
                     meta.pop(k, None)
         candidate["metadata"] = meta
-        # Status belongs to its subresource; the main resource cannot change it and vice versa.
+        return candidate
+
+    def _with_status(self, rt: ResourceType, live: dict[str, Any] | None, candidate: dict[str, Any],
+                     subresource: str) -> dict[str, Any]:
+        """Status belongs to its subresource: the main resource cannot change it and vice
+        versa. A new object of a built-in type starts from its initial status."""
         if subresource == "status" and live is not None:
-            new = copy.deepcopy(live)
-            new["metadata"] = dict(_meta(live), managedFields=meta.get("managedFields", _meta(live).get("managedFields")))
-            if "status" in candidate:
-                new["status"] = candidate["status"]
-            else:
-                new.pop("status", None)
-            candidate = new
-            meta = candidate["metadata"]
+            candidate = self._status_written(live, candidate)
         elif "status" in rt.subresources and not subresource:
-            if live is not None and "status" in live:
-                candidate["status"] = live["status"]
-            elif live is not None:
-                candidate.pop("status", None)
-            elif rt.builtin and rt.kind != "CustomResourceDefinition":
-                candidate["status"] = self._initial_status(rt)
-            else:
-                candidate.pop("status", None)
+            self._status_kept(rt, live, candidate)
         if live is None and rt.kind == "Namespace":
             candidate["status"] = {"phase": "Active"}
-        root = rt.schema_root()
+        return candidate
+
+    @staticmethod
+    def _status_written(live: dict[str, Any], candidate: dict[str, Any]) -> dict[str, Any]:
+        """A write of the status subresource: the live object with the candidate's status."""
+        new = copy.deepcopy(live)
+        managed = candidate["metadata"].get("managedFields", _meta(live).get("managedFields"))
+        new["metadata"] = dict(_meta(live), managedFields=managed)
+        if "status" in candidate:
+            new["status"] = candidate["status"]
+        else:
+            new.pop("status", None)
+        return new
+
+    def _status_kept(self, rt: ResourceType, live: dict[str, Any] | None, candidate: dict[str, Any]) -> None:
+        """A write of the main resource keeps the live status; a new object of a built-in
+        type starts from its initial status, any other from none."""
+        if live is not None and "status" in live:
+            candidate["status"] = live["status"]
+        elif live is not None:
+            candidate.pop("status", None)
+        elif rt.builtin and rt.kind != "CustomResourceDefinition":
+            candidate["status"] = self._initial_status(rt)
+        else:
+            candidate.pop("status", None)
+
+    def _defaulted(self, rt: ResourceType, ns: str, live: dict[str, Any] | None, candidate: dict[str, Any],
+                   root: dict[str, Any] | None, subresource: str) -> dict[str, Any]:
+        """The candidate with its defaults: the schema's key fields, the type's defaults, a
+        custom resource's schema defaults, mutating admission; then empty fields dropped."""
         if root is not None:
             # Key fields with defaults (ports' protocol) are filled in on every stored object.
             # sanitize also rebuilds every map and list, so defaulting below cannot touch
@@ -560,10 +604,24 @@ class ApiCore:
             candidate = crdvalidation.apply_defaults(candidate, root)
         if not subresource:
             self.admission.mutate(rt, candidate, live, ns)
+        return self._without_empty(rt, live, candidate, root)
+
+    def _without_empty(self, rt: ResourceType, live: dict[str, Any] | None, candidate: dict[str, Any],
+                       root: dict[str, Any] | None) -> dict[str, Any]:
+        """A built-in object without the empty fields Go's encoding leaves out (a new one
+        whose status that removed gets its initial status back)."""
         if rt.builtin and root is not None:
             candidate = typed.drop_empty(candidate, root)
             if live is None and "status" in rt.subresources and "status" not in candidate:
                 candidate["status"] = self._initial_status(rt)
+        return candidate
+
+    def _own(self, rt: ResourceType, live: dict[str, Any] | None, candidate: dict[str, Any],
+             root: dict[str, Any] | None, opts: WriteOptions, subresource: str,
+             managers: builtins.list[ssa.Manager] | None) -> None:
+        """Record who manages which fields (managedFields: ``managers`` as given, or this
+        write's manager's update) and the server's fields of a new object (uid, creation
+        time, generation 1) or a changed one (the generation counts spec changes)."""
         if managers is None:
             managers = ssa.update(live, candidate, root, opts.manager(), rt.group_version, subresource,
                                   self._ignored(rt, subresource), zero=self._zero(rt))
@@ -580,17 +638,12 @@ class ApiCore:
                 meta["generation"] = 1
         elif rt.tracks_generation:
             meta["generation"] = int(_meta(live).get("generation", 0)) + (1 if self._spec_changed(rt, live, candidate) else 0)
-        self._validate(rt, candidate)
-        if live is not None:
-            self._validate_update(rt, live, candidate)
-        if live is not None and self._same(live, candidate):
-            return Result(self._present(rt, live), 200, warnings)
-        if not subresource or subresource == "status":
-            self.admission.validate(rt, candidate, live, ns)
-        if opts.dry_run:
-            if live is None:
-                meta.pop("resourceVersion", None)
-            return Result(self._present(rt, candidate), 201 if live is None else 200, warnings)
+
+    def _store_write(self, rt: ResourceType, live: dict[str, Any] | None, candidate: dict[str, Any],
+                     subresource: str) -> dict[str, Any]:
+        """Store the object, finalize it if it is deleted and nothing holds it, and run what
+        follows a write (controllers' hooks, admission's bookkeeping); the stored object."""
+        meta = candidate["metadata"]
         with self.store.lock:
             stored = self.store.put(self._gr(rt), candidate, "ADDED" if live is None else "MODIFIED")
             log.debug("object_written", cluster=self.cluster_name, resource=rt.qualified, name=meta["name"],
@@ -599,7 +652,7 @@ class ApiCore:
                 self._finalize(rt, stored)
             self._after_write(rt, stored, live)
             self.admission.written(rt, stored, live, subresource)
-        return Result(self._present(rt, stored), 201 if live is None else 200, warnings)
+        return stored
 
     @staticmethod
     def _same(live: dict[str, Any], new: dict[str, Any]) -> bool:

@@ -255,73 +255,94 @@ class Handler(BaseHTTPRequestHandler):
     # ------------------------------------------------------------------ routing
 
     def _route(self, method: str, path: str, query: dict[str, list[str]]) -> None:
+        """Authenticate, serve a discovery path or find the resource a path names, authorize
+        the verb, then read or write it."""
         self._body_read = False
         core = self.server.core
-        user = core.users.authenticate(self.headers.get("Authorization"))
-        user = core.authz.impersonate(user, self.headers.get("Impersonate-User"),
-                                      self.headers.get_all("Impersonate-Group") or [])
+        user = self._user()
         accept = self.headers.get("Accept", "")
         path = path.rstrip("/") or "/"  # "/version/" and "/apis/" are served like the API does
         parts = [p for p in path.split("/") if p]
-        resource_path = len(parts) >= 3 and (parts[0] == "api" or (parts[0] == "apis" and len(parts) >= 4))
-        if not resource_path:
+        if not _is_resource_path(parts):
             core.authz.check(user, Attributes(method.lower() if method != "GET" else "get", path=path))
-        if method == "GET":
-            if path in ("/healthz", "/livez", "/readyz"):
-                return self._send_json(200, None, "text/plain; charset=utf-8", raw=b"ok")
-            if path == "/version":
-                return self._send_json(200, openapi.version_info())
-            if path in ("/api", "/apis"):
-                if "as=APIGroupDiscoveryList" in accept:
-                    return self._send_json(200, openapi.aggregated(core.registry, core=path == "/api"),
-                                           openapi.AGGREGATED_CONTENT_TYPE)
-                body = openapi.api_versions() if path == "/api" else openapi.api_group_list(core.registry)
-                return self._send_json(200, body)
-            if path == "/openapi/v2":
-                return self._send_json(200, None, raw=self.server.openapi.v2())
-            if path == "/openapi/v3":
-                return self._send_json(200, self.server.openapi.v3_root())
-            if path.startswith("/openapi/v3/"):
-                hit = self.server.openapi.v3(path[len("/openapi/v3/"):])
-                if hit is None:
-                    raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
-                return self._send_json(200, None, raw=hit[1])
-        if parts[:1] == ["api"] and len(parts) >= 2:
-            group, version, rest = "", parts[1], parts[2:]
-        elif parts[:1] == ["apis"] and len(parts) >= 3:
-            group, version, rest = parts[1], parts[2], parts[3:]
-        else:
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+            if method == "GET" and self._discovery(path, accept):
+                return
+        group, version, rest = _group_version(parts)
         if not rest:
-            if method != "GET":
-                raise errors.method_not_allowed()
-            listing = openapi.resource_list(core.registry, group, version)
-            if listing is None:
-                raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
-            return self._send_json(200, listing)
-        ns: str | None = None
-        if rest[0] == "namespaces" and len(rest) >= 3 and core.registry.find(group, version, rest[2]):
-            ns, rest = rest[1], rest[2:]
-        rt = core.registry.find(group, version, rest[0])
-        if rt is None:
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        name = rest[1] if len(rest) > 1 else None
-        sub = rest[2] if len(rest) > 2 else ""
-        if rt.kind == "Pod" and not rt.group and sub in ("exec", "attach", "portforward", "proxy"):
-            raise errors.bad_request(f"pods/{sub} is not available: the simulated cluster's kubelet runs no "
-                                     "processes")
-        if len(rest) > 3 or (sub and sub not in rt.subresources):
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        if rt.namespaced and name is not None and ns is None:
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        if not rt.namespaced and ns is not None:
-            raise errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
-        verb = _verb(method, name, _truthy(_first(query, "watch")))
+            return self._resource_list(method, group, version)
+        rt, ns, name, sub = self._locate(group, version, rest)
+        self._authorize(user, _verb(method, name, _truthy(_first(query, "watch"))), group, rt, ns, name, sub)
+        self._resource(method, rt, ns or "", ns is not None, name, sub, query, accept, user)
+
+    def _user(self) -> User:
+        """Who sends the request: its bearer token's user, or whom it impersonates."""
+        core = self.server.core
+        user = core.users.authenticate(self.headers.get("Authorization"))
+        return core.authz.impersonate(user, self.headers.get("Impersonate-User"),
+                                      self.headers.get_all("Impersonate-Group") or [])
+
+    def _authorize(self, user: User, verb: str, group: str, rt: ResourceType, ns: str | None,
+                   name: str | None, sub: str) -> None:
+        """405 for a verb the resource does not serve, 403 for one the user may not use."""
         allowed = rt.sub_verbs(sub) if sub else rt.verbs
         if verb not in allowed and not (verb == "watch" and "watch" in rt.verbs):
             raise errors.method_not_allowed()
-        core.authz.check(user, Attributes(verb, group, rt.plural, sub, ns or "", name or ""))
-        self._resource(method, rt, ns or "", ns is not None, name, sub, query, accept, user)
+        self.server.core.authz.check(user, Attributes(verb, group, rt.plural, sub, ns or "", name or ""))
+
+    def _discovery(self, path: str, accept: str) -> bool:
+        """Serve a GET of a path that names no resource (health, version, discovery, OpenAPI);
+        False when ``path`` is none of them."""
+        registry = self.server.core.registry
+        if path in ("/healthz", "/livez", "/readyz"):
+            self._send_json(200, None, "text/plain; charset=utf-8", raw=b"ok")
+        elif path == "/version":
+            self._send_json(200, openapi.version_info())
+        elif path in ("/api", "/apis") and "as=APIGroupDiscoveryList" in accept:
+            self._send_json(200, openapi.aggregated(registry, core=path == "/api"), openapi.AGGREGATED_CONTENT_TYPE)
+        elif path in ("/api", "/apis"):
+            self._send_json(200, openapi.api_versions() if path == "/api" else openapi.api_group_list(registry))
+        else:
+            return self._openapi(path)
+        return True
+
+    def _openapi(self, path: str) -> bool:
+        """Serve a GET of the OpenAPI documents; False when ``path`` is not one."""
+        if path == "/openapi/v2":
+            self._send_json(200, None, raw=self.server.openapi.v2())
+        elif path == "/openapi/v3":
+            self._send_json(200, self.server.openapi.v3_root())
+        elif path.startswith("/openapi/v3/"):
+            hit = self.server.openapi.v3(path[len("/openapi/v3/"):])
+            if hit is None:
+                raise _not_found()
+            self._send_json(200, None, raw=hit[1])
+        else:
+            return False
+        return True
+
+    def _resource_list(self, method: str, group: str, version: str) -> None:
+        """The resources of one group version (``/api/v1``, ``/apis/apps/v1``)."""
+        if method != "GET":
+            raise errors.method_not_allowed()
+        listing = openapi.resource_list(self.server.core.registry, group, version)
+        if listing is None:
+            raise _not_found()
+        self._send_json(200, listing)
+
+    def _locate(self, group: str, version: str, rest: list[str]) -> tuple[ResourceType, str | None, str | None, str]:
+        """The resource type, namespace, name and subresource the rest of a path names
+        (``namespaces/NS/PLURAL/NAME/SUB``); 404 for a path the API does not serve."""
+        registry = self.server.core.registry
+        ns: str | None = None
+        if rest[0] == "namespaces" and len(rest) >= 3 and registry.find(group, version, rest[2]):
+            ns, rest = rest[1], rest[2:]
+        rt = registry.find(group, version, rest[0])
+        if rt is None:
+            raise _not_found()
+        name = rest[1] if len(rest) > 1 else None
+        sub = rest[2] if len(rest) > 2 else ""
+        _check_target(rt, ns, name, sub, len(rest))
+        return rt, ns, name, sub
 
     def _options(self, query: dict[str, list[str]]) -> WriteOptions:
         validation = _first(query, "fieldValidation") or "Warn"
@@ -468,6 +489,38 @@ class Handler(BaseHTTPRequestHandler):
     def _chunk(self, data: bytes) -> None:
         self.wfile.write(f"{len(data):x}\r\n".encode() + data + b"\r\n")
         self.wfile.flush()
+
+
+def _not_found() -> errors.ApiError:
+    return errors.ApiError(404, "NotFound", "the server could not find the requested resource", {})
+
+
+def _is_resource_path(parts: list[str]) -> bool:
+    """``/api/v1/PLURAL...`` or ``/apis/GROUP/VERSION/PLURAL...``: authorized by verb and
+    resource; every other path by its URL."""
+    return len(parts) >= 3 and (parts[0] == "api" or (parts[0] == "apis" and len(parts) >= 4))
+
+
+def _check_target(rt: ResourceType, ns: str | None, name: str | None, sub: str, depth: int) -> None:
+    """Refuse what the API does not serve: a kubelet subresource, a path past the
+    subresource, an unknown one, a namespaced object named without its namespace, a
+    cluster-scoped one under a namespace."""
+    if rt.kind == "Pod" and not rt.group and sub in ("exec", "attach", "portforward", "proxy"):
+        raise errors.bad_request(f"pods/{sub} is not available: the simulated cluster's kubelet runs no processes")
+    if depth > 3 or (sub and sub not in rt.subresources):
+        raise _not_found()
+    scoped_right = (name is None or ns is not None) if rt.namespaced else ns is None
+    if not scoped_right:
+        raise _not_found()
+
+
+def _group_version(parts: list[str]) -> tuple[str, str, list[str]]:
+    """The API group, version and the rest of a path under ``/api`` or ``/apis``."""
+    if parts[:1] == ["api"] and len(parts) >= 2:
+        return "", parts[1], parts[2:]
+    if parts[:1] == ["apis"] and len(parts) >= 3:
+        return parts[1], parts[2], parts[3:]
+    raise _not_found()
 
 
 def _verb(method: str, name: str | None, watch: bool) -> str:

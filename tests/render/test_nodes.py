@@ -4,6 +4,7 @@ tolerations the planner relied on, the user's own affinity kept."""
 from __future__ import annotations
 
 import kubernetes_validate
+import pytest
 import yaml
 from kubernetes import utils
 
@@ -122,6 +123,7 @@ def test_the_users_affinity_and_tolerations_are_kept_and_merged(template_files) 
         "nodeSelectorTerms"][0]["matchExpressions"] == [{"key": "disk", "operator": "In", "values": ["ssd"]}]
 
 
+@pytest.mark.slow  # a simulated cluster serving the official client
 def test_a_mixed_architecture_sim_runs_amd64_only_pods_on_amd64_nodes_only(template_files) -> None:
     """fog-2 of the template (two arm64 and two amd64 nodes) as a simulated cluster: its
     branch as rendered, applied with the official client; every pod lands where it runs."""
