@@ -57,6 +57,9 @@ class Draining(PlanModel):
     cluster: str
     replicas: int = Field(ge=1)
     reason: str
+    goal: GoalKind | None = Field(
+        None, description="The hard goal they leave their cluster for; None: an optimisation "
+        "(rescheduling) whose replacement does not run yet.")
 
 
 class ReplicaRequest(PlanModel):
@@ -112,6 +115,10 @@ class Move(PlanModel):
     replicas: int = Field(ge=1)
     reason: MoveReason
     detail: str
+    goal: GoalKind | None = Field(
+        None, description="The hard goal that made the replicas leave their cluster (`health`: "
+        "it failed, is gone or they do not run there; `capacity`: they no longer fit there); "
+        "None for a new component, a count change, a removal or an optimisation.")
 
 
 ProvisionPhase = Literal["provisioning", "joined", "draining"]

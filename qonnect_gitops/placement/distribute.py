@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qonnect_gitops.model.app import QoS
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.framework import Context
 from qonnect_gitops.placement.plugins.capacity import CapacityFilter
@@ -296,7 +297,7 @@ def _distribute(
     qos = ctx.component.qos
     existing = {i: n for i, n in req.existing.items() if n > 0}
     daemon = req.per_cluster_max == 1
-    if qos.availability.spread and not daemon and (need > 0 or _uneven(existing)):
+    if qos.availability.spread and not daemon and (need > 0 or _uneven(existing) or _too_few(existing, qos)):
         return _spread(ctx, allowed, total, req, existing, room)
     if need <= 0:
         return result
@@ -578,6 +579,11 @@ def _spread(
     if result.unplaced:
         result.blocked = Blocked.NO_ROOM if qos.bursting or len(order) < k_min else Blocked.BURSTING_OFF
     return result
+
+
+def _too_few(counts: Mapping[int, int], qos: QoS) -> bool:
+    """Fewer clusters than minClusters while there are replicas for more."""
+    return len(counts) < min(qos.availability.min_clusters, sum(counts.values()))
 
 
 def _uneven(counts: Mapping[int, int]) -> bool:

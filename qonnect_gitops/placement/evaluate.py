@@ -35,7 +35,7 @@ from qonnect_gitops.placement.plugins.latency import (
     LatencyEnvelopeFilter,
     envelope_mask,
 )
-from qonnect_gitops.placement.records import Census
+from qonnect_gitops.placement.records import Cause, CauseKind, Census
 
 STATIC_FILTERS: tuple[Filter, ...] = (*GOAL_FILTERS, *OBSERVED_FILTERS)
 ALL_FILTERS: tuple[Filter, ...] = (*STATIC_FILTERS, *DYNAMIC_FILTERS)
@@ -43,6 +43,30 @@ FILTERS_BY_NAME: dict[str, Filter] = {f.name: f for f in ALL_FILTERS}
 LATENCY_FILTER = next(f for f in OBSERVED_FILTERS if isinstance(f, LatencyEnvelopeFilter))
 NODE_SIZE = "node-size"
 HEALTH = HealthFilter.name  # the one filter that reads health
+
+# The hard goal replicas leave their cluster for, per cause (None: not for a goal).
+_CAUSE_GOALS: dict[CauseKind, GoalKind] = {
+    CauseKind.FAILOVER: "health",
+    CauseKind.UNDECLARED: "health",
+    CauseKind.DECLARED_LATENCY: "latency",
+    CauseKind.MEASURED_LATENCY: "latency",
+    CauseKind.NEAREST: "latency",
+    CauseKind.CAPACITY: "capacity",
+    CauseKind.AVAILABILITY: "availability",
+    CauseKind.SPREAD: "spread",
+    CauseKind.COLOCATION: "selector",
+    CauseKind.NOT_RUNNING: "health",
+    CauseKind.CORDONED: "health",
+}
+
+
+def goal_of(cause: Cause) -> GoalKind | None:
+    """The hard goal a cause of leaving a cluster breaks (a filter names its own); None for
+    a new component, a count change, a removal or an optimisation."""
+    if cause.kind == CauseKind.GOALS:
+        f = FILTERS_BY_NAME.get(cause.filter or "")
+        return f.goal if f is not None else None
+    return _CAUSE_GOALS.get(cause.kind)
 
 
 # ----- what the goals alone derive to --------------------------------------------------------

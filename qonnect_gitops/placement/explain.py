@@ -24,7 +24,7 @@ from qonnect_gitops.model.plan import (
 )
 from qonnect_gitops.model.quantity import format_bytes, format_millicores
 from qonnect_gitops.placement.cycle import Cycle
-from qonnect_gitops.placement.evaluate import FILTERS_BY_NAME
+from qonnect_gitops.placement.evaluate import FILTERS_BY_NAME, goal_of
 from qonnect_gitops.placement.records import (
     Blocked,
     Cause,
@@ -75,7 +75,9 @@ class Explainer:
             text = self.stamps[when] = f"{datetime.fromtimestamp(when, UTC):%Y-%m-%dT%H:%M:%SZ}"
         return text
 
-    def why(self, why: Why) -> str:
+    def why(self, why: Why, even: bool = True) -> str:
+        """Why a cluster took replicas; ``even``: whether the component's counts are even
+        (a spread that capacity did not allow is not called even)."""
         names = self.names
         rule = why.rule
         if rule == Rule.BEST:
@@ -86,6 +88,8 @@ class Explainer:
         if rule == Rule.AVAILABILITY:
             return f"availability: cluster {why.ordinal} of at least {why.of}"
         if rule == Rule.SPREAD:
+            if not even:
+                return f"spread: cluster {why.ordinal} of {why.of}, as evenly as capacity allows (see unmet)"
             return f"spread: cluster {why.ordinal} of {why.of}, replicas shared evenly"
         if rule == Rule.BURST:
             return f"burst: overflow from {names[why.origin or 0]}, nearest by latency"
@@ -116,9 +120,30 @@ class Explainer:
 
     def failure(self, cluster: int) -> str:
         f = self.cycle.fleet.failures.get(cluster)
+        if f is not None and f.reported_unhealthy and f.state is not None:
+            return f"failed ({_state(f.state, f.reason)})"
         if f is None or f.reported_unhealthy:
             return "reported unhealthy"
         return f"silent for {f.silent_seconds:g}s (grace {f.grace_seconds:g}s)"
+
+    def cordon(self, cluster: int) -> str:
+        """Why a healthy cluster takes nothing new: 'cluster fog-2 is Stalled (PruneLimitExceeded)'."""
+        c = self.cycle.fleet.cordons.get(cluster)
+        state = _state(c.state, c.reason) if c is not None else "cordoned"
+        return f"cluster {self.names[cluster]} is {state}"
+
+    def not_running(self, cluster: int, note: str | None, work: Work) -> str:
+        """Why replicas placed on a cluster do not count as running there."""
+        if cluster in self.cycle.fleet.cordons:
+            head = f"{self.cordon(cluster)}: {work.key} does not run there"
+        else:
+            head = f"{work.key} does not run on {self.names[cluster]}"
+        return f"{head} ({note})" if note else head
+
+    def lost_nodes(self, cluster: int) -> str:
+        """A reported cluster whose nodes are not all ready (its capacity shrank)."""
+        down = self.cycle.ledger.not_ready.get(cluster, 0)
+        return f" ({down} node(s) not ready)" if down else ""
 
     def size(self, work: Work) -> str:
         c = work.component
@@ -147,7 +172,14 @@ class Explainer:
         if kind == CauseKind.CAPACITY:
             if cause.filter is not None:
                 return f"no node of {name} holds one replica at {self.size(work)}"
-            return f"{name} no longer holds every replica at {self.size(work)}"
+            lost = self.lost_nodes(cause.cluster) if cause.cluster is not None else ""
+            return f"{name} no longer holds every replica at {self.size(work)}{lost}"
+        if kind == CauseKind.NOT_RUNNING:
+            return self.not_running(cause.cluster or 0, cause.note, work)
+        if kind == CauseKind.CORDONED:
+            return f"{self.cordon(cause.cluster or 0)}: what runs there stays, nothing new goes there"
+        if kind == CauseKind.AWAITING:
+            return "replaced"
         if kind == CauseKind.AVAILABILITY:
             return f"availability: at least {work.component.qos.availability.min_clusters} clusters"
         if kind == CauseKind.SPREAD:
@@ -166,6 +198,8 @@ class Explainer:
 
     def drain(self, drain: Drain, work: Work) -> str:
         text = self.cause(drain.cause, work)
+        if drain.cause.kind == CauseKind.AWAITING:
+            return "replaced; draining until its replacement runs (make before break)"
         if drain.unreplaced:
             return f"{text}; keeps running until a replacement fits elsewhere (make before break)"
         return f"{text}; draining until its replacement runs (make before break)"
@@ -211,16 +245,28 @@ class Explainer:
                         f"{what} moves only with qos.migration.allowStateful")
             return (f"{name} lost the capacity for {sf.replicas} replica(s): {what} waits for it "
                     "(qos.migration.allowStateful lets it move)")
+        if kind == ShortfallKind.NOT_RUNNING:
+            c = work.component
+            what = "a StatefulSet" if c.kind == "StatefulSet" else f"a stateful {c.kind}"
+            return (f"{sf.replicas} replica(s) wait where they do not run: "
+                    f"{self.not_running(sf.cluster or 0, sf.filter, work)}; "
+                    f"{what} moves only with qos.migration.allowStateful")
         if kind == ShortfallKind.MEASURED_BREACH:
             return (f"{name} is outside the latency envelope by measured latency ({self.latency_breach(work, sf.cluster or 0)}); "
                     f"kept until {self.stamp(sf.until or 0.0)}: a measured breach moves once it has lasted past the cooldown")
         if kind == ShortfallKind.NOT_MOVABLE:
             return (f"{name} is outside the latency envelope by measured latency ({self.latency_breach(work, sf.cluster or 0)}); "
                     f"a {work.component.kind} is not moved by rescheduling")
+        if kind == ShortfallKind.UNREPLACED and sf.goal == "health" and sf.cause is not None:
+            return (f"{sf.replicas} replica(s) keep draining on {name}: {self.cause(sf.cause, work)}; "
+                    "no replacement fits elsewhere yet")
         if kind == ShortfallKind.UNREPLACED:
             f = FILTERS_BY_NAME.get(sf.filter or "")
             why = f.reason if f else ("breaks the goal" if sf.goal != "latency" else "is outside the latency envelope")
             return (f"{sf.replicas} replica(s) keep running on {name}, which {why}: no replacement fits elsewhere yet")
+        if kind == ShortfallKind.KEPT:
+            f = FILTERS_BY_NAME.get(sf.filter or "")
+            return f"{sf.replicas} replica(s) stay on {name}, which {f.reason if f else 'breaks the goal'}"
         if kind == ShortfallKind.NOT_COLOCATED:
             return (f"{sf.replicas} cluster(s), {name} first, run it without {', '.join(work.component.colocate_with)} "
                     "(colocateWith): no replacement beside them fits")
@@ -267,7 +313,8 @@ class Explainer:
                 for (i, n), reason, (score, breakdown) in zip(used, reasons, terms)
             ),
             draining=tuple(
-                _built(Draining, cluster=names[i], replicas=d.replicas, reason=self.drain(d, work))
+                _built(Draining, cluster=names[i], replicas=d.replicas, reason=self.drain(d, work),
+                       goal=goal_of(d.cause))
                 for i, d in sorted(work.drains.items())
             ),
             request=_built(ReplicaRequest, cpu=c.cpu, memory=c.memory),
@@ -281,12 +328,14 @@ class Explainer:
                                                       ShortfallKind.WAITING):
                 notes.setdefault(sf.cluster, []).append("goal unmet here (see unmet)")
         reasons: list[str] = []
+        counts = [n for i, n in used if self.cycle.healthy[i]]
+        even = not counts or max(counts) - min(counts) <= 1
         for i, _ in used:
             why = work.why.get(i)
             if work.keep is not None and (why is None or why.rule == Rule.KEPT):
                 text = self.keep(work.keep)
             else:
-                text = self.why(why or Why(Rule.KEPT))
+                text = self.why(why or Why(Rule.KEPT), even)
             if work.budget_limited:
                 text += f"; disruption budget {work.component.stability.disruption_budget} per cycle"
             if i in notes:
@@ -319,6 +368,10 @@ class Explainer:
             architectures=tuple(sorted(c.architectures)),
             near=c.qos.latency[0].region if c.qos.latency else None,
         )
+
+
+def _state(state: object, reason: str | None) -> str:
+    return f"{state} ({reason})" if reason else str(state)
 
 
 @dataclass(frozen=True)
@@ -457,6 +510,7 @@ def assemble(cycle: Cycle) -> Plan:
                 replicas=m.replicas,
                 reason=m.reason,
                 detail=ex.cause(m.cause, work, m.source_name),
+                goal=goal_of(m.cause),
             ))
             reasons.add(m.reason)
         if work.moves:
@@ -465,7 +519,7 @@ def assemble(cycle: Cycle) -> Plan:
         for name, n in removal.where.items():
             moves.append(_built(Move, component=removal.key, source=name, target=None, replicas=n, reason="removed",
                                 detail="completed Job" if removal.cause.kind == CauseKind.COMPLETED
-                                else "no longer in the goals"))
+                                else "no longer in the goals", goal=None))
     # Nothing ran before: the first placement, not a change of goals.
     first = not any(cycle.current.placements.values()) and not any(cycle.current.draining.values())
     decision: DecisionReason = "initial" if first else "goals-changed"

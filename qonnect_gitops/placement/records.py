@@ -45,6 +45,14 @@ class Why:
     region: int = 0  # NEAREST: the region served (index into the fleet's regions)
 
 
+class Run(Enum):
+    """Whether replicas placed on a live cluster run there (issue 31: what runs is the truth)."""
+
+    RUNNING = "running"  # observed Running with as many ready, or not observed
+    PENDING = "pending"  # placed, not running yet (Progressing, or sent to a cordoned cluster)
+    NOT_RUNNING = "not-running"  # observed NotRunning: replaced where room exists
+
+
 class Blocked(Enum):
     """Why a distribution left replicas unplaced."""
 
@@ -71,6 +79,9 @@ class CauseKind(Enum):
     NEAREST = "nearest"  # moved so a region is served from nearby
     COLOCATION = "colocation"  # follows the components it is colocated with
     DAEMONSET = "daemonset"  # a DaemonSet runs one per cluster
+    NOT_RUNNING = "not-running"  # placed there, observed not running (reason: the workload's)
+    CORDONED = "cordoned"  # the cluster is cordoned: drains there go on, nothing new goes there
+    AWAITING = "awaiting"  # replaced already: drains until the replacement runs
     IMPROVES = "improves"  # rescheduling: the objective improves past the threshold
     GONE = "gone"  # the component left the goals
     COMPLETED = "completed"  # a Job that completed
@@ -85,6 +96,8 @@ class Cause:
     threshold: float = 0.0  # IMPROVES: minImprovement
     count: int = 0  # SCALE_UP / SCALE_DOWN: the new replica count
     region: int = 0  # NEAREST: the region served (index into the fleet's regions)
+    note: str | None = None  # NOT_RUNNING: the workload's reason (CamelCase), if it gave one
+    budget: int = 0  # IMPROVES: replicas of the move left for later cycles (disruption budget)
 
 
 @dataclass(slots=True)
@@ -132,6 +145,8 @@ class ShortfallKind(Enum):
     WAITING = "waiting"  # a StatefulSet waits on its failed cluster
     MEASURED_BREACH = "measured-breach"  # kept on a breaching cluster within the cooldown
     NOT_MOVABLE = "not-movable"  # a breach rescheduling may not repair (StatefulSet, Job)
+    NOT_RUNNING = "not-running"  # a StatefulSet placed where it does not run: it waits there
+    KEPT = "kept"  # kept (waiting, cordoned) on a cluster another of its filters rules out
     UNREPLACED = "unreplaced"  # kept running where goals exclude it: no replacement fits
     TOO_FEW_REPLICAS = "too-few-replicas"  # fewer replicas than minClusters
     TOO_FEW_CLUSTERS = "too-few-clusters"  # not enough allowed clusters with room
@@ -170,6 +185,7 @@ class Shortfall:
     filter: str | None = None
     region: int = 0  # UNSERVED: the region (index into the fleet's regions)
     max_ms: float = 0.0  # UNSERVED: its envelope
+    cause: Cause | None = None  # UNREPLACED: why the replicas leave their cluster
 
 
 @dataclass(slots=True)
@@ -182,7 +198,14 @@ class Work:
     scaled: bool  # replicas decided by qos.scaling
     current: dict[int, int]  # replicas running now, per declared cluster
     undeclared: dict[str, int] = field(default_factory=dict)  # on clusters no longer declared
-    drained: dict[int, int] = field(default_factory=dict)  # the previous plan's draining
+    # The previous plan's draining replicas that still run on while the replicas running
+    # elsewhere are fewer than wanted (their replacement does not run yet), per cluster.
+    drained: dict[int, int] = field(default_factory=dict)
+    # Of those, the ones on clusters that failed or left the goals (by name): gone.
+    lost: dict[str, int] = field(default_factory=dict)
+    # Clusters of the placement in force where its replicas do not run (observed
+    # NotRunning), with the workload's or the cluster's reason.
+    stalled: dict[int, str | None] = field(default_factory=dict)
     target: dict[int, int] = field(default_factory=dict)
     why: dict[int, Why] = field(default_factory=dict)
     drains: dict[int, Drain] = field(default_factory=dict)
@@ -199,5 +222,5 @@ class Work:
 
     @property
     def fresh(self) -> bool:
-        """Nothing of it runs yet: placed from scratch."""
-        return not self.current and not self.undeclared
+        """Nothing of it runs or drains: placed from scratch."""
+        return not self.current and not self.undeclared and not self.drained and not self.lost

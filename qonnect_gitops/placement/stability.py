@@ -81,6 +81,9 @@ def reschedule(cycle: Cycle, work: Work) -> None:
     total, _ = ev.scores(ctx)
     per_cluster_max = 1 if c.kind == "DaemonSet" else None
     allowed, wanted = ev.static_mask(ctx), ev.wanted_mask(ctx)
+    if work.stalled:  # where it was sent and does not run, it does not go again
+        allowed, wanted = allowed.copy(), wanted.copy()
+        allowed[sorted(work.stalled)] = wanted[sorted(work.stalled)] = False
     req = Request(work.replicas, per_cluster_max=per_cluster_max)
     # Most components kept here offload to the same cluster cycle after cycle: where
     # nothing that distribution read changed, it is not run again.

@@ -1,0 +1,485 @@
+"""An independent check of one planning cycle: does the plan do what the goals ask?
+
+Written from the user documentation (docs/qos-reference.md, docs/placement.md) alone,
+without the planner's stages: it imports nothing of ``placement`` but this module, reads
+the goals, the observations, the placement in force and the new plan, and lists every
+
+* hard goal the new plan breaks without listing it in ``unmet`` under that goal
+  (health, tier, selector and taints, architecture, cost cap, node size, latency
+  envelope, colocation, availability, spread, scaling), and every replica count that is
+  not what the goals want (placed + unplaced);
+* cluster that gets more replicas than its capacity holds, and new replicas on a
+  cordoned cluster (healthy, but reported Degraded, Stalled or Silent);
+* replica that disappeared without a move, an unplaced or an unmet entry, and every
+  drain that ended before its replacement runs (make before break);
+* explanation that contradicts the plan: a move or drain naming a goal the cluster does
+  not break, ``new`` for a component that ran or drained before, replicas "shared
+  evenly" that are not;
+* move that does not do what its reason says: an optimisation inside the cooldown or
+  beyond the disruption budget, one that breaks a goal that held, one that does not
+  lower the component's score.
+
+Tests run it on every cycle of every property-based sequence (tests/placement); the
+finding kinds are structured so that a test can say which one it expects.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import Enum
+
+from qonnect_gitops.model.cluster import Cluster
+from qonnect_gitops.model.goals import Component, Goals
+from qonnect_gitops.model.observed import Observed
+from qonnect_gitops.model.plan import CurrentPlacement, GoalKind, Plan
+from qonnect_gitops.model.status import WorkloadState
+
+GIB = float(2**30)
+EPSILON = 1e-6
+
+
+class Breach(Enum):
+    """What kind of fault the oracle found."""
+
+    UNKNOWN_CLUSTER = "unknown-cluster"  # replicas on a cluster the goals do not declare
+    COUNT = "count"  # placed + unplaced is not the replicas wanted
+    UNLISTED = "unlisted"  # a hard goal is broken and not listed in unmet under it
+    CORDONED = "cordoned"  # new replicas on a cordoned cluster
+    OVERCOMMIT = "overcommit"  # a cluster holds more than its capacity
+    VANISHED = "vanished"  # replicas gone without a move, unplaced or unmet entry
+    DRAIN = "drain"  # a drain ended, or was never made, before its replacement runs
+    EXPLANATION = "explanation"  # a reason that contradicts the plan or the inputs
+    MOVE = "move"  # a move that does not do what its reason claims
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One fault of a plan."""
+
+    breach: Breach
+    component: str
+    detail: str
+    cluster: str | None = None
+    goal: GoalKind | None = None
+
+    def __str__(self) -> str:
+        where = f" on {self.cluster}" if self.cluster else ""
+        goal = f" [{self.goal}]" if self.goal else ""
+        return f"{self.breach.value}{goal}: {self.component}{where}: {self.detail}"
+
+
+# ----- the fleet as the documentation describes it ----------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Node:
+    arch: str
+    cpu: int
+    memory: int
+    count: int
+    ready: bool
+
+
+class _Fleet:
+    """What the docs say the planner must take as true this cycle."""
+
+    def __init__(self, goals: Goals, observed: Observed) -> None:
+        self.goals = goals
+        self.observed = observed
+        self.grace = goals.fleet.spec.heartbeat.grace_seconds
+
+    def declared(self, name: str) -> bool:
+        return name in self.goals.clusters
+
+    def failed(self, name: str) -> bool:
+        """Gone: not declared, reported unhealthy, or (without a health state) silent past
+        the grace."""
+        if name not in self.goals.clusters:
+            return True
+        oc = self.observed.cluster(name)
+        if not oc.healthy:
+            return True
+        return oc.state is None and oc.heartbeat_age_seconds is not None and oc.heartbeat_age_seconds > self.grace
+
+    def cordoned(self, name: str) -> bool:
+        """Healthy, but Degraded, Stalled or Silent: keeps what runs, takes nothing new."""
+        return not self.failed(name) and self.observed.cluster(name).cordoned
+
+    def nodes(self, name: str) -> list[_Node]:
+        """The nodes as reported (when the agent reports any), else as declared."""
+        oc = self.observed.cluster(name)
+        if oc.nodes:
+            return [_Node(n.arch, (n.allocatable or n.free).cpu, (n.allocatable or n.free).memory, 1, n.ready)
+                    for n in oc.nodes]
+        return [_Node(s.arch, s.cpu, s.memory, s.count, True) for s in self.goals.clusters[name].spec.nodes]
+
+    def reported_nodes(self, name: str) -> bool:
+        return self.observed.cluster(name).nodes is not None
+
+    def latency(self, cluster: str, region: str) -> float:
+        """Measured overrides declared; both directions count with the larger value; in its
+        own region a cluster counts 0 ms unless declared; unknown is infinite."""
+        measured = [m.ms for m in self.observed.latencies if {m.from_, m.to} == {cluster, region}]
+        if measured:
+            return max(measured)
+        table = self.goals.latencies
+        declared = [table[k] for k in ((cluster, region), (region, cluster)) if k in table]
+        if declared:
+            return max(declared)
+        return 0.0 if self.goals.clusters[cluster].spec.region == region else math.inf
+
+    def running(self, key: str, name: str, replicas: int) -> bool:
+        """Whether replicas placed on a cluster run: observed Running with as many ready, or
+        not observed on a live cluster that is not cordoned."""
+        if self.failed(name):
+            return False
+        w = self.observed.workload(key, name)
+        if w is not None:
+            return w.state == WorkloadState.RUNNING and w.ready_replicas >= replicas
+        return not self.cordoned(name)
+
+    def not_running(self, key: str, name: str) -> bool:
+        w = self.observed.workload(key, name)
+        return w is not None and w.state == WorkloadState.NOT_RUNNING
+
+
+def wanted(c: Component, observed: Observed) -> int:
+    """Replicas the goals want this cycle (docs: replica counts and workload kinds)."""
+    if c.key in observed.completed_jobs and c.kind in ("Job", "CronJob"):
+        return 0
+    min_clusters = c.qos.availability.min_clusters
+    if c.kind == "DaemonSet":
+        return max(min_clusters, 1)
+    s = c.qos.scaling
+    if s is None or c.kind in ("Job", "CronJob"):
+        return c.replicas
+    rps = sum(t.rps for t in observed.traffic if t.component == c.key)
+    count = min(max(_replicas_for(rps, s.target_rps_per_replica), s.min_replicas), s.max_replicas)
+    if count < min_clusters <= s.max_replicas:
+        count = min_clusters
+    return count
+
+
+def _replicas_for(rps: float, per_replica: float) -> int:
+    return math.ceil(rps / per_replica - 1e-9) if rps > 0 else 0
+
+
+def _tolerated(c: Component, cluster: Cluster) -> bool:
+    return all(t.effect == "PreferNoSchedule"
+               or any(tol.tolerates(t.key, t.value, t.effect) for tol in c.qos.tolerations)
+               for t in cluster.spec.taints)
+
+
+def goal_filters(fleet: _Fleet, c: Component, name: str, replicas: int) -> list[GoalKind]:
+    """The goals of the goal filters (tier, selector and taints, architecture, cost cap) a
+    cluster breaks for a component."""
+    cluster = fleet.goals.clusters[name]
+    broken: list[GoalKind] = []
+    if c.qos.tiers and cluster.spec.tier not in c.qos.tiers:
+        broken.append("tier")
+    if not c.qos.cluster_selector.matches(cluster.selector_labels) or not _tolerated(c, cluster):
+        broken.append("selector")
+    if not c.architectures & {n.arch for n in fleet.nodes(name)}:
+        broken.append("architecture")
+    cap = c.qos.max_cost_per_hour
+    if cap is not None:
+        price = c.cpu / 1000 * cluster.spec.cost.cpu_hour + c.memory / GIB * cluster.spec.cost.memory_gib_hour
+        if price * max(replicas, 1) > cap + 1e-9:
+            broken.append("cost")
+    return broken
+
+
+def holds_one(fleet: _Fleet, c: Component, name: str) -> bool:
+    """Some node of a supported architecture holds one replica, even empty."""
+    return any(n.arch in c.architectures and n.cpu >= c.cpu and n.memory >= c.memory for n in fleet.nodes(name))
+
+
+def outside_envelope(fleet: _Fleet, c: Component, name: str) -> bool:
+    """``serve: all`` goals: every one within maxMs; ``serve: nearest``: at least one."""
+    goals = c.qos.latency
+    if any(g.serve == "all" and fleet.latency(name, g.region) > g.max_ms for g in goals):
+        return True
+    nearest = [g for g in goals if g.serve == "nearest"]
+    return bool(nearest) and all(fleet.latency(name, g.region) > g.max_ms for g in nearest)
+
+
+# ----- the check ---------------------------------------------------------------------------------
+
+
+def check(goals: Goals, observed: Observed, previous: CurrentPlacement, plan: Plan,
+          before: Plan | None = None) -> list[Finding]:
+    """Every fault of ``plan``, the plan made from ``previous`` (the placement in force) with
+    these goals and observations; ``before``: the plan that ``previous`` came from, if known
+    (its scores let a rescheduling's claim be checked)."""
+    fleet = _Fleet(goals, observed)
+    out: list[Finding] = []
+    components = {c.key: c for c in goals.components()}
+    unmet: dict[str, set[GoalKind]] = {}
+    for u in plan.unmet:
+        unmet.setdefault(u.component, set()).add(u.goal)
+    unplaced = {u.component: u.replicas for u in plan.unplaced}
+    targets = plan.placements()
+    for key, c in components.items():
+        _component(fleet, c, targets, unmet.get(key, set()), unplaced.get(key, 0), plan, previous, out)
+    _capacity(fleet, components, plan, previous, unmet, out)
+    for key in sorted(set(previous.placements) | set(previous.draining) | set(components)):
+        _continuity(fleet, components.get(key), key, previous, plan, unmet.get(key, set()), unplaced.get(key, 0), out)
+    _moves(fleet, components, previous, plan, unmet, before, out)
+    return out
+
+
+def _component(fleet: _Fleet, c: Component, targets: Mapping[str, Mapping[str, int]], unmet: set[GoalKind],
+               unplaced: int, plan: Plan, previous: CurrentPlacement, out: list[Finding]) -> None:
+    key = c.key
+    want = wanted(c, fleet.observed)
+    where = {name: n for name, n in targets.get(key, {}).items() if n > 0}
+    if sum(where.values()) + unplaced != want:
+        out.append(Finding(Breach.COUNT, key, f"{sum(where.values())} placed + {unplaced} unplaced, "
+                                              f"{want} wanted"))
+    if unplaced and not unmet:
+        out.append(Finding(Breach.UNLISTED, key, f"{unplaced} replica(s) unplaced, no goal listed", goal="capacity"))
+
+    def need(goal: GoalKind, name: str | None, detail: str) -> None:
+        if goal not in unmet:
+            out.append(Finding(Breach.UNLISTED, key, detail, cluster=name, goal=goal))
+
+    ran = {**previous.draining.get(key, {})}
+    for name, n in previous.placements.get(key, {}).items():
+        ran[name] = ran.get(name, 0) + n
+    for name, n in sorted(where.items()):
+        if not fleet.declared(name):
+            out.append(Finding(Breach.UNKNOWN_CLUSTER, key, f"{n} replica(s) on an undeclared cluster", cluster=name))
+            continue
+        if c.kind == "DaemonSet" and n > 1:
+            out.append(Finding(Breach.COUNT, key, f"a DaemonSet with {n} copies on one cluster", cluster=name))
+        if fleet.failed(name):
+            need("health", name, "replicas on a failed cluster")
+            continue
+        if fleet.cordoned(name) and n > ran.get(name, 0):
+            out.append(Finding(Breach.CORDONED, key, f"{n} replica(s) where {ran.get(name, 0)} ran", cluster=name))
+        if fleet.not_running(key, name):
+            need("health", name, "kept where it does not run")
+        for goal in goal_filters(fleet, c, name, want):
+            need(goal, name, f"the cluster breaks its {goal} goal")
+        if not holds_one(fleet, c, name) and not fleet.cordoned(name):  # cordoned: what runs there stays
+            need("capacity", name, "no node holds one replica")
+        if outside_envelope(fleet, c, name):
+            need("latency", name, "outside the latency envelope")
+        for anchor in c.colocate_with:
+            if not targets.get(anchor, {}).get(name):
+                need("selector", name, f"not beside {anchor} (colocateWith)")
+    alive = [n for name, n in where.items() if fleet.declared(name) and not fleet.failed(name)]
+    min_clusters = c.qos.availability.min_clusters
+    if want and len(alive) < min_clusters and (alive or min_clusters > 1):
+        need("availability", None, f"on {len(alive)} cluster(s), minClusters {min_clusters}")
+    if c.qos.availability.spread and alive and max(alive) - min(alive) > 1:
+        need("spread", None, f"counts {sorted(alive)} differ by more than 1")
+    used = [name for name, n in where.items() if fleet.declared(name) and not fleet.failed(name)]
+    for g in c.qos.latency:
+        if g.serve == "nearest" and used and all(fleet.latency(name, g.region) > g.max_ms for name in used):
+            need("latency", None, f"no replica within {g.max_ms:g} ms of {g.region}")
+    s = c.qos.scaling
+    if s is not None and c.kind not in ("DaemonSet", "Job", "CronJob"):
+        rps = sum(t.rps for t in fleet.observed.traffic if t.component == key)
+        if _replicas_for(rps, s.target_rps_per_replica) > s.max_replicas:
+            need("scaling", None, "traffic needs more than maxReplicas")
+    cp = plan.components.get(key)
+    if cp is not None and c.qos.availability.spread and alive and max(alive) - min(alive) > 1:
+        for a in cp.assignments:
+            if "shared evenly" in a.reason:
+                out.append(Finding(Breach.EXPLANATION, key, f"'{a.reason}' but counts {sorted(alive)}",
+                                   cluster=a.cluster))
+
+
+def _capacity(fleet: _Fleet, components: Mapping[str, Component], plan: Plan, previous: CurrentPlacement,
+              unmet: Mapping[str, set[GoalKind]], out: list[Finding]) -> None:
+    """Every live, uncordoned cluster holds what the plan runs there (target and draining)."""
+    load: dict[str, dict[str, int]] = {}
+    before: dict[str, dict[str, int]] = {}
+    for key, cp in plan.components.items():
+        for name, n in cp.replicas_by_cluster(include_draining=True).items():
+            load.setdefault(name, {})[key] = n
+    for table in (previous.placements, previous.draining):
+        for key, where in table.items():
+            for name, n in where.items():
+                before.setdefault(name, {})[key] = before.get(name, {}).get(key, 0) + n
+    for name, per in sorted(load.items()):
+        if not fleet.declared(name) or fleet.failed(name) or fleet.cordoned(name):
+            continue
+        known = {k: n for k, n in per.items() if k in components}
+        if any("capacity" in unmet.get(k, set()) or "health" in unmet.get(k, set()) for k in known):
+            continue  # said: something waits there for capacity it lost
+        cpu = sum(components[k].cpu * n for k, n in known.items())
+        memory = sum(components[k].memory * n for k, n in known.items())
+        oc = fleet.observed.cluster(name)
+        if oc.nodes is not None and all(n.allocatable is not None for n in oc.nodes):
+            have = [(n.allocatable.cpu, n.allocatable.memory) for n in oc.nodes if n.ready and n.allocatable]
+            limit = (sum(a for a, _ in have), sum(b for _, b in have))
+        elif oc.nodes is not None or oc.free is not None:
+            # Only free capacity is known (net of what runs): what is added must fit in it
+            # plus what left.
+            free = oc.free if oc.free is not None else None
+            free_cpu = free.cpu if free else sum(n.free.cpu for n in oc.nodes or () if n.ready)
+            free_memory = free.memory if free else sum(n.free.memory for n in oc.nodes or () if n.ready)
+            was = before.get(name, {})
+            cpu = sum(components[k].cpu * max(0, n - was.get(k, 0)) for k, n in known.items())
+            memory = sum(components[k].memory * max(0, n - was.get(k, 0)) for k, n in known.items())
+            gone = [(k, n - known.get(k, 0)) for k, n in was.items() if k in components and n > known.get(k, 0)]
+            limit = (free_cpu + sum(components[k].cpu * n for k, n in gone),
+                     free_memory + sum(components[k].memory * n for k, n in gone))
+        else:
+            spec = fleet.goals.clusters[name].spec
+            limit = (sum(s.cpu * s.count for s in spec.nodes), sum(s.memory * s.count for s in spec.nodes))
+        if cpu > limit[0] or memory > limit[1]:
+            out.append(Finding(Breach.OVERCOMMIT, ", ".join(sorted(known)), f"needs {cpu}m CPU and {memory} bytes, "
+                               f"holds {limit[0]}m and {limit[1]}", cluster=name, goal="capacity"))
+
+
+def _continuity(fleet: _Fleet, c: Component | None, key: str, previous: CurrentPlacement, plan: Plan,
+                unmet: set[GoalKind], unplaced: int, out: list[Finding]) -> None:
+    """Replicas that ran (placed or draining) either still run, moved with a move that says
+    so, or are reported (unplaced, unmet); a drain ends only once its replacement runs."""
+    prev_t = {k: n for k, n in previous.placements.get(key, {}).items() if n > 0}
+    prev_d = {k: n for k, n in previous.draining.get(key, {}).items() if n > 0}
+    cp = plan.components.get(key)
+    new_t = cp.replicas_by_cluster(include_draining=False) if cp else {}
+    new_d = {d.cluster: d.replicas for d in cp.draining} if cp else {}
+    moves = [m for m in plan.moves if m.component == key]
+    gone = c is None or (c.kind in ("Job", "CronJob") and key in fleet.observed.completed_jobs)
+    if gone:
+        for name in sorted(set(prev_t) | set(prev_d)):
+            n = prev_t.get(name, 0) + prev_d.get(name, 0)
+            said = sum(m.replicas for m in moves if m.source == name and m.reason == "removed")
+            if said < n and not fleet.failed(name):
+                out.append(Finding(Breach.VANISHED, key, f"{n - said} of {n} replica(s) of a removed component "
+                                                         "left without a move", cluster=name))
+        return
+    assert c is not None
+    want = wanted(c, fleet.observed)
+    # Moves that may end replicas at once: to nowhere (scale-down, removal), off a gone
+    # cluster, or replicas that no longer fit there. Everything else is make before break.
+    at_once: dict[str, int] = {}
+    for m in moves:
+        if m.source is None:
+            continue
+        if m.target is None or fleet.failed(m.source) or m.goal == "capacity":
+            at_once[m.source] = at_once.get(m.source, 0) + m.replicas
+    running = sum(n for name, n in prev_t.items() if fleet.running(key, name, n))
+    required = max(0, want - running)  # drains that must go on: their replacement does not run
+    alive_drains = sum(n for name, n in prev_d.items() if not fleet.failed(name))
+    may_end = max(0, alive_drains - required)
+    ended = 0
+    for name in sorted(set(prev_t) | set(prev_d)):
+        before = prev_t.get(name, 0) + prev_d.get(name, 0)
+        after = new_t.get(name, 0) + new_d.get(name, 0)
+        if after >= before:
+            continue
+        left = before - after - at_once.get(name, 0)
+        if fleet.failed(name):
+            moved = sum(m.replicas for m in moves if m.source == name)
+            if before - after - moved > 0 and not unplaced and not unmet:
+                out.append(Finding(Breach.VANISHED, key, f"{before - after - moved} replica(s) on a failed cluster "
+                                                         "neither replaced nor reported", cluster=name))
+            continue
+        ended += max(0, min(left, prev_d.get(name, 0)))
+        from_target = left - min(left, prev_d.get(name, 0))
+        if from_target > 0:
+            out.append(Finding(Breach.DRAIN, key, f"{from_target} replica(s) left without draining "
+                                                  "(make before break)", cluster=name))
+    if ended > may_end:
+        out.append(Finding(Breach.DRAIN, key, f"{ended} draining replica(s) ended, {running} of {want} "
+                                              f"wanted run elsewhere"))
+
+
+def _moves(fleet: _Fleet, components: Mapping[str, Component], previous: CurrentPlacement, plan: Plan,
+           unmet: Mapping[str, set[GoalKind]], before: Plan | None, out: list[Finding]) -> None:
+    """Each move's reason and goal against what changed; optimisations against the rules."""
+    targets = plan.placements()
+    for m in plan.moves:
+        key = m.component
+        c = components.get(key)
+        ran = bool(previous.placements.get(key)) or bool(previous.draining.get(key))
+        if m.reason == "new" and any(n > 0 for table in (previous.placements, previous.draining)
+                                     for n in table.get(key, {}).values()):
+            out.append(Finding(Breach.EXPLANATION, key, "'new' for a component that ran or drained before",
+                               cluster=m.target))
+        if m.reason == "removed":
+            if c is not None and not (c.kind in ("Job", "CronJob") and key in fleet.observed.completed_jobs):
+                out.append(Finding(Breach.EXPLANATION, key, "'removed' for a component in the goals"))
+            continue
+        if c is None:
+            out.append(Finding(Breach.EXPLANATION, key, f"a {m.reason} move of a component not in the goals"))
+            continue
+        if m.reason == "scaling" and c.qos.scaling is None:
+            out.append(Finding(Breach.EXPLANATION, key, "'scaling' for a component without qos.scaling"))
+        if m.source is not None:
+            _claim(fleet, c, m.source, m.goal, f"move to {m.target}", targets, out)
+        if m.reason == "failover" and m.source is not None and m.goal not in ("health", "capacity"):
+            out.append(Finding(Breach.EXPLANATION, key, f"failover for goal {m.goal}", cluster=m.source))
+        if m.reason == "rescheduling" and m.goal is None and ran:
+            _optimisation(fleet, c, m.source, m.target, m.replicas, previous, plan, unmet.get(key, set()), before, out)
+    for key, cp in plan.components.items():
+        c = components.get(key)
+        if c is None:
+            continue
+        for d in cp.draining:
+            _claim(fleet, c, d.cluster, d.goal, "drain", targets, out)
+
+
+def _claim(fleet: _Fleet, c: Component, source: str, goal: GoalKind | None, what: str,
+           targets: Mapping[str, Mapping[str, int]], out: list[Finding]) -> None:
+    """A move or drain naming a goal: the source cluster breaks it now (``selector``: or what
+    the component runs beside (colocateWith) does not run there in this plan)."""
+    if goal is None or not fleet.declared(source):
+        return
+    if goal in ("tier", "selector", "architecture", "cost"):
+        apart = goal == "selector" and any(not targets.get(anchor, {}).get(source) for anchor in c.colocate_with)
+        if not apart and goal not in goal_filters(fleet, c, source, wanted(c, fleet.observed)):
+            out.append(Finding(Breach.EXPLANATION, c.key, f"{what}: says {source} breaks its {goal} goal; it does not",
+                               cluster=source, goal=goal))
+    elif goal == "health":
+        if not (fleet.failed(source) or fleet.cordoned(source) or fleet.not_running(c.key, source)):
+            out.append(Finding(Breach.EXPLANATION, c.key, f"{what}: says {source} is unhealthy or does not run it",
+                               cluster=source, goal=goal))
+    elif goal == "latency":
+        nearest = [g for g in c.qos.latency if g.serve == "nearest"]
+        if not outside_envelope(fleet, c, source) and not nearest:
+            out.append(Finding(Breach.EXPLANATION, c.key, f"{what}: says {source} breaks the latency envelope",
+                               cluster=source, goal=goal))
+
+
+def _optimisation(fleet: _Fleet, c: Component, source: str | None, target: str | None, replicas: int,
+                  previous: CurrentPlacement, plan: Plan, unmet: set[GoalKind], before: Plan | None,
+                  out: list[Finding]) -> None:
+    """A rescheduling that is an optimisation: out of the cooldown, within the budget, no
+    goal that held broken by it, and (with the plan it started from) a better score."""
+    key = c.key
+    moved = previous.last_moved.get(key)
+    if moved is not None and (fleet.observed.now - moved).total_seconds() < c.stability.cooldown_seconds - EPSILON:
+        out.append(Finding(Breach.MOVE, key, "an optimisation inside the cooldown", cluster=source))
+    if replicas > c.stability.disruption_budget:
+        out.append(Finding(Breach.MOVE, key, f"{replicas} replicas moved, budget {c.stability.disruption_budget}",
+                           cluster=source))
+    if before is not None:
+        had = {u.goal for u in before.unmet if u.component == key}
+        for goal in sorted(unmet - had):
+            out.append(Finding(Breach.MOVE, key, f"an optimisation that breaks its {goal} goal", goal=goal))
+        old = _score_at(before, key, source)
+        new = _score_at(plan, key, target)
+        if old is not None and new is not None and new > old + EPSILON:
+            out.append(Finding(Breach.MOVE, key, f"moves from {source} (score {old:g}) to {target} (score {new:g})",
+                               cluster=target))
+
+
+def _score_at(p: Plan, key: str, cluster: str | None) -> float | None:
+    cp = p.components.get(key)
+    if cp is None or cluster is None:
+        return None
+    return next((a.score for a in cp.assignments if a.cluster == cluster and a.score is not None), None)
+
+
+def problems(findings: Iterable[Finding]) -> str:
+    """The findings as lines, for an assertion message."""
+    return "\n".join(str(f) for f in findings)
