@@ -11,6 +11,7 @@ from typing import Literal
 
 from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt
 
+from qonnect_gitops.model.base import Arch
 from qonnect_gitops.model.errors import GoalsError
 from qonnect_gitops.model.goals import Goals
 from qonnect_gitops.model.quantity import Bytes, MilliCPU
@@ -63,10 +64,13 @@ class Draining(PlanModel):
 
 
 class ReplicaRequest(PlanModel):
-    """The per-replica request a placement was sized at (quantities, as in the goals)."""
+    """The per-replica request a placement was sized at (quantities, as in the goals), and
+    the CPU architectures its images were built for then."""
 
     cpu: MilliCPU
     memory: Bytes
+    architectures: tuple[Arch, ...] | None = Field(
+        None, description="Absent in plans written before it was recorded.")
 
 
 class ComponentPlan(PlanModel):

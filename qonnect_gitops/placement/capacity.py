@@ -87,14 +87,14 @@ class Running(NamedTuple):
     old_memory: int | None = None
 
 
-def settle_order(r: Running) -> tuple[bool, int, int, int, str]:
-    """The order running replicas are put back on a cluster's nodes: those whose size the
-    goals did not change first (a resize must not evict a neighbour that did not change:
-    the resized replicas are the ones that may not fit any more), then those that run on
-    fewer architectures (a multi-arch replica packed first would take the only node an
-    arm64- or amd64-only one can use, which the planner never did), then biggest first
-    (first fit decreasing packs the most)."""
-    return (r.old_cpu is not None, len(r.archs), -r.cpu, -r.memory, r.key)
+def settle_order(r: Running) -> tuple[int, bool, int, int, str]:
+    """The order running replicas are put back on a cluster's nodes: those that run on
+    fewer architectures first (a multi-arch replica packed first would take the only
+    node an arm64- or amd64-only one can use, which the planner never did), then those
+    whose size the goals did not change (a resize must not evict a neighbour that did not
+    change: the resized replicas are the ones that may no longer fit), then biggest
+    first (first fit decreasing packs the most)."""
+    return (len(r.archs), r.old_cpu is not None, -r.cpu, -r.memory, r.key)
 
 
 @dataclass(frozen=True)

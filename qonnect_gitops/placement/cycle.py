@@ -166,12 +166,12 @@ class Cycle:
         index = self.static.index
         replicas, scaled = desired_replicas(component, self.rps(key))
         work = Work(component, key, replicas, scaled, {})
-        if key not in self.current.placements and key not in self.current.draining:
-            return work  # new: nothing runs, nothing to charge (a first plan's components)
         stalled = self.not_running.get(key)
         if stalled:
-            # Where it was sent and does not run: not replaced there either.
+            # Where it was sent and does not run: not placed there again either.
             work.stalled = {i: note or self._cordon_reason(i) for i, note in stalled.items()}
+        if key not in self.current.placements and key not in self.current.draining:
+            return work  # new: nothing runs, nothing to charge (a first plan's components)
         old = self.current.requests.get(key)
         resized = old is not None and (old.cpu, old.memory) != (component.cpu, component.memory)
         running = 0  # replicas of the placement in force that run (their drains may end)
@@ -190,7 +190,7 @@ class Cycle:
             if charge:
                 # Replicas that run now hold their capacity at today's size (make
                 # before break: also those about to move, until they are replaced).
-                self._occupy(i, self._running(component, key, count, old if resized else None, i))
+                self._occupy(i, self._running(component, key, count, old, resized, i))
         # Draining replicas run on only while the replicas wanted outnumber those that run
         # in place (``repair`` keeps no more): until their replacement runs. The others
         # were replaced and free their capacity in this cycle, not the next.
@@ -209,7 +209,7 @@ class Cycle:
             short -= count
             work.drained[i] = count
             if charge:
-                self._occupy(i, self._running(component, key + DRAINING, count, old if resized else None, i))
+                self._occupy(i, self._running(component, key + DRAINING, count, old, resized, i))
         for name, count in gone:  # their cluster is gone: they are lost, and said so
             count = min(count, short)
             if count > 0:
@@ -368,11 +368,18 @@ class Cycle:
         self.carry = carry
         self.offloads_before = carry.offloads
 
-    def _running(self, c: Component, key: str, count: int, old: ReplicaRequest | None, cluster: int) -> Running:
-        # Replicas of a component whose architectures the goals changed run on nodes of the
-        # old ones: they hold their room there until replaced, whatever node that is.
-        archs = c.architectures if not c.architectures.isdisjoint(self.ledger.archs[cluster]) else ANY_ARCH
-        if old is None:
+    def _running(self, c: Component, key: str, count: int, old: ReplicaRequest | None, resized: bool,
+                 cluster: int) -> Running:
+        """Running replicas to charge, at today's size; ``old``: what the placement in force
+        was sized at (with ``resized``, its size differs from today's)."""
+        # Replicas of a component whose architectures the goals changed run on nodes of
+        # the old ones (any node, when the plan in force did not record them).
+        archs = c.architectures
+        if old is not None and old.architectures is not None:
+            archs = frozenset(old.architectures)
+        elif archs.isdisjoint(self.ledger.archs[cluster]):
+            archs = ANY_ARCH
+        if old is None or not resized:
             return Running(key, c.cpu, c.memory, archs, count)
         return Running(key, c.cpu, c.memory, archs, count, old_cpu=old.cpu, old_memory=old.memory)
 

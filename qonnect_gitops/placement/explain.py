@@ -257,8 +257,9 @@ class Explainer:
         if kind == ShortfallKind.NOT_MOVABLE:
             return (f"{name} is outside the latency envelope by measured latency ({self.latency_breach(work, sf.cluster or 0)}); "
                     f"a {work.component.kind} is not moved by rescheduling")
-        if kind == ShortfallKind.UNREPLACED and sf.goal == "health" and sf.cause is not None:
-            return (f"{sf.replicas} replica(s) keep draining on {name}: {self.cause(sf.cause, work)}; "
+        if kind == ShortfallKind.UNREPLACED and sf.cause is not None and sf.cause.kind not in (
+                CauseKind.GOALS, CauseKind.DECLARED_LATENCY, CauseKind.MEASURED_LATENCY):
+            return (f"{sf.replicas} replica(s) keep running on {name} ({self.cause(sf.cause, work)}): "
                     "no replacement fits elsewhere yet")
         if kind == ShortfallKind.UNREPLACED:
             f = FILTERS_BY_NAME.get(sf.filter or "")
@@ -317,7 +318,7 @@ class Explainer:
                        goal=goal_of(d.cause))
                 for i, d in sorted(work.drains.items())
             ),
-            request=_built(ReplicaRequest, cpu=c.cpu, memory=c.memory),
+            request=_built(ReplicaRequest, cpu=c.cpu, memory=c.memory, architectures=tuple(sorted(c.architectures))),
         )
 
     def reasons(self, work: Work, used: list[tuple[int, int]]) -> list[str]:

@@ -71,6 +71,9 @@ def place(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> None:
     allowed, wanted = ev.static_mask(ctx), ev.wanted_mask(ctx)
     if beside is not None:
         allowed, wanted = allowed & beside, wanted & beside
+    if work.stalled:  # where it was sent and does not run, it does not go again
+        allowed, wanted = allowed.copy(), wanted.copy()
+        allowed[sorted(work.stalled)] = wanted[sorted(work.stalled)] = False
     dist = distribute(ctx, allowed, total, Request(work.replicas, per_cluster_max=per_cluster_max), wanted=wanted)
     if beside is not None:
         dist.why = {i: Why(Rule.COLOCATED) for i in dist.why}

@@ -52,6 +52,7 @@ class Breach(Enum):
     DRAIN = "drain"  # a drain ended, or was never made, before its replacement runs
     EXPLANATION = "explanation"  # a reason that contradicts the plan or the inputs
     MOVE = "move"  # a move that does not do what its reason claims
+    ROOM = "room"  # replicas unplaced while a cluster that allows them has room for one
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ def check(goals: Goals, observed: Observed, previous: CurrentPlacement, plan: Pl
     for key, c in components.items():
         _component(fleet, c, targets, unmet.get(key, set()), unplaced.get(key, 0), plan, previous, out)
     _capacity(fleet, components, plan, previous, unmet, out)
+    _room(fleet, components, plan, unplaced, out)
     for key in sorted(set(previous.placements) | set(previous.draining) | set(components)):
         _continuity(fleet, components.get(key), key, previous, plan, unmet.get(key, set()), unplaced.get(key, 0), out)
     _moves(fleet, components, previous, plan, unmet, before, out)
@@ -337,6 +339,55 @@ def _capacity(fleet: _Fleet, components: Mapping[str, Component], plan: Plan, pr
                                f"holds {limit[0]}m and {limit[1]}", cluster=name, goal="capacity"))
 
 
+def _room(fleet: _Fleet, components: Mapping[str, Component], plan: Plan, unplaced: Mapping[str, int],
+          out: list[Finding]) -> None:
+    """Unplaced replicas of a component its own rules do not hold back (offloading and
+    bursting on, no spread, colocation or region coverage rule) while a declared cluster
+    that passes every filter has room for one: first fit decreasing of what the plan runs
+    there leaves a node with the room (a packing that exists, so the room does)."""
+    load: dict[str, list[tuple[int, int, frozenset[str]]]] = {}
+    for key, cp in plan.components.items():
+        c = components.get(key)
+        if c is None:
+            continue
+        for name, n in cp.replicas_by_cluster(include_draining=True).items():
+            load.setdefault(name, []).extend([(c.cpu, c.memory, c.architectures)] * n)
+    for key, n in sorted(unplaced.items()):
+        c = components.get(key)
+        if (c is None or not n or not c.qos.offloading or not c.qos.bursting or c.qos.availability.spread
+                or c.kind == "DaemonSet" or c.colocate_with or any(g.serve == "nearest" for g in c.qos.latency)):
+            continue
+        want = wanted(c, fleet.observed)
+        for name in fleet.goals.clusters:
+            oc = fleet.observed.cluster(name)
+            if (fleet.failed(name) or fleet.cordoned(name) or oc.nodes is not None or oc.free is not None
+                    or fleet.not_running(key, name) or goal_filters(fleet, c, name, want)
+                    or outside_envelope(fleet, c, name) or not holds_one(fleet, c, name)):
+                continue
+            if _packs_one_more(fleet.goals.clusters[name], load.get(name, []), c):
+                out.append(Finding(Breach.ROOM, key, f"{n} replica(s) unplaced; room for one here", cluster=name,
+                                   goal="capacity"))
+                break
+
+
+def _packs_one_more(cluster: Cluster, load: list[tuple[int, int, frozenset[str]]], c: Component) -> bool:
+    """First fit decreasing of ``load`` on the cluster's declared nodes, then one replica of ``c``."""
+    nodes = [[s.cpu, s.memory, s.pods, s.arch] for s in cluster.spec.nodes for _ in range(min(s.count, 64))]
+    if sum(s.count for s in cluster.spec.nodes) > len(nodes):
+        return False  # a huge pool: not judged here
+    for cpu, memory, archs in sorted(load, key=lambda r: (len(r[2]), -r[0], -r[1])):
+        for node in nodes:
+            if node[3] in archs and node[0] >= cpu and node[1] >= memory and node[2] >= 1:
+                node[0] -= cpu
+                node[1] -= memory
+                node[2] -= 1
+                break
+        else:
+            return False  # the model does not pack what runs: no judgement
+    return any(node[3] in c.architectures and node[0] >= c.cpu and node[1] >= c.memory and node[2] >= 1
+               for node in nodes)
+
+
 def _continuity(fleet: _Fleet, c: Component | None, key: str, previous: CurrentPlacement, plan: Plan,
                 unmet: set[GoalKind], unplaced: int, out: list[Finding]) -> None:
     """Replicas that ran (placed or draining) either still run, moved with a move that says
@@ -368,29 +419,32 @@ def _continuity(fleet: _Fleet, c: Component | None, key: str, previous: CurrentP
             at_once[m.source] = at_once.get(m.source, 0) + m.replicas
     running = sum(n for name, n in prev_t.items() if fleet.running(key, name, n))
     required = max(0, want - running)  # drains that must go on: their replacement does not run
-    alive_drains = sum(n for name, n in prev_d.items() if not fleet.failed(name))
-    may_end = max(0, alive_drains - required)
-    ended = 0
+    may_end = max(0, sum(prev_d.values()) - required)
+    ended = lost = 0
     for name in sorted(set(prev_t) | set(prev_d)):
         before = prev_t.get(name, 0) + prev_d.get(name, 0)
         after = new_t.get(name, 0) + new_d.get(name, 0)
+        if fleet.failed(name):
+            # Gone with their cluster: the target's replicas are replaced or reported; the
+            # drains end as drains do, or are reported.
+            moved = sum(m.replicas for m in moves if m.source == name)
+            gone = max(0, prev_t.get(name, 0) - new_t.get(name, 0)) - moved
+            if gone > 0 and not unplaced and not unmet:
+                out.append(Finding(Breach.VANISHED, key, f"{gone} replica(s) on a failed cluster neither replaced "
+                                                         "nor reported", cluster=name))
+            lost += prev_d.get(name, 0)
+            continue
         if after >= before:
             continue
         left = before - after - at_once.get(name, 0)
-        if fleet.failed(name):
-            moved = sum(m.replicas for m in moves if m.source == name)
-            if before - after - moved > 0 and not unplaced and not unmet:
-                out.append(Finding(Breach.VANISHED, key, f"{before - after - moved} replica(s) on a failed cluster "
-                                                         "neither replaced nor reported", cluster=name))
-            continue
         ended += max(0, min(left, prev_d.get(name, 0)))
         from_target = left - min(left, prev_d.get(name, 0))
         if from_target > 0:
             out.append(Finding(Breach.DRAIN, key, f"{from_target} replica(s) left without draining "
                                                   "(make before break)", cluster=name))
-    if ended > may_end:
-        out.append(Finding(Breach.DRAIN, key, f"{ended} draining replica(s) ended, {running} of {want} "
-                                              f"wanted run elsewhere"))
+    if ended > may_end or (ended + lost > may_end and not unplaced and not unmet):
+        out.append(Finding(Breach.DRAIN, key, f"{ended + lost} draining replica(s) ended ({lost} with their "
+                                              f"cluster), {running} of {want} wanted run elsewhere"))
 
 
 def _moves(fleet: _Fleet, components: Mapping[str, Component], previous: CurrentPlacement, plan: Plan,

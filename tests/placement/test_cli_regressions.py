@@ -93,6 +93,6 @@ def test_json_round_trips_requests_and_draining_as_current(repo: Path, tmp_path:
     current = {"placements": {"bookinfo/reviews-v1": {"fog-2": 1}}}
     first = json.loads(_plan(repo, tmp_path, f'now: "{NOW}"\n', current))
     assert first["draining"] == {"bookinfo/reviews-v1": {"fog-2": 1}}  # nothing replaces it: it keeps running
-    assert first["requests"]["bookinfo/reviews-v1"] == {"cpu": "250m", "memory": "384Mi"}
+    assert first["requests"]["bookinfo/reviews-v1"] == {"cpu": "250m", "memory": "384Mi", "architectures": ["amd64"]}
     second = json.loads(_plan(repo, tmp_path, f'now: "{NOW}"\n', first))
     assert second["draining"] == first["draining"] and second["moves"] == []

@@ -151,10 +151,11 @@ class World:
                 entry["nodes"] = self._nodes(name, last)
             if entry:
                 clusters[name] = entry
-        running = set(last.placements()) if last else set()
-        workloads = [{"component": key, "cluster": cl, "state": s,
-                      "readyReplicas": 0 if s != "Running" else 1}
-                     for (key, cl), s in sorted(self.pairs.items()) if key in running and cl in self.g.clusters]
+        # Agents report the pairs of the placement in force (draining ones included).
+        in_force = {(key, cl) for key, cp in (last.components.items() if last else ())
+                    for cl in cp.replicas_by_cluster(include_draining=True)}
+        workloads = [{"component": key, "cluster": cl, "state": s, "readyReplicas": 0}
+                     for (key, cl), s in sorted(self.pairs.items()) if (key, cl) in in_force]
         return Observed.model_validate({
             "now": self.now.isoformat(), "clusters": clusters, "latencies": self.measured,
             "traffic": [{"component": c.key, "region": "r1", "rps": 250.0} for c in self.g.components()
