@@ -143,12 +143,16 @@ class Cycle:
     # ----- set-up ---------------------------------------------------------------------------
 
     def _removals(self) -> None:
-        """Components that left the goals (or Jobs that completed): their replicas go."""
-        placements = self.current.placements
-        gone = (placements.keys() - self.components.keys()) | (placements.keys() & self.completed)
+        """Components that left the goals (or Jobs that completed): their replicas go,
+        draining ones too."""
+        placements, draining = self.current.placements, self.current.draining
+        keys = placements.keys() | draining.keys()
+        gone = (keys - self.components.keys()) | (keys & self.completed)
         for key in sorted(gone):
             kind = CauseKind.COMPLETED if key in self.completed else CauseKind.GONE
-            where = placements[key]
+            where = dict(placements.get(key, {}))
+            for name, n in draining.get(key, {}).items():
+                where[name] = where.get(name, 0) + n
             self.removed.append(Removal(key, {k: n for k, n in sorted(where.items()) if n > 0}, Cause(kind)))
 
     def _build_works(self) -> None:
@@ -166,6 +170,7 @@ class Cycle:
         index = self.static.index
         replicas, scaled = desired_replicas(component, self.rps(key))
         work = Work(component, key, replicas, scaled, {})
+        work.seen = key in self.current.requests or key in self.current.last_moved
         stalled = self.not_running.get(key)
         if stalled:
             # Where it was sent and does not run: not placed there again either.

@@ -24,7 +24,7 @@ from qonnect_gitops.model.plan import (
 )
 from qonnect_gitops.model.quantity import format_bytes, format_millicores
 from qonnect_gitops.placement.cycle import Cycle
-from qonnect_gitops.placement.evaluate import FILTERS_BY_NAME, goal_of
+from qonnect_gitops.placement.evaluate import COLOCATE, FILTERS_BY_NAME, goal_of
 from qonnect_gitops.placement.records import (
     Blocked,
     Cause,
@@ -103,7 +103,7 @@ class Explainer:
             return f"serves {self.cycle.fleet.static.regions[why.region]} from nearby (latency goal, serve: nearest)"
         return "kept"
 
-    def keep(self, keep: Keep) -> str:
+    def keep(self, keep: Keep, work: Work) -> str:
         kind = keep.kind
         if kind == KeepKind.COOLDOWN:
             return f"kept: in cooldown until {self.stamp(keep.until or 0.0)}"
@@ -113,6 +113,10 @@ class Explainer:
             return f"kept: the best alternative improves {keep.gain:.1%}, not more than {keep.threshold:.0%}"
         if kind == KeepKind.NO_GAIN_BOUND:
             return f"kept: no alternative improves more than {keep.gain:.1%}, not more than {keep.threshold:.0%}"
+        if kind == KeepKind.BUDGET_STALL:
+            return (f"kept: the best alternative improves {keep.gain:.1%}, but moved "
+                    f"{work.component.stability.disruption_budget} replica(s) per cycle it would stop half way, the rest gaining "
+                    f"no more than {keep.threshold:.0%}")
         if kind == KeepKind.BUDGET_SPREAD:
             return (f"kept: moving within the disruption budget would break minClusters or spread "
                     f"(gain {keep.gain:.1%})")
@@ -154,6 +158,8 @@ class Explainer:
         name = self.names[cause.cluster] if cause.cluster is not None else (source_name or "?")
         if kind == CauseKind.NEW:
             return "new component"
+        if kind == CauseKind.AGAIN:
+            return "placed again: none of its replicas ran"
         if kind == CauseKind.SCALE_UP:
             return f"scale up to {cause.count}"
         if kind == CauseKind.SCALE_DOWN:
@@ -191,7 +197,11 @@ class Explainer:
         if kind == CauseKind.DAEMONSET:
             return "a DaemonSet runs one replica per cluster"
         if kind == CauseKind.IMPROVES:
-            return f"improves the objective by {cause.gain:.1%} (> {cause.threshold:.0%})"
+            text = f"improves the objective by {cause.gain:.1%} (> {cause.threshold:.0%})"
+            if cause.budget:
+                text += (f" once {cause.budget} more replica(s) move in later cycles "
+                         f"(disruption budget {work.component.stability.disruption_budget})")
+            return text
         if kind == CauseKind.COMPLETED:
             return "completed Job"
         return "no longer in the goals"
@@ -204,13 +214,28 @@ class Explainer:
             return f"{text}; keeps running until a replacement fits elsewhere (make before break)"
         return f"{text}; draining until its replacement runs (make before break)"
 
-    def census(self, census: Census) -> str:
-        parts = [f"{n} {FILTERS_BY_NAME[name].reason}" for name, n in census.excluded]
+    def census(self, census: Census, work: Work | None = None) -> str:
+        parts = [self.colocation(n, work) if name == COLOCATE else f"{n} {FILTERS_BY_NAME[name].reason}"
+                 for name, n in census.excluded]
         if census.full:
             parts.append(f"{census.full} lack room for one more replica")
         if census.unused:
             parts.append(f"{census.unused} with room left unused by its own rules (offloading, bursting, spread)")
         return ", ".join(parts) if parts else "no clusters"
+
+    def colocation(self, n: int, work: Work | None) -> str:
+        """Clusters a follower may not use: what it follows does not run there (and where
+        it does, whether those clusters failed)."""
+        if work is None:
+            return f"{n} without what it follows (colocateWith)"
+        anchors = ", ".join(work.component.colocate_with)
+        runs = sorted({i for a in work.component.colocate_with
+                       for i, k in (self.cycle.works[a].target.items() if a in self.cycle.works else ()) if k > 0})
+        failed = [i for i in runs if not self.cycle.healthy[i]]
+        text = f"{n} without {anchors} (colocateWith)"
+        if runs and len(failed) == len(runs):
+            text += f", which runs only on failed cluster(s) {', '.join(self.names[i] for i in failed)}"
+        return text
 
     def latency_breach(self, work: Work, cluster: int) -> str:
         view = self.cycle.fleet
@@ -234,9 +259,9 @@ class Explainer:
             if sf.blocked == Blocked.OFFLOADING_OFF and sf.preferred is not None:
                 return f"{head}: preferred {names[sf.preferred]} is full and offloading is off"
             if sf.blocked == Blocked.BURSTING_OFF:
-                rest = f"; elsewhere: {self.census(sf.census)}" if sf.census else ""
+                rest = f"; elsewhere: {self.census(sf.census, work)}" if sf.census else ""
                 return f"{head}: the clusters chosen are full and bursting is off{rest}"
-            return f"{head}: no cluster takes more: {self.census(sf.census) if sf.census else 'no clusters'}"
+            return f"{head}: no cluster takes more: {self.census(sf.census, work) if sf.census else 'no clusters'}"
         if kind == ShortfallKind.WAITING:
             c = work.component
             what = "a StatefulSet" if c.kind == "StatefulSet" else f"a stateful {c.kind}"
@@ -271,6 +296,15 @@ class Explainer:
         if kind == ShortfallKind.NOT_COLOCATED:
             return (f"{sf.replicas} cluster(s), {name} first, run it without {', '.join(work.component.colocate_with)} "
                     "(colocateWith): no replacement beside them fits")
+        if kind == ShortfallKind.NEAREST_KEPT:
+            region = self.cycle.fleet.static.regions[sf.region]
+            ms = float(self.cycle.fleet.region_latency[sf.cluster or 0, sf.region])
+            return (f"1 replica stays on {name} ({ms:g} ms to {region}), the nearest to {region} "
+                    "of the clusters it may use")
+        if kind == ShortfallKind.UNSERVED and sf.census is not None and (sf.census.excluded or sf.census.full):
+            region = self.cycle.fleet.static.regions[sf.region]
+            return (f"no replica within {sf.max_ms:g} ms of {region} (serve: nearest): of the clusters within it, "
+                    f"{self.census(sf.census, work)}")
         if kind == ShortfallKind.UNSERVED:
             region = self.cycle.fleet.static.regions[sf.region]
             return (f"no replica within {sf.max_ms:g} ms of {region} (serve: nearest): "
@@ -278,7 +312,7 @@ class Explainer:
         if kind == ShortfallKind.TOO_FEW_REPLICAS:
             return f"{sf.have} replica(s) cannot run on minClusters {sf.wanted} clusters"
         if kind == ShortfallKind.TOO_FEW_CLUSTERS:
-            tail = f": {self.census(sf.census)}" if sf.census else ""
+            tail = f": {self.census(sf.census, work)}" if sf.census else ""
             return f"runs on {sf.have} cluster(s), minClusters is {sf.wanted}; no more clusters take it{tail}"
         if kind == ShortfallKind.UNEVEN:
             return (f"replica counts differ by {sf.wanted} over {sf.have} clusters (spread allows 1): "
@@ -318,23 +352,37 @@ class Explainer:
                        goal=goal_of(d.cause))
                 for i, d in sorted(work.drains.items())
             ),
-            request=_built(ReplicaRequest, cpu=c.cpu, memory=c.memory, architectures=tuple(sorted(c.architectures))),
+            request=_built(ReplicaRequest, cpu=c.cpu, memory=c.memory, architectures=self.architectures(work)),
         )
+
+    def architectures(self, work: Work) -> tuple[str, ...]:
+        """The architectures of what the plan runs of a component: its own, and while
+        replicas drain, those they were placed with (the next cycle charges them so)."""
+        archs = set(work.component.architectures)
+        old = self.cycle.current.requests.get(work.key)
+        if work.drains and old is not None and old.architectures is not None:
+            archs.update(old.architectures)
+        return tuple(sorted(archs))
 
     def reasons(self, work: Work, used: list[tuple[int, int]]) -> list[str]:
         """Why each cluster of the target holds replicas."""
         notes: dict[int, list[str]] = {}
         for sf in work.shortfalls:
             if sf.cluster is not None and sf.kind in (ShortfallKind.MEASURED_BREACH, ShortfallKind.NOT_MOVABLE,
-                                                      ShortfallKind.WAITING):
+                                                      ShortfallKind.WAITING, ShortfallKind.NOT_RUNNING,
+                                                      ShortfallKind.KEPT, ShortfallKind.NEAREST_KEPT):
                 notes.setdefault(sf.cluster, []).append("goal unmet here (see unmet)")
+        cordons = self.cycle.fleet.cordons
+        for i, _ in used:
+            if i in cordons:
+                notes.setdefault(i, []).append(f"{self.cordon(i)}: nothing new goes there")
         reasons: list[str] = []
         counts = [n for i, n in used if self.cycle.healthy[i]]
         even = not counts or max(counts) - min(counts) <= 1
         for i, _ in used:
             why = work.why.get(i)
             if work.keep is not None and (why is None or why.rule == Rule.KEPT):
-                text = self.keep(work.keep)
+                text = self.keep(work.keep, work)
             else:
                 text = self.why(why or Why(Rule.KEPT), even)
             if work.budget_limited:

@@ -370,22 +370,30 @@ def _room(fleet: _Fleet, components: Mapping[str, Component], plan: Plan, unplac
                 break
 
 
+@dataclass
+class _Room:
+    cpu: int
+    memory: int
+    pods: int
+    arch: str
+
+    def takes(self, cpu: int, memory: int, archs: frozenset[str]) -> bool:
+        return self.arch in archs and self.cpu >= cpu and self.memory >= memory and self.pods >= 1
+
+
 def _packs_one_more(cluster: Cluster, load: list[tuple[int, int, frozenset[str]]], c: Component) -> bool:
     """First fit decreasing of ``load`` on the cluster's declared nodes, then one replica of ``c``."""
-    nodes = [[s.cpu, s.memory, s.pods, s.arch] for s in cluster.spec.nodes for _ in range(min(s.count, 64))]
-    if sum(s.count for s in cluster.spec.nodes) > len(nodes):
-        return False  # a huge pool: not judged here
+    if sum(s.count for s in cluster.spec.nodes) > 256:
+        return False  # a large pool: not judged here
+    nodes = [_Room(s.cpu, s.memory, s.pods, s.arch) for s in cluster.spec.nodes for _ in range(s.count)]
     for cpu, memory, archs in sorted(load, key=lambda r: (len(r[2]), -r[0], -r[1])):
-        for node in nodes:
-            if node[3] in archs and node[0] >= cpu and node[1] >= memory and node[2] >= 1:
-                node[0] -= cpu
-                node[1] -= memory
-                node[2] -= 1
-                break
-        else:
+        node = next((n for n in nodes if n.takes(cpu, memory, archs)), None)
+        if node is None:
             return False  # the model does not pack what runs: no judgement
-    return any(node[3] in c.architectures and node[0] >= c.cpu and node[1] >= c.memory and node[2] >= 1
-               for node in nodes)
+        node.cpu -= cpu
+        node.memory -= memory
+        node.pods -= 1
+    return any(n.takes(c.cpu, c.memory, c.architectures) for n in nodes)
 
 
 def _continuity(fleet: _Fleet, c: Component | None, key: str, previous: CurrentPlacement, plan: Plan,
@@ -428,10 +436,10 @@ def _continuity(fleet: _Fleet, c: Component | None, key: str, previous: CurrentP
             # Gone with their cluster: the target's replicas are replaced or reported; the
             # drains end as drains do, or are reported.
             moved = sum(m.replicas for m in moves if m.source == name)
-            gone = max(0, prev_t.get(name, 0) - new_t.get(name, 0)) - moved
-            if gone > 0 and not unplaced and not unmet:
-                out.append(Finding(Breach.VANISHED, key, f"{gone} replica(s) on a failed cluster neither replaced "
-                                                         "nor reported", cluster=name))
+            missing = max(0, prev_t.get(name, 0) - new_t.get(name, 0)) - moved
+            if missing > 0 and not unplaced and not unmet:
+                out.append(Finding(Breach.VANISHED, key, f"{missing} replica(s) on a failed cluster neither "
+                                                         "replaced nor reported", cluster=name))
             lost += prev_d.get(name, 0)
             continue
         if after >= before:

@@ -66,6 +66,7 @@ class CauseKind(Enum):
     """Why replicas leave a cluster, or are added."""
 
     NEW = "new"
+    AGAIN = "again"  # placed from scratch again: none of its replicas ran (unplaced, lost)
     SCALE_UP = "scale-up"
     SCALE_DOWN = "scale-down"
     FAILOVER = "failover"  # the cluster failed
@@ -128,6 +129,7 @@ class KeepKind(Enum):
     NO_GAIN_BOUND = "no-gain-bound"  # no alternative could, even at its best
     NO_BETTER = "no-better"  # no alternative places every replica
     BUDGET_SPREAD = "budget-spread"  # a move within the budget would break the spread
+    BUDGET_STALL = "budget-stall"  # the budget would leave the move half done, gaining too little to finish
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,7 @@ class ShortfallKind(Enum):
     NOT_MOVABLE = "not-movable"  # a breach rescheduling may not repair (StatefulSet, Job)
     NOT_RUNNING = "not-running"  # a StatefulSet placed where it does not run: it waits there
     KEPT = "kept"  # kept (waiting, cordoned) on a cluster another of its filters rules out
+    NEAREST_KEPT = "nearest-kept"  # one replica kept nearest a region no allowed cluster serves
     UNREPLACED = "unreplaced"  # kept running where goals exclude it: no replacement fits
     TOO_FEW_REPLICAS = "too-few-replicas"  # fewer replicas than minClusters
     TOO_FEW_CLUSTERS = "too-few-clusters"  # not enough allowed clusters with room
@@ -218,6 +221,7 @@ class Work:
     keep: Keep | None = None  # kept as it was, and why
     shortfalls: list[Shortfall] = field(default_factory=list)
     touched: bool = False  # decided this cycle (not kept on the short path)
+    seen: bool = False  # placed by an earlier plan (it has a request or a last move there)
     budget_limited: bool = False  # rescheduling moved less than it wanted (disruption budget)
 
     @property

@@ -170,6 +170,7 @@ def assess(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> Assess
     pinned: dict[int, int] = {}  # kept where the goals are not met (waiting): not counted as allowed
     for name, n in sorted(work.undeclared.items()):
         leaving.append(_Leaving(None, n, "goals-changed", Cause(CauseKind.UNDECLARED), name=name))
+    nearest_kept = _nearest_kept(cycle, work, goal_ok & size_ok, declared_ok & ev.mask(LATENCY_FILTER, ctx))
     for i, n in sorted(work.current.items()):
         if not cycle.healthy[i]:
             if c.movable:
@@ -206,6 +207,15 @@ def assess(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> Assess
                 leaving.append(_Leaving(i, n - fit, reason,
                                         Cause(CauseKind.CAPACITY, i, filter=None if size_ok[i] else NODE_SIZE)))
                 n = fit
+            if not n:
+                continue
+        if i in nearest_kept and (exclusion is None or exclusion.kind == CauseKind.DECLARED_LATENCY):
+            # The nearest it may use to a region no allowed cluster serves within its
+            # envelope: one replica stays (moving it would serve that region worse).
+            pinned[i] = 1
+            work.shortfalls.append(Shortfall("latency", ShortfallKind.NEAREST_KEPT, replicas=1, cluster=i,
+                                             region=nearest_kept[i]))
+            n -= 1
             if not n:
                 continue
         if exclusion is not None:
@@ -247,6 +257,32 @@ def assess(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> Assess
                 keep[i] = 1
     _scale_down(cycle, work, keep, pinned, total)
     return Assessment(keep, pinned, leaving, drained, allowed, goal_ok, declared_ok, total, beside)
+
+
+def _nearest_kept(cycle: Cycle, work: Work, eligible: np.ndarray, envelope: np.ndarray) -> dict[int, int]:
+    """``serve: nearest`` regions no cluster the component may use serves within their
+    envelope: per such region, the cluster it runs on nearest to it (when that cluster is
+    outside the envelope, a replica stays there: the best available). Cluster -> region."""
+    c = work.component
+    cur = [i for i in work.current if cycle.healthy[i]]
+    if not c.qos.latency or not c.movable or c.kind == "DaemonSet" or all(envelope[i] for i in cur):
+        return {}
+    static = cycle.fleet.static
+    nearest = nearest_goals(c, static.region_index)
+    if not nearest:
+        return {}
+    lat = cycle.fleet.region_latency
+    ok = eligible & cycle.fleet.placeable
+    for goal in c.qos.latency:
+        if goal.serve == "all":
+            ok = ok & (lat[:, static.region_index[goal.region]] <= goal.max_ms)
+    kept: dict[int, int] = {}
+    for region, max_ms in nearest:
+        if not (ok & (lat[:, region] <= max_ms)).any():
+            best = min(cur, key=lambda i: (float(lat[i, region]), i))
+            if not envelope[best]:
+                kept.setdefault(best, region)
+    return kept
 
 
 def _exclusion(cycle: Cycle, i: int, beside: np.ndarray | None, goal_ok: np.ndarray, declared_ok: np.ndarray,
@@ -509,7 +545,7 @@ def verify(cycle: Cycle, work: Work) -> None:
     ev = cycle.evaluator
     if work.unplaced:
         ctx = ev.context(c, work.replicas)
-        census = ev.census(ctx, work.target)
+        census = ev.census(ctx, work.target, beside=colocated(cycle, c) if c.colocate_with else None)
         rule = work.blocked in (Blocked.OFFLOADING_OFF, Blocked.BURSTING_OFF)
         work.census = census
         work.shortfalls.append(Shortfall(
@@ -540,7 +576,10 @@ def verify(cycle: Cycle, work: Work) -> None:
     if nearest and work.target:
         served_by = [i for i, n in work.target.items() if n > 0 and cycle.healthy[i]]
         for region, max_ms in unserved(cycle.fleet.region_latency, nearest, served_by):
-            work.shortfalls.append(Shortfall("latency", ShortfallKind.UNSERVED, region=region, max_ms=max_ms))
+            within = cycle.fleet.region_latency[:, region] <= max_ms
+            census = ev.census(ev.context(c, work.replicas), work.target, within=within)
+            work.shortfalls.append(Shortfall("latency", ShortfallKind.UNSERVED, region=region, max_ms=max_ms,
+                                             census=census))
     if qos.availability.spread and used and max(used) - min(used) > 1:
         work.shortfalls.append(Shortfall("spread", ShortfallKind.UNEVEN, wanted=max(used) - min(used),
                                          have=len(used)))
