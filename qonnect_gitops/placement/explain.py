@@ -103,7 +103,7 @@ class Explainer:
             return f"serves {self.cycle.fleet.static.regions[why.region]} from nearby (latency goal, serve: nearest)"
         return "kept"
 
-    def keep(self, keep: Keep, work: Work) -> str:
+    def keep(self, keep: Keep) -> str:
         kind = keep.kind
         if kind == KeepKind.COOLDOWN:
             return f"kept: in cooldown until {self.stamp(keep.until or 0.0)}"
@@ -115,7 +115,7 @@ class Explainer:
             return f"kept: no alternative improves more than {keep.gain:.1%}, not more than {keep.threshold:.0%}"
         if kind == KeepKind.BUDGET_STALL:
             return (f"kept: the best alternative improves {keep.gain:.1%}, but moved "
-                    f"{work.component.stability.disruption_budget} replica(s) per cycle it would stop half way, the rest gaining "
+                    f"{keep.budget} replica(s) per cycle it would stop half way, the rest gaining "
                     f"no more than {keep.threshold:.0%}")
         if kind == KeepKind.BUDGET_SPREAD:
             return (f"kept: moving within the disruption budget would break minClusters or spread "
@@ -382,7 +382,7 @@ class Explainer:
         for i, _ in used:
             why = work.why.get(i)
             if work.keep is not None and (why is None or why.rule == Rule.KEPT):
-                text = self.keep(work.keep, work)
+                text = self.keep(work.keep)
             else:
                 text = self.why(why or Why(Rule.KEPT), even)
             if work.budget_limited:

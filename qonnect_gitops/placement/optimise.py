@@ -136,8 +136,9 @@ def improve(cycle: Cycle, work: Work, recheck: bool = False) -> bool:
     if best.unplaced or not best.replicas:
         return False
     if short:
-        if _short_of_availability(cycle, c, work.replicas, best.replicas):
-            return False  # the rules cannot do better now either
+        if (_short_of_availability(cycle, c, work.replicas, best.replicas)
+                and len(best.replicas) <= len([n for n in work.target.values() if n > 0])):
+            return False  # the rules cannot do better now either (more clusters is better)
     else:
         work.preferred = best.preferred
         after = sum(total[i] * k for i, k in best.replicas.items()) / n

@@ -140,6 +140,7 @@ class Keep:
     until: float | None = None  # COOLDOWN: when it ends (Unix time)
     gain: float = 0.0  # NO_GAIN: the best alternative's gain
     threshold: float = 0.0
+    budget: int = 0  # BUDGET_STALL: the disruption budget (replicas per cycle)
 
 
 class ShortfallKind(Enum):

@@ -131,7 +131,7 @@ def reschedule(cycle: Cycle, work: Work) -> None:
                 state = _stepped(state, steps[k - budget:k])
             before = cycle.local_cost(work, state, static)
             if (before - best_cost) / max(before, GAIN_FLOOR) <= threshold:
-                work.keep = Keep(KeepKind.BUDGET_STALL, gain=gain, threshold=threshold)
+                work.keep = Keep(KeepKind.BUDGET_STALL, gain=gain, threshold=threshold, budget=budget)
                 return
     cause = Cause(CauseKind.IMPROVES, gain=gain, threshold=threshold, budget=max(len(steps) - budget, 0))
     merged: dict[tuple[int, int], int] = {}
