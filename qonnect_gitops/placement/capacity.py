@@ -544,7 +544,8 @@ class Ledger:
         fitted_here: dict[tuple[int, str], int] = {}
         takes_here: dict[tuple[int, str], list[Take]] = {}
         results: list[tuple[Running, int]] = []
-        nodes = self._ready_nodes(cluster) if observed else []
+        reported = cluster in self.segments_observed
+        nodes = self._ready_nodes(cluster) if reported else []
         for r in sorted(waiting, key=settle_order):
             if observed and r.old_cpu is None:
                 # Reported nodes: these replicas are in the free capacity already (net of
@@ -562,14 +563,14 @@ class Ledger:
             takes = self._first_fit(cluster, r.cpu, r.memory, r.archs, r.replicas)
             takes_here[(cluster, r.key)] = takes
             results.append((r, sum(t.replicas for t in takes)))
-        if observed:
+        if reported:
             # Packing order is a model there too: what first fit cannot put back still
             # counts while the ready nodes hold everything and the component alone fits.
             allocatable = self.allocatable[cluster]
             totals_hold = (sum(r.replicas * r.cpu for r in waiting) <= sum(c for c, _ in allocatable)
                            and sum(r.replicas * r.memory for r in waiting) <= sum(m for _, m in allocatable))
         else:
-            totals_hold = self.free_cpu[cluster] >= 0 and self.free_memory[cluster] >= 0
+            totals_hold = not observed and self.free_cpu[cluster] >= 0 and self.free_memory[cluster] >= 0
         for r, fitted in results:
             if fitted < r.replicas and totals_hold and (not observed or r.old_cpu is None):
                 if observed:

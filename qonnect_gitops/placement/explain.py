@@ -371,7 +371,8 @@ class Explainer:
             if sf.cluster is not None and sf.kind in (ShortfallKind.MEASURED_BREACH, ShortfallKind.NOT_MOVABLE,
                                                       ShortfallKind.WAITING, ShortfallKind.NOT_RUNNING,
                                                       ShortfallKind.KEPT, ShortfallKind.NEAREST_KEPT):
-                notes.setdefault(sf.cluster, []).append("goal unmet here (see unmet)")
+                if "goal unmet here (see unmet)" not in notes.get(sf.cluster, ()):
+                    notes.setdefault(sf.cluster, []).append("goal unmet here (see unmet)")
         cordons = self.cycle.fleet.cordons
         for i, _ in used:
             if i in cordons:
@@ -452,13 +453,19 @@ def _reuse(cycle: Cycle, ex: Explainer) -> tuple[dict[str, _Shown], dict[str, Co
     "placed"), so only the reasons are written anew."""
     entry = cycle.fleet_memo.get("shown")
     last: dict[str, _Shown] = {}
+    cordons = cycle.fleet.cordons
+    cordoned: set[int] = set()  # clusters whose cordon changed: what runs there says so anew
     if isinstance(entry, tuple) and entry[0] is ex.latencies:
         last = entry[1]
+        before = entry[2]
+        if before != cordons:
+            cordoned = {i for i in before.keys() | cordons.keys() if before.get(i) != cordons.get(i)}
     works = cycle.decided_works()
     placement = cycle.placement
     changed = [work.key for work in works
                if (prev := last.get(work.key)) is None or prev.target != work.target
-               or prev.placed != placement.get(work.key) or not _same(prev.component, work.component)]
+               or prev.placed != placement.get(work.key) or not _same(prev.component, work.component)
+               or (cordoned and not cordoned.isdisjoint(work.target))]
     # A component gone since (edited out, or a Job completed) no longer calls anyone.
     # The last cycle's table holds only components of its works: none is gone when this
     # cycle works on the same ones (its carry and this table were left by that cycle).
@@ -494,7 +501,7 @@ def _reuse(cycle: Cycle, ex: Explainer) -> tuple[dict[str, _Shown], dict[str, Co
         placed = placement.get(key)
         now[key] = _Shown(work.component, work.target, None if placed is None else dict(placed), work.keep, traffic,
                           plan)
-    cycle.fleet_memo["shown"] = (ex.latencies, now)  # filled in as the plans are built
+    cycle.fleet_memo["shown"] = (ex.latencies, now, dict(cordons))  # filled in as the plans are built
     return now, scored
 
 

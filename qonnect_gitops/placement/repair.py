@@ -176,7 +176,7 @@ def assess(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> Assess
             if c.movable:
                 leaving.append(_Leaving(i, n, "failover", Cause(CauseKind.FAILOVER, i)))
             else:  # a StatefulSet waits for its cluster: its data is there
-                pinned[i] = n
+                pinned[i] = pinned.get(i, 0) + n
                 work.shortfalls.append(Shortfall("health", ShortfallKind.WAITING, replicas=n, cluster=i))
             continue
         if i in work.stalled:
@@ -186,7 +186,7 @@ def assess(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> Assess
             if c.movable:
                 leaving.append(_Leaving(i, n, "failover", cause, drain=True))
             else:
-                pinned[i] = n
+                pinned[i] = pinned.get(i, 0) + n
                 work.shortfalls.append(Shortfall("health", ShortfallKind.NOT_RUNNING, replicas=n, cluster=i,
                                                  filter=work.stalled[i]))
                 fit = ledger.running_fit(i, key) if size_ok[i] else 0
@@ -201,7 +201,7 @@ def assess(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> Assess
             if fit < n:
                 reason = capacity_reason or ("failover" if ledger.observed_usage[i] else "goals-changed")
                 if reason == "failover" and not c.movable and exclusion is None:
-                    pinned[i] = n  # nodes were lost under a StatefulSet: it waits like on a failed cluster
+                    pinned[i] = pinned.get(i, 0) + n  # nodes were lost under a StatefulSet: it waits like on a failed cluster
                     work.shortfalls.append(Shortfall("capacity", ShortfallKind.WAITING, replicas=n - fit, cluster=i))
                     continue
                 leaving.append(_Leaving(i, n - fit, reason,
@@ -223,11 +223,11 @@ def assess(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> Assess
             continue
         cordoned = not cycle.placeable[i]
         if cordoned and ev.mask(LATENCY_FILTER, ctx)[i]:
-            pinned[i] = n  # cordoned: what runs there stays, nothing new goes there
+            pinned[i] = pinned.get(i, 0) + n  # cordoned: what runs there stays, nothing new goes there
             continue
         if cordoned or not allowed[i]:  # only the measured latency breaks the envelope
             if waits is not None:
-                pinned[i] = n
+                pinned[i] = pinned.get(i, 0) + n
                 kind = ShortfallKind.MEASURED_BREACH if waits.kind == KeepKind.COOLDOWN else ShortfallKind.NOT_MOVABLE
                 work.shortfalls.append(Shortfall("latency", kind, replicas=n, cluster=i, until=waits.until))
             else:
