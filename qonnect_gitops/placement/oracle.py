@@ -33,7 +33,7 @@ from enum import Enum
 from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.goals import Component, Goals
 from qonnect_gitops.model.observed import Observed
-from qonnect_gitops.model.plan import CurrentPlacement, GoalKind, Plan
+from qonnect_gitops.model.plan import ComponentPlan, CurrentPlacement, GoalKind, Move, Plan
 from qonnect_gitops.model.status import WorkloadState
 
 GIB = float(2**30)
@@ -84,12 +84,28 @@ class _Node:
 
 
 class _Fleet:
-    """What the docs say the planner must take as true this cycle."""
+    """What the docs say the planner must take as true this cycle. Answers are kept for
+    the check: a plan of 10,000 components asks the same questions of the same clusters
+    (components written alike share their QoS object)."""
 
     def __init__(self, goals: Goals, observed: Observed) -> None:
         self.goals = goals
         self.observed = observed
         self.grace = goals.fleet.spec.heartbeat.grace_seconds
+        self.completed = set(observed.completed_jobs)
+        self.measured: dict[frozenset[str], float] = {}
+        for m in observed.latencies:
+            pair = frozenset((m.from_, m.to))
+            self.measured[pair] = max(self.measured.get(pair, 0.0), m.ms)
+        self.rps: dict[str, float] = {}
+        for t in observed.traffic:
+            self.rps[t.component] = self.rps.get(t.component, 0.0) + t.rps
+        self._failed: dict[str, bool] = {}
+        self._cordoned: dict[str, bool] = {}
+        self._nodes: dict[str, list[_Node]] = {}
+        self._filters: dict[tuple[object, ...], list[GoalKind]] = {}
+        self._holds: dict[tuple[object, ...], bool] = {}
+        self._outside: dict[tuple[object, ...], bool] = {}
 
     def declared(self, name: str) -> bool:
         return name in self.goals.clusters
@@ -97,70 +113,134 @@ class _Fleet:
     def failed(self, name: str) -> bool:
         """Gone: not declared, reported unhealthy, or (without a health state) silent past
         the grace."""
-        if name not in self.goals.clusters:
-            return True
-        oc = self.observed.cluster(name)
-        if not oc.healthy:
-            return True
-        return oc.state is None and oc.heartbeat_age_seconds is not None and oc.heartbeat_age_seconds > self.grace
+        known = self._failed.get(name)
+        if known is None:
+            oc = self.observed.clusters.get(name)
+            known = self._failed[name] = name not in self.goals.clusters or (oc is not None and (
+                not oc.healthy or (oc.state is None and oc.heartbeat_age_seconds is not None
+                                   and oc.heartbeat_age_seconds > self.grace)))
+        return known
 
     def cordoned(self, name: str) -> bool:
         """Healthy, but Degraded, Stalled or Silent: keeps what runs, takes nothing new."""
-        return not self.failed(name) and self.observed.cluster(name).cordoned
+        known = self._cordoned.get(name)
+        if known is None:
+            oc = self.observed.clusters.get(name)
+            known = self._cordoned[name] = not self.failed(name) and oc is not None and oc.cordoned
+        return known
 
     def nodes(self, name: str) -> list[_Node]:
         """The nodes as reported (when the agent reports any), else as declared."""
-        oc = self.observed.cluster(name)
-        if oc.nodes:
-            return [_Node(n.arch, (n.allocatable or n.free).cpu, (n.allocatable or n.free).memory, 1, n.ready)
-                    for n in oc.nodes]
-        return [_Node(s.arch, s.cpu, s.memory, s.count, True) for s in self.goals.clusters[name].spec.nodes]
-
-    def reported_nodes(self, name: str) -> bool:
-        return self.observed.cluster(name).nodes is not None
+        known = self._nodes.get(name)
+        if known is None:
+            oc = self.observed.clusters.get(name)
+            if oc is not None and oc.nodes:
+                known = [_Node(n.arch, (n.allocatable or n.free).cpu, (n.allocatable or n.free).memory, 1, n.ready)
+                         for n in oc.nodes]
+            else:
+                known = [_Node(s.arch, s.cpu, s.memory, s.count, True) for s in self.goals.clusters[name].spec.nodes]
+            self._nodes[name] = known
+        return known
 
     def latency(self, cluster: str, region: str) -> float:
         """Measured overrides declared; both directions count with the larger value; in its
         own region a cluster counts 0 ms unless declared; unknown is infinite."""
-        measured = [m.ms for m in self.observed.latencies if {m.from_, m.to} == {cluster, region}]
-        if measured:
-            return max(measured)
+        if self.measured:
+            measured = self.measured.get(frozenset((cluster, region)))
+            if measured is not None:
+                return measured
         table = self.goals.latencies
-        declared = [table[k] for k in ((cluster, region), (region, cluster)) if k in table]
-        if declared:
-            return max(declared)
+        a, b = table.get((cluster, region)), table.get((region, cluster))
+        if a is not None and b is not None:
+            return max(a, b)
+        if a is not None or b is not None:
+            return a if a is not None else b  # type: ignore[return-value]
         return 0.0 if self.goals.clusters[cluster].spec.region == region else math.inf
+
+    def workload_state(self, key: str, name: str) -> WorkloadState | None:
+        if not self.observed.workloads:
+            return None
+        w = self.observed.workload(key, name)
+        return w.state if w is not None else None
 
     def running(self, key: str, name: str, replicas: int) -> bool:
         """Whether replicas placed on a cluster run: observed Running with as many ready, or
         not observed on a live cluster that is not cordoned."""
         if self.failed(name):
             return False
-        w = self.observed.workload(key, name)
+        w = self.observed.workload(key, name) if self.observed.workloads else None
         if w is not None:
             return w.state == WorkloadState.RUNNING and w.ready_replicas >= replicas
         return not self.cordoned(name)
 
     def not_running(self, key: str, name: str) -> bool:
-        w = self.observed.workload(key, name)
-        return w is not None and w.state == WorkloadState.NOT_RUNNING
+        return self.workload_state(key, name) == WorkloadState.NOT_RUNNING
 
+    def wanted(self, c: Component) -> int:
+        """Replicas the goals want this cycle (docs: replica counts and workload kinds)."""
+        if c.kind in ("Job", "CronJob") and c.key in self.completed:
+            return 0
+        min_clusters = c.qos.availability.min_clusters
+        if c.kind == "DaemonSet":
+            return max(min_clusters, 1)
+        s = c.qos.scaling
+        if s is None or c.kind in ("Job", "CronJob"):
+            return c.replicas
+        count = min(max(_replicas_for(self.rps.get(c.key, 0.0), s.target_rps_per_replica), s.min_replicas),
+                    s.max_replicas)
+        if count < min_clusters <= s.max_replicas:
+            count = min_clusters
+        return count
 
-def wanted(c: Component, observed: Observed) -> int:
-    """Replicas the goals want this cycle (docs: replica counts and workload kinds)."""
-    if c.key in observed.completed_jobs and c.kind in ("Job", "CronJob"):
-        return 0
-    min_clusters = c.qos.availability.min_clusters
-    if c.kind == "DaemonSet":
-        return max(min_clusters, 1)
-    s = c.qos.scaling
-    if s is None or c.kind in ("Job", "CronJob"):
-        return c.replicas
-    rps = sum(t.rps for t in observed.traffic if t.component == c.key)
-    count = min(max(_replicas_for(rps, s.target_rps_per_replica), s.min_replicas), s.max_replicas)
-    if count < min_clusters <= s.max_replicas:
-        count = min_clusters
-    return count
+    def goal_filters(self, c: Component, name: str, replicas: int) -> list[GoalKind]:
+        """The goals of the goal filters (tier, selector and taints, architecture, cost cap)
+        a cluster breaks for a component."""
+        key: tuple[object, ...] = (id(c.qos), c.architectures, name)
+        if c.qos.max_cost_per_hour is not None:
+            key = (*key, c.cpu, c.memory, replicas)
+        known = self._filters.get(key)
+        if known is None:
+            known = self._filters[key] = self._goal_filters(c, name, replicas)
+        return known
+
+    def _goal_filters(self, c: Component, name: str, replicas: int) -> list[GoalKind]:
+        cluster = self.goals.clusters[name]
+        broken: list[GoalKind] = []
+        if c.qos.tiers and cluster.spec.tier not in c.qos.tiers:
+            broken.append("tier")
+        if not c.qos.cluster_selector.matches(cluster.selector_labels) or not _tolerated(c, cluster):
+            broken.append("selector")
+        if not any(n.arch in c.architectures for n in self.nodes(name)):
+            broken.append("architecture")
+        cap = c.qos.max_cost_per_hour
+        if cap is not None:
+            price = c.cpu / 1000 * cluster.spec.cost.cpu_hour + c.memory / GIB * cluster.spec.cost.memory_gib_hour
+            if price * max(replicas, 1) > cap + 1e-9:
+                broken.append("cost")
+        return broken
+
+    def holds_one(self, c: Component, name: str) -> bool:
+        """Some node of a supported architecture holds one replica, even empty."""
+        key = (c.architectures, c.cpu, c.memory, name)
+        known = self._holds.get(key)
+        if known is None:
+            known = self._holds[key] = any(n.arch in c.architectures and n.cpu >= c.cpu and n.memory >= c.memory
+                                           for n in self.nodes(name))
+        return known
+
+    def outside_envelope(self, c: Component, name: str) -> bool:
+        """``serve: all`` goals: every one within maxMs; ``serve: nearest``: at least one."""
+        goals = c.qos.latency
+        if not goals:
+            return False
+        key = (id(c.qos), name)
+        known = self._outside.get(key)
+        if known is None:
+            nearest = [g for g in goals if g.serve == "nearest"]
+            known = self._outside[key] = (
+                any(g.serve == "all" and self.latency(name, g.region) > g.max_ms for g in goals)
+                or (bool(nearest) and all(self.latency(name, g.region) > g.max_ms for g in nearest)))
+        return known
 
 
 def _replicas_for(rps: float, per_replica: float) -> int:
@@ -171,39 +251,6 @@ def _tolerated(c: Component, cluster: Cluster) -> bool:
     return all(t.effect == "PreferNoSchedule"
                or any(tol.tolerates(t.key, t.value, t.effect) for tol in c.qos.tolerations)
                for t in cluster.spec.taints)
-
-
-def goal_filters(fleet: _Fleet, c: Component, name: str, replicas: int) -> list[GoalKind]:
-    """The goals of the goal filters (tier, selector and taints, architecture, cost cap) a
-    cluster breaks for a component."""
-    cluster = fleet.goals.clusters[name]
-    broken: list[GoalKind] = []
-    if c.qos.tiers and cluster.spec.tier not in c.qos.tiers:
-        broken.append("tier")
-    if not c.qos.cluster_selector.matches(cluster.selector_labels) or not _tolerated(c, cluster):
-        broken.append("selector")
-    if not c.architectures & {n.arch for n in fleet.nodes(name)}:
-        broken.append("architecture")
-    cap = c.qos.max_cost_per_hour
-    if cap is not None:
-        price = c.cpu / 1000 * cluster.spec.cost.cpu_hour + c.memory / GIB * cluster.spec.cost.memory_gib_hour
-        if price * max(replicas, 1) > cap + 1e-9:
-            broken.append("cost")
-    return broken
-
-
-def holds_one(fleet: _Fleet, c: Component, name: str) -> bool:
-    """Some node of a supported architecture holds one replica, even empty."""
-    return any(n.arch in c.architectures and n.cpu >= c.cpu and n.memory >= c.memory for n in fleet.nodes(name))
-
-
-def outside_envelope(fleet: _Fleet, c: Component, name: str) -> bool:
-    """``serve: all`` goals: every one within maxMs; ``serve: nearest``: at least one."""
-    goals = c.qos.latency
-    if any(g.serve == "all" and fleet.latency(name, g.region) > g.max_ms for g in goals):
-        return True
-    nearest = [g for g in goals if g.serve == "nearest"]
-    return bool(nearest) and all(fleet.latency(name, g.region) > g.max_ms for g in nearest)
 
 
 # ----- the check ---------------------------------------------------------------------------------
@@ -221,21 +268,28 @@ def check(goals: Goals, observed: Observed, previous: CurrentPlacement, plan: Pl
     for u in plan.unmet:
         unmet.setdefault(u.component, set()).add(u.goal)
     unplaced = {u.component: u.replicas for u in plan.unplaced}
-    targets = plan.placements()
+    targets = {key: {a.cluster: a.replicas for a in cp.assignments if a.replicas > 0}
+               for key, cp in plan.components.items()}
+    moves: dict[str, list[Move]] = {}
+    for m in plan.moves:
+        moves.setdefault(m.component, []).append(m)
+    none: set[GoalKind] = set()
     for key, c in components.items():
-        _component(fleet, c, targets, unmet.get(key, set()), unplaced.get(key, 0), plan, previous, out)
+        _component(fleet, c, targets, unmet.get(key, none), unplaced.get(key, 0), plan, previous, out)
     _capacity(fleet, components, plan, previous, unmet, out)
     _room(fleet, components, plan, unplaced, out)
     for key in sorted(set(previous.placements) | set(previous.draining) | set(components)):
-        _continuity(fleet, components.get(key), key, previous, plan, unmet.get(key, set()), unplaced.get(key, 0), out)
-    _moves(fleet, components, previous, plan, unmet, before, out)
+        _continuity(fleet, components.get(key), key, previous, plan, moves.get(key, []), unmet.get(key, none),
+                    unplaced.get(key, 0), out)
+    _moves(fleet, components, previous, plan, targets, unmet, before, out)
+    out.sort(key=lambda f: (f.component, f.breach.value, f.cluster or "", f.detail))
     return out
 
 
 def _component(fleet: _Fleet, c: Component, targets: Mapping[str, Mapping[str, int]], unmet: set[GoalKind],
                unplaced: int, plan: Plan, previous: CurrentPlacement, out: list[Finding]) -> None:
     key = c.key
-    want = wanted(c, fleet.observed)
+    want = fleet.wanted(c)
     where = {name: n for name, n in targets.get(key, {}).items() if n > 0}
     if sum(where.values()) + unplaced != want:
         out.append(Finding(Breach.COUNT, key, f"{sum(where.values())} placed + {unplaced} unplaced, "
@@ -247,10 +301,7 @@ def _component(fleet: _Fleet, c: Component, targets: Mapping[str, Mapping[str, i
         if goal not in unmet:
             out.append(Finding(Breach.UNLISTED, key, detail, cluster=name, goal=goal))
 
-    ran = {**previous.draining.get(key, {})}
-    for name, n in previous.placements.get(key, {}).items():
-        ran[name] = ran.get(name, 0) + n
-    for name, n in sorted(where.items()):
+    for name, n in where.items():
         if not fleet.declared(name):
             out.append(Finding(Breach.UNKNOWN_CLUSTER, key, f"{n} replica(s) on an undeclared cluster", cluster=name))
             continue
@@ -259,15 +310,17 @@ def _component(fleet: _Fleet, c: Component, targets: Mapping[str, Mapping[str, i
         if fleet.failed(name):
             need("health", name, "replicas on a failed cluster")
             continue
-        if fleet.cordoned(name) and n > ran.get(name, 0):
-            out.append(Finding(Breach.CORDONED, key, f"{n} replica(s) where {ran.get(name, 0)} ran", cluster=name))
+        if fleet.cordoned(name):
+            ran = previous.placements.get(key, {}).get(name, 0) + previous.draining.get(key, {}).get(name, 0)
+            if n > ran:
+                out.append(Finding(Breach.CORDONED, key, f"{n} replica(s) where {ran} ran", cluster=name))
         if fleet.not_running(key, name):
             need("health", name, "kept where it does not run")
-        for goal in goal_filters(fleet, c, name, want):
+        for goal in fleet.goal_filters(c, name, want):
             need(goal, name, f"the cluster breaks its {goal} goal")
-        if not holds_one(fleet, c, name) and not fleet.cordoned(name):  # cordoned: what runs there stays
+        if not fleet.holds_one(c, name) and not fleet.cordoned(name):  # cordoned: what runs there stays
             need("capacity", name, "no node holds one replica")
-        if outside_envelope(fleet, c, name):
+        if fleet.outside_envelope(c, name):
             need("latency", name, "outside the latency envelope")
         for anchor in c.colocate_with:
             if not targets.get(anchor, {}).get(name):
@@ -284,11 +337,10 @@ def _component(fleet: _Fleet, c: Component, targets: Mapping[str, Mapping[str, i
             need("latency", None, f"no replica within {g.max_ms:g} ms of {g.region}")
     s = c.qos.scaling
     if s is not None and c.kind not in ("DaemonSet", "Job", "CronJob"):
-        rps = sum(t.rps for t in fleet.observed.traffic if t.component == key)
-        if _replicas_for(rps, s.target_rps_per_replica) > s.max_replicas:
+        if _replicas_for(fleet.rps.get(key, 0.0), s.target_rps_per_replica) > s.max_replicas:
             need("scaling", None, "traffic needs more than maxReplicas")
     cp = plan.components.get(key)
-    if cp is not None and c.qos.availability.spread and alive and max(alive) - min(alive) > 1:
+    if cp is not None and c.qos.availability.spread and len(alive) > 1 and max(alive) - min(alive) > 1:
         for a in cp.assignments:
             if "shared evenly" in a.reason:
                 out.append(Finding(Breach.EXPLANATION, key, f"'{a.reason}' but counts {sorted(alive)}",
@@ -301,7 +353,7 @@ def _capacity(fleet: _Fleet, components: Mapping[str, Component], plan: Plan, pr
     load: dict[str, dict[str, int]] = {}
     before: dict[str, dict[str, int]] = {}
     for key, cp in plan.components.items():
-        for name, n in cp.replicas_by_cluster(include_draining=True).items():
+        for name, n in _running_on(cp).items():
             load.setdefault(name, {})[key] = n
     for table in (previous.placements, previous.draining):
         for key, where in table.items():
@@ -315,8 +367,11 @@ def _capacity(fleet: _Fleet, components: Mapping[str, Component], plan: Plan, pr
             continue  # said: something waits there for capacity it lost
         cpu = sum(components[k].cpu * n for k, n in known.items())
         memory = sum(components[k].memory * n for k, n in known.items())
-        oc = fleet.observed.cluster(name)
-        if oc.nodes is not None and all(n.allocatable is not None for n in oc.nodes):
+        oc = fleet.observed.cluster(name) if name in fleet.observed.clusters else None
+        if oc is None:
+            spec = fleet.goals.clusters[name].spec
+            limit = (sum(s.cpu * s.count for s in spec.nodes), sum(s.memory * s.count for s in spec.nodes))
+        elif oc.nodes is not None and all(n.allocatable is not None for n in oc.nodes):
             have = [(n.allocatable.cpu, n.allocatable.memory) for n in oc.nodes if n.ready and n.allocatable]
             limit = (sum(a for a, _ in have), sum(b for _, b in have))
         elif oc.nodes is not None or oc.free is not None:
@@ -346,28 +401,39 @@ def _room(fleet: _Fleet, components: Mapping[str, Component], plan: Plan, unplac
     that passes every filter has room for one: first fit decreasing of what the plan runs
     there leaves a node with the room (a packing that exists, so the room does)."""
     load: dict[str, list[tuple[int, int, frozenset[str]]]] = {}
+    if not unplaced:
+        return
     for key, cp in plan.components.items():
         c = components.get(key)
         if c is None:
             continue
-        for name, n in cp.replicas_by_cluster(include_draining=True).items():
+        for name, n in _running_on(cp).items():
             load.setdefault(name, []).extend([(c.cpu, c.memory, c.architectures)] * n)
     for key, n in sorted(unplaced.items()):
         c = components.get(key)
         if (c is None or not n or not c.qos.offloading or not c.qos.bursting or c.qos.availability.spread
                 or c.kind == "DaemonSet" or c.colocate_with or any(g.serve == "nearest" for g in c.qos.latency)):
             continue
-        want = wanted(c, fleet.observed)
+        want = fleet.wanted(c)
         for name in fleet.goals.clusters:
-            oc = fleet.observed.cluster(name)
-            if (fleet.failed(name) or fleet.cordoned(name) or oc.nodes is not None or oc.free is not None
-                    or fleet.not_running(key, name) or goal_filters(fleet, c, name, want)
-                    or outside_envelope(fleet, c, name) or not holds_one(fleet, c, name)):
+            oc = fleet.observed.clusters.get(name)
+            if (fleet.failed(name) or fleet.cordoned(name) or (oc is not None and (oc.nodes is not None
+                                                                                    or oc.free is not None))
+                    or fleet.not_running(key, name) or fleet.goal_filters(c, name, want)
+                    or fleet.outside_envelope(c, name) or not fleet.holds_one(c, name)):
                 continue
             if _packs_one_more(fleet.goals.clusters[name], load.get(name, []), c):
                 out.append(Finding(Breach.ROOM, key, f"{n} replica(s) unplaced; room for one here", cluster=name,
                                    goal="capacity"))
                 break
+
+
+def _running_on(cp: ComponentPlan) -> dict[str, int]:
+    """What a component's plan runs per cluster, draining replicas included."""
+    out = {a.cluster: a.replicas for a in cp.assignments if a.replicas > 0}
+    for d in cp.draining:
+        out[d.cluster] = out.get(d.cluster, 0) + d.replicas
+    return out
 
 
 @dataclass
@@ -397,16 +463,17 @@ def _packs_one_more(cluster: Cluster, load: list[tuple[int, int, frozenset[str]]
 
 
 def _continuity(fleet: _Fleet, c: Component | None, key: str, previous: CurrentPlacement, plan: Plan,
-                unmet: set[GoalKind], unplaced: int, out: list[Finding]) -> None:
+                moves: list[Move], unmet: set[GoalKind], unplaced: int, out: list[Finding]) -> None:
     """Replicas that ran (placed or draining) either still run, moved with a move that says
     so, or are reported (unplaced, unmet); a drain ends only once its replacement runs."""
     prev_t = {k: n for k, n in previous.placements.get(key, {}).items() if n > 0}
     prev_d = {k: n for k, n in previous.draining.get(key, {}).items() if n > 0}
+    if not prev_t and not prev_d:
+        return  # nothing ran: nothing can have disappeared
     cp = plan.components.get(key)
-    new_t = cp.replicas_by_cluster(include_draining=False) if cp else {}
+    new_t = {a.cluster: a.replicas for a in cp.assignments if a.replicas > 0} if cp else {}
     new_d = {d.cluster: d.replicas for d in cp.draining} if cp else {}
-    moves = [m for m in plan.moves if m.component == key]
-    gone = c is None or (c.kind in ("Job", "CronJob") and key in fleet.observed.completed_jobs)
+    gone = c is None or (c.kind in ("Job", "CronJob") and key in fleet.completed)
     if gone:
         for name in sorted(set(prev_t) | set(prev_d)):
             n = prev_t.get(name, 0) + prev_d.get(name, 0)
@@ -416,7 +483,7 @@ def _continuity(fleet: _Fleet, c: Component | None, key: str, previous: CurrentP
                                                          "left without a move", cluster=name))
         return
     assert c is not None
-    want = wanted(c, fleet.observed)
+    want = fleet.wanted(c)
     # Moves that may end replicas at once: to nowhere (scale-down, removal), off a gone
     # cluster, or replicas that no longer fit there. Everything else is make before break.
     at_once: dict[str, int] = {}
@@ -429,7 +496,7 @@ def _continuity(fleet: _Fleet, c: Component | None, key: str, previous: CurrentP
     required = max(0, want - running)  # drains that must go on: their replacement does not run
     may_end = max(0, sum(prev_d.values()) - required)
     ended = lost = 0
-    for name in sorted(set(prev_t) | set(prev_d)):
+    for name in prev_t.keys() | prev_d.keys():
         before = prev_t.get(name, 0) + prev_d.get(name, 0)
         after = new_t.get(name, 0) + new_d.get(name, 0)
         if fleet.failed(name):
@@ -456,9 +523,9 @@ def _continuity(fleet: _Fleet, c: Component | None, key: str, previous: CurrentP
 
 
 def _moves(fleet: _Fleet, components: Mapping[str, Component], previous: CurrentPlacement, plan: Plan,
-           unmet: Mapping[str, set[GoalKind]], before: Plan | None, out: list[Finding]) -> None:
+           targets: Mapping[str, Mapping[str, int]], unmet: Mapping[str, set[GoalKind]], before: Plan | None,
+           out: list[Finding]) -> None:
     """Each move's reason and goal against what changed; optimisations against the rules."""
-    targets = plan.placements()
     for m in plan.moves:
         key = m.component
         c = components.get(key)
@@ -468,7 +535,7 @@ def _moves(fleet: _Fleet, components: Mapping[str, Component], previous: Current
             out.append(Finding(Breach.EXPLANATION, key, "'new' for a component that ran or drained before",
                                cluster=m.target))
         if m.reason == "removed":
-            if c is not None and not (c.kind in ("Job", "CronJob") and key in fleet.observed.completed_jobs):
+            if c is not None and not (c.kind in ("Job", "CronJob") and key in fleet.completed):
                 out.append(Finding(Breach.EXPLANATION, key, "'removed' for a component in the goals"))
             continue
         if c is None:
@@ -484,7 +551,7 @@ def _moves(fleet: _Fleet, components: Mapping[str, Component], previous: Current
             _optimisation(fleet, c, m.source, m.target, m.replicas, previous, plan, unmet.get(key, set()), before, out)
     for key, cp in plan.components.items():
         c = components.get(key)
-        if c is None:
+        if c is None or not cp.draining:
             continue
         for d in cp.draining:
             _claim(fleet, c, d.cluster, d.goal, "drain", targets, out)
@@ -498,7 +565,7 @@ def _claim(fleet: _Fleet, c: Component, source: str, goal: GoalKind | None, what
         return
     if goal in ("tier", "selector", "architecture", "cost"):
         apart = goal == "selector" and any(not targets.get(anchor, {}).get(source) for anchor in c.colocate_with)
-        if not apart and goal not in goal_filters(fleet, c, source, wanted(c, fleet.observed)):
+        if not apart and goal not in fleet.goal_filters(c, source, fleet.wanted(c)):
             out.append(Finding(Breach.EXPLANATION, c.key, f"{what}: says {source} breaks its {goal} goal; it does not",
                                cluster=source, goal=goal))
     elif goal == "health":
@@ -507,7 +574,7 @@ def _claim(fleet: _Fleet, c: Component, source: str, goal: GoalKind | None, what
                                cluster=source, goal=goal))
     elif goal == "latency":
         nearest = [g for g in c.qos.latency if g.serve == "nearest"]
-        if not outside_envelope(fleet, c, source) and not nearest:
+        if not fleet.outside_envelope(c, source) and not nearest:
             out.append(Finding(Breach.EXPLANATION, c.key, f"{what}: says {source} breaks the latency envelope",
                                cluster=source, goal=goal))
 
