@@ -194,9 +194,10 @@ class Ledger:
         self.allocatable: dict[int, list[tuple[int, int]]] = {}
         # Per cluster whose nodes are reported: how many of them are not ready.
         self.not_ready: dict[int, int] = {}
-        # (cluster, component) -> the nodes its running replicas were put on when settled,
-        # so that replicas given up this cycle (a scale-down) give their room back there.
-        self.running_takes: dict[tuple[int, str], list[Take]] = {}
+        # Per cluster, (cluster, component) -> the nodes its running replicas were put on
+        # when settled, so that replicas given up this cycle (a scale-down) give their room
+        # back there. Shared with the settlement memo: replaced, never changed in place.
+        self.running_takes: dict[int, dict[tuple[int, str], tuple[Take, ...]]] = {}
         self._shape_table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.all_settled = False
         # Counts the times capacity came back anywhere (``_roomier``): between two changes of
@@ -448,7 +449,9 @@ class Ledger:
         self._roomier(cluster)
         self.returned[cluster] = True
         left = count
-        takes = self.running_takes.get((cluster, key))
+        here = self.running_takes.get(cluster, {})
+        recorded = here.get((cluster, key))
+        takes = list(recorded) if recorded is not None else None
         while left > 0 and takes:
             take = takes[-1]
             k = min(left, take.replicas)
@@ -461,6 +464,8 @@ class Ledger:
             else:
                 takes[-1] = take._replace(replicas=take.replicas - k)
             left -= k
+        if takes is not None:
+            self.running_takes[cluster] = {**here, (cluster, key): tuple(takes)}
         if self.observed_usage[cluster]:
             if cluster in self.segments_observed and takes is None:
                 # In the reported free capacity: give it back where the nodes are used.
@@ -539,7 +544,7 @@ class Ledger:
                 self.segments[cluster] = [segment.copy() for segment in done.segments]
                 self.free_cpu[cluster], self.free_memory[cluster] = done.free_cpu, done.free_memory
                 self.fitted.update(done.fitted)
-                self.running_takes.update({k: list(v) for k, v in done.takes.items()})
+                self.running_takes[cluster] = done.takes
                 return
         fitted_here: dict[tuple[int, str], int] = {}
         takes_here: dict[tuple[int, str], list[Take]] = {}
@@ -589,15 +594,15 @@ class Ledger:
                 self.free_memory[cluster] += (r.replicas - fitted) * r.memory
             fitted_here[(cluster, r.key)] = fitted
         self.fitted.update(fitted_here)
-        self.running_takes.update(takes_here)
+        taken = {k: tuple(v) for k, v in takes_here.items()}
+        self.running_takes[cluster] = taken
         if not observed:
             if len(self.settled) > 2 * self.n + 16:
                 self.settled.clear()  # bounded: stale settlements go with the rest
                 self.settled_last.clear()
             done = self.settled[memo_key] = Settled(
                 tuple(segment.copy() for segment in self.segments[cluster]),
-                float(self.free_cpu[cluster]), float(self.free_memory[cluster]), fitted_here,
-                {k: tuple(v) for k, v in takes_here.items()},
+                float(self.free_cpu[cluster]), float(self.free_memory[cluster]), fitted_here, taken,
             )
             self.settled_last[cluster] = (runs, done)
 

@@ -25,7 +25,7 @@ from qonnect_gitops.model.goals import Component, Goals
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
 from qonnect_gitops.placement import oracle, plan
-from tests.placement.builders import NOW, goals
+from tests.placement.builders import NOW, goals, replaced
 from tests.placement.test_properties import COOLDOWN, REGIONS, apps, fleets
 
 EVENTS = ("nothing", "later", "fail", "recover", "edit", "resize", "scale-down", "shrink", "not-ready",
@@ -64,13 +64,7 @@ def _edited(g: Goals, k: int) -> Goals:
             q["latency"] = [{"region": r, "maxMs": float(3 + (k + i) % 30), "serve": "nearest"}
                             for i, r in enumerate(REGIONS)]
         c = dataclasses.replace(c, qos=QoS.model_validate(q))
-    return _with(g, c)
-
-
-def _with(g: Goals, c: Component) -> Goals:
-    apps_ = {name: dataclasses.replace(app, components=tuple(c if x.key == c.key else x for x in app.components))
-             for name, app in g.apps.items()}
-    return Goals(g.fleet, g.clusters, g.network, apps_, g.latencies)
+    return replaced(g, c)
 
 
 @dataclass
@@ -105,7 +99,7 @@ class World:
                 c = dataclasses.replace(c, cpu=max(250, c.cpu * 2 if k % 2 else c.cpu // 2))
             else:
                 c = dataclasses.replace(c, replicas=max(1, c.replicas - 1 - k % 2))
-            self.g = _with(self.g, c)
+            self.g = replaced(self.g, c)
         elif event == "shrink":
             self.shrunk[name] = k % 2  # one node left, or none
         elif event == "not-ready":
@@ -213,7 +207,7 @@ def repro(fleet: list[Any], links: list[tuple[str, str, float]], comps: list[Com
     return "\n".join(lines)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(sequences())
 def test_every_cycle_of_every_sequence_passes_the_oracle(sequence: tuple[Any, ...]) -> None:
     fleet, links, comps, events = sequence
