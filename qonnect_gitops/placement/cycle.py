@@ -377,13 +377,13 @@ class Cycle:
                  cluster: int) -> Running:
         """Running replicas to charge, at today's size; ``old``: what the placement in force
         was sized at (with ``resized``, its size differs from today's)."""
-        # Replicas of a component whose architectures the goals changed run on nodes of
-        # the old ones (any node, when the plan in force did not record them).
+        # Today's architectures where the cluster has nodes of them (rendering pins the
+        # replicas there); on a cluster with none, replicas of a component whose
+        # architectures the goals changed still run on nodes of the old ones until they are
+        # replaced (any node, when the plan in force did not record them).
         archs = c.architectures
-        if old is not None and old.architectures is not None:
-            archs = frozenset(old.architectures)
-        elif archs.isdisjoint(self.ledger.archs[cluster]):
-            archs = ANY_ARCH
+        if archs.isdisjoint(self.ledger.archs[cluster]):
+            archs = frozenset(old.architectures) if old is not None and old.architectures is not None else ANY_ARCH
         if old is None or not resized:
             return Running(key, c.cpu, c.memory, archs, count)
         return Running(key, c.cpu, c.memory, archs, count, old_cpu=old.cpu, old_memory=old.memory)

@@ -359,9 +359,14 @@ class Explainer:
         """The architectures of what the plan runs of a component: its own, and while
         replicas drain, those they were placed with (the next cycle charges them so)."""
         archs = set(work.component.architectures)
-        old = self.cycle.current.requests.get(work.key)
-        if work.drains and old is not None and old.architectures is not None:
-            archs.update(old.architectures)
+        if work.drains:
+            old = self.cycle.current.requests.get(work.key)
+            if old is not None and old.architectures is not None:
+                archs.update(old.architectures)
+            else:  # not recorded (a plan written before): what they drain on, where it is not those
+                for i in work.drains:
+                    if work.component.architectures.isdisjoint(self.cycle.ledger.archs[i]):
+                        archs.update(self.cycle.ledger.archs[i])
         return tuple(sorted(archs))
 
     def reasons(self, work: Work, used: list[tuple[int, int]]) -> list[str]:

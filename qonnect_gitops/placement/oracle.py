@@ -277,7 +277,7 @@ def check(goals: Goals, observed: Observed, previous: CurrentPlacement, plan: Pl
     for key, c in components.items():
         _component(fleet, c, targets, unmet.get(key, none), unplaced.get(key, 0), plan, previous, out)
     _capacity(fleet, components, plan, previous, unmet, out)
-    _room(fleet, components, plan, unplaced, out)
+    _room(fleet, components, plan, previous, unplaced, out)
     for key in sorted(set(previous.placements) | set(previous.draining) | set(components)):
         _continuity(fleet, components.get(key), key, previous, plan, moves.get(key, []), unmet.get(key, none),
                     unplaced.get(key, 0), out)
@@ -394,31 +394,38 @@ def _capacity(fleet: _Fleet, components: Mapping[str, Component], plan: Plan, pr
                                f"holds {limit[0]}m and {limit[1]}", cluster=name, goal="capacity"))
 
 
-def _room(fleet: _Fleet, components: Mapping[str, Component], plan: Plan, unplaced: Mapping[str, int],
-          out: list[Finding]) -> None:
-    """Unplaced replicas of a component its own rules do not hold back (offloading and
-    bursting on, no spread, colocation or region coverage rule) while a declared cluster
-    that passes every filter has room for one: first fit decreasing of what the plan runs
-    there leaves a node with the room (a packing that exists, so the room does)."""
-    load: dict[str, list[tuple[int, int, frozenset[str]]]] = {}
+def _room(fleet: _Fleet, components: Mapping[str, Component], plan: Plan, previous: CurrentPlacement,
+          unplaced: Mapping[str, int], out: list[Finding]) -> None:
+    """Unplaced replicas of a component that ran before, its own rules not holding them
+    back (offloading and bursting on, no spread, colocation or region coverage rule),
+    while a declared cluster that passes every filter has room for one: first fit
+    decreasing of what the plan runs there leaves a node with the room (a packing that
+    exists, so the room does). Only clusters that take nothing new in this plan are
+    judged: what a cycle places from scratch is packed in the order it is decided, a
+    model the next cycle settles again."""
     if not unplaced:
         return
+    load: dict[str, list[tuple[int, int, frozenset[str]]]] = {}
+    grew: set[str] = set()
     for key, cp in plan.components.items():
         c = components.get(key)
         if c is None:
             continue
         for name, n in _running_on(cp).items():
             load.setdefault(name, []).extend([(c.cpu, c.memory, c.architectures)] * n)
+            if n > previous.placements.get(key, {}).get(name, 0) + previous.draining.get(key, {}).get(name, 0):
+                grew.add(name)
     for key, n in sorted(unplaced.items()):
         c = components.get(key)
-        if (c is None or not n or not c.qos.offloading or not c.qos.bursting or c.qos.availability.spread
-                or c.kind == "DaemonSet" or c.colocate_with or any(g.serve == "nearest" for g in c.qos.latency)):
+        if (c is None or not n or key not in previous.placements or not c.qos.offloading or not c.qos.bursting
+                or c.qos.availability.spread or c.kind == "DaemonSet" or c.colocate_with
+                or any(g.serve == "nearest" for g in c.qos.latency)):
             continue
         want = fleet.wanted(c)
         for name in fleet.goals.clusters:
             oc = fleet.observed.clusters.get(name)
-            if (fleet.failed(name) or fleet.cordoned(name) or (oc is not None and (oc.nodes is not None
-                                                                                    or oc.free is not None))
+            if (name in grew or fleet.failed(name) or fleet.cordoned(name)
+                    or (oc is not None and (oc.nodes is not None or oc.free is not None))
                     or fleet.not_running(key, name) or fleet.goal_filters(c, name, want)
                     or fleet.outside_envelope(c, name) or not fleet.holds_one(c, name)):
                 continue
@@ -507,7 +514,7 @@ def _continuity(fleet: _Fleet, c: Component | None, key: str, previous: CurrentP
             if missing > 0 and not unplaced and not unmet:
                 out.append(Finding(Breach.VANISHED, key, f"{missing} replica(s) on a failed cluster neither "
                                                          "replaced nor reported", cluster=name))
-            lost += prev_d.get(name, 0)
+            lost += max(0, prev_d.get(name, 0) - max(0, -missing))  # drains a failover move did not replace
             continue
         if after >= before:
             continue
