@@ -53,7 +53,7 @@ from qonnect_gitops.model.limits import MAX_TREE_FILES
 from qonnect_gitops.model.network import Link, latency_table
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
-from qonnect_gitops.placement import plan
+from qonnect_gitops.placement import oracle, plan
 
 NOW = datetime(2026, 11, 29, 12, 0, tzinfo=UTC)
 MI = 2**20
@@ -249,7 +249,7 @@ def _fresh(goals: Goals) -> Goals:
 
 
 def speed(quick: bool) -> dict[str, Any]:
-    out: dict[str, Any] = {"full_plan_s": {}, "mix": {}}
+    out: dict[str, Any] = {"full_plan_s": {}, "mix": {}, "load_start": [round(x, 2) for x in os.getloadavg()]}
     sizes = [(100, 1000), (1000, 10000)] if not quick else [(50, 500), (200, 2000)]
     plans = {}
     for nc, nm in sizes:
@@ -279,6 +279,14 @@ def speed(quick: bool) -> dict[str, Any]:
     out["failover_moves"] = sum(m.replicas for m in fp.moves if m.reason == "failover")
     out["failover_reason"] = fp.reason
     out["full_plan_unplaced"] = sum(u.replicas for u in p.unplaced)
+    # The independent oracle (placement/oracle.py) checking a whole plan, as tests do every
+    # cycle: the full plan from nothing, and the failover against the plan before it.
+    t, findings = timed(lambda: oracle.check(goals, observed(), CurrentPlacement(), p), repeat=3)
+    out["oracle_full_s"] = round(t, 4)
+    out["oracle_full_share"] = round(t / out["full_plan_s"][s2], 3)
+    t, failover_findings = timed(lambda: oracle.check(goals, obs, cur, fp, before=p), repeat=3)
+    out["oracle_failover_s"] = round(t, 4)
+    out["oracle_findings"] = len(findings) + len(failover_findings)
     # A steady-state cycle with nothing changed: the plan in force, a minute later.
     obs_quiet = observed(NOW + timedelta(seconds=60))
     plan(goals, obs_quiet, cur)
@@ -305,6 +313,7 @@ def speed(quick: bool) -> dict[str, Any]:
     t, sp = timed(lambda: plan(goals, obs_late, cur), repeat=1)
     out["steady_replan_all_evaluated_s"] = round(t, 4)
     out["steady_replan_moves"] = sum(m.replicas for m in sp.moves)
+    out["load_end"] = [round(x, 2) for x in os.getloadavg()]
     return out
 
 
@@ -861,6 +870,10 @@ def main(argv: list[str] | None = None) -> int:
         *[(f"full plan {k}", f"{v:.3f} s", "goal <= 2 s at 1000x10000") for k, v in result["full_plan_s"].items()],
         ("growth (time ratio / size ratio)", f"{result['growth_ratio']} / {result['size_ratio']:.0f}", "time grows less than size: no worse than linear"),
         ("failover replan", f"{result['failover_replan_s']:.3f} s", f"{result['failover_moves']} replicas off {result['failover_cluster']}; goal <= 0.2 s"),
+        ("oracle, full plan checked", f"{result['oracle_full_s']:.3f} s",
+         f"{result['oracle_full_share']:.0%} of the full plan at 1000x10000; goal <= 10 %; "
+         f"{result['oracle_findings']} findings"),
+        ("oracle, failover checked", f"{result['oracle_failover_s']:.3f} s", "the whole plan, against the one before"),
         ("steady cycle, nothing changed", f"{result['steady_cycle_s']:.3f} s", f"{result['steady_cycle_moves']} replicas moved; goal <= 0.3 s"),
         ("goals edit breaking envelopes", f"{result['envelope_edit_s']:.3f} s",
          f"{result['envelope_edit_components']} components, {result['envelope_edit_moved_components']} moved, "
@@ -873,6 +886,7 @@ def main(argv: list[str] | None = None) -> int:
     ]
     for name, value, note in rows:
         print(f"{name:34} {value:>14}  {note}")
+    print(f"{'load (1, 5, 15 min)':34} {result['load_start']!s:>14}  at the start; {result['load_end']} after speed")
     return 0
 
 

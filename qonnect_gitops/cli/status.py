@@ -208,6 +208,10 @@ _FIXES: dict[str, str] = {
     "PruneFailed": "see the agent's log: kubectl -n qonnect-system logs deploy/qonnect-agent",
     "InventoryUnreadable": "the agent's inventory ConfigMap is unreadable: see docs/agent.md, 'Inventory'",
     "SourceUnavailable": "the agent cannot fetch its branch: check its Git URL and credentials",
+    "Recovering": "nothing: it takes new replicas once Ready for heartbeat.recoverySeconds",
+    "UnsignedCommit": "the branch head is not signed: see docs/agent.md, signed commits",
+    "UntrustedSigner": "add the leads' public key to the agent's --trusted-keys (docs/operations-leads.md)",
+    "SystemObject": "the goals name the cluster's own RBAC: remove it (qonnect validate warns)",
 }
 
 

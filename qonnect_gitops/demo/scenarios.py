@@ -452,84 +452,131 @@ def _in_order(seen: list[str | None], path: tuple[str, ...]) -> bool:
 
 def stalled(d: Demo, component: str = "bookinfo/reviews-v3") -> Result:
     """A cluster whose agent refuses its branch: someone created by hand, on the cluster a
-    goals change sends ``component`` to, a Deployment of the same name that the agent did
-    not create (``OwnershipConflict``). The agent refuses the commit (``Stalled``); the
-    component keeps running where it ran (make before break) and the leads list it unmet
-    (``health``) within one progress deadline; once the operator deletes the hand-made
-    Deployment it runs on the new cluster."""
+    goals change sends ``component`` to, an object the agent would create (its Deployment,
+    or its app's namespace) (``OwnershipConflict``). The agent refuses the commit
+    (``Stalled``); the component keeps running where it ran (make before break) and the
+    leads list it unmet (``health``) within one progress deadline; once the operator deletes
+    the hand-made object it runs on the new cluster."""
     r = Result("stalled")
     goals = d.goals()
     comp = next(c for c in goals.components() if c.key == component)
     deadline = comp.stability.progress_deadline_seconds
     observed = d.snapshot()
     before = by_component(observed).get(component, {})
-    # A cluster of its tiers and architectures that runs other parts of its app (so the
-    # app's namespace is the agent's there) but not the component itself.
-    app_there = {c for c, comps in observed.items() if any(k.startswith(comp.app + "/") for k in comps or {})}
     allowed = sorted(c for c, spec in goals.clusters.items()
-                     if spec.spec.tier in comp.qos.tiers and c not in before and c in app_there
+                     if spec.spec.tier in comp.qos.tiers and c not in before
                      and any(n.arch in comp.architectures for n in spec.spec.nodes))
     if not allowed:
-        r.notes.append(f"no cluster of {component}'s tiers runs its app without it: {before}")
+        r.notes.append(f"no other cluster of {component}'s tiers: it runs on {before}")
         return r
-    target = allowed[0]
-    name = str(comp.workload["metadata"]["name"])
-    apps = client.AppsV1Api(d.observer.readers[target].api)
-    by_hand: Any = {  # the client takes a plain dict as body
-        "apiVersion": "apps/v1", "kind": "Deployment",
-        "metadata": {"name": name, "namespace": comp.namespace, "labels": {"created-by": "hand"}},
-        "spec": {"replicas": 1, "selector": {"matchLabels": {"hand": name}},
-                 "template": {"metadata": {"labels": {"hand": name}},
-                              "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}}
-    apps.create_namespaced_deployment(comp.namespace, by_hand)
-    d.event(f"a Deployment {comp.namespace}/{name} created by hand on {target} (not the agent's)")
+    # Prefer a cluster that runs other parts of its app: there the app's namespace is the
+    # agent's, and the hand-made object is a Deployment of the component's name; elsewhere
+    # it is the namespace itself (created by hand before the app came, as often happens).
+    app_there = {c for c, comps in observed.items() if any(k.startswith(comp.app + "/") for k in comps or {})}
+    target = next((c for c in allowed if c in app_there), allowed[0])
+    hand_made = _HandMade(d, target, comp.namespace,
+                          str(comp.workload["metadata"]["name"]) if target in app_there else None)
+    hand_made.create()
+    d.event(f"{hand_made} created by hand on {target} (not the agent's)")
     t0 = time.monotonic()
     app_path = f"apps/{comp.app}/app.yaml"
     anchor = _qos_line(d.stack.work / app_path, comp.name)
     qos = anchor.splitlines(keepends=True)[-1]
-    pin = qos.replace("qos:", f"  placement: {{policy: affinity, clusters: [{target}]}}")
+    # A selector is a hard goal: repaired at once, whatever the cooldown says.
+    pin = qos.replace("qos:", f"  clusterSelector: {{matchLabels: {{qonnect.io/cluster: {target}}}}}")
     pinned = d.push_edits([(app_path, anchor, anchor + pin)], f"{component}: only on {target}")
 
     def listed_unmet() -> bool:
         unmet = (d.stack.any_status() or {}).get("unmet") or []
         return any(u["component"] == component and u["goal"] == "health" for u in unmet)
 
-    d.wait(listed_unmet, deadline + 60, f"{component} listed unmet (health)", interval=0.3)
-    seconds = time.monotonic() - t0
-    row = cluster_row(d, target) or {}
-    running = by_component(d.snapshot()).get(component, {})
-    unmet = [u for u in (d.stack.any_status() or {}).get("unmet") or [] if u["component"] == component]
-    d.event(f"{target} is {row.get('state')} ({row.get('reason')}); {component} listed unmet after "
-            f"{seconds:.2f}s, still running on {running}")
-    problems = []
-    if row.get("state") != "Stalled":
-        problems.append(f"{target} is {row.get('state')}, not Stalled")
-    if not running:
-        problems.append(f"{component} runs nowhere while {target} refuses it")
-    # The operator's fix: the hand-made Deployment goes, the agent applies, the component runs there.
-    apps.delete_namespaced_deployment(name, comp.namespace)
-    t1 = time.monotonic()
-    d.event(f"the hand-made Deployment deleted on {target}")
+    problems: list[str] = []
+    running: dict[str, int] = {}
+    unmet: list[dict[str, Any]] = []
+    row: dict[str, Any] = {}
+    seconds = fixed_after = None
+    deleted = False
     try:
+        d.wait(listed_unmet, deadline + 60, f"{component} listed unmet (health)", interval=0.3)
+        seconds = time.monotonic() - t0
+        row = cluster_row(d, target) or {}
+        running = by_component(d.snapshot()).get(component, {})
+        unmet = [u for u in (d.stack.any_status() or {}).get("unmet") or [] if u["component"] == component]
+        d.event(f"{target} is {row.get('state')} ({row.get('reason')}); {component} listed unmet after "
+                f"{seconds:.2f}s, still running on {running}")
+        if row.get("state") != "Stalled":
+            problems.append(f"{target} is {row.get('state')}, not Stalled")
+        if not running:
+            problems.append(f"{component} runs nowhere while {target} refuses it")
+        # The operator's fix: the hand-made object goes, the agent applies, it runs there.
+        hand_made.delete()
+        deleted = True
+        t1 = time.monotonic()
+        d.event(f"{hand_made} deleted on {target}")
         fixed = d.wait_drained(component, timeout=90)
+        fixed_after = time.monotonic() - t1
         if set(fixed) != {target}:
             problems.append(f"after the fix {component} runs on {fixed}, not only on {target}")
     except Timeout as exc:
         problems.append(str(exc))
-    fixed_after = time.monotonic() - t1
-    revert = d.push_edits([(app_path, anchor + pin, anchor)], f"{component}: placed freely again")
-    d.wait(lambda: d.plan_source() == revert, 60, "the decision for the revert")
+    finally:
+        # Whatever happened, the later scenarios get the fleet back: no hand-made object,
+        # the component placed freely again.
+        if not deleted:
+            hand_made.delete()
+        revert = d.push_edits([(app_path, anchor + pin, anchor)], f"{component}: placed freely again")
+        # The leads took the goals (a decision is written only where the plan changes).
+        d.wait(lambda: ((d.stack.any_status() or {}).get("goals", {}).get("lastGood") or {}).get("commit") == revert,
+               60, "the leads to take the revert")
     r.expected = {"component": component, "pinned to": target, "goals commit": pinned,
                   "rules": f"{target} Stalled (refusal), {component} keeps running where it ran and is listed unmet "
                            f"(health) within its progress deadline ({deadline:.0f}s) + a cycle; once the hand-made "
                            f"Deployment is deleted it runs on {target}"}
     r.observed = {"running while stalled": running, "unmet": unmet,
                   "cluster": {k: row.get(k) for k in ("state", "reason")},
-                  "unmet after s": round(seconds, 3), "running on target after fix s": round(fixed_after, 3),
+                  "unmet after s": None if seconds is None else round(seconds, 3),
+                  "running on target after fix s": None if fixed_after is None else round(fixed_after, 3),
                   "problems": problems}
     r.seconds = seconds
     r.passed = not problems
     return r
+
+
+@dataclass
+class _HandMade:
+    """An object created by hand on a simulated cluster, as an operator's kubectl would: a
+    Deployment named ``deployment`` in ``namespace``, or (None) the namespace itself."""
+
+    d: Demo
+    cluster: str
+    namespace: str
+    deployment: str | None
+
+    def __str__(self) -> str:
+        return (f"a Deployment {self.namespace}/{self.deployment}" if self.deployment
+                else f"a Namespace {self.namespace}")
+
+    def create(self) -> None:
+        api = self.d.observer.readers[self.cluster].api
+        body: Any  # the client takes a plain dict as body
+        if self.deployment is None:
+            body = {"apiVersion": "v1", "kind": "Namespace",
+                    "metadata": {"name": self.namespace, "labels": {"created-by": "hand"}}}
+            client.CoreV1Api(api).create_namespace(body)
+            return
+        body = {"apiVersion": "apps/v1", "kind": "Deployment",
+                "metadata": {"name": self.deployment, "namespace": self.namespace, "labels": {"created-by": "hand"}},
+                "spec": {"replicas": 1, "selector": {"matchLabels": {"hand": self.deployment}},
+                         "template": {"metadata": {"labels": {"hand": self.deployment}},
+                                      "spec": {"containers": [{"name": "c", "image": "busybox:1.36"}]}}}}
+        client.AppsV1Api(api).create_namespaced_deployment(self.namespace, body)
+
+    def delete(self) -> None:
+        api = self.d.observer.readers[self.cluster].api
+        if self.deployment is None:
+            client.CoreV1Api(api).delete_namespace(self.namespace)
+        else:
+            client.AppsV1Api(api).delete_namespaced_deployment(self.deployment, self.namespace)
 
 
 def _qos_line(app_file: Path, component: str) -> str:

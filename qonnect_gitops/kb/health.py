@@ -62,6 +62,7 @@ EVICTIONS_PAUSED = "EvictionsPaused"
 EVICTIONS_SLOWED = "EvictionsSlowed"
 PROGRESS_DEADLINE_EXCEEDED = "ProgressDeadlineExceeded"
 SYNC_FAILED = "SyncFailed"
+RECOVERING = "Recovering"  # Ready again after a failover, not for recoverySeconds yet
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,10 +129,18 @@ def report_condition(record: ReportRecord) -> tuple[ClusterState, str | None]:
     nodes = record.nodes
     if nodes and not any(node.ready for node in nodes):
         return ClusterState.DEGRADED, NODES_NOT_READY
-    if sync.state == SyncState.STALLED and sync.reason != SyncReason.HEALTH_CHECK_FAILED:
+    if sync.state == SyncState.STALLED and sync.reason != SyncReason.HEALTH_CHECK_FAILED \
+            and not _awaiting_first_branch(record):
         reason = sync.reason if _is_reason(sync.reason) else SYNC_FAILED
         return ClusterState.STALLED, reason
     return ClusterState.READY, None
+
+
+def _awaiting_first_branch(record: ReportRecord) -> bool:
+    """An agent that never had a commit and finds no branch: nothing was placed on its
+    cluster yet, so there is nothing it refuses (a new fleet's first cycle)."""
+    return (record.sync.reason == SyncReason.SOURCE_UNAVAILABLE and record.applied is None
+            and record.attempted is None)
 
 
 def _is_reason(text: str) -> bool:
@@ -222,13 +231,15 @@ def judge_cluster(track: ClusterTrack | None, heard_since: float | None, now: fl
                                 _earliest(silent_at, gone_at))
     recovering = track.recovering
     change = silent_at
+    reason = track.reason
     if recovering and track.condition == ClusterState.READY:
         ready_at = track.since + settings.recovery
         if now >= ready_at:
             recovering = False
         else:
             change = _earliest(change, ready_at)
-    return ClusterJudgement(track.condition, track.reason, False, recovering, age, threshold, change)
+            reason = RECOVERING
+    return ClusterJudgement(track.condition, reason, False, recovering, age, threshold, change)
 
 
 def _earliest(*times: float | None) -> float | None:
@@ -323,14 +334,17 @@ def judge_fleet(tracks: Mapping[str, ClusterTrack], heard: Mapping[str, float | 
 
 def component_ready(component: ComponentRecord | None, placed: int, kind: str) -> bool:
     """Whether a report's line for a component shows what was placed running: healthy, with
-    the placed replicas ready (Deployments and StatefulSets), or a Job that completed."""
+    the replicas its cluster wants ready (Deployments and StatefulSets: the placed count, or
+    fewer where an autoscaler there wants fewer), or a Job that completed. Whether the agent
+    applied the generation that placed them is the caller's to check."""
     if component is None:
         return False
     if component.completed:
         return True
     if not component.healthy:
         return False
-    return kind not in ("Deployment", "StatefulSet") or component.ready_replicas >= placed
+    wanted = min(placed, component.desired_replicas)
+    return kind not in ("Deployment", "StatefulSet") or component.ready_replicas >= wanted
 
 
 def judge_workload(unready_since: float, now: float, deadline: float, cluster: ClusterJudgement,

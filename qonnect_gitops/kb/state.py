@@ -74,6 +74,7 @@ STATE_VERSION = 3
 READABLE_VERSIONS = (1, 2, 3)
 _OBJECT_ID = re.compile(r"[0-9a-f]{40}|[0-9a-f]{64}")  # SHA-1 or SHA-256, as Git prints it
 LatencySamples = tuple[tuple[float, float], ...]  # ((receivedAt, ms), ...) oldest first
+Unready = tuple[float, int]  # (not ready since, generation the agent must report applied; 0: none)
 MAX_UNMET = 1000  # unmet goals kept with the plan in force (one per component and goal)
 # ``apply_plan_changes``: the placement in force is no longer the one the change was made
 # against (-1 is a stale term).
@@ -190,10 +191,12 @@ class KnowledgeBase:
         # Per cluster, what its reports said over time as the health model needs it
         # (``kb.health.ClusterTrack``: condition and since when, report rhythm, recovery).
         self.cluster_tracks: dict[str, ClusterTrack] = {}
-        # Per cluster, the components placed there that are not ready there, and since when
-        # (their placement, or the first report that showed them not ready): what judges
-        # them Progressing or NotRunning. A cluster's dict is replaced, never edited.
-        self.unready_since: dict[str, dict[str, float]] = {}
+        # Per cluster, the components placed there that are not ready there: since when (their
+        # placement, or the first report that showed them not ready) and the plan generation
+        # the agent must report applied before they can count as ready (0: none; the
+        # generation that placed them or raised their count). What judges them Progressing
+        # or NotRunning. A cluster's dict is replaced, never edited.
+        self.unready_since: dict[str, dict[str, Unready]] = {}
         # Placement in force.
         self.generation = 0
         self.placements: dict[str, dict[str, int]] = {}
@@ -342,13 +345,17 @@ class KnowledgeBase:
             return
         before = before or {}
         reported = {c.component: c for c in record.components}
-        after: dict[str, float] = {}
+        applied = record.applied.generation if record.applied is not None else -1
+        after: dict[str, Unready] = {}
         workloads, placements = self.workloads, self.placements
         for comp in placed:
             workload = workloads.get(comp)
             kind = workload.kind if workload is not None else "Deployment"
-            if not component_ready(reported.get(comp), placements[comp][cluster], kind):
-                after[comp] = before.get(comp, now)
+            since, awaiting = before.get(comp, (now, 0))
+            if awaiting and applied >= awaiting:
+                awaiting = 0  # the agent runs the generation that placed it
+            if awaiting or not component_ready(reported.get(comp), placements[comp][cluster], kind):
+                after[comp] = (since, awaiting)
         if after != before:
             if after:
                 self.unready_since[cluster] = after
@@ -607,7 +614,7 @@ class KnowledgeBase:
         moves: list[dict[str, Any]] = []
         joined: dict[str, set[str]] = {}  # cluster -> components with replicas there now
         left: dict[str, set[str]] = {}  # cluster -> components with none there any more
-        unready: dict[str, dict[str, float]] = {}  # cluster -> its new unready_since dict
+        unready: dict[str, dict[str, Unready]] = {}  # cluster -> its new unready_since dict
         for comp in sorted(changed):
             old_map = old.get(comp, {})
             new_map = new.get(comp, {})
@@ -628,7 +635,7 @@ class KnowledgeBase:
                     if wanted is None and comp in self.unready_since.get(cluster, {}):
                         unready.setdefault(cluster, dict(self.unready_since[cluster])).pop(comp, None)
                 else:
-                    unready.setdefault(cluster, dict(self.unready_since.get(cluster, {})))[comp] = now
+                    unready.setdefault(cluster, dict(self.unready_since.get(cluster, {})))[comp] = (now, generation)
         for cluster, since in unready.items():
             if since:
                 self.unready_since[cluster] = since
@@ -782,7 +789,7 @@ class KnowledgeBase:
             j = judged.get(cluster)
             if j is None or j.gone or j.state == ClusterState.STALLED:
                 continue
-            for comp, at in since.items():
+            for comp, (at, _) in since.items():
                 workload = workloads.get(comp)
                 due = at + (workload.deadline if workload is not None else DEFAULT_PROGRESS_DEADLINE)
                 if due >= now:
@@ -904,7 +911,7 @@ class KnowledgeBase:
                 continue  # failed over as a whole
             entry = self.reports.get(cluster)
             reported = {c.component: c for c in entry.record.components} if entry else {}
-            for comp, at in since.items():
+            for comp, (at, _) in since.items():
                 if cluster not in self.placements.get(comp, {}):
                     continue
                 workload = workloads.get(comp)
@@ -999,7 +1006,8 @@ class KnowledgeBase:
                                          for target, samples in targets.items()}
                                for cluster, targets in self.latency_history.items()},
             "clusterTracks": {name: track.to_json() for name, track in self.cluster_tracks.items()},
-            "unreadySince": self.unready_since,
+            "unreadySince": {cluster: {comp: list(entry) for comp, entry in since.items()}
+                             for cluster, since in self.unready_since.items()},
             "generation": self.generation,
             "placements": self.placements,
             "lastMoved": self.last_moved,
@@ -1048,7 +1056,7 @@ class KnowledgeBase:
         }
         # Absent before version 3: tracks start again from the next report of each cluster.
         kb.cluster_tracks = {name: ClusterTrack.from_json(t) for name, t in d.get("clusterTracks", {}).items()}
-        kb.unready_since = {cluster: {comp: float(at) for comp, at in since.items()}
+        kb.unready_since = {cluster: {comp: _unready(entry) for comp, entry in since.items()}
                             for cluster, since in d.get("unreadySince", {}).items()}
         kb.generation = d["generation"]
         kb.placements = d["placements"]
@@ -1105,6 +1113,12 @@ def _observed_node(node: NodeRecord) -> ObservedNode:
         allocatable=_capacity(node.allocatable_cpu, node.allocatable_memory),
         free=_capacity(node.free_cpu, node.free_memory),
     )
+
+
+def _unready(entry: Any) -> Unready:
+    """A dumped ``unready_since`` entry: ``[since, generation]``."""
+    since, awaiting = entry
+    return float(since), int(awaiting)
 
 
 def _scheduling(j: ClusterJudgement | None) -> str | None:

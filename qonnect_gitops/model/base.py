@@ -7,12 +7,14 @@ users write in YAML (``maxMs``, ``minClusters``), like Kubernetes objects.
 from __future__ import annotations
 
 import re
+from datetime import datetime
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, WithJsonSchema
+from pydantic import AfterValidator, AwareDatetime, BaseModel, ConfigDict, Field, WithJsonSchema
 from pydantic.alias_generators import to_camel
 
 from qonnect_gitops import API_VERSION
+from qonnect_gitops.model.limits import EARLIEST_TIME, LATEST_TIME
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 
@@ -34,6 +36,16 @@ Name = Annotated[
     ),
 ]
 """A cluster, region, app or component name: an RFC 1123 label, as Kubernetes names are."""
+
+def _in_time_range(value: datetime) -> datetime:
+    if not EARLIEST_TIME <= value < LATEST_TIME:
+        raise ValueError(f"{value.isoformat()} is out of range; expected a time from "
+                         f"{EARLIEST_TIME:%Y-%m-%d} to before {LATEST_TIME:%Y-%m-%d}")
+    return value
+
+
+Timestamp = Annotated[AwareDatetime, AfterValidator(_in_time_range)]
+"""A time with its zone, within the range plans and observations may carry."""
 
 Tier = Literal["cloud", "fog", "edge"]
 Arch = Literal["amd64", "arm64"]

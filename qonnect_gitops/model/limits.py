@@ -8,6 +8,7 @@ size limits below; goal documents declare their numeric ranges with the bounds b
 from __future__ import annotations
 
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Final
 
 MiB: Final = 1024 * 1024
@@ -98,6 +99,10 @@ MAX_RPS: Final = 1e9
 MAX_SECONDS: Final = 365 * 24 * 3600.0
 """Any duration in goals (cooldowns, heartbeat, poll interval): at most a year."""
 MAX_DISRUPTION_BUDGET: Final = MAX_REPLICAS
+EARLIEST_TIME: Final = datetime(1970, 1, 1, tzinfo=UTC)
+LATEST_TIME: Final = datetime(9999, 1, 1, tzinfo=UTC)
+"""Timestamps a plan or an observation may carry (``now``, ``lastMoved``): a cooldown or a
+grace of at most a year after them still has a date."""
 MAX_QUANTITY: Final = 2**63 - 1
 """Largest Kubernetes quantity in base units (millicores, bytes): the API's int64."""
 

@@ -9,11 +9,12 @@ from __future__ import annotations
 import functools
 from datetime import datetime
 
-from pydantic import AwareDatetime, Field, model_validator
+from pydantic import Field, model_validator
 
-from qonnect_gitops.model.base import Arch, Name, UserModel
+from qonnect_gitops.model.base import Arch, Name, Timestamp, UserModel
 from qonnect_gitops.model.errors import GoalsError, Problem
 from qonnect_gitops.model.goals import Goals
+from qonnect_gitops.model.limits import MAX_LATENCY_MS, MAX_REPLICAS, MAX_RPS
 from qonnect_gitops.model.pool import ClusterApiStatus
 from qonnect_gitops.model.quantity import Bytes, MilliCPU
 from qonnect_gitops.model.status import ClusterState, WorkloadState
@@ -82,7 +83,7 @@ class ObservedWorkload(UserModel):
     component: str = Field(pattern=r"^[a-z0-9-]+/[a-z0-9-]+$")
     cluster: Name
     state: WorkloadState
-    ready_replicas: int = Field(0, ge=0, le=1_000_000)
+    ready_replicas: int = Field(0, ge=0, le=MAX_REPLICAS)
     reason: str | None = Field(
         None, pattern=_REASON, description="Why it is not running, CamelCase "
         "(`ProgressDeadlineExceeded`, `PruneLimitExceeded`, `CrashLoopBackOff`, ...).")
@@ -93,7 +94,8 @@ class ObservedLatency(UserModel):
 
     from_: Name = Field(alias="from")
     to: Name
-    ms: float = Field(ge=0)
+    ms: float = Field(ge=0, le=MAX_LATENCY_MS, description="Milliseconds; at most 600,000 (ten minutes), "
+                      "as latency goals and network.yaml.")
 
 
 class ObservedTraffic(UserModel):
@@ -101,13 +103,13 @@ class ObservedTraffic(UserModel):
 
     component: str = Field(pattern=r"^[a-z0-9-]+/[a-z0-9-]+$")
     region: Name
-    rps: float = Field(ge=0)
+    rps: float = Field(ge=0, le=MAX_RPS)
 
 
 class Observed(UserModel):
     """The planner's view of the live fleet, frozen at ``now``."""
 
-    now: AwareDatetime
+    now: Timestamp
     clusters: dict[Name, ObservedCluster] = Field(default_factory=dict)
     latencies: tuple[ObservedLatency, ...] = ()
     traffic: tuple[ObservedTraffic, ...] = ()

@@ -7,12 +7,14 @@ files; the leader stores it and the next cycle reads it back as the
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import AwareDatetime, BaseModel, ConfigDict, Field, NonNegativeInt
+from pydantic import AwareDatetime, BaseModel, ConfigDict, Field
 
+from qonnect_gitops.model.base import Arch, Timestamp
 from qonnect_gitops.model.errors import GoalsError
 from qonnect_gitops.model.goals import Goals
+from qonnect_gitops.model.limits import MAX_REPLICAS
 from qonnect_gitops.model.quantity import Bytes, MilliCPU
 from qonnect_gitops.model.yamlpos import parse_yaml, validate_document
 
@@ -57,13 +59,19 @@ class Draining(PlanModel):
     cluster: str
     replicas: int = Field(ge=1)
     reason: str
+    goal: GoalKind | None = Field(
+        None, description="The hard goal they leave their cluster for; None: an optimisation "
+        "(rescheduling) whose replacement does not run yet.")
 
 
 class ReplicaRequest(PlanModel):
-    """The per-replica request a placement was sized at (quantities, as in the goals)."""
+    """The per-replica request a placement was sized at (quantities, as in the goals), and
+    the CPU architectures its images were built for then."""
 
     cpu: MilliCPU
     memory: Bytes
+    architectures: tuple[Arch, ...] | None = Field(
+        None, description="Absent in plans written before it was recorded.")
 
 
 class ComponentPlan(PlanModel):
@@ -112,6 +120,10 @@ class Move(PlanModel):
     replicas: int = Field(ge=1)
     reason: MoveReason
     detail: str
+    goal: GoalKind | None = Field(
+        None, description="The hard goal that made the replicas leave their cluster (`health`: "
+        "it failed, is gone or they do not run there; `capacity`: they no longer fit there); "
+        "None for a new component, a count change, a removal or an optimisation.")
 
 
 ProvisionPhase = Literal["provisioning", "joined", "draining"]
@@ -215,17 +227,21 @@ class Plan(PlanModel):
         return self.components[component].replicas_by_cluster(include_draining=True)
 
 
+Replicas = Annotated[int, Field(ge=0, le=MAX_REPLICAS)]
+"""Replicas of a component on one cluster: as bounded as the goals bound a component's."""
+
+
 class CurrentPlacement(PlanModel):
     """The placement in force, as the planner's ``current`` input: the ``placements`` map of
     an earlier plan plus when each component last moved."""
 
-    placements: dict[str, dict[str, NonNegativeInt]] = Field(default_factory=dict)
-    last_moved: dict[str, AwareDatetime] = Field(default_factory=dict, alias="lastMoved")
+    placements: dict[str, dict[str, Replicas]] = Field(default_factory=dict)
+    last_moved: dict[str, Timestamp] = Field(default_factory=dict, alias="lastMoved")
     requests: dict[str, ReplicaRequest] = Field(
         default_factory=dict, description="Per-replica request each placement was sized at; "
         "absent for plans written before it was recorded (then taken as unchanged)."
     )
-    draining: dict[str, dict[str, NonNegativeInt]] = Field(
+    draining: dict[str, dict[str, Replicas]] = Field(
         default_factory=dict, description="Replicas the plan in force keeps running while "
         "they are replaced (make before break)."
     )
@@ -239,12 +255,13 @@ def load_current(path: str, raw: bytes, goals: Goals) -> CurrentPlacement:
         raise GoalsError([doc.problem((), "expected a mapping with placements and lastMoved")])
     data = {k: v for k, v in doc.data.items() if k in ("placements", "lastMoved", "requests", "draining")}
     current = validate_document(CurrentPlacement, type(doc)(doc.path, data, doc.node, doc.start_line))
+    # A cluster no longer declared is not an error: its replicas fail over (docs/placement.md).
     problems = [
-        doc.problem((section, key, name), f"unknown cluster '{name}'", key=True)
+        doc.problem((section, key), f"{sum(where.values()):,} replicas in all; expected at most {MAX_REPLICAS:,} "
+                    "per component, as the goals allow")
         for section, table in (("placements", current.placements), ("draining", current.draining))
         for key, where in table.items()
-        for name in where
-        if name not in goals.clusters
+        if sum(where.values()) > MAX_REPLICAS
     ]
     if problems:
         raise GoalsError(problems)

@@ -87,12 +87,14 @@ class Running(NamedTuple):
     old_memory: int | None = None
 
 
-def settle_order(r: Running) -> tuple[int, int, int, str]:
+def settle_order(r: Running) -> tuple[int, bool, int, int, str]:
     """The order running replicas are put back on a cluster's nodes: those that run on
     fewer architectures first (a multi-arch replica packed first would take the only
-    node an arm64- or amd64-only one can use, which the planner never did), then biggest
+    node an arm64- or amd64-only one can use, which the planner never did), then those
+    whose size the goals did not change (a resize must not evict a neighbour that did not
+    change: the resized replicas are the ones that may no longer fit), then biggest
     first (first fit decreasing packs the most)."""
-    return (len(r.archs), -r.cpu, -r.memory, r.key)
+    return (len(r.archs), r.old_cpu is not None, -r.cpu, -r.memory, r.key)
 
 
 @dataclass(frozen=True)
@@ -103,6 +105,7 @@ class Settled:
     free_cpu: float
     free_memory: float
     fitted: dict[tuple[int, str], int]
+    takes: dict[tuple[int, str], tuple[Take, ...]]  # the nodes each component's replicas were put on
 
 
 @dataclass(frozen=True)
@@ -189,6 +192,12 @@ class Ledger:
         self.fitted: dict[tuple[int, str], int] = {}
         # Per observed cluster: each ready node's allocatable (cpu, memory), in node order.
         self.allocatable: dict[int, list[tuple[int, int]]] = {}
+        # Per cluster whose nodes are reported: how many of them are not ready.
+        self.not_ready: dict[int, int] = {}
+        # Per cluster, (cluster, component) -> the nodes its running replicas were put on
+        # when settled, so that replicas given up this cycle (a scale-down) give their room
+        # back there. Shared with the settlement memo: replaced, never changed in place.
+        self.running_takes: dict[int, dict[tuple[int, str], tuple[Take, ...]]] = {}
         self._shape_table: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray] | None = None
         self.all_settled = False
         # Counts the times capacity came back anywhere (``_roomier``): between two changes of
@@ -234,9 +243,12 @@ class Ledger:
                     (nd.allocatable.cpu, nd.allocatable.memory) if nd.allocatable else (nd.free.cpu, nd.free.memory)
                     for nd in ready
                 ]
+                # What the cluster's nodes are (architectures, sizes) does not change while a
+                # node is not ready; what they offer now (capacity) does.
                 sizes = {(nd.arch, *(
                     (nd.allocatable.cpu, nd.allocatable.memory) if nd.allocatable else (nd.free.cpu, nd.free.memory)
-                )) for nd in ready}
+                )) for nd in oc.nodes}
+                self.not_ready[i] = len(oc.nodes) - len(ready)
                 total = sum((nd.allocatable.cpu if nd.allocatable else nd.free.cpu) for nd in oc.nodes)
                 self.observed_usage[i] = True
                 self.free_cpu[i] = sum(nd.free.cpu for nd in ready)
@@ -244,8 +256,9 @@ class Ledger:
                 self.segments_observed.add(i)
                 self.capacity_cpu[i] = sum(c for c, _ in self.allocatable[i])
                 self.capacity_memory[i] = sum(m for _, m in self.allocatable[i])
-                self.shapes[i] = tuple(sorted(sizes))
-                self.archs[i] = frozenset(arch for arch, _, _ in sizes)
+                if sizes:  # an agent that reports no node at all: the declared ones say what they are
+                    self.shapes[i] = tuple(sorted(sizes))
+                    self.archs[i] = frozenset(arch for arch, _, _ in sizes)
                 self.total_cpu[i] = max(total, 1)
             if oc.free is not None:
                 self.free_cpu[i], self.free_memory[i] = oc.free.cpu, oc.free.memory
@@ -369,9 +382,10 @@ class Ledger:
             self.planned_memory[cluster] += running.replicas * running.memory
             if running.old_cpu is None:
                 self.running_on.setdefault(cluster, []).append(running)
-            if running.old_cpu is None:
-                self.fitted[(cluster, running.key)] = running.replicas
-                return
+                if cluster not in self.segments_observed:
+                    # Only a free total is reported: nothing to check them against.
+                    self.fitted[(cluster, running.key)] = running.replicas
+                    return
         else:
             self.free_cpu[cluster] -= running.replicas * running.cpu
             self.free_memory[cluster] -= running.replicas * running.memory
@@ -422,6 +436,54 @@ class Ledger:
             self._settle(cluster)
         self.free_cpu[observed] = np.minimum(self.free_cpu, self.capacity_cpu - self.planned_cpu)[observed]
         self.free_memory[observed] = np.minimum(self.free_memory, self.capacity_memory - self.planned_memory)[observed]
+
+    def release_running(self, cluster: int, key: str, cpu: int, memory: int, count: int) -> None:
+        """Give back the room of ``count`` running replicas of a component (``key``, charged
+        by ``occupy`` at today's size) that the cycle gives up, a scale-down: they leave
+        the nodes they were settled on, so the room is usable in this same cycle."""
+        if cluster in self.pending:
+            self._settle(cluster)
+        count = min(count, self.fitted.get((cluster, key), 0))
+        if count <= 0:
+            return
+        self._roomier(cluster)
+        self.returned[cluster] = True
+        left = count
+        here = self.running_takes.get(cluster, {})
+        recorded = here.get((cluster, key))
+        takes = list(recorded) if recorded is not None else None
+        while left > 0 and takes:
+            take = takes[-1]
+            k = min(left, take.replicas)
+            node = self.segments[cluster][take.segment].nodes[take.node]
+            node[0] += k * cpu
+            node[1] += k * memory
+            node[2] += k
+            if k == take.replicas:
+                takes.pop()
+            else:
+                takes[-1] = take._replace(replicas=take.replicas - k)
+            left -= k
+        if takes is not None:
+            self.running_takes[cluster] = {**here, (cluster, key): tuple(takes)}
+        if self.observed_usage[cluster]:
+            if cluster in self.segments_observed and takes is None:
+                # In the reported free capacity: give it back where the nodes are used.
+                for node, (alloc_cpu, alloc_mem) in zip(self.segments[cluster][0].nodes,
+                                                         self.allocatable.get(cluster, [])):
+                    if left <= 0:
+                        break
+                    k = min(left, (alloc_cpu - node[0]) // cpu if cpu else left,
+                            (alloc_mem - node[1]) // memory if memory else left)
+                    if k > 0:
+                        node[0] += k * cpu
+                        node[1] += k * memory
+                        left -= k
+            self.planned_cpu[cluster] -= count * cpu
+            self.planned_memory[cluster] -= count * memory
+        self.free_cpu[cluster] += count * cpu
+        self.free_memory[cluster] += count * memory
+        self.fitted[(cluster, key)] -= count
 
     def running_fit(self, cluster: int, key: str) -> int:
         """How many of a component's running replicas on the cluster fit at today's size."""
@@ -482,10 +544,20 @@ class Ledger:
                 self.segments[cluster] = [segment.copy() for segment in done.segments]
                 self.free_cpu[cluster], self.free_memory[cluster] = done.free_cpu, done.free_memory
                 self.fitted.update(done.fitted)
+                self.running_takes[cluster] = done.takes
                 return
         fitted_here: dict[tuple[int, str], int] = {}
+        takes_here: dict[tuple[int, str], list[Take]] = {}
         results: list[tuple[Running, int]] = []
+        reported = cluster in self.segments_observed
+        nodes = self._ready_nodes(cluster) if reported else []
         for r in sorted(waiting, key=settle_order):
+            if observed and r.old_cpu is None:
+                # Reported nodes: these replicas are in the free capacity already (net of
+                # what runs); they still run only if the ready nodes' allocatable holds
+                # them (a node pool shrank, a node is not ready).
+                results.append((r, _first_fit_on(nodes, r, r.replicas)))
+                continue
             if observed:
                 # Observed free capacity is net of the replicas at their old size: give
                 # that back (to the nodes in order, as far as they are used) and fit
@@ -493,27 +565,51 @@ class Ledger:
                 self._credit(cluster, r)
                 self.free_cpu[cluster] -= r.replicas * r.cpu
                 self.free_memory[cluster] -= r.replicas * r.memory
-            results.append((r, sum(t.replicas for t in self._first_fit(cluster, r.cpu, r.memory, r.archs, r.replicas))))
-        totals_hold = self.free_cpu[cluster] >= 0 and self.free_memory[cluster] >= 0
+            takes = self._first_fit(cluster, r.cpu, r.memory, r.archs, r.replicas)
+            takes_here[(cluster, r.key)] = takes
+            results.append((r, sum(t.replicas for t in takes)))
+        if reported:
+            # Packing order is a model there too: what first fit cannot put back still
+            # counts while the ready nodes hold everything and the component alone fits.
+            allocatable = self.allocatable[cluster]
+            totals_hold = (sum(r.replicas * r.cpu for r in waiting) <= sum(c for c, _ in allocatable)
+                           and sum(r.replicas * r.memory for r in waiting) <= sum(m for _, m in allocatable))
+        else:
+            totals_hold = not observed and self.free_cpu[cluster] >= 0 and self.free_memory[cluster] >= 0
         for r, fitted in results:
-            if fitted < r.replicas and not observed:
-                alone = self._fits_empty(cluster, r)
-                fitted = max(fitted, min(alone, r.replicas) if totals_hold else fitted)
-            # The totals were charged for every running replica: refund those that do
-            # not fit (they will run elsewhere or nowhere).
-            self.free_cpu[cluster] += (r.replicas - fitted) * r.cpu
-            self.free_memory[cluster] += (r.replicas - fitted) * r.memory
+            if fitted < r.replicas and totals_hold and (not observed or r.old_cpu is None):
+                if observed:
+                    alone = _first_fit_on(self._ready_nodes(cluster), r, r.replicas)
+                else:
+                    alone = self._fits_empty(cluster, r)
+                fitted = max(fitted, min(alone, r.replicas))
+            if observed and r.old_cpu is None:
+                # They do not run: the placement in force no longer puts them there.
+                self.planned_cpu[cluster] -= (r.replicas - fitted) * r.cpu
+                self.planned_memory[cluster] -= (r.replicas - fitted) * r.memory
+            else:
+                # The totals were charged for every running replica: refund those that do
+                # not fit (they will run elsewhere or nowhere).
+                self.free_cpu[cluster] += (r.replicas - fitted) * r.cpu
+                self.free_memory[cluster] += (r.replicas - fitted) * r.memory
             fitted_here[(cluster, r.key)] = fitted
         self.fitted.update(fitted_here)
+        taken = {k: tuple(v) for k, v in takes_here.items()}
+        self.running_takes[cluster] = taken
         if not observed:
             if len(self.settled) > 2 * self.n + 16:
                 self.settled.clear()  # bounded: stale settlements go with the rest
                 self.settled_last.clear()
             done = self.settled[memo_key] = Settled(
                 tuple(segment.copy() for segment in self.segments[cluster]),
-                float(self.free_cpu[cluster]), float(self.free_memory[cluster]), fitted_here,
+                float(self.free_cpu[cluster]), float(self.free_memory[cluster]), fitted_here, taken,
             )
             self.settled_last[cluster] = (runs, done)
+
+    def _ready_nodes(self, cluster: int) -> list[Node]:
+        """A reported cluster's ready nodes, empty: [allocatable cpu, memory, pods, arch]."""
+        return [[cpu, memory, UNLIMITED, node[3]]
+                for (cpu, memory), node in zip(self.allocatable[cluster], self.segments[cluster][0].nodes)]
 
     def _fits_empty(self, cluster: int, r: Running) -> int:
         """How many replicas of this size the cluster's declared nodes hold when empty."""
@@ -593,6 +689,22 @@ class Ledger:
                 left -= k
                 placed.append(Take(cluster, s, len(nodes) - 1, k))
         return placed
+
+
+def _first_fit_on(nodes: list[Node], r: Running, count: int) -> int:
+    """How many of ``count`` replicas of ``r`` first fit puts on ``nodes`` (consumed)."""
+    left = count
+    for node in nodes:
+        if left <= 0:
+            break
+        if node[3] not in r.archs:
+            continue
+        k = min(left, node[0] // r.cpu if r.cpu else left, node[1] // r.memory if r.memory else left)
+        if k > 0:
+            node[0] -= k * r.cpu
+            node[1] -= k * r.memory
+            left -= k
+    return count - left
 
 
 def held(runs: list[Running]) -> tuple[int, int]:

@@ -25,7 +25,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 
 from qonnect_gitops.model.goals import Component
-from qonnect_gitops.model.observed import ObservedCluster
+from qonnect_gitops.model.observed import ObservedCluster, ObservedWorkload
 from qonnect_gitops.model.plan import ComponentPlan, CurrentPlacement
 from qonnect_gitops.placement.capacity import Running
 from qonnect_gitops.placement.distribute import Offload
@@ -53,7 +53,10 @@ class Carry:
     components: dict[str, Component]
     current: CurrentPlacement
     healthy: list[bool]
+    placeable: list[bool]
     reports: dict[str, ObservedCluster]
+    # Per component, what agents report it runs where it is placed (issue 31).
+    workloads: dict[str, tuple[ObservedWorkload, ...]]
     traffic: dict[str, dict[int, float]]
     completed: set[str]
     now: float
@@ -117,6 +120,8 @@ def is_quiet(work: Work, healthy: list[bool]) -> bool:
         and not work.drained
         and not work.moves
         and not work.undeclared
+        and not work.lost
+        and not work.stalled
         and not work.unplaced
         and not c.colocate_with
         and c.qos.scaling is None

@@ -11,8 +11,9 @@ from datetime import datetime
 import numpy as np
 
 from qonnect_gitops.model.goals import Component, Goals
-from qonnect_gitops.model.observed import Observed
+from qonnect_gitops.model.observed import Observed, ObservedWorkload
 from qonnect_gitops.model.plan import ComponentPlan, CurrentPlacement, ReplicaRequest
+from qonnect_gitops.model.status import WorkloadState
 from qonnect_gitops.placement.capacity import DeclaredCapacity, Ledger, Running, held
 from qonnect_gitops.placement.carry import (
     DRAINING,
@@ -34,7 +35,9 @@ from qonnect_gitops.placement.evaluate import (
 from qonnect_gitops.placement.fleet import build_view
 from qonnect_gitops.placement.improve import local_cost
 from qonnect_gitops.placement.plugins.closeness import CLOSENESS_WEIGHT
-from qonnect_gitops.placement.records import Cause, CauseKind, Keep, KeepKind, Work
+from qonnect_gitops.placement.records import Cause, CauseKind, Keep, KeepKind, Run, Work
+
+ANY_ARCH = frozenset({"amd64", "arm64"})
 
 
 @dataclass(frozen=True)
@@ -87,7 +90,8 @@ class Cycle:
         if not isinstance(declared, DeclaredCapacity):
             declared = self.fleet_memo["declared"] = DeclaredCapacity.of(self.static)
         self.ledger = Ledger(self.static, goals, observed, settled, settled_last, declared)  # type: ignore[arg-type]
-        self.healthy: list[bool] = self.fleet.healthy.tolist()
+        self.healthy: list[bool] = self.fleet.healthy.tolist()  # not gone: failover otherwise
+        self.placeable: list[bool] = self.fleet.placeable.tolist()  # takes new replicas
         traffic: dict[str, dict[int, float]] = {}
         for t in sorted(observed.traffic, key=lambda t: (t.component, t.region, t.rps)):
             region = self.static.region_index.get(t.region)
@@ -97,6 +101,16 @@ class Cycle:
             per[region] = per.get(region, 0.0) + t.rps
         self.traffic = traffic
         self.completed = set(observed.completed_jobs)
+        self.workloads: dict[str, tuple[ObservedWorkload, ...]] = {}
+        for w in observed.workloads:
+            self.workloads[w.component] = (*self.workloads.get(w.component, ()), w)
+        # Per component, the clusters where it was placed and observed not running, with
+        # the workload's reason.
+        self.not_running: dict[str, dict[int, str | None]] = {}
+        for w in observed.workloads:
+            i = self.static.index.get(w.cluster)
+            if w.state == WorkloadState.NOT_RUNNING and i is not None:
+                self.not_running.setdefault(w.component, {})[i] = w.reason
         # Decided placement so far (cluster index -> replicas), for closeness.
         self.placement: dict[str, dict[int, int]] = {}
         self.latency_token = self._latency_token()
@@ -129,12 +143,16 @@ class Cycle:
     # ----- set-up ---------------------------------------------------------------------------
 
     def _removals(self) -> None:
-        """Components that left the goals (or Jobs that completed): their replicas go."""
-        placements = self.current.placements
-        gone = (placements.keys() - self.components.keys()) | (placements.keys() & self.completed)
+        """Components that left the goals (or Jobs that completed): their replicas go,
+        draining ones too."""
+        placements, draining = self.current.placements, self.current.draining
+        keys = placements.keys() | draining.keys()
+        gone = (keys - self.components.keys()) | (keys & self.completed)
         for key in sorted(gone):
             kind = CauseKind.COMPLETED if key in self.completed else CauseKind.GONE
-            where = placements[key]
+            where = dict(placements.get(key, {}))
+            for name, n in draining.get(key, {}).items():
+                where[name] = where.get(name, 0) + n
             self.removed.append(Removal(key, {k: n for k, n in sorted(where.items()) if n > 0}, Cause(kind)))
 
     def _build_works(self) -> None:
@@ -152,10 +170,16 @@ class Cycle:
         index = self.static.index
         replicas, scaled = desired_replicas(component, self.rps(key))
         work = Work(component, key, replicas, scaled, {})
+        work.seen = key in self.current.requests or key in self.current.last_moved
+        stalled = self.not_running.get(key)
+        if stalled:
+            # Where it was sent and does not run: not placed there again either.
+            work.stalled = {i: note or self._cordon_reason(i) for i, note in stalled.items()}
         if key not in self.current.placements and key not in self.current.draining:
             return work  # new: nothing runs, nothing to charge (a first plan's components)
         old = self.current.requests.get(key)
         resized = old is not None and (old.cpu, old.memory) != (component.cpu, component.memory)
+        running = 0  # replicas of the placement in force that run (their drains may end)
         for name, count in sorted(self.current.placements.get(key, {}).items()):
             if count <= 0:
                 continue
@@ -164,17 +188,25 @@ class Cycle:
                 work.undeclared[name] = count  # the cluster left the goals
                 continue
             work.current[i] = count
-            if self.healthy[i] and charge:
+            if not self.healthy[i]:
+                continue
+            if self.run_state(key, i, count) == Run.RUNNING:
+                running += count
+            if charge:
                 # Replicas that run now hold their capacity at today's size (make
                 # before break: also those about to move, until they are replaced).
-                self._occupy(i, self._running(component, key, count, old if resized else None))
-        # Draining replicas run on only while the replicas wanted outnumber those in
-        # place (``carry_drains`` keeps no more); the others were replaced once the last
-        # plan ran and free their capacity in this cycle, not the next.
-        short = replicas - sum(n for i, n in work.current.items() if self.healthy[i])
+                self._occupy(i, self._running(component, key, count, old, resized, i))
+        # Draining replicas run on only while the replicas wanted outnumber those that run
+        # in place (``repair`` keeps no more): until their replacement runs. The others
+        # were replaced and free their capacity in this cycle, not the next.
+        short = replicas - running
+        gone: list[tuple[str, int]] = []
         for name, count in sorted(self.current.draining.get(key, {}).items()):
             i = index.get(name)
-            if i is None or not self.healthy[i] or short <= 0:
+            if count <= 0:
+                continue
+            if i is None or not self.healthy[i]:
+                gone.append((name, count))
                 continue
             count = min(count, short)
             if count <= 0:
@@ -182,8 +214,30 @@ class Cycle:
             short -= count
             work.drained[i] = count
             if charge:
-                self._occupy(i, self._running(component, key + DRAINING, count, old if resized else None))
+                self._occupy(i, self._running(component, key + DRAINING, count, old, resized, i))
+        for name, count in gone:  # their cluster is gone: they are lost, and said so
+            count = min(count, short)
+            if count > 0:
+                short -= count
+                work.lost[name] = count
         return work
+
+    def run_state(self, key: str, cluster: int, replicas: int) -> Run:
+        """Whether ``replicas`` of a component placed on a live cluster run there: as the
+        agent reports it (Running with as many ready), or, not observed, as long as the
+        cluster is not cordoned (what was sent to a cordoned cluster may not be applied)."""
+        w = self.observed.workload(key, self.static.names[cluster]) if self.observed.workloads else None
+        if w is None:
+            return Run.PENDING if not self.placeable[cluster] else Run.RUNNING
+        if w.state == WorkloadState.NOT_RUNNING:
+            return Run.NOT_RUNNING
+        if w.state == WorkloadState.RUNNING and w.ready_replicas >= replicas:
+            return Run.RUNNING
+        return Run.PENDING
+
+    def _cordon_reason(self, cluster: int) -> str | None:
+        cordon = self.fleet.cordons.get(cluster)
+        return cordon.reason if cordon is not None else None
 
     def _occupy(self, cluster: int, running: Running) -> None:
         self.ledger.occupy(cluster, running)
@@ -215,6 +269,7 @@ class Cycle:
                                      (cur.requests, old.requests), (cur.last_moved, old.last_moved)):
             dirty |= changed_keys(old_table, new_table)
         dirty |= changed_keys(carry.traffic, self.traffic)
+        dirty |= changed_keys(carry.workloads, self.workloads)
         dirty |= carry.completed ^ self.completed
         dirty |= carry.unquiet if carry.components is self.components else self.components.keys() - carry.quiet.keys()
         if carry.until and min(carry.until.values()) <= self.now:  # mostly none has ended
@@ -228,14 +283,16 @@ class Cycle:
         # Clusters whose health or report changed: whatever runs there is decided anew.
         reports = self.observed.clusters
         changed_clusters = {i for i, (a, b) in enumerate(zip(carry.healthy, self.healthy)) if a != b}
+        changed_clusters.update(i for i, (a, b) in enumerate(zip(carry.placeable, self.placeable)) if a != b)
         if reports is not carry.reports:
             # What the ledger reads of a report (health is compared above; a heartbeat's
             # age changes every cycle and matters only through it).
             for name in reports.keys() | carry.reports.keys():
                 a, b = reports.get(name), carry.reports.get(name)
-                same = (a is b or (a is not None and b is not None and a.free == b.free and a.nodes == b.nodes)
-                        or (a is None and b is not None and b.free is None and b.nodes is None)
-                        or (b is None and a is not None and a.free is None and a.nodes is None))
+                same = (a is b or (a is not None and b is not None and a.free == b.free and a.nodes == b.nodes
+                                   and a.state == b.state and a.reason == b.reason)
+                        or (a is None and b is not None and b.free is None and b.nodes is None and b.state is None)
+                        or (b is None and a is not None and a.free is None and a.nodes is None and a.state is None))
                 if not same and name in index:
                     changed_clusters.add(index[name])
         for i in changed_clusters:
@@ -316,11 +373,20 @@ class Cycle:
         self.carry = carry
         self.offloads_before = carry.offloads
 
-    @staticmethod
-    def _running(c: Component, key: str, count: int, old: ReplicaRequest | None) -> Running:
-        if old is None:
-            return Running(key, c.cpu, c.memory, c.architectures, count)
-        return Running(key, c.cpu, c.memory, c.architectures, count, old_cpu=old.cpu, old_memory=old.memory)
+    def _running(self, c: Component, key: str, count: int, old: ReplicaRequest | None, resized: bool,
+                 cluster: int) -> Running:
+        """Running replicas to charge, at today's size; ``old``: what the placement in force
+        was sized at (with ``resized``, its size differs from today's)."""
+        # Today's architectures where the cluster has nodes of them (rendering pins the
+        # replicas there); on a cluster with none, replicas of a component whose
+        # architectures the goals changed still run on nodes of the old ones until they are
+        # replaced (any node, when the plan in force did not record them).
+        archs = c.architectures
+        if archs.isdisjoint(self.ledger.archs[cluster]):
+            archs = frozenset(old.architectures) if old is not None and old.architectures is not None else ANY_ARCH
+        if old is None or not resized:
+            return Running(key, c.cpu, c.memory, archs, count)
+        return Running(key, c.cpu, c.memory, archs, count, old_cpu=old.cpu, old_memory=old.memory)
 
     def _latency_token(self) -> object:
         """A token that stays the same while the observed latencies do (for memo keys)."""
@@ -336,7 +402,7 @@ class Cycle:
         """The evaluator's caches of the last cycle when it saw the same health,
         latencies and nodes (masks and static scores depend on nothing else); where
         only health differs, those of them that do not read it."""
-        seen = (self.fleet.healthy.tobytes(), self.latency_token, tuple(self.ledger.shapes))
+        seen = (self.fleet.placeable.tobytes(), self.latency_token, tuple(self.ledger.shapes))
         entry = self.fleet_memo.get("evaluator")
         if isinstance(entry, tuple) and len(entry[1].pins) <= 4 * len(self.components) + 64:
             cached: EvalCaches = entry[1]
@@ -345,7 +411,7 @@ class Cycle:
             if entry[0][1:] == seen[1:]:
                 # Only health changed (a failover, a return): what does not read it is kept.
                 before = np.frombuffer(entry[0][0], dtype=bool)
-                caches = cached.after_failures(before, self.fleet.healthy)
+                caches = cached.after_failures(before, self.fleet.placeable)
                 self.fleet_memo["evaluator"] = (seen, caches)
                 return caches
         caches = EvalCaches()
@@ -415,8 +481,9 @@ class Cycle:
                     sums.pop(cluster, None)
         self.fleet_memo["carry"] = Carry(
             static=self.static, latency_token=self.latency_token, shapes=tuple(self.ledger.shapes),
-            components=self.components, current=self.current, healthy=healthy,
-            reports=self.observed.clusters, traffic=self.traffic, completed=self.completed, now=self.now,
+            components=self.components, current=self.current, healthy=healthy, placeable=self.placeable,
+            reports=self.observed.clusters, workloads=self.workloads, traffic=self.traffic,
+            completed=self.completed, now=self.now,
             quiet=quiet, until=until, charges=self.charges, plans=dict(plans), bounds=bounds, floors=floors,
             carried=0 if self.decided is None else len(self.works) - len(self.decided), works=self.works,
             sums=sums, offloads=self.offloads, offloads_reused=self.offloads_reused,

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from qonnect_gitops.model.app import QoS
 from qonnect_gitops.model.goals import Component
 from qonnect_gitops.placement.framework import Context
 from qonnect_gitops.placement.plugins.capacity import CapacityFilter
@@ -283,20 +284,23 @@ def serve_nearest(ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Req
 
 
 def _distribute(
-    ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Request, wanted: np.ndarray | None, room: Room
+    ctx: Context, allowed: np.ndarray, total: np.ndarray, req: Request, wanted: np.ndarray | None, room: Room,
+    more_clusters: bool = True,
 ) -> Distribution:
     """The distribution rules without ``serve: nearest`` (see ``distribute``).
 
     ``wanted``: ``allowed`` without the node-size check. With offloading, the preferred
     cluster is the best of these: one whose nodes are too small offloads to the nearest
     cluster with room, as a full one does. Without offloading it is the best cluster
-    where a replica fits on a node, so "full" is never said of a cluster too small."""
+    where a replica fits on a node, so "full" is never said of a cluster too small.
+    ``more_clusters``: False when no cluster it does not use yet has room (minClusters
+    stays unmet): the replicas go where it runs, by the same rules."""
     result = Distribution()
     need = req.need
     qos = ctx.component.qos
     existing = {i: n for i, n in req.existing.items() if n > 0}
     daemon = req.per_cluster_max == 1
-    if qos.availability.spread and not daemon and (need > 0 or _uneven(existing)):
+    if qos.availability.spread and not daemon and (need > 0 or _uneven(existing) or _too_few(existing, qos)):
         return _spread(ctx, allowed, total, req, existing, room)
     if need <= 0:
         return result
@@ -307,6 +311,8 @@ def _distribute(
         pool[list(existing)] = False  # a DaemonSet already on a cluster takes no second slot
     if daemon:
         new_clusters = need
+    elif not more_clusters:
+        new_clusters = 0
     else:
         new_clusters = max(qos.availability.min_clusters - len(existing), 0 if existing else 1)
     first = pool
@@ -344,6 +350,10 @@ def _distribute(
             return result
         primary = next((c for c in nearest_with_room(ctx, preferred, first, total) if room.left(c, 1) > 0), -1)
         if primary < 0:
+            if existing and new_clusters > 0 and not daemon and qos.bursting:
+                # No cluster it does not use yet has room for minClusters (listed unmet):
+                # the replicas still go where it runs, if there is room there.
+                return _distribute(ctx, allowed, total, req, wanted, room, more_clusters=False)
             result.unplaced, result.blocked = need, Blocked.NO_ROOM
             return result
         result.why[primary] = Why(Rule.OFFLOADED, origin=preferred, too_small=not holds)
@@ -578,6 +588,11 @@ def _spread(
     if result.unplaced:
         result.blocked = Blocked.NO_ROOM if qos.bursting or len(order) < k_min else Blocked.BURSTING_OFF
     return result
+
+
+def _too_few(counts: Mapping[int, int], qos: QoS) -> bool:
+    """Fewer clusters than minClusters while there are replicas for more."""
+    return len(counts) < min(qos.availability.min_clusters, sum(counts.values()))
 
 
 def _uneven(counts: Mapping[int, int]) -> bool:

@@ -35,14 +35,39 @@ from qonnect_gitops.placement.plugins.latency import (
     LatencyEnvelopeFilter,
     envelope_mask,
 )
-from qonnect_gitops.placement.records import Census
+from qonnect_gitops.placement.records import Cause, CauseKind, Census
 
 STATIC_FILTERS: tuple[Filter, ...] = (*GOAL_FILTERS, *OBSERVED_FILTERS)
 ALL_FILTERS: tuple[Filter, ...] = (*STATIC_FILTERS, *DYNAMIC_FILTERS)
 FILTERS_BY_NAME: dict[str, Filter] = {f.name: f for f in ALL_FILTERS}
 LATENCY_FILTER = next(f for f in OBSERVED_FILTERS if isinstance(f, LatencyEnvelopeFilter))
 NODE_SIZE = "node-size"
+COLOCATE = "colocate"  # a census entry: clusters where what a component follows does not run
 HEALTH = HealthFilter.name  # the one filter that reads health
+
+# The hard goal replicas leave their cluster for, per cause (None: not for a goal).
+_CAUSE_GOALS: dict[CauseKind, GoalKind] = {
+    CauseKind.FAILOVER: "health",
+    CauseKind.UNDECLARED: "health",
+    CauseKind.DECLARED_LATENCY: "latency",
+    CauseKind.MEASURED_LATENCY: "latency",
+    CauseKind.NEAREST: "latency",
+    CauseKind.CAPACITY: "capacity",
+    CauseKind.AVAILABILITY: "availability",
+    CauseKind.SPREAD: "spread",
+    CauseKind.COLOCATION: "selector",
+    CauseKind.NOT_RUNNING: "health",
+    CauseKind.CORDONED: "health",
+}
+
+
+def goal_of(cause: Cause) -> GoalKind | None:
+    """The hard goal a cause of leaving a cluster breaks (a filter names its own); None for
+    a new component, a count change, a removal or an optimisation."""
+    if cause.kind == CauseKind.GOALS:
+        f = FILTERS_BY_NAME.get(cause.filter or "")
+        return f.goal if f is not None else None
+    return _CAUSE_GOALS.get(cause.kind)
 
 
 # ----- what the goals alone derive to --------------------------------------------------------
@@ -419,15 +444,28 @@ class Evaluator:
                 return f
         return None
 
-    def census(self, ctx: Context, used: Mapping[int, int], room: bool = True) -> Census:
+    def census(self, ctx: Context, used: Mapping[int, int], room: bool = True,
+               within: np.ndarray | None = None, beside: np.ndarray | None = None) -> Census:
         """Why no more clusters take the component: per filter how many clusters it ruled
         out (each counted at the first filter it fails), then, among the clusters passing
         all of them and not already used, how many have no room for one more replica and
-        how many have room but were kept out by a rule (offloading, bursting, spread)."""
-        alive = np.ones(self.n, dtype=bool)
+        how many have room but were kept out by a rule (offloading, bursting, spread).
+        ``within``: only these clusters (a region's latency envelope: the latency filter
+        is not counted, the others say why none of them serves it)."""
+        alive = np.ones(self.n, dtype=bool) if within is None else within.copy()
         excluded: list[tuple[str, int]] = []
         goal: GoalKind = "capacity"
+        if beside is not None:
+            # colocateWith first: the clusters where what it follows does not run.
+            dropped = int(np.count_nonzero(alive & ~beside))
+            if dropped:
+                excluded.append((COLOCATE, dropped))
+                alive &= beside
+                if not alive.any():
+                    goal = "selector"
         for f in STATIC_FILTERS:
+            if within is not None and f is LATENCY_FILTER:
+                continue
             m = self.mask(f, ctx)
             dropped = int(np.count_nonzero(alive & ~m))
             if dropped:

@@ -24,7 +24,7 @@ from qonnect_gitops.model.plan import (
 )
 from qonnect_gitops.model.quantity import format_bytes, format_millicores
 from qonnect_gitops.placement.cycle import Cycle
-from qonnect_gitops.placement.evaluate import FILTERS_BY_NAME
+from qonnect_gitops.placement.evaluate import COLOCATE, FILTERS_BY_NAME, goal_of
 from qonnect_gitops.placement.records import (
     Blocked,
     Cause,
@@ -75,7 +75,9 @@ class Explainer:
             text = self.stamps[when] = f"{datetime.fromtimestamp(when, UTC):%Y-%m-%dT%H:%M:%SZ}"
         return text
 
-    def why(self, why: Why) -> str:
+    def why(self, why: Why, even: bool = True) -> str:
+        """Why a cluster took replicas; ``even``: whether the component's counts are even
+        (a spread that capacity did not allow is not called even)."""
         names = self.names
         rule = why.rule
         if rule == Rule.BEST:
@@ -86,6 +88,8 @@ class Explainer:
         if rule == Rule.AVAILABILITY:
             return f"availability: cluster {why.ordinal} of at least {why.of}"
         if rule == Rule.SPREAD:
+            if not even:
+                return f"spread: cluster {why.ordinal} of {why.of}, as evenly as capacity allows (see unmet)"
             return f"spread: cluster {why.ordinal} of {why.of}, replicas shared evenly"
         if rule == Rule.BURST:
             return f"burst: overflow from {names[why.origin or 0]}, nearest by latency"
@@ -109,6 +113,10 @@ class Explainer:
             return f"kept: the best alternative improves {keep.gain:.1%}, not more than {keep.threshold:.0%}"
         if kind == KeepKind.NO_GAIN_BOUND:
             return f"kept: no alternative improves more than {keep.gain:.1%}, not more than {keep.threshold:.0%}"
+        if kind == KeepKind.BUDGET_STALL:
+            return (f"kept: the best alternative improves {keep.gain:.1%}, but moved "
+                    f"{keep.budget} replica(s) per cycle it would stop half way, the rest gaining "
+                    f"no more than {keep.threshold:.0%}")
         if kind == KeepKind.BUDGET_SPREAD:
             return (f"kept: moving within the disruption budget would break minClusters or spread "
                     f"(gain {keep.gain:.1%})")
@@ -116,9 +124,30 @@ class Explainer:
 
     def failure(self, cluster: int) -> str:
         f = self.cycle.fleet.failures.get(cluster)
+        if f is not None and f.reported_unhealthy and f.state is not None:
+            return f"failed ({_state(f.state, f.reason)})"
         if f is None or f.reported_unhealthy:
             return "reported unhealthy"
         return f"silent for {f.silent_seconds:g}s (grace {f.grace_seconds:g}s)"
+
+    def cordon(self, cluster: int) -> str:
+        """Why a healthy cluster takes nothing new: 'cluster fog-2 is Stalled (PruneLimitExceeded)'."""
+        c = self.cycle.fleet.cordons.get(cluster)
+        state = _state(c.state, c.reason) if c is not None else "cordoned"
+        return f"cluster {self.names[cluster]} is {state}"
+
+    def not_running(self, cluster: int, note: str | None, work: Work) -> str:
+        """Why replicas placed on a cluster do not count as running there."""
+        if cluster in self.cycle.fleet.cordons:
+            head = f"{self.cordon(cluster)}: {work.key} does not run there"
+        else:
+            head = f"{work.key} does not run on {self.names[cluster]}"
+        return f"{head} ({note})" if note else head
+
+    def lost_nodes(self, cluster: int) -> str:
+        """A reported cluster whose nodes are not all ready (its capacity shrank)."""
+        down = self.cycle.ledger.not_ready.get(cluster, 0)
+        return f" ({down} node(s) not ready)" if down else ""
 
     def size(self, work: Work) -> str:
         c = work.component
@@ -129,6 +158,8 @@ class Explainer:
         name = self.names[cause.cluster] if cause.cluster is not None else (source_name or "?")
         if kind == CauseKind.NEW:
             return "new component"
+        if kind == CauseKind.AGAIN:
+            return "placed again: none of its replicas ran"
         if kind == CauseKind.SCALE_UP:
             return f"scale up to {cause.count}"
         if kind == CauseKind.SCALE_DOWN:
@@ -147,7 +178,14 @@ class Explainer:
         if kind == CauseKind.CAPACITY:
             if cause.filter is not None:
                 return f"no node of {name} holds one replica at {self.size(work)}"
-            return f"{name} no longer holds every replica at {self.size(work)}"
+            lost = self.lost_nodes(cause.cluster) if cause.cluster is not None else ""
+            return f"{name} no longer holds every replica at {self.size(work)}{lost}"
+        if kind == CauseKind.NOT_RUNNING:
+            return self.not_running(cause.cluster or 0, cause.note, work)
+        if kind == CauseKind.CORDONED:
+            return f"{self.cordon(cause.cluster or 0)}: what runs there stays, nothing new goes there"
+        if kind == CauseKind.AWAITING:
+            return "replaced"
         if kind == CauseKind.AVAILABILITY:
             return f"availability: at least {work.component.qos.availability.min_clusters} clusters"
         if kind == CauseKind.SPREAD:
@@ -159,24 +197,45 @@ class Explainer:
         if kind == CauseKind.DAEMONSET:
             return "a DaemonSet runs one replica per cluster"
         if kind == CauseKind.IMPROVES:
-            return f"improves the objective by {cause.gain:.1%} (> {cause.threshold:.0%})"
+            text = f"improves the objective by {cause.gain:.1%} (> {cause.threshold:.0%})"
+            if cause.budget:
+                text += (f" once {cause.budget} more replica(s) move in later cycles "
+                         f"(disruption budget {work.component.stability.disruption_budget})")
+            return text
         if kind == CauseKind.COMPLETED:
             return "completed Job"
         return "no longer in the goals"
 
     def drain(self, drain: Drain, work: Work) -> str:
         text = self.cause(drain.cause, work)
+        if drain.cause.kind == CauseKind.AWAITING:
+            return "replaced; draining until its replacement runs (make before break)"
         if drain.unreplaced:
             return f"{text}; keeps running until a replacement fits elsewhere (make before break)"
         return f"{text}; draining until its replacement runs (make before break)"
 
-    def census(self, census: Census) -> str:
-        parts = [f"{n} {FILTERS_BY_NAME[name].reason}" for name, n in census.excluded]
+    def census(self, census: Census, work: Work | None = None) -> str:
+        parts = [self.colocation(n, work) if name == COLOCATE else f"{n} {FILTERS_BY_NAME[name].reason}"
+                 for name, n in census.excluded]
         if census.full:
             parts.append(f"{census.full} lack room for one more replica")
         if census.unused:
             parts.append(f"{census.unused} with room left unused by its own rules (offloading, bursting, spread)")
         return ", ".join(parts) if parts else "no clusters"
+
+    def colocation(self, n: int, work: Work | None) -> str:
+        """Clusters a follower may not use: what it follows does not run there (and where
+        it does, whether those clusters failed)."""
+        if work is None:
+            return f"{n} without what it follows (colocateWith)"
+        anchors = ", ".join(work.component.colocate_with)
+        runs = sorted({i for a in work.component.colocate_with
+                       for i, k in (self.cycle.works[a].target.items() if a in self.cycle.works else ()) if k > 0})
+        failed = [i for i in runs if not self.cycle.healthy[i]]
+        text = f"{n} without {anchors} (colocateWith)"
+        if runs and len(failed) == len(runs):
+            text += f", which runs only on failed cluster(s) {', '.join(self.names[i] for i in failed)}"
+        return text
 
     def latency_breach(self, work: Work, cluster: int) -> str:
         view = self.cycle.fleet
@@ -200,9 +259,9 @@ class Explainer:
             if sf.blocked == Blocked.OFFLOADING_OFF and sf.preferred is not None:
                 return f"{head}: preferred {names[sf.preferred]} is full and offloading is off"
             if sf.blocked == Blocked.BURSTING_OFF:
-                rest = f"; elsewhere: {self.census(sf.census)}" if sf.census else ""
+                rest = f"; elsewhere: {self.census(sf.census, work)}" if sf.census else ""
                 return f"{head}: the clusters chosen are full and bursting is off{rest}"
-            return f"{head}: no cluster takes more: {self.census(sf.census) if sf.census else 'no clusters'}"
+            return f"{head}: no cluster takes more: {self.census(sf.census, work) if sf.census else 'no clusters'}"
         if kind == ShortfallKind.WAITING:
             c = work.component
             what = "a StatefulSet" if c.kind == "StatefulSet" else f"a stateful {c.kind}"
@@ -211,19 +270,41 @@ class Explainer:
                         f"{what} moves only with qos.migration.allowStateful")
             return (f"{name} lost the capacity for {sf.replicas} replica(s): {what} waits for it "
                     "(qos.migration.allowStateful lets it move)")
+        if kind == ShortfallKind.NOT_RUNNING:
+            c = work.component
+            what = "a StatefulSet" if c.kind == "StatefulSet" else f"a stateful {c.kind}"
+            return (f"{sf.replicas} replica(s) wait where they do not run: "
+                    f"{self.not_running(sf.cluster or 0, sf.filter, work)}; "
+                    f"{what} moves only with qos.migration.allowStateful")
         if kind == ShortfallKind.MEASURED_BREACH:
             return (f"{name} is outside the latency envelope by measured latency ({self.latency_breach(work, sf.cluster or 0)}); "
                     f"kept until {self.stamp(sf.until or 0.0)}: a measured breach moves once it has lasted past the cooldown")
         if kind == ShortfallKind.NOT_MOVABLE:
             return (f"{name} is outside the latency envelope by measured latency ({self.latency_breach(work, sf.cluster or 0)}); "
                     f"a {work.component.kind} is not moved by rescheduling")
+        if kind == ShortfallKind.UNREPLACED and sf.cause is not None and sf.cause.kind not in (
+                CauseKind.GOALS, CauseKind.DECLARED_LATENCY, CauseKind.MEASURED_LATENCY):
+            return (f"{sf.replicas} replica(s) keep running on {name} ({self.cause(sf.cause, work)}): "
+                    "no replacement fits elsewhere yet")
         if kind == ShortfallKind.UNREPLACED:
             f = FILTERS_BY_NAME.get(sf.filter or "")
             why = f.reason if f else ("breaks the goal" if sf.goal != "latency" else "is outside the latency envelope")
             return (f"{sf.replicas} replica(s) keep running on {name}, which {why}: no replacement fits elsewhere yet")
+        if kind == ShortfallKind.KEPT:
+            f = FILTERS_BY_NAME.get(sf.filter or "")
+            return f"{sf.replicas} replica(s) stay on {name}, which {f.reason if f else 'breaks the goal'}"
         if kind == ShortfallKind.NOT_COLOCATED:
             return (f"{sf.replicas} cluster(s), {name} first, run it without {', '.join(work.component.colocate_with)} "
                     "(colocateWith): no replacement beside them fits")
+        if kind == ShortfallKind.NEAREST_KEPT:
+            region = self.cycle.fleet.static.regions[sf.region]
+            ms = float(self.cycle.fleet.region_latency[sf.cluster or 0, sf.region])
+            return (f"1 replica stays on {name} ({ms:g} ms to {region}), the nearest to {region} "
+                    "of the clusters it may use")
+        if kind == ShortfallKind.UNSERVED and sf.census is not None and (sf.census.excluded or sf.census.full):
+            region = self.cycle.fleet.static.regions[sf.region]
+            return (f"no replica within {sf.max_ms:g} ms of {region} (serve: nearest): of the clusters within it, "
+                    f"{self.census(sf.census, work)}")
         if kind == ShortfallKind.UNSERVED:
             region = self.cycle.fleet.static.regions[sf.region]
             return (f"no replica within {sf.max_ms:g} ms of {region} (serve: nearest): "
@@ -231,7 +312,7 @@ class Explainer:
         if kind == ShortfallKind.TOO_FEW_REPLICAS:
             return f"{sf.have} replica(s) cannot run on minClusters {sf.wanted} clusters"
         if kind == ShortfallKind.TOO_FEW_CLUSTERS:
-            tail = f": {self.census(sf.census)}" if sf.census else ""
+            tail = f": {self.census(sf.census, work)}" if sf.census else ""
             return f"runs on {sf.have} cluster(s), minClusters is {sf.wanted}; no more clusters take it{tail}"
         if kind == ShortfallKind.UNEVEN:
             return (f"replica counts differ by {sf.wanted} over {sf.have} clusters (spread allows 1): "
@@ -267,26 +348,49 @@ class Explainer:
                 for (i, n), reason, (score, breakdown) in zip(used, reasons, terms)
             ),
             draining=tuple(
-                _built(Draining, cluster=names[i], replicas=d.replicas, reason=self.drain(d, work))
+                _built(Draining, cluster=names[i], replicas=d.replicas, reason=self.drain(d, work),
+                       goal=goal_of(d.cause))
                 for i, d in sorted(work.drains.items())
             ),
-            request=_built(ReplicaRequest, cpu=c.cpu, memory=c.memory),
+            request=_built(ReplicaRequest, cpu=c.cpu, memory=c.memory, architectures=self.architectures(work)),
         )
+
+    def architectures(self, work: Work) -> tuple[str, ...]:
+        """The architectures of what the plan runs of a component: its own, and while
+        replicas drain, those they were placed with (the next cycle charges them so)."""
+        archs = set(work.component.architectures)
+        if work.drains:
+            old = self.cycle.current.requests.get(work.key)
+            if old is not None and old.architectures is not None:
+                archs.update(old.architectures)
+            else:  # not recorded (a plan written before): what they drain on, where it is not those
+                for i in work.drains:
+                    if work.component.architectures.isdisjoint(self.cycle.ledger.archs[i]):
+                        archs.update(self.cycle.ledger.archs[i])
+        return tuple(sorted(archs))
 
     def reasons(self, work: Work, used: list[tuple[int, int]]) -> list[str]:
         """Why each cluster of the target holds replicas."""
         notes: dict[int, list[str]] = {}
         for sf in work.shortfalls:
             if sf.cluster is not None and sf.kind in (ShortfallKind.MEASURED_BREACH, ShortfallKind.NOT_MOVABLE,
-                                                      ShortfallKind.WAITING):
-                notes.setdefault(sf.cluster, []).append("goal unmet here (see unmet)")
+                                                      ShortfallKind.WAITING, ShortfallKind.NOT_RUNNING,
+                                                      ShortfallKind.KEPT, ShortfallKind.NEAREST_KEPT):
+                if "goal unmet here (see unmet)" not in notes.get(sf.cluster, ()):
+                    notes.setdefault(sf.cluster, []).append("goal unmet here (see unmet)")
+        cordons = self.cycle.fleet.cordons
+        for i, _ in used:
+            if i in cordons:
+                notes.setdefault(i, []).append(f"{self.cordon(i)}: nothing new goes there")
         reasons: list[str] = []
+        counts = [n for i, n in used if self.cycle.healthy[i]]
+        even = not counts or max(counts) - min(counts) <= 1
         for i, _ in used:
             why = work.why.get(i)
             if work.keep is not None and (why is None or why.rule == Rule.KEPT):
                 text = self.keep(work.keep)
             else:
-                text = self.why(why or Why(Rule.KEPT))
+                text = self.why(why or Why(Rule.KEPT), even)
             if work.budget_limited:
                 text += f"; disruption budget {work.component.stability.disruption_budget} per cycle"
             if i in notes:
@@ -321,6 +425,10 @@ class Explainer:
         )
 
 
+def _state(state: object, reason: str | None) -> str:
+    return f"{state} ({reason})" if reason else str(state)
+
+
 @dataclass(frozen=True)
 class _Shown:
     """What a component's plan was built from in the last cycle."""
@@ -350,13 +458,19 @@ def _reuse(cycle: Cycle, ex: Explainer) -> tuple[dict[str, _Shown], dict[str, Co
     "placed"), so only the reasons are written anew."""
     entry = cycle.fleet_memo.get("shown")
     last: dict[str, _Shown] = {}
+    cordons = cycle.fleet.cordons
+    cordoned: set[int] = set()  # clusters whose cordon changed: what runs there says so anew
     if isinstance(entry, tuple) and entry[0] is ex.latencies:
         last = entry[1]
+        before = entry[2]
+        if before != cordons:
+            cordoned = {i for i in before.keys() | cordons.keys() if before.get(i) != cordons.get(i)}
     works = cycle.decided_works()
     placement = cycle.placement
     changed = [work.key for work in works
                if (prev := last.get(work.key)) is None or prev.target != work.target
-               or prev.placed != placement.get(work.key) or not _same(prev.component, work.component)]
+               or prev.placed != placement.get(work.key) or not _same(prev.component, work.component)
+               or (cordoned and not cordoned.isdisjoint(work.target))]
     # A component gone since (edited out, or a Job completed) no longer calls anyone.
     # The last cycle's table holds only components of its works: none is gone when this
     # cycle works on the same ones (its carry and this table were left by that cycle).
@@ -392,7 +506,7 @@ def _reuse(cycle: Cycle, ex: Explainer) -> tuple[dict[str, _Shown], dict[str, Co
         placed = placement.get(key)
         now[key] = _Shown(work.component, work.target, None if placed is None else dict(placed), work.keep, traffic,
                           plan)
-    cycle.fleet_memo["shown"] = (ex.latencies, now)  # filled in as the plans are built
+    cycle.fleet_memo["shown"] = (ex.latencies, now, dict(cordons))  # filled in as the plans are built
     return now, scored
 
 
@@ -457,6 +571,7 @@ def assemble(cycle: Cycle) -> Plan:
                 replicas=m.replicas,
                 reason=m.reason,
                 detail=ex.cause(m.cause, work, m.source_name),
+                goal=goal_of(m.cause),
             ))
             reasons.add(m.reason)
         if work.moves:
@@ -465,7 +580,7 @@ def assemble(cycle: Cycle) -> Plan:
         for name, n in removal.where.items():
             moves.append(_built(Move, component=removal.key, source=name, target=None, replicas=n, reason="removed",
                                 detail="completed Job" if removal.cause.kind == CauseKind.COMPLETED
-                                else "no longer in the goals"))
+                                else "no longer in the goals", goal=None))
     # Nothing ran before: the first placement, not a change of goals.
     first = not any(cycle.current.placements.values()) and not any(cycle.current.draining.values())
     decision: DecisionReason = "initial" if first else "goals-changed"

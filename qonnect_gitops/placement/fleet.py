@@ -16,6 +16,7 @@ import numpy as np
 from qonnect_gitops.model.cluster import Cluster
 from qonnect_gitops.model.goals import Goals
 from qonnect_gitops.model.observed import Observed
+from qonnect_gitops.model.status import ClusterState
 
 GIB = float(2**30)
 TIER_RANK = {"cloud": 0, "fog": 1, "edge": 2}
@@ -231,6 +232,18 @@ class Failure:
     reported_unhealthy: bool
     silent_seconds: float | None = None
     grace_seconds: float | None = None
+    state: ClusterState | None = None  # the health model's state, when the leads judged it
+    reason: str | None = None
+
+
+@dataclass(frozen=True)
+class Cordon:
+    """Why a healthy cluster takes no new replicas this cycle: the leads' health model
+    judged it Degraded, Stalled or Silent, or it is back from a failover and not Ready long
+    enough yet (reason ``Recovering``); what runs there stays."""
+
+    state: ClusterState
+    reason: str | None
 
 
 @dataclass(frozen=True)
@@ -238,8 +251,11 @@ class FleetView:
     """One cycle's view: static fleet plus health and measured latencies."""
 
     static: StaticFleet
-    healthy: np.ndarray  # bool per cluster: healthy and heartbeat within grace
+    healthy: np.ndarray  # bool per cluster: not gone (healthy, and heartbeat within grace)
     failures: dict[int, Failure]  # why an unhealthy cluster is treated as gone
+    # bool per cluster: takes new replicas (healthy and not cordoned: the health filter)
+    placeable: np.ndarray
+    cordons: dict[int, Cordon]  # why a healthy cluster takes no new replicas
     region_latency: np.ndarray  # [cluster, region] ms; measured overrides declared
     measured_region: frozenset[tuple[int, int]]  # (cluster, region) pairs that were measured
     cluster_latency: ClusterLatency  # [cluster, cluster] ms, finite everywhere
@@ -263,18 +279,25 @@ def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetVi
     grace = goals.fleet.spec.heartbeat.grace_seconds
     healthy = np.ones(n, dtype=bool)
     failed: dict[int, Failure] = {}
+    cordons: dict[int, Cordon] = {}
     for name, oc in sorted(observed.clusters.items()):
         i = static.index.get(name)
         if i is None:
             continue  # the CLI refuses unknown clusters; the planner ignores them
         if not oc.healthy:
             healthy[i] = False
-            failed[i] = Failure(reported_unhealthy=True)
+            failed[i] = Failure(reported_unhealthy=True, state=oc.state, reason=oc.reason)
         elif oc.state is not None:
-            continue  # judged by the leads' health model (kb.health): silence included
+            # The leads' health model judged silence already (with hysteresis and a storm
+            # guard): a state short of failover cordons the cluster, nothing more.
+            if oc.cordoned:  # Degraded, Stalled, Silent held back, or recovering
+                cordons[i] = Cordon(oc.state, oc.reason)
         elif oc.heartbeat_age_seconds is not None and oc.heartbeat_age_seconds > grace:
             healthy[i] = False
             failed[i] = Failure(False, oc.heartbeat_age_seconds, grace)
+    placeable = healthy.copy()
+    if cordons:
+        placeable[sorted(cordons)] = False
     region_lat = static.declared_region_latency
     # A measurement overrides what is declared for its pair, in both directions; a pair
     # measured more than once (or in both directions) counts with its largest value.
@@ -306,6 +329,8 @@ def build_view(static: StaticFleet, goals: Goals, observed: Observed) -> FleetVi
         static=static,
         healthy=healthy,
         failures=failed,
+        placeable=placeable,
+        cordons=cordons,
         region_latency=region_lat,
         measured_region=frozenset(measured_regions),
         cluster_latency=cl,

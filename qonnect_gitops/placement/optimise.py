@@ -42,6 +42,17 @@ CANDIDATE_CLUSTERS = 8  # best allowed clusters tried when making room
 NEW = Cause(CauseKind.NEW)
 
 
+AGAIN = Cause(CauseKind.AGAIN)
+
+
+def _arrivals(work: Work) -> list[PendingMove]:
+    """The moves of a component placed from scratch: new, or placed again after none of its
+    replicas ran (they were unplaced, or lost with their cluster)."""
+    if work.seen:
+        return [PendingMove(None, i, n, "goals-changed", AGAIN) for i, n in sorted(work.target.items())]
+    return [PendingMove(None, i, n, "new", NEW) for i, n in sorted(work.target.items())]
+
+
 def biggest_first(works: list[Work]) -> list[Work]:
     """The hardest to fit first, once capacity is consumed: CPU x replicas, then memory."""
     return sorted(works, key=lambda w: (-w.component.cpu * w.replicas, -w.component.memory * w.replicas, w.key))
@@ -71,6 +82,9 @@ def place(cycle: Cycle, work: Work, beside: np.ndarray | None = None) -> None:
     allowed, wanted = ev.static_mask(ctx), ev.wanted_mask(ctx)
     if beside is not None:
         allowed, wanted = allowed & beside, wanted & beside
+    if work.stalled:  # where it was sent and does not run, it does not go again
+        allowed, wanted = allowed.copy(), wanted.copy()
+        allowed[sorted(work.stalled)] = wanted[sorted(work.stalled)] = False
     dist = distribute(ctx, allowed, total, Request(work.replicas, per_cluster_max=per_cluster_max), wanted=wanted)
     if beside is not None:
         dist.why = {i: Why(Rule.COLOCATED) for i in dist.why}
@@ -89,7 +103,7 @@ def _commit(cycle: Cycle, work: Work, dist: Distribution) -> None:
     work.unplaced = work.replicas - sum(work.target.values())
     work.blocked = dist.blocked if work.unplaced else None
     work.preferred = dist.preferred
-    work.moves = [PendingMove(None, i, n, "new", NEW) for i, n in sorted(work.target.items())]
+    work.moves = _arrivals(work)
     cycle.placement[work.key] = dict(work.target)
 
 
@@ -122,8 +136,9 @@ def improve(cycle: Cycle, work: Work, recheck: bool = False) -> bool:
     if best.unplaced or not best.replicas:
         return False
     if short:
-        if _short_of_availability(cycle, c, work.replicas, best.replicas):
-            return False  # the rules cannot do better now either
+        if (_short_of_availability(cycle, c, work.replicas, best.replicas)
+                and len(best.replicas) <= len([n for n in work.target.values() if n > 0])):
+            return False  # the rules cannot do better now either (more clusters is better)
     else:
         work.preferred = best.preferred
         after = sum(total[i] * k for i, k in best.replicas.items()) / n
@@ -196,7 +211,7 @@ def search(cycle: Cycle, fresh: list[Work], works: list[Work]) -> None:
             continue
         work.target = {i: n for i, n in sorted(work.target.items()) if n > 0}
         work.why = {i: Why(Rule.SEARCH) for i in work.target}
-        work.moves = [PendingMove(None, i, n, "new", NEW) for i, n in work.target.items()]
+        work.moves = _arrivals(work)
 
 
 def make_room(cycle: Cycle, s: Search, changed: set[str], works: list[Work]) -> None:
@@ -233,7 +248,7 @@ def make_room(cycle: Cycle, s: Search, changed: set[str], works: list[Work]) -> 
                 work.unplaced -= 1
         if work.target:
             cycle.placement[work.key] = dict(work.target)
-            work.moves = [PendingMove(None, i, n, "new", NEW) for i, n in sorted(work.target.items())]
+            work.moves = _arrivals(work)
         if not work.unplaced:
             work.blocked = None
 
@@ -310,7 +325,7 @@ def complete(cycle: Cycle, works: list[Work]) -> None:
             continue
         work.unplaced -= added
         work.blocked = dist.blocked if work.unplaced else None
-        work.moves = [PendingMove(None, i, n, "new", NEW) for i, n in sorted(work.target.items())]
+        work.moves = _arrivals(work)
         cycle.placement[work.key] = dict(work.target)
     for work in biggest_first([w for w in works if not w.target and w.unplaced > 0]):
         place(cycle, work)

@@ -27,7 +27,7 @@ from qonnect_gitops.placement.optimise import biggest_first, place, place_fresh
 from qonnect_gitops.placement.records import Work
 from qonnect_gitops.placement.repair import (
     Verdict,
-    carry_drains,
+    assess,
     colocated,
     inspect,
     repair,
@@ -61,9 +61,12 @@ def _run(cycle: Cycle) -> Plan:
     followers: list[Work] = []
     if not _classify_decided(cycle, broken, fresh, candidates, followers):
         _classify(cycle, broken, fresh, candidates, followers)
-    # 2. Repair: whatever breaks a hard goal, biggest first (they are the hardest to fit).
+    # 2. Repair: whatever breaks a hard goal, biggest first (they are the hardest to fit),
+    # once every one of them gave back what it gives up (room freed by a scale-down is
+    # room for this cycle's repairs).
+    assessed = {work.key: assess(cycle, work) for work in broken}
     for work in biggest_first(broken):
-        repair(cycle, work)
+        repair(cycle, work, assessed=assessed[work.key])
     # 3. Optimise: new components, then running ones under the stability rules.
     place_fresh(cycle, biggest_first(fresh))
     for work in candidates:
@@ -73,7 +76,6 @@ def _run(cycle: Cycle) -> Plan:
         follow(cycle, work)
     # 4. Explain.
     for work in cycle.decided_works():
-        carry_drains(cycle, work)
         verify(cycle, work)
     result = assemble(cycle)
     cycle.remember(result.components)

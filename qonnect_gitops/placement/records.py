@@ -45,6 +45,14 @@ class Why:
     region: int = 0  # NEAREST: the region served (index into the fleet's regions)
 
 
+class Run(Enum):
+    """Whether replicas placed on a live cluster run there (issue 31: what runs is the truth)."""
+
+    RUNNING = "running"  # observed Running with as many ready, or not observed
+    PENDING = "pending"  # placed, not running yet (Progressing, or sent to a cordoned cluster)
+    NOT_RUNNING = "not-running"  # observed NotRunning: replaced where room exists
+
+
 class Blocked(Enum):
     """Why a distribution left replicas unplaced."""
 
@@ -58,6 +66,7 @@ class CauseKind(Enum):
     """Why replicas leave a cluster, or are added."""
 
     NEW = "new"
+    AGAIN = "again"  # placed from scratch again: none of its replicas ran (unplaced, lost)
     SCALE_UP = "scale-up"
     SCALE_DOWN = "scale-down"
     FAILOVER = "failover"  # the cluster failed
@@ -71,6 +80,9 @@ class CauseKind(Enum):
     NEAREST = "nearest"  # moved so a region is served from nearby
     COLOCATION = "colocation"  # follows the components it is colocated with
     DAEMONSET = "daemonset"  # a DaemonSet runs one per cluster
+    NOT_RUNNING = "not-running"  # placed there, observed not running (reason: the workload's)
+    CORDONED = "cordoned"  # the cluster is cordoned: drains there go on, nothing new goes there
+    AWAITING = "awaiting"  # replaced already: drains until the replacement runs
     IMPROVES = "improves"  # rescheduling: the objective improves past the threshold
     GONE = "gone"  # the component left the goals
     COMPLETED = "completed"  # a Job that completed
@@ -85,6 +97,8 @@ class Cause:
     threshold: float = 0.0  # IMPROVES: minImprovement
     count: int = 0  # SCALE_UP / SCALE_DOWN: the new replica count
     region: int = 0  # NEAREST: the region served (index into the fleet's regions)
+    note: str | None = None  # NOT_RUNNING: the workload's reason (CamelCase), if it gave one
+    budget: int = 0  # IMPROVES: replicas of the move left for later cycles (disruption budget)
 
 
 @dataclass(slots=True)
@@ -115,6 +129,7 @@ class KeepKind(Enum):
     NO_GAIN_BOUND = "no-gain-bound"  # no alternative could, even at its best
     NO_BETTER = "no-better"  # no alternative places every replica
     BUDGET_SPREAD = "budget-spread"  # a move within the budget would break the spread
+    BUDGET_STALL = "budget-stall"  # the budget would leave the move half done, gaining too little to finish
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,6 +140,7 @@ class Keep:
     until: float | None = None  # COOLDOWN: when it ends (Unix time)
     gain: float = 0.0  # NO_GAIN: the best alternative's gain
     threshold: float = 0.0
+    budget: int = 0  # BUDGET_STALL: the disruption budget (replicas per cycle)
 
 
 class ShortfallKind(Enum):
@@ -132,6 +148,9 @@ class ShortfallKind(Enum):
     WAITING = "waiting"  # a StatefulSet waits on its failed cluster
     MEASURED_BREACH = "measured-breach"  # kept on a breaching cluster within the cooldown
     NOT_MOVABLE = "not-movable"  # a breach rescheduling may not repair (StatefulSet, Job)
+    NOT_RUNNING = "not-running"  # a StatefulSet placed where it does not run: it waits there
+    KEPT = "kept"  # kept (waiting, cordoned) on a cluster another of its filters rules out
+    NEAREST_KEPT = "nearest-kept"  # one replica kept nearest a region no allowed cluster serves
     UNREPLACED = "unreplaced"  # kept running where goals exclude it: no replacement fits
     TOO_FEW_REPLICAS = "too-few-replicas"  # fewer replicas than minClusters
     TOO_FEW_CLUSTERS = "too-few-clusters"  # not enough allowed clusters with room
@@ -170,6 +189,7 @@ class Shortfall:
     filter: str | None = None
     region: int = 0  # UNSERVED: the region (index into the fleet's regions)
     max_ms: float = 0.0  # UNSERVED: its envelope
+    cause: Cause | None = None  # UNREPLACED: why the replicas leave their cluster
 
 
 @dataclass(slots=True)
@@ -182,7 +202,14 @@ class Work:
     scaled: bool  # replicas decided by qos.scaling
     current: dict[int, int]  # replicas running now, per declared cluster
     undeclared: dict[str, int] = field(default_factory=dict)  # on clusters no longer declared
-    drained: dict[int, int] = field(default_factory=dict)  # the previous plan's draining
+    # The previous plan's draining replicas that still run on while the replicas running
+    # elsewhere are fewer than wanted (their replacement does not run yet), per cluster.
+    drained: dict[int, int] = field(default_factory=dict)
+    # Of those, the ones on clusters that failed or left the goals (by name): gone.
+    lost: dict[str, int] = field(default_factory=dict)
+    # Clusters of the placement in force where its replicas do not run (observed
+    # NotRunning), with the workload's or the cluster's reason.
+    stalled: dict[int, str | None] = field(default_factory=dict)
     target: dict[int, int] = field(default_factory=dict)
     why: dict[int, Why] = field(default_factory=dict)
     drains: dict[int, Drain] = field(default_factory=dict)
@@ -195,9 +222,10 @@ class Work:
     keep: Keep | None = None  # kept as it was, and why
     shortfalls: list[Shortfall] = field(default_factory=list)
     touched: bool = False  # decided this cycle (not kept on the short path)
+    seen: bool = False  # placed by an earlier plan (it has a request or a last move there)
     budget_limited: bool = False  # rescheduling moved less than it wanted (disruption budget)
 
     @property
     def fresh(self) -> bool:
-        """Nothing of it runs yet: placed from scratch."""
-        return not self.current and not self.undeclared
+        """Nothing of it runs or drains: placed from scratch."""
+        return not self.current and not self.undeclared and not self.drained and not self.lost

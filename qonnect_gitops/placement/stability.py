@@ -81,6 +81,9 @@ def reschedule(cycle: Cycle, work: Work) -> None:
     total, _ = ev.scores(ctx)
     per_cluster_max = 1 if c.kind == "DaemonSet" else None
     allowed, wanted = ev.static_mask(ctx), ev.wanted_mask(ctx)
+    if work.stalled:  # where it was sent and does not run, it does not go again
+        allowed, wanted = allowed.copy(), wanted.copy()
+        allowed[sorted(work.stalled)] = wanted[sorted(work.stalled)] = False
     req = Request(work.replicas, per_cluster_max=per_cluster_max)
     # Most components kept here offload to the same cluster cycle after cycle: where
     # nothing that distribution read changed, it is not run again.
@@ -108,18 +111,29 @@ def reschedule(cycle: Cycle, work: Work) -> None:
     into = {i: n - cur.get(i, 0) for i, n in best.replicas.items() if n > cur.get(i, 0)}
     out_order = [i for i in sorted(out, key=lambda i: (-total[i], i)) for _ in range(out[i])]
     in_order = [i for i in sorted(into, key=lambda i: (total[i], i)) for _ in range(into[i])]
-    pairs = list(zip(out_order, in_order))[: c.stability.disruption_budget]
-    target = dict(cur)
-    for src, dst in pairs:
-        target[src] -= 1
-        target[dst] = target.get(dst, 0) + 1
-    target = {i: n for i, n in target.items() if n > 0}
+    steps = list(zip(out_order, in_order))
+    budget = c.stability.disruption_budget
+    pairs = steps[:budget]
+    target = _stepped(cur, pairs)
     if not _keeps_goals(cycle, c, work.replicas, target):
         # Within the budget the move would break the spread or minClusters: a hard goal
         # is worth more than the gain.
         work.keep = Keep(KeepKind.BUDGET_SPREAD, gain=gain, threshold=threshold)
         return
-    cause = Cause(CauseKind.IMPROVES, gain=gain, threshold=threshold)
+    if len(steps) > budget:
+        # A move the budget spreads over cycles is started only if it can finish: from
+        # every state it passes through, the rest of it still clears minImprovement (or
+        # a later cycle would keep the split it left, "no alternative improves more").
+        state = target
+        best_cost = cycle.local_cost(work, best.replicas, static)
+        for k in range(budget, len(steps), budget):
+            if k > budget:
+                state = _stepped(state, steps[k - budget:k])
+            before = cycle.local_cost(work, state, static)
+            if (before - best_cost) / max(before, GAIN_FLOOR) <= threshold:
+                work.keep = Keep(KeepKind.BUDGET_STALL, gain=gain, threshold=threshold, budget=budget)
+                return
+    cause = Cause(CauseKind.IMPROVES, gain=gain, threshold=threshold, budget=max(len(steps) - budget, 0))
     merged: dict[tuple[int, int], int] = {}
     for pair in pairs:
         merged[pair] = merged.get(pair, 0) + 1
@@ -140,6 +154,15 @@ def reschedule(cycle: Cycle, work: Work) -> None:
     work.why = {i: (best.why.get(i, Why(Rule.BEST)) if i in added else Why(Rule.KEPT)) for i in target}
     work.budget_limited = len(pairs) < min(len(out_order), len(in_order))
     work.touched = True
+
+
+def _stepped(cur: dict[int, int], pairs: list[tuple[int, int]]) -> dict[int, int]:
+    """``cur`` after one replica moved per (source, destination) pair."""
+    target = dict(cur)
+    for src, dst in pairs:
+        target[src] -= 1
+        target[dst] = target.get(dst, 0) + 1
+    return {i: n for i, n in target.items() if n > 0}
 
 
 def _keeps_goals(cycle: Cycle, c: Component, replicas: int, target: dict[int, int]) -> bool:

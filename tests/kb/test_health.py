@@ -33,10 +33,12 @@ def at(ts: float) -> datetime:
     return datetime.fromtimestamp(ts, tz=UTC)
 
 
-def body(cluster: str, t: float, condition: str = "Ready", **kw: Any) -> dict[str, Any]:
+def body(cluster: str, t: float, condition: str = "Ready", applied: int = 1000, **kw: Any) -> dict[str, Any]:
     """A report of ``cluster`` at ``t`` whose cluster is Ready, Degraded (API server down: no
-    nodes, ApiUnavailable) or Stalled (a refused commit)."""
+    nodes, ApiUnavailable) or Stalled (a refused commit), having applied plan generation
+    ``applied`` (by default every generation these tests make)."""
     data = report(cluster, agent_time=t, **kw)
+    data["applied"] = {"commit": "a" * 40, "generation": applied}
     if condition == "Degraded":
         data["sync"] = {"state": "Stalled", "reason": "ApiUnavailable", "message": "connection refused"}
         data["nodes"] = []
@@ -246,7 +248,7 @@ def test_placed_but_never_ready_is_progressing_then_not_running() -> None:
 def test_what_a_stalled_cluster_was_sent_and_did_not_apply_is_not_running_at_once() -> None:
     kb = kb_with(["edge-1", "edge-2"], shop=True)
     kb.apply_plan({"shop/web": {"edge-1": 3}}, {}, "initial", "c1" * 20, 1, T0 + 1)
-    send(kb, "edge-1", T0 + 2, "Stalled")  # still runs 2 of the 3 web replicas it was sent
+    send(kb, "edge-1", T0 + 2, "Stalled", applied=0)  # still runs 2 web replicas; refused the 3
     [web] = kb.snapshot(at(T0 + 3)).workloads
     assert (web.state, web.reason, web.ready_replicas) == ("NotRunning", "PruneLimitExceeded", 2)
 
@@ -286,3 +288,37 @@ def test_a_lead_that_could_not_take_reports_fails_no_silent_cluster_over() -> No
     assert not kb.snapshot(at(T0 + 39)).clusters["edge-2"].healthy  # one of five: no storm
     held = kb.snapshot(at(T0 + 39), observer_impaired=True).clusters["edge-2"]
     assert (held.healthy, held.state, held.reason, held.cordoned) == (True, "Silent", "EvictionsPaused", True)
+
+
+def test_an_agent_waiting_for_its_first_branch_is_not_stalled() -> None:
+    """A new fleet: no cluster branch exists before the first decision, every agent says
+    SourceUnavailable; none may be cordoned for it, or the first decision places nothing."""
+    waiting = body("c", T0)
+    waiting["sync"] = {"state": "Stalled", "reason": "SourceUnavailable", "message": "no branch cluster/c"}
+    waiting["applied"] = None
+    assert report_condition(ReportRecord.from_report(AgentReport.model_validate(waiting))) == ("Ready", None)
+    waiting["attempted"] = "b" * 40  # it had a commit once: Git unreachable now is a stall
+    assert report_condition(ReportRecord.from_report(AgentReport.model_validate(waiting)))[0] == "Stalled"
+
+
+def test_replicas_count_only_once_the_agent_applied_the_generation_that_placed_them() -> None:
+    """Issue 31: a frontend failed over to a stalled cluster ran 1 of 2 replicas, and the
+    leads counted 2. The old replica running there is not the placed pair running."""
+    kb = kb_with(["edge-1", "edge-2"], shop=True)
+    generation = kb.apply_plan({"shop/web": {"edge-1": 2}}, {}, "initial", "c1" * 20, 1, T0 + 1)
+    for t in range(2, 30):
+        send(kb, "edge-1", T0 + t, applied=generation - 1)  # still on the commit before
+    [web] = kb.snapshot(at(T0 + 30)).workloads
+    assert web.state == "Progressing"  # its 2 ready replicas are not the ones placed
+    send(kb, "edge-1", T0 + 31, applied=generation)
+    assert kb.snapshot(at(T0 + 32)).workloads == ()
+
+
+def test_an_autoscaler_wanting_fewer_replicas_is_not_a_shortfall() -> None:
+    """A HorizontalPodAutoscaler scaled the placed 2 to 1: ready 1 of desired 1 runs."""
+    kb = kb_with(["edge-1", "edge-2"], shop=True)
+    kb.apply_plan({"shop/web": {"edge-1": 2}}, {}, "initial", "c1" * 20, 1, T0 + 1)
+    scaled = body("edge-1", T0 + 2)
+    scaled["components"] = [{"component": "shop/web", "healthy": True, "readyReplicas": 1, "desiredReplicas": 1}]
+    kb.apply_reports([report_entry("edge-1", T0 + 2, scaled)])
+    assert kb.snapshot(at(T0 + 300)).workloads == ()

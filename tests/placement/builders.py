@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from datetime import UTC, datetime
 from typing import Any
 
@@ -121,6 +122,13 @@ def goals(
         },
         latencies=table,
     )
+
+
+def replaced(g: Goals, c: Component) -> Goals:
+    """The same goals with component ``c`` in place of the one with its key."""
+    apps = {name: dataclasses.replace(app, components=tuple(c if x.key == c.key else x for x in app.components))
+            for name, app in g.apps.items()}
+    return Goals(g.fleet, g.clusters, g.network, apps, g.latencies)
 
 
 def observed(**fields: Any) -> Observed:

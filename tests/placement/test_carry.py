@@ -53,7 +53,8 @@ def _carried(g: Goals) -> int:
 
 
 EVENTS = ("nothing", "nothing", "nothing", "nothing", "later", "fail", "recover", "edit", "measure", "report",
-          "traffic", "complete", "resize")
+          "traffic", "complete", "resize", "cordon", "not-running", "progressing")
+STATES = ("Ready", "Degraded", "Stalled", "Silent")
 
 
 def _resized(g: Goals, k: int) -> Goals:
@@ -87,10 +88,17 @@ def test_a_carried_cycle_plans_what_a_cycle_from_nothing_plans(fleet: Any, comps
     reports: dict[str, dict[str, Any]] = {}
     traffic = [{"component": c.key, "region": "r1", "rps": 250.0} for c in comps if c.qos.scaling]
     completed: list[str] = []
+    states: dict[str, str] = {}  # cluster -> its health model's state (issue 31)
+    pairs: dict[tuple[str, str], str] = {}  # (component, cluster) -> what agents report it runs
     current = CurrentPlacement()
     for event, k in [("nothing", 0), *events]:
         names = sorted(world.g.clusters)
-        if event == "report":
+        placed = sorted((key, n) for key, where in current.placements.items() for n in where)
+        if event == "cordon":
+            states[names[k % len(names)]] = STATES[k % len(STATES)]
+        elif event in ("not-running", "progressing") and placed:
+            pairs[placed[k % len(placed)]] = "NotRunning" if event == "not-running" else "Progressing"
+        elif event == "report":
             reports[names[k % len(names)]] = {"free": {"cpu": f"{250 * (k % 12)}m", "memory": f"{k % 9}Gi"}}
         elif event == "traffic":
             traffic = [{**t, "rps": float(50 * (k % 11))} for t in traffic]
@@ -103,12 +111,19 @@ def test_a_carried_cycle_plans_what_a_cycle_from_nothing_plans(fleet: Any, comps
             world.measured = [m for m in world.measured if m["from"] in world.g.clusters]
         world.apply(event, k)
         g = world.g
-        clusters_seen = {n: dict(reports.get(n, {})) for n in sorted(set(reports) | world.down)}
+        states = {n: s for n, s in states.items() if n in g.clusters}
+        clusters_seen = {n: dict(reports.get(n, {})) for n in sorted(set(reports) | world.down | set(states))}
         for n in world.down:
             clusters_seen[n]["healthy"] = False
+        for n, state in states.items():
+            clusters_seen[n]["state"] = state
+        in_force = {(key, n) for table in (current.placements, current.draining) for key, where in table.items()
+                    for n in where}
         obs = Observed.model_validate({
             "now": world.now.isoformat(), "clusters": clusters_seen, "latencies": world.measured,
             "traffic": traffic, "completedJobs": completed,
+            "workloads": [{"component": key, "cluster": n, "state": state}
+                          for (key, n), state in sorted(pairs.items()) if (key, n) in in_force],
         })
         warm = plan(g, obs, current)
         assert plan_json(warm) == plan_json(_cold(g, obs, current)), (event, k)

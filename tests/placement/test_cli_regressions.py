@@ -93,6 +93,30 @@ def test_json_round_trips_requests_and_draining_as_current(repo: Path, tmp_path:
     current = {"placements": {"bookinfo/reviews-v1": {"fog-2": 1}}}
     first = json.loads(_plan(repo, tmp_path, f'now: "{NOW}"\n', current))
     assert first["draining"] == {"bookinfo/reviews-v1": {"fog-2": 1}}  # nothing replaces it: it keeps running
-    assert first["requests"]["bookinfo/reviews-v1"] == {"cpu": "250m", "memory": "384Mi"}
+    assert first["requests"]["bookinfo/reviews-v1"] == {"cpu": "250m", "memory": "384Mi", "architectures": ["amd64"]}
     second = json.loads(_plan(repo, tmp_path, f'now: "{NOW}"\n', first))
     assert second["draining"] == first["draining"] and second["moves"] == []
+
+
+def test_a_drain_with_no_replacement_survives_every_later_cycle(repo: Path, tmp_path: Path) -> None:
+    # Issue 32, through `qonnect plan --current PREV` as its review ran it: reviews-v1
+    # (on fog-1, amd64 only) becomes arm64-only and no arm64 node of its tier has room
+    # (fog-2's are full). Cycle 2 kept its replica draining; cycle 3, nothing changed, had
+    # no placement, no drain, no move, and the architecture goal was no longer listed.
+    _edit(repo / "apps/bookinfo/app.yaml",
+          "    - name: reviews-v1\n      manifests: [manifests/reviews-v1.yaml]\n      qos:\n        tiers: [fog, cloud]",
+          "    - name: reviews-v1\n      manifests: [manifests/reviews-v1.yaml]\n      architectures: [arm64]\n"
+          "      qos:\n        tiers: [fog]")
+    full = "".join(f"      - {{name: {name}, arch: arm64, allocatable: {{cpu: '16', memory: 64Gi}}, "
+                   "free: {cpu: '0', memory: '0'}}\n" for name in ("a1", "a2"))
+    observed = "clusters:\n  fog-2:\n    nodes:\n" + full
+    previous: dict[str, object] = {"placements": {"bookinfo/reviews-v1": {"fog-1": 1}},
+                                   "lastMoved": {"bookinfo/reviews-v1": "2026-11-29T11:59:30Z"}}
+    for second in range(10, 40, 10):
+        out = json.loads(_plan(repo, tmp_path, f'now: "2026-11-29T12:00:{second}Z"\n{observed}', previous))
+        assert out["placements"]["bookinfo/reviews-v1"] == {}
+        assert out["draining"]["bookinfo/reviews-v1"] == {"fog-1": 1}
+        goals = {u["goal"] for u in out["unmet"] if u["component"] == "bookinfo/reviews-v1"}
+        assert "architecture" in goals, out["unmet"]
+        assert not [m for m in out["moves"] if m["component"] == "bookinfo/reviews-v1"]
+        previous = out

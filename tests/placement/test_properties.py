@@ -27,7 +27,7 @@ from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import CurrentPlacement, Plan
 from qonnect_gitops.placement import plan
 from qonnect_gitops.render.describe import plan_json
-from tests.placement.builders import NOW, cluster, component, goals
+from tests.placement.builders import NOW, cluster, component, goals, replaced
 
 REGIONS = ("r1", "r2")
 COOLDOWN = 300.0
@@ -207,9 +207,7 @@ def _edit(g: Goals, k: int) -> Goals:
         else:
             q["tiers"] = [("edge", "fog", "cloud")[k % 3]]
         c = dataclasses.replace(c, qos=QoS.model_validate(q))
-    apps = {name: dataclasses.replace(app, components=tuple(c if x.key == c.key else x for x in app.components))
-            for name, app in g.apps.items()}
-    return Goals(g.fleet, g.clusters, g.network, apps, g.latencies)
+    return replaced(g, c)
 
 
 @dataclass

@@ -88,7 +88,7 @@ def test_clearing_the_bounded_memo_clears_the_identity_entries_with_it() -> None
     # Fill the memo past its bound (2 x clusters + 16) with settlements of nothing that
     # runs: the next settlement anew clears both.
     for k in range(2 * 2 + 17):
-        settled[(0, (Running(f"x/{k}", 1, 1, ARCHS, 1),))] = Settled((), 0.0, 0.0, {})
+        settled[(0, (Running(f"x/{k}", 1, 1, ARCHS, 1),))] = Settled((), 0.0, 0.0, {}, {})
     other = {0: [Running("shop/other", 100, 2**20, ARCHS, 1)]}
     ledger = _settled(g, static, other, settled, last)
     assert set(last) == {0}
