@@ -458,88 +458,143 @@ def stalled(d: Demo, component: str = "bookinfo/reviews-v3") -> Result:
     leads list it unmet (``health``) within one progress deadline; once the operator deletes
     the hand-made object it runs on the new cluster."""
     r = Result("stalled")
-    goals = d.goals()
-    comp = next(c for c in goals.components() if c.key == component)
-    deadline = comp.stability.progress_deadline_seconds
-    observed = d.snapshot()
-    before = by_component(observed).get(component, {})
-    allowed = sorted(c for c, spec in goals.clusters.items()
-                     if spec.spec.tier in comp.qos.tiers and c not in before
-                     and any(n.arch in comp.architectures for n in spec.spec.nodes))
-    if not allowed:
-        r.notes.append(f"no other cluster of {component}'s tiers: it runs on {before}")
+    comp = next(c for c in d.goals().components() if c.key == component)
+    hand_made = _stalled_target(d, comp)
+    if hand_made is None:
+        r.notes.append(f"no other cluster of {component}'s tiers and architectures")
         return r
-    # Prefer a cluster that runs other parts of its app: there the app's namespace is the
-    # agent's, and the hand-made object is a Deployment of the component's name; elsewhere
-    # it is the namespace itself (created by hand before the app came, as often happens).
-    app_there = {c for c, comps in observed.items() if any(k.startswith(comp.app + "/") for k in comps or {})}
-    target = next((c for c in allowed if c in app_there), allowed[0])
-    hand_made = _HandMade(d, target, comp.namespace,
-                          str(comp.workload["metadata"]["name"]) if target in app_there else None)
+    target = hand_made.cluster
     hand_made.create()
     d.event(f"{hand_made} created by hand on {target} (not the agent's)")
     t0 = time.monotonic()
-    app_path = f"apps/{comp.app}/app.yaml"
-    anchor = _qos_line(d.stack.work / app_path, comp.name)
-    qos = anchor.splitlines(keepends=True)[-1]
-    # A selector is a hard goal: repaired at once, whatever the cooldown says.
-    pin = qos.replace("qos:", f"  clusterSelector: {{matchLabels: {{qonnect.io/cluster: {target}}}}}")
-    pinned = d.push_edits([(app_path, anchor, anchor + pin)], f"{component}: only on {target}")
-
-    def listed_unmet() -> bool:
-        unmet = (d.stack.any_status() or {}).get("unmet") or []
-        return any(u["component"] == component and u["goal"] == "health" for u in unmet)
-
-    problems: list[str] = []
-    running: dict[str, int] = {}
-    unmet: list[dict[str, Any]] = []
-    row: dict[str, Any] = {}
-    seconds = fixed_after = None
-    deleted = False
+    pin = _Pin(d, comp, target)
+    pinned = pin.push()
+    seen = _StalledRun()
     try:
-        d.wait(listed_unmet, deadline + 60, f"{component} listed unmet (health)", interval=0.3)
-        seconds = time.monotonic() - t0
-        row = cluster_row(d, target) or {}
-        running = by_component(d.snapshot()).get(component, {})
-        unmet = [u for u in (d.stack.any_status() or {}).get("unmet") or [] if u["component"] == component]
-        d.event(f"{target} is {row.get('state')} ({row.get('reason')}); {component} listed unmet after "
-                f"{seconds:.2f}s, still running on {running}")
-        if row.get("state") != "Stalled":
-            problems.append(f"{target} is {row.get('state')}, not Stalled")
-        if not running:
-            problems.append(f"{component} runs nowhere while {target} refuses it")
-        # The operator's fix: the hand-made object goes, the agent applies, it runs there.
-        hand_made.delete()
-        deleted = True
-        t1 = time.monotonic()
-        d.event(f"{hand_made} deleted on {target}")
-        fixed = d.wait_drained(component, timeout=90)
-        fixed_after = time.monotonic() - t1
-        if set(fixed) != {target}:
-            problems.append(f"after the fix {component} runs on {fixed}, not only on {target}")
+        _stalled_then_fixed(d, comp, hand_made, t0, seen)
     except Timeout as exc:
-        problems.append(str(exc))
+        seen.problems.append(str(exc))
     finally:
         # Whatever happened, the later scenarios get the fleet back: no hand-made object,
         # the component placed freely again.
-        if not deleted:
+        if not seen.deleted:
             hand_made.delete()
-        revert = d.push_edits([(app_path, anchor + pin, anchor)], f"{component}: placed freely again")
-        # The leads took the goals (a decision is written only where the plan changes).
-        d.wait(lambda: ((d.stack.any_status() or {}).get("goals", {}).get("lastGood") or {}).get("commit") == revert,
-               60, "the leads to take the revert")
+        pin.revert()
     r.expected = {"component": component, "pinned to": target, "goals commit": pinned,
                   "rules": f"{target} Stalled (refusal), {component} keeps running where it ran and is listed unmet "
-                           f"(health) within its progress deadline ({deadline:.0f}s) + a cycle; once the hand-made "
-                           f"Deployment is deleted it runs on {target}"}
-    r.observed = {"running while stalled": running, "unmet": unmet,
-                  "cluster": {k: row.get(k) for k in ("state", "reason")},
-                  "unmet after s": None if seconds is None else round(seconds, 3),
-                  "running on target after fix s": None if fixed_after is None else round(fixed_after, 3),
-                  "problems": problems}
-    r.seconds = seconds
-    r.passed = not problems
+                           f"(health) within its progress deadline ({comp.stability.progress_deadline_seconds:.0f}s) "
+                           f"+ a cycle; once {hand_made} is deleted it runs on {target}"}
+    r.observed = seen.as_json()
+    r.seconds = seen.seconds
+    r.passed = not seen.problems
     return r
+
+
+@dataclass
+class _StalledRun:
+    """What the stalled scenario saw."""
+
+    problems: list[str] = field(default_factory=list)
+    running: dict[str, int] = field(default_factory=dict)
+    unmet: list[dict[str, Any]] = field(default_factory=list)
+    cluster: dict[str, Any] = field(default_factory=dict)
+    seconds: float | None = None
+    fixed_after: float | None = None
+    deleted: bool = False
+
+    def as_json(self) -> dict[str, Any]:
+        return {"running while stalled": self.running, "unmet": self.unmet, "cluster": self.cluster,
+                "unmet after s": None if self.seconds is None else round(self.seconds, 3),
+                "running on target after fix s": None if self.fixed_after is None else round(self.fixed_after, 3),
+                "problems": self.problems}
+
+
+def _stalled_target(d: Demo, comp: Any) -> _HandMade | None:
+    """Where the stalled scenario sends ``comp``, and the hand-made object that makes that
+    cluster's agent refuse it. A cluster that runs other parts of its app is preferred: there
+    the app's namespace is the agent's, and the object is a Deployment of the component's
+    name; elsewhere it is the namespace itself (created by hand before the app came, as
+    often happens)."""
+    observed = d.snapshot()
+    before = by_component(observed).get(comp.key, {})
+    allowed = [c for c in _clusters_for(d.goals(), comp) if c not in before]
+    if not allowed:
+        return None
+    app_there = _running_app(observed, comp.app)
+    target = next((c for c in allowed if c in app_there), allowed[0])
+    return _HandMade(d, target, comp.namespace, str(comp.workload["metadata"]["name"]) if target in app_there else None)
+
+
+def _running_app(observed: Observed, app: str) -> set[str]:
+    """The clusters that run some component of ``app``."""
+    return {c for c, comps in observed.items() if any(k.startswith(app + "/") for k in comps or {})}
+
+
+def _clusters_for(goals: Any, comp: Any) -> list[str]:
+    """The clusters of ``comp``'s tiers with a node of one of its architectures, by name."""
+    def fits(spec: Any) -> bool:
+        return spec.tier in comp.qos.tiers and any(n.arch in comp.architectures for n in spec.nodes)
+    return sorted(name for name, cluster in goals.clusters.items() if fits(cluster.spec))
+
+
+def _stalled_then_fixed(d: Demo, comp: Any, hand_made: _HandMade, t0: float, seen: _StalledRun) -> None:
+    """Wait for the leads to list ``comp`` unmet while its cluster refuses it, then delete the
+    hand-made object and wait for ``comp`` to run there alone."""
+    target = hand_made.cluster
+
+    def listed_unmet() -> bool:
+        unmet = (d.stack.any_status() or {}).get("unmet") or []
+        return any(u["component"] == comp.key and u["goal"] == "health" for u in unmet)
+
+    d.wait(listed_unmet, comp.stability.progress_deadline_seconds + 60, f"{comp.key} listed unmet (health)",
+           interval=0.3)
+    seen.seconds = time.monotonic() - t0
+    row = cluster_row(d, target) or {}
+    seen.cluster = {k: row.get(k) for k in ("state", "reason")}
+    seen.running = by_component(d.snapshot()).get(comp.key, {})
+    seen.unmet = [u for u in (d.stack.any_status() or {}).get("unmet") or [] if u["component"] == comp.key]
+    d.event(f"{target} is {row.get('state')} ({row.get('reason')}); {comp.key} listed unmet after "
+            f"{seen.seconds:.2f}s, still running on {seen.running}")
+    if row.get("state") != "Stalled":
+        seen.problems.append(f"{target} is {row.get('state')}, not Stalled")
+    if not seen.running:
+        seen.problems.append(f"{comp.key} runs nowhere while {target} refuses it")
+    # The operator's fix: the hand-made object goes, the agent applies, it runs there.
+    hand_made.delete()
+    seen.deleted = True
+    t1 = time.monotonic()
+    d.event(f"{hand_made} deleted on {target}")
+    fixed = d.wait_drained(comp.key, timeout=90)
+    seen.fixed_after = time.monotonic() - t1
+    if set(fixed) != {target}:
+        seen.problems.append(f"after the fix {comp.key} runs on {fixed}, not only on {target}")
+
+
+@dataclass
+class _Pin:
+    """A goals edit that sends ``comp`` to ``cluster`` alone (a selector: a hard goal,
+    repaired at once whatever the cooldown says), and its revert."""
+
+    d: Demo
+    comp: Any
+    cluster: str
+
+    def __post_init__(self) -> None:
+        self.path = f"apps/{self.comp.app}/app.yaml"
+        self.anchor = _qos_line(self.d.stack.work / self.path, self.comp.name)
+        qos = self.anchor.splitlines(keepends=True)[-1]
+        self.line = qos.replace("qos:", f"  clusterSelector: {{matchLabels: {{qonnect.io/cluster: {self.cluster}}}}}")
+
+    def push(self) -> str:
+        return self.d.push_edits([(self.path, self.anchor, self.anchor + self.line)],
+                                 f"{self.comp.key}: only on {self.cluster}")
+
+    def revert(self) -> None:
+        commit = self.d.push_edits([(self.path, self.anchor + self.line, self.anchor)],
+                                   f"{self.comp.key}: placed freely again")
+        # The leads took the goals (a decision is written only where the plan changes).
+        self.d.wait(lambda: ((self.d.stack.any_status() or {}).get("goals", {}).get("lastGood") or {})
+                    .get("commit") == commit, 60, "the leads to take the revert")
 
 
 @dataclass

@@ -344,23 +344,30 @@ class KnowledgeBase:
                 del self.unready_since[cluster]
             return
         before = before or {}
-        reported = {c.component: c for c in record.components}
-        applied = record.applied.generation if record.applied is not None else -1
-        after: dict[str, Unready] = {}
-        workloads, placements = self.workloads, self.placements
-        for comp in placed:
-            workload = workloads.get(comp)
-            kind = workload.kind if workload is not None else "Deployment"
-            since, awaiting = before.get(comp, (now, 0))
-            if awaiting and applied >= awaiting:
-                awaiting = 0  # the agent runs the generation that placed it
-            if awaiting or not component_ready(reported.get(comp), placements[comp][cluster], kind):
-                after[comp] = (since, awaiting)
+        after = self._unready_after(cluster, placed, before, record, now)
         if after != before:
             if after:
                 self.unready_since[cluster] = after
             else:
                 del self.unready_since[cluster]
+
+    def _unready_after(self, cluster: str, placed: frozenset[str], before: Mapping[str, Unready],
+                       record: ReportRecord, now: float) -> dict[str, Unready]:
+        """The placed components the report shows not ready on ``cluster``: not applied at
+        the generation that placed them yet, or applied and not ready."""
+        reported = {c.component: c for c in record.components}
+        applied = record.applied.generation if record.applied is not None else -1
+        after: dict[str, Unready] = {}
+        workloads, placements = self.workloads, self.placements
+        for comp in placed:
+            since, awaiting = before.get(comp, (now, 0))
+            if awaiting and applied >= awaiting:
+                awaiting = 0  # the agent runs the generation that placed it
+            workload = workloads.get(comp)
+            kind = workload.kind if workload is not None else "Deployment"
+            if awaiting or not component_ready(reported.get(comp), placements[comp][cluster], kind):
+                after[comp] = (since, awaiting)
+        return after
 
     def _record_completions(self, record: ReportRecord, now: float) -> None:
         for comp in record.components:
