@@ -517,6 +517,7 @@ class KnowledgeBase:
         term: int,
         now: float,
         unmet: Sequence[Mapping[str, str]] = (),
+        generation: int = 0,
     ) -> int:
         """Put a placement in force; returns the new generation.
 
@@ -549,7 +550,7 @@ class KnowledgeBase:
                 changed.append(comp)
         # Left out of the plan (one placed nowhere was counted above, once).
         changed.extend(comp for comp in old if comp not in placements)
-        return self._put_in_force(new, changed, reasons, reason, goals_commit, term, now)
+        return self._put_in_force(new, changed, reasons, reason, goals_commit, term, now, generation)
 
     def apply_plan_changes(
         self,
@@ -562,6 +563,7 @@ class KnowledgeBase:
         term: int,
         now: float,
         unmet: Sequence[Mapping[str, str]] = (),
+        generation: int = 0,
     ) -> int:
         """Put a decision in force given as what it changes in the placement at generation
         ``base``: the components placed anew or elsewhere (``changed``) and those no longer
@@ -594,7 +596,7 @@ class KnowledgeBase:
         for comp in sorted(set(removed) - changed.keys()):
             if new.pop(comp, None) is not None:
                 moved.append(comp)
-        return self._put_in_force(new, moved, reasons, reason, goals_commit, term, now)
+        return self._put_in_force(new, moved, reasons, reason, goals_commit, term, now, generation)
 
     def _stale_plan(self, term: int, now: float) -> bool:
         """Whether a plan from ``term`` comes from a deposed leader (logged as refused)."""
@@ -610,14 +612,19 @@ class KnowledgeBase:
         ]
 
     def _put_in_force(self, new: dict[str, dict[str, int]], changed: list[str], reasons: Mapping[str, str],
-                      reason: str, goals_commit: str | None, term: int, now: float) -> int:
+                      reason: str, goals_commit: str | None, term: int, now: float, written: int = 0) -> int:
         """Make ``new`` the placement in force, given the components whose map differs from
         the one in force (``changed``): a new generation, logged with its moves, and the
-        per-cluster views of those components only. Nothing changed: the generation stays."""
+        per-cluster views of those components only. Nothing changed: the generation stays.
+
+        ``written``: the generation of the plan commit that carries the decision (0: unknown).
+        Plan commits are numbered on the plan branch, which also takes commits that change no
+        target replica (a drain ending, an unmet goal); the KB follows that numbering, so the
+        generation it announces is the one agents apply (``Qonnect-Generation``)."""
         old = self.placements
         if not changed:
             return self.generation
-        generation = self.generation + 1
+        generation = max(self.generation + 1, written)
         moves: list[dict[str, Any]] = []
         joined: dict[str, set[str]] = {}  # cluster -> components with replicas there now
         left: dict[str, set[str]] = {}  # cluster -> components with none there any more

@@ -457,7 +457,7 @@ class ReconcileLoop:
             raise Fenced("not leader with a quorum in the cycle's term")
         if result.written is not None and result.written.plan_commit is not None:
             try:
-                generation = self._record_plan(result.plan, result.goals_commit, term, now)
+                generation = self._record_plan(result.plan, result.goals_commit, term, now, result.generation)
             except ProposalError as exc:
                 raise Fenced(f"decision not recorded: {exc.reason}") from exc
             if generation == -1:
@@ -470,8 +470,10 @@ class ReconcileLoop:
         if not self.may_write(term):
             raise Fenced("lost leadership while recording the decision")
 
-    def _record_plan(self, plan: Plan, goals_commit: str, term: int, now: datetime) -> int:
+    def _record_plan(self, plan: Plan, goals_commit: str, term: int, now: datetime, written: int) -> int:
         """Record a decision in the KB; returns the new generation (-1: refused, stale term).
+        ``written``: the generation of the plan commit that carries it (the KB follows the
+        plan branch's numbering).
 
         Recorded as what it changed against the decision this leader recorded last
         (``plan_changes``: one moved component among 100,000 is a few hundred bytes where
@@ -488,11 +490,11 @@ class ReconcileLoop:
             base, before = recorded
             changed, removed = placement_changes(before, placements)
             generation = commands.record_plan_changes(base, changed, removed, reasons, plan.reason,
-                                                      goals_commit, term, at, unmet)
+                                                      goals_commit, term, at, unmet, written)
             form = "changes"
         if generation == PLAN_BASE_MOVED:
             generation, form = commands.record_plan(placements, reasons, plan.reason, goals_commit,
-                                                    term, at, unmet), "whole"
+                                                    term, at, unmet, written), "whole"
         self.metrics.inc("qonnect_decisions_recorded_total", form=form)
         if generation >= 0:
             self._recorded = (generation, placements)
@@ -568,7 +570,7 @@ class ReconcileLoop:
         meta = mirror.store.decision_of(head)
         try:
             generation = self.node.commands.record_plan(placements, {}, meta.reason, meta.source, term,
-                                                        time.time(), unmet_of(in_force))
+                                                        time.time(), unmet_of(in_force), meta.generation)
             self._recorded = (generation, placements) if generation >= 0 else None
         except ProposalError as exc:
             self._seen_head = seen  # try again next cycle

@@ -67,21 +67,24 @@ class Commands:
 
     def record_plan(self, placements: dict[str, dict[str, int]], reasons: dict[str, str], reason: str,
                     goals_commit: str | None, term: int, now: float,
-                    unmet: list[dict[str, str]] | None = None, *, timeout: float = DEFAULT_TIMEOUT) -> int:
+                    unmet: list[dict[str, str]] | None = None, generation: int = 0, *,
+                    timeout: float = DEFAULT_TIMEOUT) -> int:
         """A whole placement put in force by the leader of ``term`` (or an operator); the new
-        generation, or -1 when a newer term's decision is in force."""
+        generation, or -1 when a newer term's decision is in force. ``generation``: the plan
+        commit's that carries it, where one does (0: none; an operator's plan)."""
         return self._node.propose(timeout, self._state.plan, placements, reasons, reason, goals_commit,
-                                  term, now, unmet)
+                                  term, now, unmet, generation)
 
     def record_plan_changes(self, base: int, changed: dict[str, dict[str, int]], removed: list[str],
                             reasons: dict[str, str], reason: str, goals_commit: str | None, term: int,
-                            now: float, unmet: list[dict[str, str]] | None = None, *,
+                            now: float, unmet: list[dict[str, str]] | None = None, generation: int = 0, *,
                             timeout: float = DEFAULT_TIMEOUT) -> int:
         """A decision as what it changed against generation ``base`` (code version 1 and
         later); the new generation, -1 for a stale term, ``PLAN_BASE_MOVED`` when ``base``
-        is not the generation in force (then record it whole)."""
+        is not the generation in force (then record it whole). ``generation``: as
+        ``record_plan``'s."""
         return self._node.propose(timeout, self._state.plan_changes, base, changed, removed, reasons,
-                                  reason, goals_commit, term, now, unmet)
+                                  reason, goals_commit, term, now, unmet, generation)
 
     def record_pool_clusters(self, clusters: dict[str, dict[str, Any]], now: float, *,
                              timeout: float = DEFAULT_TIMEOUT) -> bool:

@@ -160,9 +160,10 @@ class ReplicatedKB(SyncObjConsumer):  # type: ignore[misc]
     @command
     def plan(self, placements: dict[str, dict[str, int]], reasons: dict[str, str], reason: str,
              goals_commit: str | None, term: int, now: float,
-             unmet: list[dict[str, str]] | None = None) -> int:
+             unmet: list[dict[str, str]] | None = None, generation: int = 0) -> int:
         with self.lock:
-            return self.kb.apply_plan(placements, reasons, reason, goals_commit, term, now, unmet or ())
+            return self.kb.apply_plan(placements, reasons, reason, goals_commit, term, now, unmet or (),
+                                      generation)
 
     @command
     def proposal_rejected(self, key: str, proposal_id: str, goals_commit: str, url: str,
@@ -194,10 +195,10 @@ class ReplicatedKB(SyncObjConsumer):  # type: ignore[misc]
     @command_since(PLAN_CHANGES_VERSION)
     def plan_changes(self, base: int, changed: dict[str, dict[str, int]], removed: list[str],
                      reasons: dict[str, str], reason: str, goals_commit: str | None, term: int,
-                     now: float, unmet: list[dict[str, str]] | None = None) -> int:
+                     now: float, unmet: list[dict[str, str]] | None = None, generation: int = 0) -> int:
         with self.lock:
             return self.kb.apply_plan_changes(base, changed, removed, reasons, reason, goals_commit,
-                                              term, now, unmet or ())
+                                              term, now, unmet or (), generation)
 
     @command_since(BRANCH_HEADS_VERSION)
     def branch_heads(self, changes: dict[str, str | None], term: int) -> bool:
