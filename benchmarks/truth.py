@@ -77,7 +77,8 @@ def outage_sequence(goals: Goals, seconds: float, rng: random.Random) -> list[Sp
     return spells
 
 
-def report_of(cluster: str, now: float, state: str, running: dict[str, int], goals: Goals) -> ReportRecord:
+def report_of(cluster: str, now: float, state: str, running: dict[str, int], goals: Goals,
+              applied: int) -> ReportRecord:
     spec = goals.clusters[cluster].spec
     nodes = [{"name": f"{cluster}-{i}-{n}", "arch": shape.arch, "ready": True,
               "allocatableCpu": f"{shape.cpu}m", "allocatableMemory": str(shape.memory),
@@ -85,7 +86,7 @@ def report_of(cluster: str, now: float, state: str, running: dict[str, int], goa
              for i, shape in enumerate(spec.nodes) for n in range(shape.count)]
     body: dict[str, Any] = {
         "cluster": cluster, "agentTime": datetime.fromtimestamp(now, tz=UTC).isoformat(),
-        "applied": {"commit": "a" * 40, "generation": 0},
+        "applied": {"commit": "a" * 40, "generation": applied},
         "sync": {"state": "Ready", "reason": "ReconciliationSucceeded", "message": ""},
         "nodes": nodes,
         "components": [{"component": comp, "healthy": True, "readyReplicas": n, "desiredReplicas": n}
@@ -112,6 +113,7 @@ def run(seconds: float, seed: int) -> dict[str, Any]:
     current = CurrentPlacement()
     plan: Plan | None = None
     running: dict[str, dict[str, int]] = {c: {} for c in goals.clusters}  # what each cluster runs
+    applied: dict[str, int] = {c: 0 for c in goals.clusters}  # the generation each agent applied
     placed_at: dict[tuple[str, str], float] = {}
     left_at: dict[tuple[str, str], float] = {}  # (component, cluster) -> when it moved off
     figures = Figures(state_changes=2 * len(spells))
@@ -132,7 +134,8 @@ def run(seconds: float, seed: int) -> dict[str, Any]:
                 running[cluster] = {comp: n + draining.get(comp, {}).get(cluster, 0)
                                     for comp, where in wanted.items() for c, n in where.items()
                                     if c == cluster and placed_at.get((comp, c), t) < t}
-            record = report_of(cluster, t, state, running[cluster], goals)
+                applied[cluster] = kb.cluster_generation(cluster)
+            record = report_of(cluster, t, state, running[cluster], goals, applied[cluster])
             kb.apply_reports([ReportEntry(cluster, t, record)])
         observed = kb.snapshot(datetime.fromtimestamp(t, tz=UTC))
         new = plan_with_pools(goals, observed, current, None)
