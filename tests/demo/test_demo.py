@@ -19,7 +19,21 @@ from kubernetes import client, config
 
 from tests.conftest import ROOT
 
-SCENARIOS = ["initial", "goals-change", "resize", "regions", "failover", "burst", "leader-kill", "review"]
+SCENARIOS = ["initial", "goals-change", "resize", "regions", "failover", "api-down", "stalled", "burst",
+             "leader-kill", "review"]
+
+
+@pytest.fixture
+def busy_cores() -> Iterator[None]:
+    """Two CPU-bound processes beside the test, as on a user's busy laptop (issue 31: README
+    command 1 failed at load 5-9): a timing assumption that breaks under load fails here."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
 
 
 def demo(tmp_path: Path, *args: str) -> subprocess.Popen[str]:
@@ -74,13 +88,13 @@ def check_report(report: dict[str, Any], names: list[str]) -> None:
     assert report["passed"] is True
 
 
-@pytest.mark.timeout(600)  # seven scenarios and a clean stop; the run itself gives up after 420 s
-def test_all_scenarios_then_keep(tmp_path: Path) -> None:
+@pytest.mark.timeout(900)  # ten scenarios under load and a clean stop; the run gives up after 720 s
+def test_all_scenarios_then_keep(tmp_path: Path, busy_cores: None) -> None:
     proc = demo(tmp_path, "--keep")
     lines: list[str] = []
     try:
         assert proc.stdout is not None
-        deadline = time.monotonic() + 420
+        deadline = time.monotonic() + 720
         for line in proc.stdout:
             lines.append(line)
             if "Everything keeps running" in line or time.monotonic() > deadline:
@@ -116,6 +130,14 @@ def test_all_scenarios_then_keep(tmp_path: Path) -> None:
         failover = by_name["failover"]["observed"]
         assert failover["problems"] == []
         assert by_name["leader-kill"]["observed"]["new leader"] != by_name["leader-kill"]["expected"]["killed"]
+        # api-down: Degraded, one failover once degradedSeconds passed, never before
+        api_down = by_name["api-down"]["observed"]
+        assert [reason for _, reason in api_down["decisions during the outage"]].count("failover") == 1
+        assert [sched for _, _, sched in api_down["states"]][:3] == ["schedulable", "cordoned", "failed-over"]
+        # stalled: the refusing cluster is Stalled, the component kept running and was unmet
+        stalled = by_name["stalled"]["observed"]
+        assert stalled["cluster"]["state"] == "Stalled" and stalled["running while stalled"]
+        assert [u["goal"] for u in stalled["unmet"]] == ["health"]
         assert processes_under(tmp_path / "run"), "nothing runs under --keep"
     finally:
         proc.send_signal(signal.SIGINT)
