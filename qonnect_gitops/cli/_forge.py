@@ -7,10 +7,12 @@ import argparse
 import os
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from qonnect_gitops.forge import ForgeSettings, load_forges
-from qonnect_gitops.forge.config import FORGES_ENV
-from qonnect_gitops.forge.sandbox import SandboxLimits
+from qonnect_gitops.forge.limits import FORGES_ENV, SandboxLimits
+
+if TYPE_CHECKING:
+    from qonnect_gitops.forge import ForgeSettings
 
 
 def add_forges_argument(parser: argparse.ArgumentParser) -> None:
@@ -22,6 +24,8 @@ def add_forges_argument(parser: argparse.ArgumentParser) -> None:
 
 def forges(args: argparse.Namespace) -> tuple[ForgeSettings, ...]:
     """The forges of ``--forges``; raises GoalsError (file:line) when the file is bad."""
+    from qonnect_gitops.forge import load_forges  # pydantic: not for `--help`
+
     return () if args.forges is None else load_forges(args.forges)
 
 

@@ -9,20 +9,36 @@ speaking all three dialects, validated against their published OpenAPI descripti
 for tests and the demo. See ``docs/review.md``.
 """
 
-from qonnect_gitops.forge.base import (
-    Comment,
-    CommitState,
-    CommitStatus,
-    Forge,
-    ForgeError,
-    ForgeKind,
-    ForgeRateLimited,
-    PullRequest,
-    PullRequestDraft,
-    PullState,
-)
-from qonnect_gitops.forge.config import ForgeSettings, find_forge, load_forges, unknown_forge
-from qonnect_gitops.forge.connect import TOKEN_ENV, connect, read_token
+from typing import TYPE_CHECKING
+
+from qonnect_gitops._lazy import exports
+
+# name -> the module of the package that defines it: imported on first use, so a light
+# module of the package (``forge.limits``) costs itself alone (``qonnect lead --help``).
+_EXPORTS = {
+    "Comment": "base", "CommitState": "base", "CommitStatus": "base", "Forge": "base", "ForgeError": "base",
+    "ForgeKind": "base", "ForgeRateLimited": "base", "PullRequest": "base", "PullRequestDraft": "base",
+    "PullState": "base",
+    "ForgeSettings": "config", "find_forge": "config", "load_forges": "config", "unknown_forge": "config",
+    "TOKEN_ENV": "connect", "connect": "connect", "read_token": "connect",
+}
+__getattr__ = exports(__name__, _EXPORTS)
+
+if TYPE_CHECKING:
+    from qonnect_gitops.forge.base import (
+        Comment,
+        CommitState,
+        CommitStatus,
+        Forge,
+        ForgeError,
+        ForgeKind,
+        ForgeRateLimited,
+        PullRequest,
+        PullRequestDraft,
+        PullState,
+    )
+    from qonnect_gitops.forge.config import ForgeSettings, find_forge, load_forges, unknown_forge
+    from qonnect_gitops.forge.connect import TOKEN_ENV, connect, read_token
 
 __all__ = [
     "TOKEN_ENV",

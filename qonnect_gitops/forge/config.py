@@ -26,8 +26,6 @@ from qonnect_gitops.model.errors import GoalsError, Problem
 from qonnect_gitops.model.fleet import HTTP_URL
 from qonnect_gitops.model.yamlpos import parse_yaml, validate_document
 
-FORGES_ENV = "QONNECT_FORGES"
-"""The environment variable that names the forges file when ``--forges`` is not given."""
 MAX_FORGES_FILE_BYTES = 64 * 1024
 
 _REPOSITORY = r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)+$|^[0-9]+$"

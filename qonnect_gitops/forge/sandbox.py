@@ -23,13 +23,13 @@ import resource
 import signal
 import subprocess
 import sys
-from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from qonnect_gitops.forge.limits import SandboxLimits
 from qonnect_gitops.forge.preview import Change, Preview, preview
 from qonnect_gitops.gitstore.tree import open_repo, read_tree_files
 from qonnect_gitops.logs import get_logger
@@ -45,14 +45,6 @@ _CHILD_ENV = ("PATH", "PYTHONPATH", "LANG", "LC_ALL", "TZ")
 """What the child inherits of the lead's environment: nothing that could hold a secret."""
 
 
-@dataclass(frozen=True)
-class SandboxLimits:
-    """What one preview may take (``qonnect lead --preview-cpu-seconds`` and friends). The
-    defaults hold a preview of a 10,000-cluster fleet (two cold loads and two plans) with room."""
-
-    cpu_seconds: int = 300
-    memory_mib: int = 4096
-    timeout_seconds: float = 900.0
 
 
 class Stopped(StrEnum):

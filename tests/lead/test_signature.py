@@ -42,7 +42,7 @@ def test_node_not_ready_capacity_lost_and_envelope_crossed_trigger() -> None:
 
 
 def test_unknown_region_and_missing_fields_are_harmless() -> None:
-    assert report_signature(body(ready=(), ms=None), ENVELOPES) == (0, 0, 0, 0, (), ())
+    assert report_signature(body(ready=(), ms=None), ENVELOPES)[:6] == (0, 0, 0, 0, (), ())
     assert report_signature(body(latencies=[{"to": "mars", "ms": 900}]), ENVELOPES)[3] == 0
 
 
