@@ -40,28 +40,30 @@ from qonnect_gitops.kb.records import (
     TrafficRecord,
 )
 from qonnect_gitops.logs import redact
+from qonnect_gitops.model.base import DNS_LABEL_CHARS
 from qonnect_gitops.model.report import (
+    COMMIT_CHARS,
+    COMPONENT_CHARS,
     MAX_COMPONENTS,
     MAX_GENERATION,
     MAX_LATENCIES,
     MAX_LATENCY_MS,
-    MAX_NODE_BYTES,
-    MAX_NODE_MILLICORES,
     MAX_NODES,
     MAX_REFUSALS,
     MAX_REPLICAS,
     MAX_RPS,
     MAX_TRAFFIC,
-    _bounded_quantity,
+    node_bytes,
+    node_millicores,
 )
-from qonnect_gitops.model.status import MAX_MESSAGE, HealthReason, RefusalReason, SyncState
+from qonnect_gitops.model.status import MAX_MESSAGE, REASON_CHARS, HealthReason, RefusalReason, SyncState
 
 # The careful models' patterns, anchored with \Z: Python's ``$`` also matches before a
 # final newline, so these refuse a little more (and the careful way then decides).
-_Name = Annotated[str, msgspec.Meta(max_length=63, pattern=r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?\Z")]
-_Commit = Annotated[str, msgspec.Meta(pattern=r"^[0-9a-f]{7,64}\Z")]
-_Component = Annotated[str, msgspec.Meta(pattern=r"^[a-z0-9-]+/[a-z0-9-]+\Z")]
-_Reason = Annotated[str, msgspec.Meta(pattern=r"^[A-Z][A-Za-z0-9]{0,63}\Z")]
+_Name = Annotated[str, msgspec.Meta(max_length=63, pattern=rf"^{DNS_LABEL_CHARS}\Z")]
+_Commit = Annotated[str, msgspec.Meta(pattern=rf"^{COMMIT_CHARS}\Z")]
+_Component = Annotated[str, msgspec.Meta(pattern=rf"^{COMPONENT_CHARS}\Z")]
+_Reason = Annotated[str, msgspec.Meta(pattern=rf"^{REASON_CHARS}\Z")]
 _Message = Annotated[str, msgspec.Meta(max_length=MAX_MESSAGE)]
 _Replicas = Annotated[int, msgspec.Meta(ge=0, le=MAX_REPLICAS)]
 # A quantity as JSON may write it; checked by the careful model's own validator.
@@ -75,8 +77,8 @@ _ARCHES = frozenset(("amd64", "arm64"))
 # (pydantic accepts more) takes the careful way.
 _AWARE_TIME = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}(\.[0-9]{1,6})?"
                          r"(Z|[+-][0-9]{2}:[0-9]{2})")
-_cpu_check = _bounded_quantity(1000, MAX_NODE_MILLICORES, "millicores")
-_memory_check = _bounded_quantity(1, MAX_NODE_BYTES, "bytes")
+_cpu_check = node_millicores
+_memory_check = node_bytes
 # Accepted quantities by their JSON type and value ("4" and 4 both mean 4 cores, but are
 # kept apart): each node carries four and agents send the same few again and again.
 # Bounded: a flood of distinct values only misses. Refusals are never kept.

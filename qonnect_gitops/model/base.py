@@ -16,7 +16,9 @@ from pydantic.alias_generators import to_camel
 from qonnect_gitops import API_VERSION
 from qonnect_gitops.model.limits import EARLIEST_TIME, LATEST_TIME
 
-_DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
+DNS_LABEL_CHARS = r"[a-z0-9]([-a-z0-9]*[a-z0-9])?"
+"""An RFC 1123 label's characters (at most 63; anchor it to use it)."""
+_DNS_LABEL = re.compile(rf"^{DNS_LABEL_CHARS}$")
 
 
 def _dns_label(value: str) -> str:

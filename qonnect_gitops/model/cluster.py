@@ -7,6 +7,7 @@ from typing import Annotated, Literal
 from pydantic import Field, HttpUrl, model_validator
 
 from qonnect_gitops.model.base import Arch, Header, Metadata, Name, Tier, UserModel
+from qonnect_gitops.model.labels import CLUSTER_LABEL, DISTRIBUTION_LABEL, REGION_LABEL, TIER_LABEL
 from qonnect_gitops.model.limits import (
     MAX_CARBON_INTENSITY,
     MAX_NODE_CPU,
@@ -30,11 +31,6 @@ from qonnect_gitops.model.quantity import (
 NodeCPU = Annotated[MilliCPU, at_most(MAX_NODE_CPU, format_millicores, "per-node CPU")]
 NodeMemory = Annotated[Bytes, at_most(MAX_NODE_MEMORY, format_bytes, "per-node memory")]
 
-# Labels every cluster carries implicitly, so selectors can use them.
-LABEL_NAME = "qonnect.io/cluster"
-LABEL_TIER = "qonnect.io/tier"
-LABEL_REGION = "qonnect.io/region"
-LABEL_DISTRIBUTION = "qonnect.io/distribution"
 
 
 class NodeShape(UserModel):
@@ -129,8 +125,8 @@ class Cluster(Header):
         """User labels plus the implicit ``qonnect.io/*`` ones that selectors may match."""
         return {
             **self.metadata.labels,
-            LABEL_NAME: self.name,
-            LABEL_TIER: self.spec.tier,
-            LABEL_REGION: self.spec.region,
-            LABEL_DISTRIBUTION: self.spec.distribution,
+            CLUSTER_LABEL: self.name,
+            TIER_LABEL: self.spec.tier,
+            REGION_LABEL: self.spec.region,
+            DISTRIBUTION_LABEL: self.spec.distribution,
         }

@@ -39,6 +39,30 @@ name that it did not create. Without it such an object is refused (``OwnershipCo
 ENABLED: Final = "enabled"
 DISABLED: Final = "disabled"
 
+# -- clusters: the labels every cluster carries implicitly (selectors may match them) --------
+
+CLUSTER_LABEL: Final = "qonnect.io/cluster"
+TIER_LABEL: Final = "qonnect.io/tier"
+REGION_LABEL: Final = "qonnect.io/region"
+DISTRIBUTION_LABEL: Final = "qonnect.io/distribution"
+POOL_LABEL: Final = "qonnect.io/pool"
+"""On a cluster created from a cluster pool (cloud bursting): the pool's name."""
+DRAINING_TAINT: Final = "qonnect.io/draining"
+"""The taint a pool cluster gets once it is no longer needed: no component tolerates it."""
+
+# -- Cluster API objects (the renderer writes them for pools; the simulated provider reads them)
+
+CAPI_CLUSTER_NAME_LABEL: Final = "cluster.x-k8s.io/cluster-name"
+CAPI_DEPLOYMENT_NAME_LABEL: Final = "cluster.x-k8s.io/deployment-name"
+POOL_ANNOTATION: Final = "qonnect.io/pool"
+"""On a pool cluster's Cluster API objects: the pool's name."""
+NODE_SHAPE_ANNOTATION: Final = "qonnect.io/node-shape"
+"""On a machine template: the node shape it stands for, as the pool declares it. Real
+providers ignore it (their template's instance type decides); the simulated one builds its
+nodes from it."""
+REGION_ANNOTATION: Final = "qonnect.io/region"
+"""On a pool cluster's Cluster object: the region it is created in."""
+
 # -- mesh annotations (the renderer writes them on Services with mesh: cilium) -------------
 
 CILIUM_GLOBAL: Final = "service.cilium.io/global"

@@ -88,22 +88,31 @@ def _quantity_units(text: str, scale: int, limit: int, what: str) -> int:
     return int(number.to_integral_value(rounding="ROUND_CEILING"))
 
 
+node_millicores = _bounded_quantity(1000, MAX_NODE_MILLICORES, "millicores")
+"""A node's CPU quantity in a report as whole millicores; ValueError beyond the bounds."""
+node_bytes = _bounded_quantity(1, MAX_NODE_BYTES, "bytes")
+"""A node's memory quantity in a report as whole bytes; ValueError beyond the bounds."""
+
 ReportCPU = Annotated[
     int,
-    BeforeValidator(_bounded_quantity(1000, MAX_NODE_MILLICORES, "millicores")),
+    BeforeValidator(node_millicores),
     PlainSerializer(format_millicores, return_type=str),
 ]
 """A node's CPU in a report: whole millicores, at most ``MAX_NODE_MILLICORES``."""
 
 ReportBytes = Annotated[
     int,
-    BeforeValidator(_bounded_quantity(1, MAX_NODE_BYTES, "bytes")),
+    BeforeValidator(node_bytes),
     PlainSerializer(format_bytes, return_type=str),
 ]
 """A node's memory in a report: whole bytes, at most ``MAX_NODE_BYTES``."""
 
-_COMMIT = r"^[0-9a-f]{7,64}$"
-_COMPONENT = r"^[a-z0-9-]+/[a-z0-9-]+$"
+# The report's text rules, once: the careful model anchors them with ``^...$``, the lead's
+# fast decoder (lead/report_fast.py) with ``^...\Z``.
+COMMIT_CHARS = r"[0-9a-f]{7,64}"
+COMPONENT_CHARS = r"[a-z0-9-]+/[a-z0-9-]+"
+_COMMIT = rf"^{COMMIT_CHARS}$"
+_COMPONENT = rf"^{COMPONENT_CHARS}$"
 
 
 class NodeCapacity(UserModel):

@@ -122,7 +122,9 @@ class Action(StrEnum):
 CHANGED_ACTIONS = frozenset({Action.CREATED, Action.CONFIGURED, Action.RECREATED})
 """Actions that wrote to the cluster."""
 
-_REASON_PATTERN = r"^[A-Z][A-Za-z0-9]{0,63}$"
+REASON_CHARS = r"[A-Z][A-Za-z0-9]{0,63}"
+"""A machine reason: CamelCase, at most 64 characters (anchor it to use it)."""
+_REASON_PATTERN = rf"^{REASON_CHARS}$"
 
 
 class SyncStatus(UserModel):

@@ -33,6 +33,7 @@ from datetime import datetime, timedelta
 from qonnect_gitops.model.base import Metadata
 from qonnect_gitops.model.cluster import Cluster, ClusterSpec, NodeShape, Taint
 from qonnect_gitops.model.goals import Goals
+from qonnect_gitops.model.labels import DRAINING_TAINT, POOL_LABEL
 from qonnect_gitops.model.observed import Observed
 from qonnect_gitops.model.plan import (
     CurrentPlacement,
@@ -47,8 +48,7 @@ from qonnect_gitops.model.pool import ClusterApiStatus, ClusterPool
 from qonnect_gitops.model.quantity import to_bytes, to_millicores
 from qonnect_gitops.placement.planner import plan as make_plan
 
-DRAIN_TAINT = Taint(key="qonnect.io/draining", value="pool", effect="NoSchedule")
-POOL_LABEL = "qonnect.io/pool"
+DRAIN_TAINT = Taint(key=DRAINING_TAINT, value="pool", effect="NoSchedule")
 MAX_BACKOFF_DOUBLINGS = 10
 
 

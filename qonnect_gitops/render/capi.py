@@ -24,6 +24,13 @@ from collections.abc import Iterator
 from typing import Any
 
 from qonnect_gitops.model.goals import Goals
+from qonnect_gitops.model.labels import (
+    CAPI_CLUSTER_NAME_LABEL,
+    CAPI_DEPLOYMENT_NAME_LABEL,
+    NODE_SHAPE_ANNOTATION,
+    POOL_ANNOTATION,
+    REGION_ANNOTATION,
+)
 from qonnect_gitops.model.plan import DynamicCluster, Plan
 from qonnect_gitops.model.pool import ClusterPool
 
@@ -31,14 +38,6 @@ CAPI_GROUP = "cluster.x-k8s.io"
 CAPI_VERSION = f"{CAPI_GROUP}/v1beta2"
 CONTROL_PLANE_GROUP = "controlplane.cluster.x-k8s.io"
 BOOTSTRAP_GROUP = "bootstrap.cluster.x-k8s.io"
-CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
-DEPLOYMENT_NAME_LABEL = "cluster.x-k8s.io/deployment-name"
-POOL_ANNOTATION = "qonnect.io/pool"
-# The node shape a machine template stands for, as the pool declares it. Real providers
-# ignore it (their template's instance type or flavor decides); the simulated provider
-# (``qonnect sim --capi``) builds its nodes from it.
-NODE_SHAPE_ANNOTATION = "qonnect.io/node-shape"
-REGION_ANNOTATION = "qonnect.io/region"
 POD_CIDR = "10.244.0.0/16"
 SERVICE_CIDR = "10.96.0.0/12"
 
@@ -77,7 +76,7 @@ def cluster_objects(pool: ClusterPool, dyn: DynamicCluster) -> list[dict[str, An
     md = f"{name}-md-0"
 
     def meta(obj_name: str) -> dict[str, Any]:
-        return {"name": obj_name, "namespace": ns, "labels": {CLUSTER_NAME_LABEL: name},
+        return {"name": obj_name, "namespace": ns, "labels": {CAPI_CLUSTER_NAME_LABEL: name},
                 "annotations": {POOL_ANNOTATION: pool.name}}
 
     node = spec.node
@@ -136,7 +135,7 @@ def cluster_objects(pool: ClusterPool, dyn: DynamicCluster) -> list[dict[str, An
             "nodeRegistration": {"kubeletExtraArgs": [{"name": "node-labels", "value": node_label}]}}}}}
     else:
         bootstrap_spec = {"template": {"spec": {"agentConfig": {"nodeLabels": [node_label]}}}}
-    selector = {CLUSTER_NAME_LABEL: name, DEPLOYMENT_NAME_LABEL: md}
+    selector = {CAPI_CLUSTER_NAME_LABEL: name, CAPI_DEPLOYMENT_NAME_LABEL: md}
     machine_deployment = {
         "apiVersion": CAPI_VERSION, "kind": "MachineDeployment", "metadata": meta(md),
         "spec": {

@@ -34,6 +34,7 @@ import yaml
 import qonnect_gitops
 from qonnect_gitops.logs import get_logger
 from qonnect_gitops.model.cluster import NodeShape
+from qonnect_gitops.model.labels import CAPI_CLUSTER_NAME_LABEL, NODE_SHAPE_ANNOTATION, REGION_ANNOTATION
 from qonnect_gitops.sim.api import ApiCore, WriteOptions
 from qonnect_gitops.sim.control.base import (
     Context,
@@ -56,9 +57,6 @@ CLUSTERS = ("cluster.x-k8s.io", "clusters")
 MACHINE_DEPLOYMENTS = ("cluster.x-k8s.io", "machinedeployments")
 SECRETS = ("", "secrets")
 MANAGER = "capi-sim"
-CLUSTER_NAME_LABEL = "cluster.x-k8s.io/cluster-name"
-NODE_SHAPE_ANNOTATION = "qonnect.io/node-shape"
-REGION_ANNOTATION = "qonnect.io/region"
 
 _LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)  # libyaml when present: 10x faster
 ClusterHook = Callable[[str, "SimCluster | None"], None]
@@ -204,7 +202,7 @@ class ClusterApi:
         self.ctx.create(secrets, key[0], {
             "apiVersion": "v1", "kind": "Secret", "type": "cluster.x-k8s.io/secret",
             "metadata": {"name": f"{key[1]}-kubeconfig", "namespace": key[0],
-                         "labels": {CLUSTER_NAME_LABEL: key[1]}},
+                         "labels": {CAPI_CLUSTER_NAME_LABEL: key[1]}},
             "data": {"value": base64.b64encode(kubeconfig.encode()).decode()},
         }, MANAGER)
         self._set(obj, "Provisioned", True, "Provisioned", "")
