@@ -17,7 +17,7 @@ import pytest
 from tests.conftest import ROOT
 from tests.deploy.helm import render
 from tests.deploy.netpol import Cluster, External, Node, Pod
-from tests.deploy.test_manifests import container, one
+from tests.deploy.workloads import container, one
 
 DEPLOY = ROOT / "deploy"
 NS = "qonnect-system"
