@@ -22,8 +22,7 @@ from qonnect_gitops.cli import build_parser
 from qonnect_gitops.forge import load_forges
 from tests.conftest import ROOT
 from tests.deploy.helm import CHART, NAMESPACE, by_key, compare, render, sdk
-from tests.deploy.test_manifests import K8S_VERSION
-from tests.deploy.workloads import container, expand, one, resolved_env
+from tests.deploy.workloads import K8S_VERSION, container, expand, one, resolved_env
 
 DEPLOY = ROOT / "deploy"
 DIGEST = "sha256:" + "5e" * 32

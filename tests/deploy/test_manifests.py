@@ -20,10 +20,9 @@ from qonnect_gitops.forge import load_forges
 from qonnect_gitops.gitstore.remote import credentials_from_env
 from tests.conftest import ROOT
 from tests.deploy.kustomize import kubectl, kustomize
-from tests.deploy.workloads import container, expand, one, resolved_env
+from tests.deploy.workloads import K8S_VERSION, container, expand, one, resolved_env
 
 DEPLOY = ROOT / "deploy"
-K8S_VERSION = "1.37"
 KUSTOMIZATIONS = ["", "leads", "agent", "agent-tenant", "observer"]
 
 pytestmark = pytest.mark.slow

@@ -6,6 +6,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
+K8S_VERSION = "1.37"  # the Kubernetes release whose schemas every rendered object must pass (strict)
+
 
 def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
     found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
