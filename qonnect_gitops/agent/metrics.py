@@ -1,4 +1,10 @@
-"""Prometheus text metrics (``/metrics``) and the push webhook (``POST /webhook``).
+"""Prometheus text metrics (``/metrics``), liveness (``/healthz``), readiness (``/readyz``)
+and the push webhook (``POST /webhook``).
+
+``/readyz`` answers 200 once the agent finished its first pass (whatever its result) or
+sent its first report, 503 before: a probe that waits for the agent to be at work, not for
+its cluster to be healthy (a cluster that refuses its branch is reported, not hidden by an
+agent taken out of service).
 
 The webhook accepts a push event only with a valid ``X-Hub-Signature-256``
 (GitHub/Gitea style ``sha256=<hex HMAC of the body>``), ``X-Gitea-Signature``
@@ -74,6 +80,15 @@ class Metrics:
     def get(self, name: str, **labels: str) -> float:
         with self._lock:
             return self._values.get((name, tuple(sorted(labels.items()))), 0.0)
+
+    def total(self, name: str) -> float:
+        """The sum of ``name`` over all its labels."""
+        with self._lock:
+            return sum(v for (n, _), v in self._values.items() if n == name)
+
+    def ready(self) -> bool:
+        """Whether a pass finished or a report went out (``/readyz``)."""
+        return self.total("qonnect_agent_syncs_total") > 0 or self.total("qonnect_agent_heartbeats_total") > 0
 
     def render(self) -> str:
         with self._lock:
@@ -235,6 +250,10 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(200, self.server.metrics.render(), "text/plain; version=0.0.4; charset=utf-8")
         elif path == "/healthz":
             self._send(200, "ok\n")
+        elif path == "/readyz" and self.server.metrics is not None:
+            ready = self.server.metrics.ready()
+            self._json(200 if ready else 503, {"ready": ready} if ready else {
+                "ready": False, "message": "no pass has finished and no report was sent yet"})
         else:
             self._error(404, f"no route {path[:100]}")
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
 import sys
@@ -27,3 +28,17 @@ def kustomize(path: Path) -> list[dict[str, Any]]:
     out = subprocess.run([kubectl(), "kustomize", str(path)], check=True,
                          capture_output=True, text=True, timeout=60).stdout
     return [d for d in yaml.safe_load_all(out) if d]
+
+
+def overlay(directory: Path, base: Path, components: tuple[str, ...] = (), **fields: Any) -> list[dict[str, Any]]:
+    """Render an overlay written in ``directory``: ``base`` (a kustomization directory) with
+    ``components`` (paths relative to ``base``) and more kustomization ``fields``, as a
+    user's own overlay would (kustomize takes relative paths only)."""
+    rel = Path(os.path.relpath(base, directory))
+    doc = {"apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+           "resources": [str(rel)], **fields}
+    if components:
+        doc["components"] = [str(rel / c) for c in components]
+    directory.mkdir(parents=True, exist_ok=True)
+    (directory / "kustomization.yaml").write_text(yaml.safe_dump(doc))
+    return kustomize(directory)

@@ -1,10 +1,13 @@
 """deploy/: what `kubectl kustomize` renders is valid for Kubernetes 1.37 (strict), the
-leads' and agent's command lines are ones `qonnect` accepts, and RBAC stays narrow."""
+leads' and agent's command lines are ones `qonnect` accepts, every file they read is
+mounted, the probes ask the right endpoints, and RBAC stays narrow. Every test renders with
+the real kubectl (a process): the slow tier."""
 
 from __future__ import annotations
 
 import re
 import tomllib
+from pathlib import Path
 from typing import Any
 
 import kubernetes_validate
@@ -13,13 +16,16 @@ import yaml
 
 from qonnect_gitops.cli import build_parser
 from qonnect_gitops.cli.agent import _ENV
+from qonnect_gitops.forge import load_forges
 from qonnect_gitops.gitstore.remote import credentials_from_env
 from tests.conftest import ROOT
 from tests.deploy.kustomize import kubectl, kustomize
+from tests.deploy.workloads import K8S_VERSION, container, expand, one, resolved_env
 
 DEPLOY = ROOT / "deploy"
-K8S_VERSION = "1.37"
 KUSTOMIZATIONS = ["", "leads", "agent", "agent-tenant", "observer"]
+
+pytestmark = pytest.mark.slow
 
 try:
     kubectl()
@@ -30,44 +36,6 @@ except FileNotFoundError:  # pragma: no cover
 @pytest.fixture(scope="module")
 def objects() -> list[dict[str, Any]]:
     return kustomize(DEPLOY)
-
-
-def one(objects: list[dict[str, Any]], kind: str, name: str) -> dict[str, Any]:
-    found = [o for o in objects if o["kind"] == kind and o["metadata"]["name"] == name]
-    assert len(found) == 1, f"{kind}/{name}: {len(found)} objects"
-    return found[0]
-
-
-def container(workload: dict[str, Any]) -> dict[str, Any]:
-    (c,) = workload["spec"]["template"]["spec"]["containers"]
-    return c
-
-
-def resolved_env(objects: list[dict[str, Any]], workload: dict[str, Any], pod: str) -> dict[str, str]:
-    """The container's environment as the kubelet would set it (Secrets: placeholders)."""
-    env: dict[str, str] = {}
-    ns = workload["metadata"]["namespace"]
-    for e in container(workload).get("env", []):
-        if "value" in e:
-            env[e["name"]] = e["value"]
-            continue
-        ref = e["valueFrom"]
-        if "fieldRef" in ref:
-            env[e["name"]] = {"metadata.name": pod, "metadata.namespace": ns,
-                              "status.podIP": "10.42.0.7"}[ref["fieldRef"]["fieldPath"]]
-        elif "configMapKeyRef" in ref:
-            cm = one(objects, "ConfigMap", ref["configMapKeyRef"]["name"])
-            env[e["name"]] = cm["data"][ref["configMapKeyRef"]["key"]]
-        elif "secretKeyRef" in ref:
-            env[e["name"]] = f"<secret {ref['secretKeyRef']['name']}/{ref['secretKeyRef']['key']}>"
-        else:  # pragma: no cover
-            raise AssertionError(f"unexpected env source {ref}")
-    return env
-
-
-def expand(arg: str, env: dict[str, str]) -> str:
-    """The kubelet's $(VAR) expansion in args."""
-    return re.sub(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)", lambda m: env.get(m.group(1), m.group(0)), arg)
 
 
 # ------------------------------------------------------------------ schemas
@@ -136,9 +104,72 @@ def test_lead_volumes_ports_and_probes(objects: list[dict[str, Any]]) -> None:
     ports = {p["name"]: p["containerPort"] for p in c["ports"]}
     assert int(args.http.rsplit(":", 1)[1]) == ports["http"]
     assert int(args.raft.rsplit(":", 1)[1]) == ports["raft"]
-    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+    # Alive while the Raft thread runs; in the Service only with a quorum and a leader.
+    for probe in ("startupProbe", "livenessProbe"):
         assert c[probe]["httpGet"] == {"path": "/healthz", "port": "http"}
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "http"}
     assert c["resources"]["requests"]["cpu"] and c["resources"]["requests"]["memory"]
+
+
+def test_every_file_a_lead_reads_is_mounted(objects: list[dict[str, Any]], tmp_path: Path) -> None:
+    """Each path option of the lead's command line lies in a volume of the pod, the Secrets
+    and ConfigMaps without subPath (their updates reach the running leads)."""
+    sts = one(objects, "StatefulSet", "qonnect-lead")
+    c = container(sts)
+    args = build_parser().parse_args([expand(a, resolved_env(objects, sts, "qonnect-lead-0")) for a in c["args"]])
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    volumes = {v["name"]: v for v in sts["spec"]["template"]["spec"]["volumes"]}
+    files = {"tokens_file": "qonnect-tokens", "raft_secret_file": "qonnect-raft", "signing_key": "qonnect-signing-key",
+             "webhook_secret_file": "qonnect-webhook", "forges": "qonnect-forges"}
+    for option, source in files.items():
+        path = getattr(args, option)
+        assert path is not None, f"--{option.replace('_', '-')} is not given"
+        mount = mounts[str(path.parent)]
+        assert "subPath" not in mount and mount["readOnly"] is True
+        volume = volumes[mount["name"]]
+        assert (volume.get("secret", {}).get("secretName") or volume["configMap"]["name"]) == source, option
+    # Optional: a lead without a webhook secret or forge tokens starts all the same.
+    assert volumes[mounts[str(args.webhook_secret_file.parent)]["name"]]["secret"]["optional"] is True
+    assert volumes[mounts["/var/run/secrets/qonnect/forge"]["name"]]["secret"]["optional"] is True
+    for required in ("tokens_file", "raft_secret_file", "signing_key"):
+        assert "optional" not in volumes[mounts[str(getattr(args, required).parent)]["name"]]["secret"]
+    # The forges file as shipped is one `qonnect lead --forges` accepts (no forges).
+    forges = one(objects, "ConfigMap", "qonnect-forges")["data"]
+    (tmp_path / args.forges.name).write_text(forges[args.forges.name])
+    assert load_forges(tmp_path / args.forges.name) == ()
+
+
+def test_leads_advertise_their_own_api_address(objects: list[dict[str, Any]]) -> None:
+    """A follower forwards a webhook to the leader's recorded API address: the pod's stable
+    name and the API port, never the bind address 0.0.0.0."""
+    sts = one(objects, "StatefulSet", "qonnect-lead")
+    ports = {p["name"]: p["containerPort"] for p in container(sts)["ports"]}
+    for ordinal in range(sts["spec"]["replicas"]):
+        pod = f"qonnect-lead-{ordinal}"
+        args = build_parser().parse_args([expand(a, resolved_env(objects, sts, pod)) for a in container(sts)["args"]])
+        host, port = args.advertise_http.rsplit(":", 1)
+        assert host == args.raft.rsplit(":", 1)[0] == f"{pod}.{sts['spec']['serviceName']}.qonnect-system.svc"
+        assert int(port) == ports["http"]
+
+
+def test_one_lead_per_node_is_required(objects: list[dict[str, Any]]) -> None:
+    pod = one(objects, "StatefulSet", "qonnect-lead")["spec"]["template"]
+    anti = pod["spec"]["affinity"]["podAntiAffinity"]
+    assert list(anti) == ["requiredDuringSchedulingIgnoredDuringExecution"]
+    (term,) = anti["requiredDuringSchedulingIgnoredDuringExecution"]
+    assert term["topologyKey"] == "kubernetes.io/hostname"
+    assert term["labelSelector"]["matchLabels"].items() <= pod["metadata"]["labels"].items()
+
+
+@pytest.mark.parametrize(("path", "kind", "name"), [("agent", "Deployment", "qonnect-agent"),
+                                                    ("observer", "Deployment", "qonnect-observer")])
+def test_agent_and_observer_probes(path: str, kind: str, name: str) -> None:
+    c = container(one(kustomize(DEPLOY / path), kind, name))
+    assert c["readinessProbe"]["httpGet"] == {"path": "/readyz", "port": "metrics"}
+    assert c["livenessProbe"]["httpGet"] == {"path": "/healthz", "port": "metrics"}
+    env = {e["name"]: e.get("value") for e in c["env"]}
+    metrics = {p["name"]: p["containerPort"] for p in c["ports"]}["metrics"]
+    assert env["QONNECT_METRICS_ADDR"] == f"0.0.0.0:{metrics}", "the probes ask the server --metrics-addr starts"
 
 
 def test_lead_services_and_budget(objects: list[dict[str, Any]]) -> None:
